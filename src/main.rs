@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("glint: nothing here yet");
+    std::process::exit(2);
+}
