@@ -71,8 +71,22 @@ pub struct TypeInfo {
 use GgmlType as T;
 use Support::{Activation as A, Compute as C, SizeOnly as S};
 
-const fn row(ty: GgmlType, id: u32, name: &'static str, bs: usize, ts: usize, s: Support) -> TypeInfo {
-    TypeInfo { ty, id, name, block_size: bs, type_size: ts, support: s }
+const fn row(
+    ty: GgmlType,
+    id: u32,
+    name: &'static str,
+    bs: usize,
+    ts: usize,
+    s: Support,
+) -> TypeInfo {
+    TypeInfo {
+        ty,
+        id,
+        name,
+        block_size: bs,
+        type_size: ts,
+        support: s,
+    }
 }
 
 /// Every type glint knows, in id order. Block sizes and bytes per block are
@@ -122,7 +136,10 @@ impl GgmlType {
 
     /// The type named `name` (ggml spelling, case-insensitive).
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        TYPES.iter().find(|r| r.name.eq_ignore_ascii_case(name)).map(|r| r.ty)
+        TYPES
+            .iter()
+            .find(|r| r.name.eq_ignore_ascii_case(name))
+            .map(|r| r.ty)
     }
 
     /// This type's table row.
@@ -155,7 +172,7 @@ impl GgmlType {
     /// blocks or the size overflows `u64`.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size() as u64)

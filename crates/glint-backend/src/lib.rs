@@ -1,0 +1,296 @@
+//! The compute-backend interface of glint.
+//!
+//! The forward pass is written once against [`Backend`]; `glint-cpu` (plain
+//! Rust + rayon, the oracle) and `glint-gpu` (WGSL through wgpu) implement it.
+//! The interface is deliberately small: tensors are flat device buffers with
+//! a ggml-style shape (`ne[0]` is the contiguous dimension), and every op
+//! names its input and output shapes in its doc comment.
+//!
+//! Ordering: ops run in call order. A backend may queue them (the wgpu one
+//! records into a command encoder); [`Backend::read`] and [`Backend::sync`]
+//! wait for everything queued before them.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+use std::ops::Range;
+use std::sync::Arc;
+
+pub use glint_quant::GgmlType;
+
+mod params;
+pub use params::{AttnParams, Glu, RopeMode, RopeParams, Unary};
+
+/// Errors of a backend op. Each names the op and what did not fit.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// Shapes of an op's tensors do not agree.
+    #[error("{op}: shape mismatch: {detail}")]
+    Shape {
+        /// The op (e.g. `mul_mat`).
+        op: &'static str,
+        /// What did not fit, with the values.
+        detail: String,
+    },
+    /// The op does not support this element type in this position.
+    #[error("{op}: unsupported type {ty} for {what}")]
+    Type {
+        /// The op.
+        op: &'static str,
+        /// The offending type.
+        ty: GgmlType,
+        /// Which operand.
+        what: &'static str,
+    },
+    /// A byte range outside a tensor.
+    #[error("{op}: bytes {start}..{end} outside tensor `{label}` of {size} bytes")]
+    Range {
+        /// The op (`read`, `write`).
+        op: &'static str,
+        /// Tensor label.
+        label: String,
+        /// First byte asked for.
+        start: usize,
+        /// One past the last byte asked for.
+        end: usize,
+        /// Tensor size in bytes.
+        size: usize,
+    },
+    /// The device could not allocate or is lost; validation errors land here too.
+    #[error("device: {0}")]
+    Device(String),
+}
+
+/// Result of backend calls.
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// What a tensor's memory is for, so a backend can report what it holds.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Usage {
+    /// Model weights (uploaded once).
+    Weights,
+    /// The KV cache.
+    KvCache,
+    /// Activations and other per-batch scratch.
+    Scratch,
+}
+
+/// Shape and type of a tensor: `ne[0]` is the contiguous (row) dimension,
+/// as in ggml; unused trailing dims are 1. Rows are `ne[0]` elements of
+/// `ty`, stored back to back (no padding), so a row of a quantized type is
+/// `ty.bytes_for(ne[0])` bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorDesc {
+    /// Element type.
+    pub ty: GgmlType,
+    /// Extents, innermost first.
+    pub ne: [usize; 4],
+    /// A name for errors and memory reports (e.g. `blk.0.attn_q.weight`).
+    pub label: String,
+    /// What the memory is for.
+    pub usage: Usage,
+}
+
+impl TensorDesc {
+    /// Number of elements.
+    pub fn n_elements(&self) -> usize {
+        self.ne.iter().product()
+    }
+    /// Number of rows (`ne[1] * ne[2] * ne[3]`).
+    pub fn n_rows(&self) -> usize {
+        self.ne[1] * self.ne[2] * self.ne[3]
+    }
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.ty.bytes_for(self.ne[0] as u64).unwrap_or(0) as usize
+    }
+    /// Bytes of the whole tensor.
+    pub fn n_bytes(&self) -> usize {
+        self.row_bytes() * self.n_rows()
+    }
+}
+
+/// A backend's handle to a tensor living on it.
+pub trait Tensor: Send + Sync {
+    /// Shape, type, label, usage.
+    fn desc(&self) -> &TensorDesc;
+}
+
+/// Bytes owned elsewhere (usually the model file's mmap), shared without
+/// copying: the cpu backend computes straight from them, the wgpu backend
+/// uploads from them once.
+#[derive(Clone)]
+pub struct SharedBytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    range: Range<usize>,
+}
+
+impl SharedBytes {
+    /// A window `range` of `owner`'s bytes. Errors if it is out of bounds.
+    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize>) -> Result<Self> {
+        let len = (*owner).as_ref().len();
+        if range.start > range.end || range.end > len {
+            return Err(BackendError::Range {
+                op: "shared_bytes",
+                label: String::new(),
+                start: range.start,
+                end: range.end,
+                size: len,
+            });
+        }
+        Ok(SharedBytes { owner, range })
+    }
+    /// Owned bytes (tests, synthetic data).
+    pub fn from_vec(v: Vec<u8>) -> Self {
+        let len = v.len();
+        SharedBytes {
+            owner: Arc::new(v),
+            range: 0..len,
+        }
+    }
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.range.clone()]
+    }
+}
+
+/// Device memory held, by usage.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// Bytes of model weights held by the backend (for the cpu backend:
+    /// weights computed from the mmap are not counted; they are the file's pages).
+    pub weights: usize,
+    /// Bytes of KV cache.
+    pub kv_cache: usize,
+    /// Bytes of scratch (activations, masks, ids).
+    pub scratch: usize,
+}
+
+/// A compute backend. Element types: activations are F32; integer inputs
+/// (token ids, positions, slot indices, shifts) are I32; weights may be any
+/// type whose `support()` is `Compute`; KV caches are F32 or F16.
+///
+/// Every op checks its shapes and types and returns
+/// [`BackendError::Shape`]/[`BackendError::Type`] instead of computing garbage.
+/// An op's output is never one of its inputs (a GPU cannot bind one buffer
+/// as both); only [`Backend::kshift`] works in place, by design.
+pub trait Backend: Send + Sync {
+    /// The backend's tensor handle.
+    type Tensor: Tensor;
+
+    /// A short name, e.g. `cpu (2 threads)` or `wgpu: llvmpipe (Vulkan)`.
+    fn name(&self) -> String;
+
+    /// A new tensor. Its contents are unspecified until written.
+    fn alloc(&self, desc: TensorDesc) -> Result<Self::Tensor>;
+
+    /// A weight tensor from bytes that stay owned by `bytes`' owner. The cpu
+    /// backend keeps the reference (no copy); the wgpu backend uploads once.
+    fn weight(&self, desc: TensorDesc, bytes: SharedBytes) -> Result<Self::Tensor>;
+
+    /// Write `data` at byte `offset` of `t`.
+    fn write(&self, t: &Self::Tensor, offset: usize, data: &[u8]) -> Result<()>;
+
+    /// Read `out.len()` bytes at byte `offset` of `t`, after all queued ops.
+    fn read(&self, t: &Self::Tensor, offset: usize, out: &mut [u8]) -> Result<()>;
+
+    /// Wait for all queued work.
+    fn sync(&self) -> Result<()>;
+
+    /// What the backend holds now.
+    fn memory(&self) -> MemoryReport;
+
+    /// `out[n, m] = w[k, n] · x[k, m]`: for each of the `m` activation
+    /// columns, the dot product of every weight row with it.
+    /// `w`: any Compute type, `[k, n]`; `x`: F32 `[k, m]`; `out`: F32 `[n, m]`.
+    /// Small `m` (decode) takes a matvec path, large `m` a tiled matmul.
+    fn mul_mat(&self, w: &Self::Tensor, x: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// Gather rows: `out[:, i] = dequantize(table[:, ids[i]])`.
+    /// `table`: any Compute type `[k, n_rows]`; `ids`: I32 `[m]`; `out`: F32 `[k, m]`.
+    /// An id outside `0..n_rows` yields a row of zeros (ids are checked by the caller).
+    fn get_rows(&self, table: &Self::Tensor, ids: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// RMSNorm over each row, times `w` if given:
+    /// `out[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w`.
+    /// `x`, `out`: F32 `[n, m]`; `w`: F32 `[n]`.
+    fn rms_norm(
+        &self,
+        x: &Self::Tensor,
+        w: Option<&Self::Tensor>,
+        eps: f32,
+        out: &Self::Tensor,
+    ) -> Result<()>;
+
+    /// `out = a + b`. `a`, `out`: F32 `[n, m]`; `b`: F32 `[n, m]` or `[n]`
+    /// (broadcast over columns).
+    fn add(&self, a: &Self::Tensor, b: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// `out = a * b` elementwise, `b` as in [`Backend::add`].
+    fn mul(&self, a: &Self::Tensor, b: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// `out = x * s`. F32, same shapes.
+    fn scale(&self, x: &Self::Tensor, s: f32, out: &Self::Tensor) -> Result<()>;
+
+    /// `out = op(x)`. F32, same shapes.
+    fn unary(&self, op: Unary, x: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// Gated activation: `out = act(gate) * up`. F32 `[n, m]` all three.
+    fn glu(
+        &self,
+        op: Glu,
+        gate: &Self::Tensor,
+        up: &Self::Tensor,
+        out: &Self::Tensor,
+    ) -> Result<()>;
+
+    /// Softmax over each row (`ne[0]`), in f32. F32, same shapes.
+    fn softmax(&self, x: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// Index of the largest value of each row (first one on ties).
+    /// `x`: F32 `[n, m]`; `out`: I32 `[m]`.
+    fn argmax(&self, x: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// RoPE at explicit per-token positions.
+    /// `x`, `out`: F32 `[head_dim, n_head, m]`; `pos`: I32 `[m]`.
+    /// Only the first `p.n_rot` dims of each head rotate; the rest are copied.
+    fn rope(
+        &self,
+        x: &Self::Tensor,
+        pos: &Self::Tensor,
+        p: &RopeParams,
+        out: &Self::Tensor,
+    ) -> Result<()>;
+
+    /// Write rows into a cache: `dst[:, idx[i]] = src[:, i]` (converted to
+    /// `dst`'s type). `src`: F32 `[n, m]`; `idx`: I32 `[m]`;
+    /// `dst`: F32 or F16 `[n, n_rows]`. Rows of `idx` outside `dst` are an error
+    /// the caller prevents (the kernel skips them).
+    fn set_rows(&self, src: &Self::Tensor, idx: &Self::Tensor, dst: &Self::Tensor) -> Result<()>;
+
+    /// Attention of a batch of queries over cache rows
+    /// `p.kv_start .. p.kv_start + p.n_kv`:
+    /// `out[:, h, i] = softmax(scale * q[:, h, i] · k[:, h_kv, j] (+ softcap) + mask[j, i]) · v[:, h_kv, j]`
+    /// with `h_kv = h / (n_head / n_head_kv)` (GQA/MQA).
+    /// `q`: F32 `[head_dim, n_head, m]`;
+    /// `k`, `v`: F32 or F16 `[head_dim * n_head_kv, n_rows]`;
+    /// `mask`: F32 `[n_kv, m]` (0 or -inf; other finite values are added as biases);
+    /// `out`: F32 `[head_dim * n_head, m]`. Softmax in f32; a row whose mask
+    /// is all -inf yields zeros.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        mask: &Self::Tensor,
+        p: &AttnParams,
+        out: &Self::Tensor,
+    ) -> Result<()>;
+
+    /// K-shift: rotate cached K rows in place by a per-row position delta,
+    /// `k[:, j] = rope(k[:, j], shift[j])` as a *pure rotation* (the YaRN
+    /// magnitude factor `attn_factor`/mscale is not applied). Rows with
+    /// shift 0 are untouched.
+    /// `k`: F32 or F16 `[head_dim * n_head_kv, n_rows]` (`p.n_head` must be
+    /// `n_head_kv`); `shift`: I32 `[n_rows]`.
+    fn kshift(&self, k: &Self::Tensor, shift: &Self::Tensor, p: &RopeParams) -> Result<()>;
+}

@@ -1,0 +1,127 @@
+//! Parameters of the ops that have more than a tensor or two.
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RopeMode {
+    /// ggml `GGML_ROPE_TYPE_NORMAL`: adjacent pairs `(x[2i], x[2i+1])` (Llama).
+    Norm,
+    /// ggml `GGML_ROPE_TYPE_NEOX`: halves `(x[i], x[i + n_rot/2])` (GPT-NeoX, Gemma, Qwen).
+    Neox,
+}
+
+/// RoPE with ggml's semantics, YaRN included.
+///
+/// For pair index `i` (`0 <= i < n_rot/2`) at position `p`:
+/// ```text
+/// theta_extrap = p * freq_base^(-2i/n_rot)
+/// theta_interp = freq_scale * theta_extrap
+/// if ext_factor != 0:
+///     ramp  = (1 - clamp((i - corr_lo) / max(0.001, corr_hi - corr_lo), 0, 1)) * ext_factor
+///     theta = theta_interp * (1 - ramp) + theta_extrap * ramp
+///     mscale = attn_factor * (1 + 0.1 * ln(1 / freq_scale))
+/// else:
+///     theta = theta_interp;  mscale = attn_factor
+/// (x0, x1) <- ((x0 cos - x1 sin) * mscale, (x0 sin + x1 cos) * mscale)
+/// ```
+/// with `corr_lo = max(0, floor(corr_dim(beta_fast)))`,
+/// `corr_hi = min(n_rot - 1, ceil(corr_dim(beta_slow)))`,
+/// `corr_dim(b) = n_rot * ln(n_ctx_orig / (b * 2 pi)) / (2 ln(freq_base))`
+/// (ggml's `ggml_rope_yarn_corr_dims`). Dims `n_rot..head_dim` are copied.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct RopeParams {
+    /// Pairing of dimensions.
+    pub mode: RopeMode,
+    /// Dimensions rotated per head (even, `<= head_dim`).
+    pub n_rot: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Heads per token in the tensor being rotated.
+    pub n_head: usize,
+    /// Base of the frequencies (`rope.freq_base`).
+    pub freq_base: f32,
+    /// Position scale: 1 / linear-or-YaRN factor (`1.0` = no scaling).
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix (`0.0` = off).
+    pub ext_factor: f32,
+    /// Magnitude factor (`1.0` = none). K-shift never applies it.
+    pub attn_factor: f32,
+    /// YaRN low correction dim parameter (ggml default 32).
+    pub beta_fast: f32,
+    /// YaRN high correction dim parameter (ggml default 1).
+    pub beta_slow: f32,
+    /// Training context length YaRN corrects for.
+    pub n_ctx_orig: usize,
+}
+
+impl RopeParams {
+    /// Plain RoPE (no scaling) over all of a head's dims.
+    pub fn plain(mode: RopeMode, head_dim: usize, n_head: usize, freq_base: f32) -> Self {
+        RopeParams {
+            mode,
+            n_rot: head_dim,
+            head_dim,
+            n_head,
+            freq_base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 0,
+        }
+    }
+
+    /// ggml's `ggml_rope_yarn_corr_dims`: `[corr_lo, corr_hi]`.
+    pub fn yarn_corr_dims(&self) -> [f32; 2] {
+        let n_rot = self.n_rot as f32;
+        let corr_dim = |beta: f32| -> f32 {
+            n_rot * (self.n_ctx_orig as f32 / (beta * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * self.freq_base.ln())
+        };
+        let lo = corr_dim(self.beta_fast).floor().max(0.0);
+        let hi = corr_dim(self.beta_slow).ceil().min(n_rot - 1.0);
+        [lo, hi]
+    }
+}
+
+/// Attention over cache rows `kv_start .. kv_start + n_kv`.
+///
+/// Logit of query `i`, head `h`, cache row `j`:
+/// `x = q·k; if softcap > 0 { x = softcap * tanh(x / softcap) }; x = x * scale + mask[j, i]`
+/// (ggml's order: soft-capping, then `soft_max_ext`'s scale and mask).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct AttnParams {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (`n_head % n_head_kv == 0`).
+    pub n_head_kv: usize,
+    /// Elements per head, for K and V alike.
+    pub head_dim: usize,
+    /// Multiplier of the logits (usually `1/sqrt(head_dim)`).
+    pub scale: f32,
+    /// Logit soft-capping (`0.0` = off).
+    pub softcap: f32,
+    /// First cache row considered (stream start, in multi-stream layouts).
+    pub kv_start: usize,
+    /// Number of cache rows considered; the mask has this many rows.
+    pub n_kv: usize,
+}
+
+/// Elementwise activations.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Unary {
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// ggml's tanh approximation:
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    Gelu,
+}
+
+/// Gated activations: `act(gate) * up`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Glu {
+    /// `silu(gate) * up` (Llama).
+    SwiGlu,
+    /// `gelu(gate) * up` (Gemma).
+    GeGlu,
+}
