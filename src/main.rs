@@ -1,4 +1,87 @@
-fn main() {
-    eprintln!("glint: nothing here yet");
-    std::process::exit(2);
+//! The `glint` command line.
+
+mod args;
+
+use std::process::ExitCode;
+
+use args::Flag;
+
+const USAGE: &str = "\
+glint — a pure-Rust LLM inference engine (GGUF, WGSL through wgpu, a rayon cpu backend)
+
+usage: glint <command> [options]
+
+commands:
+  inspect MODEL.gguf [--json]   what the file holds: header, metadata, tensors, totals per type
+  generate [-m MODEL] PROMPT    generate text (not built yet: see `glint generate --help`)
+  help                          this text
+
+Run `glint <command> --help` for a command's options.";
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match run(&argv) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("glint: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(argv: &[String]) -> Result<(), String> {
+    let (cmd, rest) = match argv.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+    };
+    match cmd {
+        "inspect" => inspect(rest),
+        "generate" => generate(rest),
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}` (try `glint help`)")),
+    }
+}
+
+const INSPECT_FLAGS: &[Flag] = &[
+    Flag { name: "json", aliases: &[], value: None, help: "print JSON instead of text" },
+    Flag {
+        name: "full",
+        aliases: &[],
+        value: None,
+        help: "with --json: every array item, not the first few",
+    },
+    Flag { name: "help", aliases: &["-h"], value: None, help: "this text" },
+];
+
+fn inspect(rest: &[String]) -> Result<(), String> {
+    let p = args::parse(rest, INSPECT_FLAGS)?;
+    if p.has("help") {
+        println!("{}", args::help("glint inspect MODEL.gguf [--json [--full]]", INSPECT_FLAGS));
+        return Ok(());
+    }
+    let path = match p.positional.as_slice() {
+        [one] => one,
+        [] => return Err("inspect: which file? (glint inspect MODEL.gguf)".into()),
+        more => return Err(format!("inspect: one file at a time, got {}", more.len())),
+    };
+    let f = glint::gguf::GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
+    if p.has("json") {
+        let doc = glint::inspect::render_json(path, &f, p.has("full"));
+        println!("{doc:#}");
+    } else {
+        print!("{}", glint::inspect::render_text(path, &f));
+    }
+    Ok(())
+}
+
+fn generate(_rest: &[String]) -> Result<(), String> {
+    Err("generate: not built yet — glint can read models (`glint inspect`) but has no \
+         forward pass, tokenizer or sampler yet (the Compute and Models issues); nothing generated"
+        .into())
 }
