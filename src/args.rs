@@ -33,7 +33,10 @@ impl Parsed {
     }
     /// The last value given for `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.values.get(name).and_then(|v| v.last()).map(String::as_str)
+        self.values
+            .get(name)
+            .and_then(|v| v.last())
+            .map(String::as_str)
     }
     /// Every value given for a repeatable flag.
     pub fn all(&self, name: &str) -> &[String] {
@@ -54,9 +57,9 @@ impl Parsed {
 /// Parse `args` against `flags`. Unknown flags are errors naming them.
 pub fn parse(args: &[String], flags: &[Flag]) -> Result<Parsed, String> {
     let find = |spelling: &str| -> Option<&Flag> {
-        flags.iter().find(|f| {
-            spelling.strip_prefix("--") == Some(f.name) || f.aliases.contains(&spelling)
-        })
+        flags
+            .iter()
+            .find(|f| spelling.strip_prefix("--") == Some(f.name) || f.aliases.contains(&spelling))
     };
     let mut out = Parsed::default();
     let mut i = 0;
@@ -114,9 +117,24 @@ mod tests {
     use super::*;
 
     const FLAGS: &[Flag] = &[
-        Flag { name: "ubatch-size", aliases: &["-ub"], value: Some("N"), help: "" },
-        Flag { name: "model", aliases: &["-m"], value: Some("FILE"), help: "" },
-        Flag { name: "json", aliases: &[], value: None, help: "" },
+        Flag {
+            name: "ubatch-size",
+            aliases: &["-ub"],
+            value: Some("N"),
+            help: "",
+        },
+        Flag {
+            name: "model",
+            aliases: &["-m"],
+            value: Some("FILE"),
+            help: "",
+        },
+        Flag {
+            name: "json",
+            aliases: &[],
+            value: None,
+            help: "",
+        },
     ];
 
     fn v(a: &[&str]) -> Vec<String> {
@@ -125,8 +143,11 @@ mod tests {
 
     #[test]
     fn spellings_values_and_positionals() {
-        let p = parse(&v(&["-ub", "64", "x.gguf", "--model=a", "-m", "b", "--json"]), FLAGS)
-            .expect("parses");
+        let p = parse(
+            &v(&["-ub", "64", "x.gguf", "--model=a", "-m", "b", "--json"]),
+            FLAGS,
+        )
+        .expect("parses");
         assert_eq!(p.parse::<u32>("ubatch-size").unwrap(), Some(64));
         assert_eq!(p.get("model"), Some("b"));
         assert_eq!(p.all("model"), ["a", "b"]);
@@ -136,11 +157,21 @@ mod tests {
 
     #[test]
     fn errors_name_the_flag() {
-        assert_eq!(parse(&v(&["--nope"]), FLAGS).unwrap_err(), "unknown flag `--nope`");
-        assert!(parse(&v(&["-m"]), FLAGS).unwrap_err().contains("`-m` needs a value"));
-        assert!(parse(&v(&["--json=1"]), FLAGS).unwrap_err().contains("takes no value"));
+        assert_eq!(
+            parse(&v(&["--nope"]), FLAGS).unwrap_err(),
+            "unknown flag `--nope`"
+        );
+        assert!(parse(&v(&["-m"]), FLAGS)
+            .unwrap_err()
+            .contains("`-m` needs a value"));
+        assert!(parse(&v(&["--json=1"]), FLAGS)
+            .unwrap_err()
+            .contains("takes no value"));
         let p = parse(&v(&["-ub", "x"]), FLAGS).unwrap();
-        assert!(p.parse::<u32>("ubatch-size").unwrap_err().contains("cannot parse `x`"));
+        assert!(p
+            .parse::<u32>("ubatch-size")
+            .unwrap_err()
+            .contains("cannot parse `x`"));
     }
 
     #[test]

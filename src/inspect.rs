@@ -32,7 +32,8 @@ fn architecture(f: &GgufFile) -> Option<&str> {
 
 fn block_count(f: &GgufFile) -> Option<i128> {
     let arch = architecture(f)?;
-    f.get(&format!("{arch}.block_count")).and_then(Value::as_integer)
+    f.get(&format!("{arch}.block_count"))
+        .and_then(Value::as_integer)
 }
 
 fn cut(s: &str, max: usize) -> String {
@@ -46,7 +47,11 @@ fn cut(s: &str, max: usize) -> String {
 
 fn array_head_text(a: &Array) -> String {
     fn list<T: std::fmt::Debug>(v: &[T]) -> String {
-        let items: Vec<String> = v.iter().take(ARRAY_HEAD).map(|x| format!("{x:?}")).collect();
+        let items: Vec<String> = v
+            .iter()
+            .take(ARRAY_HEAD)
+            .map(|x| format!("{x:?}"))
+            .collect();
         let more = if v.len() > ARRAY_HEAD { ", …" } else { "" };
         format!("[{}{more}]", items.join(", "))
     }
@@ -75,7 +80,12 @@ fn value_text(v: &Value) -> String {
     match v {
         Value::String(s) => cut(s, TEXT_STRING_MAX),
         Value::Array(a) => {
-            format!("[{}; {}] {}", a.elem_type().name(), a.len(), array_head_text(a))
+            format!(
+                "[{}; {}] {}",
+                a.elem_type().name(),
+                a.len(),
+                array_head_text(a)
+            )
         }
         other => other.to_string(),
     }
@@ -101,7 +111,12 @@ pub fn render_text(path: &str, f: &GgufFile) -> String {
     let _ = writeln!(s, "\nmetadata ({} keys):", f.metadata().len());
     let key_w = f.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (i, (k, v)) in f.metadata().iter().enumerate() {
-        let _ = writeln!(s, "  {i:4}: {k:<key_w$}  {:<16} = {}", v.type_desc(), value_text(v));
+        let _ = writeln!(
+            s,
+            "  {i:4}: {k:<key_w$}  {:<16} = {}",
+            v.type_desc(),
+            value_text(v)
+        );
     }
     let _ = writeln!(s, "\ntensors ({}):", f.tensors().len());
     let name_w = f.tensors().iter().map(|t| t.name.len()).max().unwrap_or(0);

@@ -49,20 +49,33 @@ fn run(argv: &[String]) -> Result<(), String> {
 }
 
 const INSPECT_FLAGS: &[Flag] = &[
-    Flag { name: "json", aliases: &[], value: None, help: "print JSON instead of text" },
+    Flag {
+        name: "json",
+        aliases: &[],
+        value: None,
+        help: "print JSON instead of text",
+    },
     Flag {
         name: "full",
         aliases: &[],
         value: None,
         help: "with --json: every array item, not the first few",
     },
-    Flag { name: "help", aliases: &["-h"], value: None, help: "this text" },
+    Flag {
+        name: "help",
+        aliases: &["-h"],
+        value: None,
+        help: "this text",
+    },
 ];
 
 fn inspect(rest: &[String]) -> Result<(), String> {
     let p = args::parse(rest, INSPECT_FLAGS)?;
     if p.has("help") {
-        println!("{}", args::help("glint inspect MODEL.gguf [--json [--full]]", INSPECT_FLAGS));
+        println!(
+            "{}",
+            args::help("glint inspect MODEL.gguf [--json [--full]]", INSPECT_FLAGS)
+        );
         return Ok(());
     }
     let path = match p.positional.as_slice() {
@@ -81,7 +94,9 @@ fn inspect(rest: &[String]) -> Result<(), String> {
 }
 
 fn generate(_rest: &[String]) -> Result<(), String> {
-    Err("generate: not built yet — glint can read models (`glint inspect`) but has no \
+    Err(
+        "generate: not built yet — glint can read models (`glint inspect`) but has no \
          forward pass, tokenizer or sampler yet (the Compute and Models issues); nothing generated"
-        .into())
+            .into(),
+    )
 }

@@ -42,7 +42,9 @@ pub fn models_dir() -> PathBuf {
             return PathBuf::from(d);
         }
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("glint").join("models")
 }
 

@@ -11,8 +11,14 @@ pub fn model(name: &str) -> PathBuf {
 
 /// `../shared/reference/<rel>` beside the project root, or a failure saying where it looked.
 pub fn reference(rel: &str) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference").join(rel);
-    assert!(p.exists(), "reference file {} is missing (shared/ must sit beside the project)", p.display());
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/reference")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "reference file {} is missing (shared/ must sit beside the project)",
+        p.display()
+    );
     p
 }
 
