@@ -45,6 +45,15 @@ pub struct GgufWriter {
     names: HashSet<String>,
 }
 
+impl std::fmt::Debug for GgufWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufWriter")
+            .field("n_kv", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl GgufWriter {
     /// An empty file.
     pub fn new() -> GgufWriter {
