@@ -288,6 +288,22 @@ fn open_maps_a_file_written_by_the_writer() {
 }
 
 #[test]
+fn file_is_shareable_across_threads_and_foreign_infos_slice_empty() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<GgufFile>();
+    let (bytes, _) = sample_file(None);
+    let big = GgufFile::from_bytes(bytes).unwrap();
+    let small = GgufFile::from_bytes(one_f32_tensor(0, 128)).unwrap();
+    let far = big
+        .tensors()
+        .iter()
+        .max_by_key(|t| t.byte_range().end)
+        .unwrap();
+    assert!(far.byte_range().end as u64 > small.file_size());
+    assert_eq!(small.tensor_data(far), &[] as &[u8]);
+}
+
+#[test]
 fn open_of_a_missing_file_names_the_path() {
     let e = GgufFile::open("/nonexistent/glint/model.gguf").unwrap_err();
     assert!(matches!(e, GgufError::Io { .. }));
