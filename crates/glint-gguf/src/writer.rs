@@ -45,6 +45,15 @@ pub struct GgufWriter {
     names: HashSet<String>,
 }
 
+impl std::fmt::Debug for GgufWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufWriter")
+            .field("n_kv", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl GgufWriter {
     /// An empty file.
     pub fn new() -> GgufWriter {
@@ -339,22 +348,29 @@ fn put_value(w: &mut dyn Write, v: &Value) -> Result<()> {
 fn put_array(w: &mut dyn Write, a: &Array) -> Result<()> {
     put_u32(w, a.elem_type().id())?;
     put_u64(w, a.len() as u64)?;
-    fn each<T>(w: &mut dyn Write, xs: &[T], f: impl Fn(&T) -> Vec<u8>) -> Result<()> {
-        xs.iter().try_for_each(|x| put(w, &f(x)))
+    // Fixed-size elements go out as one buffer (a vocabulary's scores are
+    // 100k+ floats), not one write per element.
+    fn each<T, const N: usize>(
+        w: &mut dyn Write,
+        xs: &[T],
+        f: impl Fn(&T) -> [u8; N],
+    ) -> Result<()> {
+        let buf: Vec<u8> = xs.iter().flat_map(f).collect();
+        put(w, &buf)
     }
     match a {
         Array::U8(v) => put(w, v),
-        Array::I8(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::U16(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::I16(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::U32(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::I32(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::F32(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::Bool(v) => each(w, v, |x| vec![u8::from(*x)]),
+        Array::I8(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::U16(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::I16(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::U32(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::I32(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::F32(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::Bool(v) => each(w, v, |x| [u8::from(*x)]),
         Array::String(v) => v.iter().try_for_each(|s| put_str(w, s)),
         Array::Array(v) => v.iter().try_for_each(|a| put_array(w, a)),
-        Array::U64(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::I64(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
-        Array::F64(v) => each(w, v, |x| x.to_le_bytes().to_vec()),
+        Array::U64(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::I64(v) => each(w, v, |x| x.to_le_bytes()),
+        Array::F64(v) => each(w, v, |x| x.to_le_bytes()),
     }
 }
