@@ -14,6 +14,7 @@ usage: glint <command> [options]
 commands:
   inspect MODEL.gguf [--json]   what the file holds: header, metadata, tensors, totals per type
   generate [-m MODEL] PROMPT    generate text (not built yet: see `glint generate --help`)
+  pull [NAME]                   fetch a known model (smollm2, gemma3) into the model cache
   help                          this text
 
 Run `glint <command> --help` for a command's options.";
@@ -40,6 +41,7 @@ fn run(argv: &[String]) -> Result<(), String> {
     match cmd {
         "inspect" => inspect(rest),
         "generate" => generate(rest),
+        "pull" => pull(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())
@@ -99,4 +101,30 @@ fn generate(_rest: &[String]) -> Result<(), String> {
          forward pass, tokenizer or sampler yet (the Compute and Models issues); nothing generated"
             .into(),
     )
+}
+
+fn pull(rest: &[String]) -> Result<(), String> {
+    let name = match rest {
+        [] => glint::models::DEFAULT_MODEL,
+        [n] if n == "-h" || n == "--help" => {
+            println!("usage: glint pull [NAME]\n\nknown models:");
+            for m in glint::models::KNOWN_MODELS {
+                println!("  {:<8} {} ({} bytes)", m.name, m.file, m.size);
+            }
+            return Ok(());
+        }
+        [n] => n.as_str(),
+        _ => return Err("pull: one model at a time".into()),
+    };
+    let m = glint::models::known_model(name).ok_or_else(|| {
+        let names: Vec<&str> = glint::models::KNOWN_MODELS.iter().map(|m| m.name).collect();
+        format!(
+            "pull: no known model `{name}` (known: {})",
+            names.join(", ")
+        )
+    })?;
+    let path = glint::models::pull(m, &mut |line| eprintln!("glint: {line}"))
+        .map_err(|e| e.to_string())?;
+    println!("{}", path.display());
+    Ok(())
 }

@@ -187,6 +187,13 @@ pub trait Backend: Send + Sync {
     /// backend keeps the reference (no copy); the wgpu backend uploads once.
     fn weight(&self, desc: TensorDesc, bytes: SharedBytes) -> Result<Self::Tensor>;
 
+    /// A tensor sharing `t`'s memory from its first byte, with shape `ne`
+    /// (same type): a reshape, or a prefix when `ne` has fewer elements.
+    /// Errors if `ne` needs more bytes than `t` has. Used to run one set of
+    /// scratch buffers at every batch size, and to see `[n_head * head_dim, m]`
+    /// as `[head_dim, n_head, m]`.
+    fn view(&self, t: &Self::Tensor, ne: [usize; 4]) -> Result<Self::Tensor>;
+
     /// Write `data` at byte `offset` of `t`.
     fn write(&self, t: &Self::Tensor, offset: usize, data: &[u8]) -> Result<()>;
 

@@ -1,0 +1,413 @@
+//! The forward pass, written once against [`Backend`] for every architecture
+//! in the table and every quantization.
+
+use glint_backend::{AttnParams, Backend, GgmlType, TensorDesc, Usage};
+
+use crate::arch::EmbdScale;
+use crate::hparams::HParams;
+use crate::weights::Weights;
+use crate::ModelError;
+
+/// The K and V rows of every layer: `[n_embd_kv, n_rows]` each, F16 or F32.
+/// Which row holds which token is the cache's bookkeeping (`glint-kv`); here
+/// they are just storage.
+pub struct KvStorage<T> {
+    /// Per layer, K rows: `[n_embd_kv, n_rows]`.
+    pub k: Vec<T>,
+    /// Per layer, V rows: `[n_embd_kv, n_rows]`.
+    pub v: Vec<T>,
+    /// Rows per layer (`n_stream * kv_size`).
+    pub n_rows: usize,
+    /// K cache element type.
+    pub type_k: GgmlType,
+    /// V cache element type.
+    pub type_v: GgmlType,
+}
+
+impl<T: glint_backend::Tensor> KvStorage<T> {
+    /// Allocate `n_rows` rows per layer.
+    pub fn new<B: Backend<Tensor = T>>(
+        backend: &B,
+        hp: &HParams,
+        n_rows: usize,
+        type_k: GgmlType,
+        type_v: GgmlType,
+    ) -> Result<Self, ModelError> {
+        for ty in [type_k, type_v] {
+            if !matches!(ty, GgmlType::F16 | GgmlType::F32) {
+                return Err(ModelError::Invalid(format!(
+                    "KV cache type {ty} is not supported (f16, f32)"
+                )));
+            }
+        }
+        let mut k = Vec::with_capacity(hp.n_layer);
+        let mut v = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            for (list, ty, what) in [(&mut k, type_k, "k"), (&mut v, type_v, "v")] {
+                let t = backend.alloc(TensorDesc {
+                    ty,
+                    ne: [hp.n_embd_kv(), n_rows, 1, 1],
+                    label: format!("cache_{what}_l{il}"),
+                    usage: Usage::KvCache,
+                })?;
+                // Rows never written are masked out, but NaN garbage times a
+                // zero weight is still NaN: start from zeros.
+                backend.write(&t, 0, &vec![0u8; t.desc().n_bytes()])?;
+                list.push(t);
+            }
+        }
+        Ok(KvStorage {
+            k,
+            v,
+            n_rows,
+            type_k,
+            type_v,
+        })
+    }
+}
+
+/// One micro-batch, as the context prepares it.
+pub struct UBatch<'a> {
+    /// Token ids `[T]`.
+    pub tokens: &'a [i32],
+    /// Positions `[T]` (what RoPE rotates by).
+    pub pos: &'a [i32],
+    /// Cache rows receiving each token's K and V `[T]`.
+    pub rows: &'a [i32],
+    /// First cache row attention considers (the stream's start).
+    pub kv_start: usize,
+    /// Cache rows attention considers.
+    pub n_kv: usize,
+    /// Mask of full-attention layers `[n_kv, T]`, row-major by token: 0 or -inf.
+    pub mask: &'a [f32],
+    /// Mask of sliding-window layers `[n_kv, T]` (needed iff the model has them).
+    pub mask_swa: Option<&'a [f32]>,
+    /// Tokens (indices into `0..T`) whose logits are wanted, in output order.
+    pub outputs: &'a [i32],
+}
+
+/// Per-batch scratch buffers, allocated once for the largest micro-batch and
+/// viewed at each batch's size.
+pub struct Scratch<T> {
+    n_tokens_max: usize,
+    n_kv_max: usize,
+    ids: T,      // [T] i32
+    pos: T,      // [T] i32
+    rows: T,     // [T] i32
+    outs: T,     // [T] i32
+    mask: T,     // [n_kv_max * T] f32
+    mask_swa: T, // [n_kv_max * T] f32
+    x: T,        // [n_embd, T] f32, the residual stream
+    x2: T,       // [n_embd, T] f32, its next value
+    h: T,        // [n_embd, T] f32, normed input of a block
+    q: T,        // [n_head * head_dim, T] f32
+    k: T,        // [n_embd_kv, T] f32
+    v: T,        // [n_embd_kv, T] f32
+    qb: T,       // [n_head * head_dim, T] f32 (bias or norm output)
+    kb: T,       // [n_embd_kv, T] f32
+    vb: T,       // [n_embd_kv, T] f32
+    qr: T,       // [head_dim, n_head, T] f32, roped
+    kr: T,       // [head_dim, n_head_kv, T] f32, roped
+    attn: T,     // [n_head * head_dim, T] f32
+    o: T,        // [n_embd, T] f32
+    o2: T,       // [n_embd, T] f32
+    gate: T,     // [n_ff, T] f32
+    up: T,       // [n_ff, T] f32
+    act: T,      // [n_ff, T] f32
+    xo: T,       // [n_embd, T] f32, rows that want logits
+    xn: T,       // [n_embd, T] f32, normed
+    logits: T,   // [n_vocab, T] f32
+    argmax: T,   // [T] i32
+}
+
+impl<T: glint_backend::Tensor> Scratch<T> {
+    /// Buffers for micro-batches of up to `n_tokens_max` tokens attending to
+    /// up to `n_kv_max` cache rows, logits for up to `n_tokens_max` rows.
+    pub fn new<B: Backend<Tensor = T>>(
+        backend: &B,
+        hp: &HParams,
+        n_tokens_max: usize,
+        n_kv_max: usize,
+    ) -> Result<Self, ModelError> {
+        let t = n_tokens_max.max(1);
+        let a = |ty: GgmlType, n: usize, label: &str| {
+            backend.alloc(TensorDesc {
+                ty,
+                ne: [n, 1, 1, 1],
+                label: label.to_string(),
+                usage: Usage::Scratch,
+            })
+        };
+        let f = GgmlType::F32;
+        let i = GgmlType::I32;
+        let (n_embd, n_q, n_kv, n_ff) =
+            (hp.n_embd, hp.n_head * hp.head_dim, hp.n_embd_kv(), hp.n_ff);
+        Ok(Scratch {
+            n_tokens_max: t,
+            n_kv_max,
+            ids: a(i, t, "inp_tokens")?,
+            pos: a(i, t, "inp_pos")?,
+            rows: a(i, t, "inp_rows")?,
+            outs: a(i, t, "inp_out_ids")?,
+            mask: a(f, n_kv_max * t, "kq_mask")?,
+            mask_swa: a(
+                f,
+                if hp.n_swa > 0 { n_kv_max * t } else { 1 },
+                "kq_mask_swa",
+            )?,
+            x: a(f, n_embd * t, "x")?,
+            x2: a(f, n_embd * t, "x2")?,
+            h: a(f, n_embd * t, "h")?,
+            q: a(f, n_q * t, "q")?,
+            k: a(f, n_kv * t, "k")?,
+            v: a(f, n_kv * t, "v")?,
+            qb: a(f, n_q * t, "qb")?,
+            kb: a(f, n_kv * t, "kb")?,
+            vb: a(f, n_kv * t, "vb")?,
+            qr: a(f, n_q * t, "q_rope")?,
+            kr: a(f, n_kv * t, "k_rope")?,
+            attn: a(f, n_q * t, "attn_out")?,
+            o: a(f, n_embd * t, "o")?,
+            o2: a(f, n_embd * t, "o2")?,
+            gate: a(f, n_ff * t, "ffn_gate")?,
+            up: a(f, n_ff * t, "ffn_up")?,
+            act: a(f, n_ff * t, "ffn_act")?,
+            xo: a(f, n_embd * t, "x_out")?,
+            xn: a(f, n_embd * t, "x_out_norm")?,
+            logits: a(f, hp.n_vocab * t, "logits")?,
+            argmax: a(i, t, "argmax")?,
+        })
+    }
+}
+
+/// Where a forward pass left its results on the backend.
+pub struct Output<T> {
+    /// Logits `[n_vocab, n_out]`.
+    pub logits: T,
+    /// Argmax of each logits row `[n_out]` i32 (on device: greedy decode
+    /// reads back 4 bytes per row).
+    pub argmax: T,
+    /// Rows.
+    pub n_out: usize,
+}
+
+fn view<B: Backend>(b: &B, t: &B::Tensor, ne: &[usize]) -> Result<B::Tensor, ModelError> {
+    let mut shape = [1usize; 4];
+    shape[..ne.len()].copy_from_slice(ne);
+    Ok(b.view(t, shape)?)
+}
+
+/// Run one micro-batch through the model: K and V of its tokens land in
+/// `kv` at `ub.rows`; logits of `ub.outputs` are left in the scratch.
+pub fn forward<B: Backend>(
+    b: &B,
+    hp: &HParams,
+    w: &Weights<B::Tensor>,
+    kv: &KvStorage<B::Tensor>,
+    s: &Scratch<B::Tensor>,
+    ub: &UBatch,
+) -> Result<Output<B::Tensor>, ModelError> {
+    let t = ub.tokens.len();
+    let n_out = ub.outputs.len();
+    let bad = |m: String| Err(ModelError::Batch(m));
+    if t == 0 || t > s.n_tokens_max {
+        return bad(format!(
+            "micro-batch of {t} tokens (1..={} allowed)",
+            s.n_tokens_max
+        ));
+    }
+    if ub.pos.len() != t || ub.rows.len() != t {
+        return bad(format!(
+            "{t} tokens but {} positions, {} rows",
+            ub.pos.len(),
+            ub.rows.len()
+        ));
+    }
+    if ub.n_kv == 0 || ub.n_kv > s.n_kv_max || ub.kv_start + ub.n_kv > kv.n_rows {
+        return bad(format!(
+            "attention window {}..{} outside the cache's {} rows (at most {} at once)",
+            ub.kv_start,
+            ub.kv_start + ub.n_kv,
+            kv.n_rows,
+            s.n_kv_max
+        ));
+    }
+    if ub.mask.len() != ub.n_kv * t {
+        return bad(format!(
+            "mask has {} values, expected {} x {t}",
+            ub.mask.len(),
+            ub.n_kv
+        ));
+    }
+    let has_swa = hp.swa_layers.iter().any(|&x| x);
+    if has_swa && ub.mask_swa.map(<[f32]>::len) != Some(ub.n_kv * t) {
+        return bad("the model has sliding-window layers: a mask_swa of n_kv x T is needed".into());
+    }
+    if let Some(&tok) = ub
+        .tokens
+        .iter()
+        .find(|&&x| x < 0 || x as usize >= hp.n_vocab)
+    {
+        return bad(format!(
+            "token id {tok} outside the vocabulary (0..{})",
+            hp.n_vocab
+        ));
+    }
+    if let Some(&r) = ub.rows.iter().find(|&&r| r < 0 || r as usize >= kv.n_rows) {
+        return bad(format!("cache row {r} outside 0..{}", kv.n_rows));
+    }
+    if n_out == 0 || ub.outputs.iter().any(|&o| o < 0 || o as usize >= t) {
+        return bad(format!("outputs must be 1..={t} indices into the batch"));
+    }
+
+    let (n_embd, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
+    let n_q = nh * hd;
+    let n_ekv = hp.n_embd_kv();
+
+    // Inputs. ids/pos/rows/outs: [T] i32; masks: [n_kv, T] f32.
+    let ids = view(b, &s.ids, &[t])?;
+    let pos = view(b, &s.pos, &[t])?;
+    let rows = view(b, &s.rows, &[t])?;
+    let mask = view(b, &s.mask, &[ub.n_kv, t])?;
+    b.write(&ids, 0, bytemuck::cast_slice(ub.tokens))?;
+    b.write(&pos, 0, bytemuck::cast_slice(ub.pos))?;
+    b.write(&rows, 0, bytemuck::cast_slice(ub.rows))?;
+    b.write(&mask, 0, bytemuck::cast_slice(ub.mask))?;
+    let mask_swa = match ub.mask_swa {
+        Some(m) if has_swa => {
+            let v = view(b, &s.mask_swa, &[ub.n_kv, t])?;
+            b.write(&v, 0, bytemuck::cast_slice(m))?;
+            Some(v)
+        }
+        _ => None,
+    };
+
+    // x: [n_embd, T], the residual stream; x2 receives each new value.
+    let mut x = view(b, &s.x, &[n_embd, t])?;
+    let mut x2 = view(b, &s.x2, &[n_embd, t])?;
+    b.get_rows(&w.tok_embd, &ids, &x)?;
+    if hp.arch.embd_scale == EmbdScale::SqrtNEmbd {
+        b.scale(&x, (n_embd as f32).sqrt(), &x2)?;
+        std::mem::swap(&mut x, &mut x2);
+    }
+
+    let h = view(b, &s.h, &[n_embd, t])?;
+    let q = view(b, &s.q, &[n_q, t])?;
+    let k = view(b, &s.k, &[n_ekv, t])?;
+    let v = view(b, &s.v, &[n_ekv, t])?;
+    let qr = view(b, &s.qr, &[hd, nh, t])?;
+    let kr = view(b, &s.kr, &[hd, nkv, t])?;
+    let attn = view(b, &s.attn, &[n_q, t])?;
+    let o = view(b, &s.o, &[n_embd, t])?;
+    let o2 = view(b, &s.o2, &[n_embd, t])?;
+    let gate = view(b, &s.gate, &[hp.n_ff, t])?;
+    let up = view(b, &s.up, &[hp.n_ff, t])?;
+    let act = view(b, &s.act, &[hp.n_ff, t])?;
+
+    for (il, lw) in w.layers.iter().enumerate() {
+        // Attention block.
+        b.rms_norm(&x, Some(&lw.attn_norm), hp.rms_eps, &h)?;
+        b.mul_mat(&lw.wq, &h, &q)?;
+        b.mul_mat(&lw.wk, &h, &k)?;
+        b.mul_mat(&lw.wv, &h, &v)?;
+        // (q, k, v) after optional biases: [n_q, T], [n_ekv, T], [n_ekv, T].
+        let (mut qc, mut kc, mut vc) = (
+            view(b, &q, &[n_q, t])?,
+            view(b, &k, &[n_ekv, t])?,
+            view(b, &v, &[n_ekv, t])?,
+        );
+        if let Some([bq, bk, bv]) = &lw.qkv_bias {
+            let qb = view(b, &s.qb, &[n_q, t])?;
+            let kb = view(b, &s.kb, &[n_ekv, t])?;
+            let vb = view(b, &s.vb, &[n_ekv, t])?;
+            b.add(&q, bq, &qb)?;
+            b.add(&k, bk, &kb)?;
+            b.add(&v, bv, &vb)?;
+            (qc, kc, vc) = (qb, kb, vb);
+        }
+        // Per head: [head_dim, n_head, T].
+        let mut qh = view(b, &qc, &[hd, nh, t])?;
+        let mut kh = view(b, &kc, &[hd, nkv, t])?;
+        if let Some([qn, kn]) = &lw.qk_norm {
+            // qc/kc may be q/k themselves; normalize into the other buffers.
+            let (q_dst, k_dst) = if lw.qkv_bias.is_some() {
+                (&s.q, &s.k)
+            } else {
+                (&s.qb, &s.kb)
+            };
+            let qd = view(b, q_dst, &[hd, nh, t])?;
+            let kd = view(b, k_dst, &[hd, nkv, t])?;
+            b.rms_norm(&qh, Some(qn), hp.rms_eps, &qd)?;
+            b.rms_norm(&kh, Some(kn), hp.rms_eps, &kd)?;
+            (qh, kh) = (qd, kd);
+        }
+        b.rope(&qh, &pos, &hp.rope(il, nh), &qr)?;
+        b.rope(&kh, &pos, &hp.rope(il, nkv), &kr)?;
+        b.set_rows(&view(b, &kr, &[n_ekv, t])?, &rows, &kv.k[il])?;
+        b.set_rows(&vc, &rows, &kv.v[il])?;
+        let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
+        let layer_mask = match (&mask_swa, swa) {
+            (Some(m), true) => m,
+            _ => &mask,
+        };
+        let p = AttnParams {
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            softcap: hp.attn_softcap,
+            kv_start: ub.kv_start,
+            n_kv: ub.n_kv,
+        };
+        b.attention(&qr, &kv.k[il], &kv.v[il], layer_mask, &p, &attn)?;
+        b.mul_mat(&lw.wo, &attn, &o)?;
+        let o_res = match &lw.post_attn_norm {
+            Some(n) => {
+                b.rms_norm(&o, Some(n), hp.rms_eps, &o2)?;
+                &o2
+            }
+            None => &o,
+        };
+        b.add(&x, o_res, &x2)?;
+        std::mem::swap(&mut x, &mut x2);
+
+        // FFN block.
+        b.rms_norm(&x, Some(&lw.ffn_norm), hp.rms_eps, &h)?;
+        b.mul_mat(&lw.ffn_gate, &h, &gate)?;
+        b.mul_mat(&lw.ffn_up, &h, &up)?;
+        b.glu(hp.arch.glu, &gate, &up, &act)?;
+        b.mul_mat(&lw.ffn_down, &act, &o)?;
+        let f_res = match &lw.post_ffw_norm {
+            Some(n) => {
+                b.rms_norm(&o, Some(n), hp.rms_eps, &o2)?;
+                &o2
+            }
+            None => &o,
+        };
+        b.add(&x, f_res, &x2)?;
+        std::mem::swap(&mut x, &mut x2);
+    }
+
+    // Only the rows that want logits go through the head.
+    let identity = n_out == t && ub.outputs.iter().enumerate().all(|(i, &o)| o as usize == i);
+    let xo = if identity {
+        x
+    } else {
+        let outs = view(b, &s.outs, &[n_out])?;
+        b.write(&outs, 0, bytemuck::cast_slice(ub.outputs))?;
+        let xo = view(b, &s.xo, &[n_embd, n_out])?;
+        b.get_rows(&x, &outs, &xo)?;
+        xo
+    };
+    let xn = view(b, &s.xn, &[n_embd, n_out])?;
+    b.rms_norm(&xo, Some(&w.output_norm), hp.rms_eps, &xn)?;
+    let logits = view(b, &s.logits, &[hp.n_vocab, n_out])?;
+    b.mul_mat(w.output.as_ref().unwrap_or(&w.tok_embd), &xn, &logits)?;
+    let argmax = view(b, &s.argmax, &[n_out])?;
+    b.argmax(&logits, &argmax)?;
+    Ok(Output {
+        logits,
+        argmax,
+        n_out,
+    })
+}

@@ -1,0 +1,250 @@
+//! Hyperparameters, read through the GGUF key table with llama.cpp's defaults.
+
+use glint_backend::{RopeMode, RopeParams};
+use glint_gguf::{Array, GgufFile, Key, Value};
+
+use crate::arch::{arch_info, ArchInfo, SwaDefault};
+use crate::ModelError;
+
+/// RoPE frequency scaling, from `{arch}.rope.scaling.*`.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum RopeScaling {
+    /// No scaling.
+    None,
+    /// Positions divided by `factor`.
+    Linear {
+        /// Context extension factor.
+        factor: f32,
+    },
+    /// YaRN.
+    Yarn {
+        /// Context extension factor.
+        factor: f32,
+        /// Training context length.
+        n_ctx_orig: usize,
+        /// Magnitude factor.
+        attn_factor: f32,
+        /// Low correction parameter.
+        beta_fast: f32,
+        /// High correction parameter.
+        beta_slow: f32,
+    },
+}
+
+/// What the forward pass needs to know about a model.
+#[derive(Clone, Debug)]
+pub struct HParams {
+    /// The architecture's table row.
+    pub arch: &'static ArchInfo,
+    /// Vocabulary size (rows of the output head).
+    pub n_vocab: usize,
+    /// Training context length.
+    pub n_ctx_train: usize,
+    /// Embedding width.
+    pub n_embd: usize,
+    /// Number of layers.
+    pub n_layer: usize,
+    /// FFN hidden width.
+    pub n_ff: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Elements per head (K and V; glint requires them equal).
+    pub head_dim: usize,
+    /// Dimensions rotated by RoPE.
+    pub n_rot: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// RoPE base of global layers.
+    pub rope_freq_base: f32,
+    /// RoPE base of sliding-window layers.
+    pub rope_freq_base_swa: f32,
+    /// RoPE scaling.
+    pub rope_scaling: RopeScaling,
+    /// Sliding window (tokens); 0 = none.
+    pub n_swa: usize,
+    /// Per layer: sliding-window attention?
+    pub swa_layers: Vec<bool>,
+    /// Attention logit soft-capping (0 = off).
+    pub attn_softcap: f32,
+    /// Final logit soft-capping (0 = off).
+    pub final_softcap: f32,
+}
+
+impl HParams {
+    /// Read from a GGUF file. An unknown architecture is an error naming it.
+    pub fn from_gguf(f: &GgufFile) -> Result<HParams, ModelError> {
+        let arch_name = f.architecture()?;
+        let arch = arch_info(arch_name)
+            .ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
+        let n_embd = f.require_arch_usize(Key::EmbeddingLength)?;
+        let n_layer = f.require_arch_usize(Key::BlockCount)?;
+        let n_ff = f.require_arch_usize(Key::FeedForwardLength)?;
+        let n_head = f.require_arch_usize(Key::HeadCount)?;
+        let n_head_kv = f.arch_usize(Key::HeadCountKv)?.unwrap_or(n_head);
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(ModelError::Invalid(format!(
+                "head_count {n_head} is not a positive multiple of head_count_kv {n_head_kv}"
+            )));
+        }
+        let head_dim_k = f.arch_usize(Key::KeyLength)?.unwrap_or(n_embd / n_head);
+        let head_dim_v = f.arch_usize(Key::ValueLength)?.unwrap_or(head_dim_k);
+        if head_dim_k != head_dim_v || head_dim_k == 0 {
+            return Err(ModelError::Invalid(format!(
+                "key_length {head_dim_k} and value_length {head_dim_v} must be equal and non-zero"
+            )));
+        }
+        let n_rot = f.arch_usize(Key::RopeDimensionCount)?.unwrap_or(head_dim_k);
+        if n_rot > head_dim_k || n_rot % 2 != 0 {
+            return Err(ModelError::Invalid(format!(
+                "rope.dimension_count {n_rot} must be even and at most the head size {head_dim_k}"
+            )));
+        }
+        let rms_eps = f.arch_f32(Key::LayerNormRmsEpsilon)?.unwrap_or(1e-5);
+        let rope_freq_base = f.arch_f32(Key::RopeFreqBase)?.unwrap_or(10_000.0);
+        let rope_freq_base_swa = match f.arch_f32(Key::RopeFreqBaseSwa)? {
+            Some(b) => b,
+            None => arch.rope_base_swa_default.unwrap_or(rope_freq_base),
+        };
+        let n_ctx_train = f.arch_usize(Key::ContextLength)?.unwrap_or(2048);
+        let rope_scaling = read_rope_scaling(f, n_ctx_train)?;
+        let n_vocab = match f.get_str_array("tokenizer.ggml.tokens")? {
+            Some(t) => t.len(),
+            None => f.require_arch_usize(Key::VocabSize)?,
+        };
+        let n_swa = f.arch_usize(Key::SlidingWindow)?.unwrap_or(0);
+        let swa_layers = read_swa_layers(f, arch, n_layer, n_swa)?;
+        let attn_softcap = f.arch_f32(Key::AttnLogitSoftcapping)?.unwrap_or(0.0);
+        let final_softcap = f.arch_f32(Key::FinalLogitSoftcapping)?.unwrap_or(0.0);
+        Ok(HParams {
+            arch,
+            n_vocab,
+            n_ctx_train,
+            n_embd,
+            n_layer,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim: head_dim_k,
+            n_rot,
+            rms_eps,
+            rope_freq_base,
+            rope_freq_base_swa,
+            rope_scaling,
+            n_swa,
+            swa_layers,
+            attn_softcap,
+            final_softcap,
+        })
+    }
+
+    /// Width of one token's K (or V) row in the cache: `head_dim * n_head_kv`.
+    pub fn n_embd_kv(&self) -> usize {
+        self.head_dim * self.n_head_kv
+    }
+
+    /// RoPE parameters of layer `il` for tensors of `n_head` heads.
+    pub fn rope(&self, il: usize, n_head: usize) -> RopeParams {
+        let swa = self.swa_layers.get(il).copied().unwrap_or(false);
+        let base = if swa {
+            self.rope_freq_base_swa
+        } else {
+            self.rope_freq_base
+        };
+        let mut p = RopeParams::plain(self.arch.rope_mode, self.head_dim, n_head, base);
+        p.n_rot = self.n_rot;
+        p.n_ctx_orig = self.n_ctx_train;
+        match self.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } => p.freq_scale = 1.0 / factor,
+            RopeScaling::Yarn {
+                factor,
+                n_ctx_orig,
+                attn_factor,
+                beta_fast,
+                beta_slow,
+            } => {
+                p.freq_scale = 1.0 / factor;
+                p.ext_factor = 1.0;
+                p.attn_factor = attn_factor;
+                p.beta_fast = beta_fast;
+                p.beta_slow = beta_slow;
+                p.n_ctx_orig = n_ctx_orig;
+            }
+        }
+        p
+    }
+
+    /// The RoPE mode (for K-shift).
+    pub fn rope_mode(&self) -> RopeMode {
+        self.arch.rope_mode
+    }
+}
+
+fn read_rope_scaling(f: &GgufFile, n_ctx_train: usize) -> Result<RopeScaling, ModelError> {
+    let kind = f.arch_str(Key::RopeScalingType)?.unwrap_or("none");
+    let factor = f.arch_f32(Key::RopeScalingFactor)?.unwrap_or(1.0);
+    let scaling = match kind {
+        "none" => RopeScaling::None,
+        _ if factor == 1.0 => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor },
+        "yarn" => RopeScaling::Yarn {
+            factor,
+            n_ctx_orig: f
+                .arch_usize(Key::RopeScalingOrigCtxLen)?
+                .unwrap_or(n_ctx_train),
+            attn_factor: f.arch_f32(Key::RopeScalingAttnFactor)?.unwrap_or(1.0),
+            beta_fast: f.arch_f32(Key::RopeScalingYarnBetaFast)?.unwrap_or(32.0),
+            beta_slow: f.arch_f32(Key::RopeScalingYarnBetaSlow)?.unwrap_or(1.0),
+        },
+        other => {
+            return Err(ModelError::Invalid(format!(
+                "rope.scaling.type `{other}` is not supported (none, linear, yarn)"
+            )))
+        }
+    };
+    if !(factor.is_finite() && factor > 0.0) {
+        return Err(ModelError::Invalid(format!(
+            "rope.scaling.factor {factor} must be > 0"
+        )));
+    }
+    Ok(scaling)
+}
+
+fn read_swa_layers(
+    f: &GgufFile,
+    arch: &ArchInfo,
+    n_layer: usize,
+    n_swa: usize,
+) -> Result<Vec<bool>, ModelError> {
+    if n_swa == 0 {
+        return Ok(vec![false; n_layer]);
+    }
+    let key = f.arch_key(Key::SlidingWindowPattern)?;
+    let pattern = match f.get(&key) {
+        // Newer converters store one bool per layer.
+        Some(Value::Array(Array::Bool(v))) => {
+            if v.len() != n_layer {
+                return Err(ModelError::Invalid(format!(
+                    "{key} has {} entries for {n_layer} layers",
+                    v.len()
+                )));
+            }
+            return Ok(v.clone());
+        }
+        Some(v) => match v.as_integer() {
+            Some(n) if n > 0 => n as usize,
+            _ => {
+                return Err(ModelError::Invalid(format!(
+                    "{key} = {v} is not a positive integer"
+                )))
+            }
+        },
+        None => match arch.swa_default {
+            SwaDefault::Pattern(n) => n,
+            SwaDefault::None => return Ok(vec![true; n_layer]),
+        },
+    };
+    Ok((0..n_layer).map(|il| il % pattern < pattern - 1).collect())
+}

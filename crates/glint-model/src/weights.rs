@@ -1,0 +1,162 @@
+//! Weights, handed to the backend straight from the mmap: the cpu backend
+//! computes from the file's pages, the wgpu backend uploads them once. No
+//! second host copy is ever made.
+
+use glint_backend::{Backend, SharedBytes, TensorDesc, Usage};
+use glint_gguf::GgufFile;
+use glint_quant::Support;
+
+use crate::arch::names;
+use crate::hparams::HParams;
+use crate::ModelError;
+
+/// One layer's tensors. Shapes are ggml order (`[in, out]`).
+pub struct LayerWeights<T> {
+    /// `attn_norm` `[n_embd]`.
+    pub attn_norm: T,
+    /// `attn_q` `[n_embd, n_head * head_dim]`.
+    pub wq: T,
+    /// `attn_k` `[n_embd, n_head_kv * head_dim]`.
+    pub wk: T,
+    /// `attn_v` `[n_embd, n_head_kv * head_dim]`.
+    pub wv: T,
+    /// `attn_output` `[n_head * head_dim, n_embd]`.
+    pub wo: T,
+    /// Q/K/V biases `[n_head * head_dim]`, `[n_embd_kv]`, `[n_embd_kv]` (Qwen 2).
+    pub qkv_bias: Option<[T; 3]>,
+    /// Per-head Q and K norms `[head_dim]` (Gemma 3).
+    pub qk_norm: Option<[T; 2]>,
+    /// `post_attention_norm` `[n_embd]` (Gemma 3).
+    pub post_attn_norm: Option<T>,
+    /// `ffn_norm` `[n_embd]`.
+    pub ffn_norm: T,
+    /// `ffn_gate` `[n_embd, n_ff]`.
+    pub ffn_gate: T,
+    /// `ffn_up` `[n_embd, n_ff]`.
+    pub ffn_up: T,
+    /// `ffn_down` `[n_ff, n_embd]`.
+    pub ffn_down: T,
+    /// `post_ffw_norm` `[n_embd]` (Gemma 3).
+    pub post_ffw_norm: Option<T>,
+}
+
+/// All of a model's tensors on a backend.
+pub struct Weights<T> {
+    /// `token_embd` `[n_embd, n_vocab]`.
+    pub tok_embd: T,
+    /// `output_norm` `[n_embd]`.
+    pub output_norm: T,
+    /// `output` `[n_embd, n_vocab]`; `None` = tied to `tok_embd`.
+    pub output: Option<T>,
+    /// Per layer.
+    pub layers: Vec<LayerWeights<T>>,
+}
+
+struct Loader<'a, B: Backend> {
+    f: &'a GgufFile,
+    backend: &'a B,
+}
+
+impl<B: Backend> Loader<'_, B> {
+    fn get(&self, name: &str, ne: &[usize]) -> Result<B::Tensor, ModelError> {
+        self.opt(name, ne)?
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+
+    fn opt(&self, name: &str, ne: &[usize]) -> Result<Option<B::Tensor>, ModelError> {
+        let Some(t) = self.f.tensor(name) else {
+            return Ok(None);
+        };
+        if t.ty.support() != Support::Compute {
+            return Err(ModelError::TensorType {
+                name: name.to_string(),
+                ty: t.ty,
+            });
+        }
+        let found: Vec<usize> = t.dims().iter().map(|&d| d as usize).collect();
+        if found != ne {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                expected: ne.to_vec(),
+                found,
+            });
+        }
+        let mut shape = [1usize; 4];
+        shape[..ne.len()].copy_from_slice(ne);
+        let desc = TensorDesc {
+            ty: t.ty,
+            ne: shape,
+            label: name.to_string(),
+            usage: Usage::Weights,
+        };
+        let bytes = SharedBytes::new(self.f.storage(), t.byte_range())?;
+        Ok(Some(self.backend.weight(desc, bytes)?))
+    }
+}
+
+impl<T> Weights<T> {
+    /// Load every tensor the architecture needs, checking types and shapes.
+    pub fn load<B: Backend<Tensor = T>>(
+        f: &GgufFile,
+        hp: &HParams,
+        backend: &B,
+    ) -> Result<Weights<T>, ModelError> {
+        let l = Loader { f, backend };
+        let (n_embd, hd) = (hp.n_embd, hp.head_dim);
+        let n_q = hp.n_head * hd;
+        let n_kv = hp.n_embd_kv();
+        let tok_embd = l.get(names::TOKEN_EMBD, &[n_embd, hp.n_vocab])?;
+        let output_norm = l.get(names::OUTPUT_NORM, &[n_embd])?;
+        let output = l.opt(names::OUTPUT, &[n_embd, hp.n_vocab])?;
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let b = |s: &str| names::blk(il, s);
+            let qkv_bias = if hp.arch.qkv_bias {
+                Some([
+                    l.get(&b("attn_q.bias"), &[n_q])?,
+                    l.get(&b("attn_k.bias"), &[n_kv])?,
+                    l.get(&b("attn_v.bias"), &[n_kv])?,
+                ])
+            } else {
+                None
+            };
+            let qk_norm = if hp.arch.qk_norm {
+                Some([
+                    l.get(&b("attn_q_norm.weight"), &[hd])?,
+                    l.get(&b("attn_k_norm.weight"), &[hd])?,
+                ])
+            } else {
+                None
+            };
+            let (post_attn_norm, post_ffw_norm) = if hp.arch.post_norms {
+                (
+                    Some(l.get(&b("post_attention_norm.weight"), &[n_embd])?),
+                    Some(l.get(&b("post_ffw_norm.weight"), &[n_embd])?),
+                )
+            } else {
+                (None, None)
+            };
+            layers.push(LayerWeights {
+                attn_norm: l.get(&b("attn_norm.weight"), &[n_embd])?,
+                wq: l.get(&b("attn_q.weight"), &[n_embd, n_q])?,
+                wk: l.get(&b("attn_k.weight"), &[n_embd, n_kv])?,
+                wv: l.get(&b("attn_v.weight"), &[n_embd, n_kv])?,
+                wo: l.get(&b("attn_output.weight"), &[n_q, n_embd])?,
+                qkv_bias,
+                qk_norm,
+                post_attn_norm,
+                ffn_norm: l.get(&b("ffn_norm.weight"), &[n_embd])?,
+                ffn_gate: l.get(&b("ffn_gate.weight"), &[n_embd, hp.n_ff])?,
+                ffn_up: l.get(&b("ffn_up.weight"), &[n_embd, hp.n_ff])?,
+                ffn_down: l.get(&b("ffn_down.weight"), &[hp.n_ff, n_embd])?,
+                post_ffw_norm,
+            });
+        }
+        Ok(Weights {
+            tok_embd,
+            output_norm,
+            output,
+            layers,
+        })
+    }
+}
