@@ -147,6 +147,12 @@ impl SharedBytes {
             range: 0..len,
         }
     }
+    /// The first `len` bytes (all of them if `len` is larger).
+    pub fn prefix(&self, len: usize) -> Self {
+        let end = self.range.start + len.min(self.range.len());
+        SharedBytes { owner: Arc::clone(&self.owner), range: self.range.start..end }
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.range.clone()]

@@ -162,6 +162,10 @@ impl Backend for CpuBackend {
         Ok(CpuTensor::shared(desc, bytes))
     }
 
+    fn view(&self, t: &CpuTensor, ne: [usize; 4]) -> Result<CpuTensor> {
+        t.view(ne)
+    }
+
     fn write(&self, t: &CpuTensor, offset: usize, data: &[u8]) -> Result<()> {
         check_range("write", t, offset, data.len())?;
         let mut g = t.write_guard("write")?;

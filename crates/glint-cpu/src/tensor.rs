@@ -18,8 +18,8 @@ pub struct CpuTensor {
 
 pub(crate) enum Storage {
     /// `n_bytes` rounded up to whole `u32` words, so f32/i32/f16 views are
-    /// always aligned.
-    Owned(RwLock<Vec<u32>>),
+    /// always aligned. Shared by the tensor and its views.
+    Owned(Arc<RwLock<Vec<u32>>>),
     /// Bytes owned by someone else (the mmap). Read-only.
     Shared(SharedBytes),
 }
@@ -100,7 +100,7 @@ impl CpuTensor {
         counter.fetch_add(n_bytes, Ordering::Relaxed);
         CpuTensor {
             desc,
-            storage: Storage::Owned(RwLock::new(vec![0u32; n_bytes.div_ceil(4)])),
+            storage: Storage::Owned(Arc::new(RwLock::new(vec![0u32; n_bytes.div_ceil(4)]))),
             counter: Some(counter),
         }
     }
@@ -123,10 +123,47 @@ impl CpuTensor {
         }
     }
 
+    /// A view: the same storage from byte 0, shape `ne`, no more bytes than `self`.
+    pub(crate) fn view(&self, ne: [usize; 4]) -> Result<CpuTensor> {
+        let desc = TensorDesc { ne, ..self.desc.clone() };
+        if desc.n_bytes() > self.desc.n_bytes() || desc.n_elements() == 0 {
+            return Err(BackendError::Shape {
+                op: "view",
+                detail: format!(
+                    "view {:?} of `{}` needs {} bytes, the tensor has {}",
+                    ne,
+                    self.desc.label,
+                    desc.n_bytes(),
+                    self.desc.n_bytes()
+                ),
+            });
+        }
+        let storage = match &self.storage {
+            Storage::Owned(a) => Storage::Owned(Arc::clone(a)),
+            Storage::Shared(b) => Storage::Shared(b.prefix(desc.n_bytes())),
+        };
+        Ok(CpuTensor { desc, storage, counter: None })
+    }
+
+    /// The output's write lock. Ops take their inputs' read locks first, so a
+    /// lock that is busy here means the output shares memory with an input
+    /// (through a view): an error, where waiting would deadlock.
     pub(crate) fn write_guard(&self, op: &'static str) -> Result<WriteGuard<'_>> {
         match &self.storage {
             Storage::Owned(lock) => {
-                let guard = lock.write().map_err(|_| poisoned(&self.desc))?;
+                let guard = match lock.try_write() {
+                    Ok(g) => g,
+                    Err(std::sync::TryLockError::Poisoned(_)) => return Err(poisoned(&self.desc)),
+                    Err(std::sync::TryLockError::WouldBlock) => {
+                        return Err(BackendError::Shape {
+                            op,
+                            detail: format!(
+                                "output `{}` shares memory with an input (or is in use elsewhere)",
+                                self.desc.label
+                            ),
+                        })
+                    }
+                };
                 Ok(WriteGuard {
                     guard,
                     n_bytes: self.desc.n_bytes(),
