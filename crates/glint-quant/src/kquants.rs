@@ -37,7 +37,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ2_K>() == 84);
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockQ3_K {
-    /// element 32*b + l takes its high bit from bit b of hmask[l]
+    /// element `32*b + l` takes its high bit from bit `b` of `hmask[l]`
     pub hmask: [u8; QK_K / 8],
     /// low 2 bits, laid out like Q2_K's qs
     pub qs: [u8; QK_K / 4],
@@ -68,7 +68,7 @@ pub struct BlockQ5_K {
     pub d: f16,
     pub dmin: f16,
     pub scales: [u8; K_SCALE_SIZE],
-    /// element 32*b + l takes its fifth bit from bit b of qh[l]
+    /// element `32*b + l` takes its fifth bit from bit `b` of `qh[l]`
     pub qh: [u8; QK_K / 8],
     pub qs: [u8; QK_K / 2],
 }

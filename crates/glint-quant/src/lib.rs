@@ -15,6 +15,12 @@
 //!   ggml's `quantize_row_q8_{1,K}_ref`; Q4_K and Q6_K are ports of ggml's
 //!   reference K-quantizers (no importance matrix), tested by error bounds.
 //!
+//! Why bit-identity is robust: every scale is an f16 (11 significant bits)
+//! times integers of at most 8 bits, so products like `d * sc * q` are exact
+//! in f32 whatever their grouping; only the final `+ m` / `- dmin * m`
+//! rounds, once. A kernel may therefore fuse that last step into an FMA
+//! (`fma(d * sc, q, -ml)`) and still match bit for bit.
+//!
 //! # The two dot products
 //!
 //! - [`dot_f32`]`(ty, row, x)`: a weight row against f32 activations. This is
