@@ -12,6 +12,8 @@
 //! Ops run immediately on the calling thread's behalf; `sync` has nothing to wait for.
 //! Each op takes read locks on its inputs and the write lock on its output.
 #![deny(unsafe_code)]
+// The workspace MSRV is 1.85; `is_multiple_of` is 1.87.
+#![allow(clippy::manual_is_multiple_of)]
 
 mod attention;
 mod check;
@@ -107,7 +109,7 @@ fn check_range(op: &'static str, t: &CpuTensor, offset: usize, len: usize) -> Re
 }
 
 fn check_rope(op: &'static str, p: &RopeParams) -> Result<()> {
-    if !p.n_rot.is_multiple_of(2) || p.n_rot > p.head_dim || p.head_dim == 0 {
+    if p.n_rot % 2 != 0 || p.n_rot > p.head_dim || p.head_dim == 0 {
         return Err(shape_err(
             op,
             format!(
@@ -381,7 +383,7 @@ impl Backend for CpuBackend {
         check::ty(OP, "mask", mask, F32)?;
         check::ty(OP, "out", out, F32)?;
         check::distinct(OP, out, &[q, k, v, mask])?;
-        if p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) || p.head_dim == 0 {
+        if p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 || p.head_dim == 0 {
             return Err(shape_err(
                 OP,
                 format!(

@@ -1,11 +1,14 @@
-//! Reading weight rows of any Compute type: the two functions every
-//! quantized path goes through, plus the f32 dot they all end in.
+//! Reading weight rows of any Compute type: the two functions every weight
+//! path goes through, plus the f32 dot they all end in. F32/F16/BF16 are
+//! converted here; block types are dequantized by `glint_quant` (bit-identical
+//! to ggml), a chunk of whole blocks at a time.
 
 use glint_backend::{BackendError, GgmlType, Result};
 use half::{bf16, f16};
 
 /// Elements converted per chunk when a row is dotted without a full
-/// dequantized copy (fits in L1 beside the row).
+/// dequantized copy (fits in L1 beside the row). A multiple of every
+/// Compute type's block size (1, 32, 256).
 const CHUNK: usize = 256;
 
 /// `sum(a[i] * b[i])` with 8 independent accumulators, so the compiler keeps
@@ -31,11 +34,17 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s + tail
 }
 
-fn unsupported(ty: GgmlType) -> BackendError {
-    BackendError::Type {
-        op: "dequantize",
-        ty,
-        what: "weights",
+fn quant_err(ty: GgmlType, e: glint_quant::QuantError) -> BackendError {
+    match e {
+        glint_quant::QuantError::Unsupported { .. } => BackendError::Type {
+            op: "dequantize",
+            ty,
+            what: "weights",
+        },
+        e => BackendError::Shape {
+            op: "dequantize",
+            detail: e.to_string(),
+        },
     }
 }
 
@@ -57,28 +66,27 @@ pub fn dequant_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
                 *d = bf16::from_le_bytes([s[0], s[1]]).to_f32();
             }
         }
-        _ => return Err(unsupported(ty)),
+        _ => glint_quant::dequantize_row(ty, src, dst).map_err(|e| quant_err(ty, e))?,
     }
     Ok(())
 }
 
-/// Dot of one weight row of type `ty` with an f32 vector `x` of the row's length.
+/// Dot of one weight row of type `ty` with an f32 vector `x` of the row's
+/// length. Same value as `glint_quant::dot_f32` up to the summation order
+/// (here 8 f32 lanes per chunk of `CHUNK`, there one f32 sum per block).
 pub fn row_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32> {
-    match ty {
-        GgmlType::F32 => match bytemuck::try_cast_slice::<u8, f32>(row) {
-            Ok(w) => Ok(dot(w, x)),
-            Err(_) => chunked_dot(ty, 4, row, x),
-        },
-        GgmlType::F16 | GgmlType::BF16 => chunked_dot(ty, 2, row, x),
-        _ => Err(unsupported(ty)),
+    if ty == GgmlType::F32 {
+        if let Ok(w) = bytemuck::try_cast_slice::<u8, f32>(row) {
+            return Ok(dot(w, x));
+        }
     }
-}
-
-/// Dequantize `CHUNK` elements at a time into a stack buffer and dot them.
-fn chunked_dot(ty: GgmlType, elem_bytes: usize, row: &[u8], x: &[f32]) -> Result<f32> {
+    let chunk_bytes = ty
+        .bytes_for(CHUNK as u64)
+        .ok_or_else(|| quant_err(ty, glint_quant::QuantError::Unsupported { ty, op: "dot" }))?
+        as usize;
     let mut buf = [0f32; CHUNK];
     let mut s = 0f32;
-    for (src, xs) in row.chunks(CHUNK * elem_bytes).zip(x.chunks(CHUNK)) {
+    for (src, xs) in row.chunks(chunk_bytes).zip(x.chunks(CHUNK)) {
         let b = &mut buf[..xs.len()];
         dequant_row(ty, src, b)?;
         s += dot(b, xs);

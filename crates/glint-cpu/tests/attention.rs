@@ -46,10 +46,10 @@ fn attn64(p: &AttnParams, m: usize, q: &[f32], k: &[f64], v: &[f64], mask: &[f32
             }
             let w: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
             let s: f64 = w.iter().sum();
-            for j in 0..p.n_kv {
+            for (j, wj) in w.iter().enumerate() {
                 let base = (p.kv_start + j) * row + hk * hd;
                 for d in 0..hd {
-                    out[(i * p.n_head + h) * hd + d] += w[j] / s * v[base + d];
+                    out[(i * p.n_head + h) * hd + d] += wj / s * v[base + d];
                 }
             }
         }
