@@ -1,0 +1,1069 @@
+//! The cells: one record per slot of every stream, and the sequence operations.
+
+use std::collections::BTreeMap;
+
+use crate::seqset::{SeqSet, MAX_SEQ};
+use crate::{KvError, Pos, Result, SeqId};
+
+/// How sequences map onto the cache buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamLayout {
+    /// One stream: every sequence shares the same `kv_size` slots; the mask
+    /// keeps sequences apart. The default (memory-frugal, and what a single
+    /// sequence wants).
+    Unified,
+    /// `n_stream = n_seq_max`: sequence `s` owns stream `s`, buffer rows
+    /// `s * kv_size .. (s + 1) * kv_size`.
+    PerSeq,
+}
+
+/// Parameters of a cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvParams {
+    /// Slots per stream (`n_ctx` for one stream).
+    pub kv_size: u32,
+    /// Sequence ids are `0..n_seq_max` (at most [`MAX_SEQ`]).
+    pub n_seq_max: u32,
+    /// Unified or one stream per sequence.
+    pub layout: StreamLayout,
+    /// [`KvCells::n_kv`] is rounded up to a multiple of this (and is at least
+    /// this), so the attention graph keeps its shape across batches (as
+    /// llama.cpp's `max(n_pad, 256)`). 1 = no padding.
+    pub n_pad: u32,
+}
+
+impl KvParams {
+    /// A unified cache with llama.cpp's n_kv padding of 256.
+    pub fn unified(kv_size: u32, n_seq_max: u32) -> Self {
+        KvParams {
+            kv_size,
+            n_seq_max,
+            layout: StreamLayout::Unified,
+            n_pad: 256,
+        }
+    }
+
+    /// One stream per sequence, n_kv padding 256.
+    pub fn per_seq(kv_size: u32, n_seq_max: u32) -> Self {
+        KvParams {
+            kv_size,
+            n_seq_max,
+            layout: StreamLayout::PerSeq,
+            n_pad: 256,
+        }
+    }
+}
+
+/// One slot as seen from outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cell {
+    /// Position the slot's K is meant to be at; `-1` = empty.
+    pub pos: Pos,
+    /// `pos` minus the position its K is currently rotated for (the K-shift
+    /// still to apply). 0 for empty slots.
+    pub shift: Pos,
+    /// Sequences using the slot (empty iff `pos == -1`).
+    pub seqs: SeqSet,
+}
+
+/// One token of a batch, as far as the cache cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenMeta {
+    /// Its position (`>= 0`).
+    pub pos: Pos,
+    /// The sequences it belongs to (at least one; one stream).
+    pub seq_ids: Vec<SeqId>,
+}
+
+impl TokenMeta {
+    /// A token of one sequence.
+    pub fn new(pos: Pos, seq_id: SeqId) -> Self {
+        TokenMeta {
+            pos,
+            seq_ids: vec![seq_id],
+        }
+    }
+}
+
+/// Where one token of a batch goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedSlot {
+    /// Stream of the token's sequences.
+    pub stream: u32,
+    /// Slot inside the stream.
+    pub slot: u32,
+    /// The token's position.
+    pub pos: Pos,
+    /// The token's sequences.
+    pub seqs: SeqSet,
+}
+
+/// The slots found for a batch by [`KvCells::find_slots`]; nothing is
+/// changed until [`KvCells::apply`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotPlan {
+    kv_size: u32,
+    n_stream: u32,
+    slots: Vec<PlannedSlot>,
+}
+
+impl SlotPlan {
+    /// One entry per batch token, in batch order.
+    pub fn slots(&self) -> &[PlannedSlot] {
+        &self.slots
+    }
+
+    /// Buffer rows to write each token's K/V to (`stream * kv_size + slot`,
+    /// llama.cpp's `k_idxs`), in batch order.
+    pub fn rows(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|p| p.stream as u64 * self.kv_size as u64 + p.slot as u64)
+            .collect()
+    }
+}
+
+/// One K/V row the storage must copy (all layers, K and V) after a
+/// cross-stream [`KvCells::seq_cp`], before the next K-shift or decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowCopy {
+    /// Buffer row to read.
+    pub src_row: u64,
+    /// Buffer row to write.
+    pub dst_row: u64,
+}
+
+/// The K-shift to perform, from [`KvCells::take_shifts`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShiftPlan {
+    /// Slots per stream.
+    pub kv_size: u32,
+    // shifts: [n_stream * kv_size] i32, indexed by buffer row
+    /// Per buffer row (`stream * kv_size + slot`): rotate that row's K by
+    /// this many positions (`new - old`); 0 for empty slots.
+    pub shifts: Vec<Pos>,
+}
+
+/// Sliding-window attention kinds (llama.cpp's `llama_swa_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwaType {
+    /// No window.
+    None,
+    /// Masked when `p1 - p0 >= n_swa` (query `p1`, key `p0`).
+    Standard,
+    /// Masked when the key is before the query's chunk: `p0 < (p1 / n_swa) * n_swa`.
+    Chunked,
+    /// Masked when `|p1 - p0| > n_swa / 2`.
+    Symmetric,
+}
+
+/// How to build an attention mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskParams {
+    /// Mask keys at positions after the query.
+    pub causal: bool,
+    /// Sliding window kind.
+    pub swa_type: SwaType,
+    /// Window size (> 0 unless `swa_type` is `None`).
+    pub n_swa: u32,
+    /// ALiBi: visible keys get `-|p0 - p1|` instead of 0.
+    pub alibi: bool,
+}
+
+impl MaskParams {
+    /// Causal, no window, no ALiBi.
+    pub fn causal() -> Self {
+        MaskParams {
+            causal: true,
+            swa_type: SwaType::None,
+            n_swa: 0,
+            alibi: false,
+        }
+    }
+
+    /// Whether a key at `p0` is outside the window of a query at `p1`
+    /// (llama.cpp's `is_masked_swa`).
+    pub fn is_masked_swa(&self, p0: Pos, p1: Pos) -> bool {
+        let (p0, p1, n) = (p0 as i64, p1 as i64, self.n_swa as i64);
+        match self.swa_type {
+            SwaType::None => false,
+            SwaType::Standard => p1 - p0 >= n,
+            SwaType::Chunked => p0 < (p1 / n) * n,
+            SwaType::Symmetric => {
+                let d = p1 - p0;
+                d < -(n / 2) || d > n / 2
+            }
+        }
+    }
+}
+
+/// A query token of a mask: its sequence and position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Query {
+    /// Sequence of the query token.
+    pub seq_id: SeqId,
+    /// Position of the query token.
+    pub pos: Pos,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stream {
+    // all three: [kv_size]
+    pos: Vec<Pos>,
+    shift: Vec<Pos>,
+    seqs: Vec<SeqSet>,
+    /// Non-empty slots.
+    used: u32,
+    /// Slots with a non-zero shift.
+    n_shifted: u32,
+    /// Where the next slot search starts.
+    head: u32,
+}
+
+impl Stream {
+    fn new(kv_size: u32) -> Self {
+        let n = kv_size as usize;
+        Stream {
+            pos: vec![-1; n],
+            shift: vec![0; n],
+            seqs: vec![SeqSet::new(); n],
+            used: 0,
+            n_shifted: 0,
+            head: 0,
+        }
+    }
+
+    fn set_shift(&mut self, i: usize, v: Pos) {
+        match (self.shift[i] != 0, v != 0) {
+            (false, true) => self.n_shifted += 1,
+            (true, false) => self.n_shifted -= 1,
+            _ => {}
+        }
+        self.shift[i] = v;
+    }
+}
+
+/// Position multiset of one sequence: position -> number of its slots there.
+type PosCounts = BTreeMap<Pos, u32>;
+
+fn ms_inc(m: &mut PosCounts, p: Pos) {
+    *m.entry(p).or_insert(0) += 1;
+}
+
+fn ms_dec(m: &mut PosCounts, p: Pos) {
+    match m.get_mut(&p) {
+        Some(c) if *c > 1 => *c -= 1,
+        Some(_) => {
+            m.remove(&p);
+        }
+        None => debug_assert!(false, "position {p} missing from a sequence's multiset"),
+    }
+}
+
+/// `[p0, p1)` with `p0 < 0` → 0 and `p1 < 0` → past every position.
+fn norm_range(p0: Pos, p1: Pos) -> (i64, i64) {
+    let p0 = if p0 < 0 { 0 } else { p0 as i64 };
+    let p1 = if p1 < 0 { i64::MAX } else { p1 as i64 };
+    (p0, p1)
+}
+
+fn in_range(pos: Pos, r: (i64, i64)) -> bool {
+    pos >= 0 && (pos as i64) >= r.0 && (pos as i64) < r.1
+}
+
+/// The cell metadata of a KV cache: positions, pending shifts and sequence
+/// sets per slot, per-sequence position multisets. Knows nothing of buffers;
+/// every operation that needs the storage to act returns what to do.
+///
+/// Invariants (checked by `debug_check` in tests):
+/// - a slot is empty (`pos == -1`, no sequence, shift 0) or holds `pos >= 0`
+///   and at least one sequence of its stream;
+/// - each sequence's multiset counts exactly its slots per position;
+/// - `used`, `n_shifted` count what they say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvCells {
+    params: KvParams,
+    streams: Vec<Stream>,
+    // [n_seq_max]
+    seq_pos: Vec<PosCounts>,
+}
+
+impl KvCells {
+    /// An empty cache. Errors: `kv_size == 0`, `n_seq_max` not in
+    /// `1..=MAX_SEQ`, `n_pad == 0`, or more rows than `u32` slots can name.
+    pub fn new(params: KvParams) -> Result<Self> {
+        if params.kv_size == 0 {
+            return Err(KvError::Params("kv_size must be > 0".into()));
+        }
+        if params.n_seq_max == 0 || params.n_seq_max > MAX_SEQ {
+            return Err(KvError::Params(format!(
+                "n_seq_max must be in 1..={MAX_SEQ}, got {}",
+                params.n_seq_max
+            )));
+        }
+        if params.n_pad == 0 {
+            return Err(KvError::Params("n_pad must be >= 1".into()));
+        }
+        let n_stream = match params.layout {
+            StreamLayout::Unified => 1,
+            StreamLayout::PerSeq => params.n_seq_max,
+        };
+        let streams = (0..n_stream).map(|_| Stream::new(params.kv_size)).collect();
+        let seq_pos = vec![PosCounts::new(); params.n_seq_max as usize];
+        Ok(KvCells {
+            params,
+            streams,
+            seq_pos,
+        })
+    }
+
+    /// The parameters the cache was made with.
+    pub fn params(&self) -> &KvParams {
+        &self.params
+    }
+
+    /// Number of streams (1 unified, `n_seq_max` per-sequence).
+    pub fn n_stream(&self) -> u32 {
+        self.streams.len() as u32
+    }
+
+    /// The stream that holds `seq_id`.
+    pub fn stream_of(&self, seq_id: SeqId) -> Result<u32> {
+        let s = self.check_seq("stream_of", seq_id)?;
+        Ok(self.stream_idx(s) as u32)
+    }
+
+    /// One slot, or `None` outside the cache.
+    pub fn cell(&self, stream: u32, slot: u32) -> Option<Cell> {
+        let st = self.streams.get(stream as usize)?;
+        let i = slot as usize;
+        Some(Cell {
+            pos: *st.pos.get(i)?,
+            shift: st.shift[i],
+            seqs: st.seqs[i],
+        })
+    }
+
+    /// Non-empty slots of a stream (0 for a stream that does not exist).
+    pub fn used(&self, stream: u32) -> u32 {
+        self.streams.get(stream as usize).map_or(0, |s| s.used)
+    }
+
+    /// Empty slots of a stream (0 for a stream that does not exist).
+    pub fn free(&self, stream: u32) -> u32 {
+        self.streams
+            .get(stream as usize)
+            .map_or(0, |s| self.params.kv_size - s.used)
+    }
+
+    /// Some slot has a non-zero pending shift: a K-shift is due.
+    pub fn has_shift(&self) -> bool {
+        self.streams.iter().any(|s| s.n_shifted > 0)
+    }
+
+    /// One past the highest non-empty slot of a stream (0 if empty).
+    pub fn used_max_p1(&self, stream: u32) -> u32 {
+        let Some(st) = self.streams.get(stream as usize) else {
+            return 0;
+        };
+        st.pos
+            .iter()
+            .rposition(|&p| p >= 0)
+            .map_or(0, |i| i as u32 + 1)
+    }
+
+    /// How many slots of `stream` attention must look at: `used_max_p1`
+    /// rounded up to a multiple of `n_pad`, at least `n_pad`, at most
+    /// `kv_size` (llama.cpp's `get_n_kv`). Slots past the used ones are
+    /// empty and masked, so padding changes no result.
+    pub fn n_kv(&self, stream: u32) -> u32 {
+        let n_pad = self.params.n_pad as u64;
+        let used = self.used_max_p1(stream) as u64;
+        let padded = used.div_ceil(n_pad) * n_pad;
+        padded.max(n_pad).min(self.params.kv_size as u64) as u32
+    }
+
+    /// Smallest position of `seq_id`, or -1 if it has none.
+    pub fn seq_pos_min(&self, seq_id: SeqId) -> Result<Pos> {
+        let s = self.check_seq("seq_pos_min", seq_id)?;
+        Ok(self.seq_pos[s].keys().next().copied().unwrap_or(-1))
+    }
+
+    /// Largest position of `seq_id`, or -1 if it has none.
+    pub fn seq_pos_max(&self, seq_id: SeqId) -> Result<Pos> {
+        let s = self.check_seq("seq_pos_max", seq_id)?;
+        Ok(self.seq_pos[s].keys().next_back().copied().unwrap_or(-1))
+    }
+
+    /// Number of slots holding `seq_id`.
+    pub fn seq_n_cells(&self, seq_id: SeqId) -> Result<u32> {
+        let s = self.check_seq("seq_n_cells", seq_id)?;
+        Ok(self.seq_pos[s].values().sum())
+    }
+
+    // ---- sequence operations -------------------------------------------------
+
+    /// Everything empty; heads back to slot 0; no shift pending.
+    pub fn clear(&mut self) {
+        for st in &mut self.streams {
+            *st = Stream::new(self.params.kv_size);
+        }
+        for m in &mut self.seq_pos {
+            m.clear();
+        }
+    }
+
+    /// Drops `seq_id` (`< 0`: every sequence) from every slot with a position
+    /// in `[p0, p1)`; a slot left with no sequence becomes empty.
+    ///
+    /// Precondition: `seq_id < n_seq_max` (else error, nothing changed).
+    pub fn seq_rm(&mut self, seq_id: SeqId, p0: Pos, p1: Pos) -> Result<()> {
+        let seq = self.check_seq_or_all("seq_rm", seq_id)?;
+        let r = norm_range(p0, p1);
+        for st in self.streams_for(seq) {
+            for i in 0..self.params.kv_size as usize {
+                let pos = self.streams[st].pos[i];
+                if !in_range(pos, r) {
+                    continue;
+                }
+                match seq {
+                    None => self.empty_slot(st, i),
+                    Some(s) if self.streams[st].seqs[i].contains(s as SeqId) => {
+                        self.slot_rm_seq(st, i, s)
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.debug_check();
+        Ok(())
+    }
+
+    /// Adds `dst` to every slot of `src` with a position in `[p0, p1)`.
+    ///
+    /// Same stream: metadata only, returns no copies. Different streams
+    /// (per-sequence layout): the range must cover all of `src` (a partial
+    /// range is an error); `src`'s slots are placed in `dst`'s stream (same
+    /// slot index when free, else the lowest free slots) with the same
+    /// position and pending shift, and the returned row copies tell the
+    /// storage which K/V rows to copy. Not enough free slots in `dst`'s
+    /// stream: error, nothing changed. `dst`'s own slots stay, as in the
+    /// unified layout, so both layouts give `dst` the same positions.
+    ///
+    /// Preconditions: `0 <= src, dst < n_seq_max`.
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Result<Vec<RowCopy>> {
+        let s = self.check_seq("seq_cp", src)?;
+        let d = self.check_seq("seq_cp", dst)?;
+        if s == d {
+            return Ok(Vec::new());
+        }
+        let r = norm_range(p0, p1);
+        let (ss, ds) = (self.stream_idx(s), self.stream_idx(d));
+        let kv_size = self.params.kv_size as usize;
+        if ss == ds {
+            for i in 0..kv_size {
+                let (pos, seqs) = (self.streams[ss].pos[i], self.streams[ss].seqs[i]);
+                if in_range(pos, r) && seqs.contains(src) && !seqs.contains(dst) {
+                    self.streams[ss].seqs[i].insert(dst);
+                    ms_inc(&mut self.seq_pos[d], pos);
+                }
+            }
+            self.debug_check();
+            return Ok(Vec::new());
+        }
+        let (Some(&pos_min), Some(&pos_max)) = (
+            self.seq_pos[s].keys().next(),
+            self.seq_pos[s].keys().next_back(),
+        ) else {
+            return Ok(Vec::new()); // nothing to copy
+        };
+        if !(r.0 <= pos_min as i64 && r.1 > pos_max as i64) {
+            return Err(KvError::PartialCrossStreamCopy {
+                src,
+                dst,
+                src_stream: ss as u32,
+                dst_stream: ds as u32,
+                p0: r.0 as Pos,
+                p1: r.1.min(i32::MAX as i64) as Pos,
+                pos_min,
+                pos_max,
+            });
+        }
+        let src_slots: Vec<usize> = (0..kv_size)
+            .filter(|&i| self.streams[ss].seqs[i].contains(src))
+            .collect();
+        let free = (kv_size as u32 - self.streams[ds].used) as usize;
+        if src_slots.len() > free {
+            return Err(KvError::NoRoom {
+                op: "seq_cp",
+                stream: ds as u32,
+                needed: src_slots.len(),
+                free,
+                kv_size: self.params.kv_size,
+            });
+        }
+        // same index where free; the rest into the lowest free slots left
+        let mut taken = vec![false; kv_size];
+        let mut dst_slot = vec![usize::MAX; src_slots.len()];
+        for (k, &i) in src_slots.iter().enumerate() {
+            if self.streams[ds].pos[i] < 0 {
+                dst_slot[k] = i;
+                taken[i] = true;
+            }
+        }
+        let mut free_iter = (0..kv_size).filter(|&j| self.streams[ds].pos[j] < 0);
+        for d in dst_slot.iter_mut().filter(|d| **d == usize::MAX) {
+            // the count check above guarantees enough free slots
+            let j = free_iter
+                .by_ref()
+                .find(|&j| !taken[j])
+                .unwrap_or(usize::MAX);
+            debug_assert!(j != usize::MAX);
+            *d = j;
+            if let Some(t) = taken.get_mut(j) {
+                *t = true;
+            }
+        }
+        let mut copies = Vec::with_capacity(src_slots.len());
+        for (k, &i) in src_slots.iter().enumerate() {
+            let j = dst_slot[k];
+            let (pos, shift) = (self.streams[ss].pos[i], self.streams[ss].shift[i]);
+            self.fill_slot(ds, j, pos, SeqSet::single(dst), shift);
+            copies.push(RowCopy {
+                src_row: (ss * kv_size + i) as u64,
+                dst_row: (ds * kv_size + j) as u64,
+            });
+        }
+        self.debug_check();
+        Ok(copies)
+    }
+
+    /// Every slot not holding `seq_id` becomes empty; slots holding it hold
+    /// only it.
+    ///
+    /// Precondition: `0 <= seq_id < n_seq_max`.
+    pub fn seq_keep(&mut self, seq_id: SeqId) -> Result<()> {
+        let s = self.check_seq("seq_keep", seq_id)?;
+        for st in 0..self.streams.len() {
+            for i in 0..self.params.kv_size as usize {
+                let seqs = self.streams[st].seqs[i];
+                if seqs.is_empty() {
+                    continue;
+                }
+                if !seqs.contains(seq_id) {
+                    self.empty_slot(st, i);
+                    continue;
+                }
+                let pos = self.streams[st].pos[i];
+                for q in seqs.iter().filter(|&q| q != seq_id) {
+                    ms_dec(&mut self.seq_pos[q as usize], pos);
+                }
+                self.streams[st].seqs[i] = SeqSet::single(seq_id);
+                debug_assert!(self.seq_pos[s].contains_key(&pos));
+            }
+        }
+        self.debug_check();
+        Ok(())
+    }
+
+    /// `pos += d` (and `shift += d`) for every slot of `seq_id` (`< 0`: every
+    /// non-empty slot) with a position in `[p0, p1)`; a slot whose position
+    /// drops below 0 becomes empty. `d == 0` is a no-op. A shared slot moves
+    /// for all its sequences (one slot, one position).
+    ///
+    /// Preconditions: `seq_id < n_seq_max`; no position goes past `i32::MAX`
+    /// (else error, nothing changed).
+    pub fn seq_add(&mut self, seq_id: SeqId, p0: Pos, p1: Pos, d: Pos) -> Result<()> {
+        let seq = self.check_seq_or_all("seq_add", seq_id)?;
+        if d == 0 {
+            return Ok(());
+        }
+        let r = norm_range(p0, p1);
+        let hits = self.slots_in(seq, r);
+        for &(st, i) in &hits {
+            let pos = self.streams[st].pos[i];
+            if pos as i64 + d as i64 > i32::MAX as i64 {
+                return Err(KvError::PosOverflow {
+                    op: "seq_add",
+                    pos,
+                    detail: format!("+ {d}"),
+                });
+            }
+        }
+        for (st, i) in hits {
+            let new = self.streams[st].pos[i] as i64 + d as i64;
+            self.move_slot(st, i, new);
+        }
+        self.debug_check();
+        Ok(())
+    }
+
+    /// `pos = pos / n` (floor; positions are `>= 0`) for every slot of
+    /// `seq_id` (`< 0`: every non-empty slot) with a position in `[p0, p1)`;
+    /// `shift += new - old`. `n == 1` is a no-op, `n <= 0` an error.
+    ///
+    /// Preconditions: `seq_id < n_seq_max`, `n >= 1`.
+    pub fn seq_div(&mut self, seq_id: SeqId, p0: Pos, p1: Pos, n: i32) -> Result<()> {
+        let seq = self.check_seq_or_all("seq_div", seq_id)?;
+        if n <= 0 {
+            return Err(KvError::BadDivisor(n));
+        }
+        if n == 1 {
+            return Ok(());
+        }
+        let r = norm_range(p0, p1);
+        for (st, i) in self.slots_in(seq, r) {
+            let pos = self.streams[st].pos[i];
+            debug_assert!(pos >= 0);
+            self.move_slot(st, i, (pos / n) as i64);
+        }
+        self.debug_check();
+        Ok(())
+    }
+
+    /// The pending K-shift, or `None` if there is none; resets every shift
+    /// to 0. Call it when the storage rotates K (before the next forward
+    /// pass), after applying any [`RowCopy`]s.
+    pub fn take_shifts(&mut self) -> Option<ShiftPlan> {
+        if !self.has_shift() {
+            return None;
+        }
+        let mut shifts = Vec::with_capacity(self.streams.len() * self.params.kv_size as usize);
+        for st in &mut self.streams {
+            shifts.extend_from_slice(&st.shift);
+            st.shift.iter_mut().for_each(|s| *s = 0);
+            st.n_shifted = 0;
+        }
+        Some(ShiftPlan {
+            kv_size: self.params.kv_size,
+            shifts,
+        })
+    }
+
+    // ---- batches ---------------------------------------------------------------
+
+    /// Finds one empty slot per token, in its sequences' stream; changes
+    /// nothing. Per stream: a contiguous run of empty slots, searched from the
+    /// stream's head (which restarts at 0 when there are more than
+    /// `2 * n_tokens` unused slots before it, as llama.cpp does) and wrapping
+    /// around; without such a run, the first empty slots from the head on.
+    ///
+    /// Errors (nothing changed): a token with no sequence, an unknown
+    /// sequence, a negative position, sequences of different streams in one
+    /// token, or more tokens than empty slots in a stream (the error says
+    /// how many were needed and free).
+    ///
+    /// Positions are not required to continue `seq_pos_max + 1` (llama.cpp's
+    /// batch rule): the cells stay right for any positions (multiset, mask by
+    /// position). [`KvCells::check_continues`] enforces the rule for callers
+    /// that want it.
+    pub fn find_slots(&self, batch: &[TokenMeta]) -> Result<SlotPlan> {
+        let kv_size = self.params.kv_size as usize;
+        let mut per_stream: Vec<Vec<usize>> = vec![Vec::new(); self.streams.len()];
+        let mut metas = Vec::with_capacity(batch.len());
+        for (index, t) in batch.iter().enumerate() {
+            let (stream, seqs) = self.check_token(index, t)?;
+            per_stream[stream].push(index);
+            metas.push((stream, seqs));
+        }
+        let mut slots = vec![None; batch.len()];
+        for (st, tokens) in per_stream.iter().enumerate() {
+            let n = tokens.len();
+            if n == 0 {
+                continue;
+            }
+            let stream = &self.streams[st];
+            let free = kv_size - stream.used as usize;
+            if n > free {
+                return Err(KvError::NoRoom {
+                    op: "find_slots",
+                    stream: st as u32,
+                    needed: n,
+                    free,
+                    kv_size: self.params.kv_size,
+                });
+            }
+            let mut head = stream.head as usize;
+            if head > stream.used as usize + 2 * n {
+                head = 0;
+            }
+            let order = (head..kv_size).chain(0..head.min(kv_size));
+            // run[i]: empty slots in a row starting at i
+            let mut run = vec![0usize; kv_size + 1];
+            for i in (0..kv_size).rev() {
+                run[i] = if stream.pos[i] < 0 { run[i + 1] + 1 } else { 0 };
+            }
+            let chosen: Vec<usize> = match order.clone().find(|&i| run[i] >= n) {
+                Some(start) => (start..start + n).collect(),
+                None => order.filter(|&i| stream.pos[i] < 0).take(n).collect(),
+            };
+            debug_assert_eq!(chosen.len(), n);
+            for (&tok, &slot) in tokens.iter().zip(&chosen) {
+                slots[tok] = Some(slot);
+            }
+        }
+        let slots = batch
+            .iter()
+            .zip(metas)
+            .zip(slots)
+            .map(|((t, (stream, seqs)), slot)| PlannedSlot {
+                stream: stream as u32,
+                slot: slot.unwrap_or(0) as u32,
+                pos: t.pos,
+                seqs,
+            })
+            .collect();
+        Ok(SlotPlan {
+            kv_size: self.params.kv_size,
+            n_stream: self.n_stream(),
+            slots,
+        })
+    }
+
+    /// Commits a plan from [`KvCells::find_slots`]: the slots get their
+    /// positions and sequences (shift 0: K is computed at that position), and
+    /// each stream's head moves past its last new slot.
+    ///
+    /// Precondition: the planned slots are still empty and distinct, in this
+    /// cache's shape (else error, nothing changed).
+    pub fn apply(&mut self, plan: &SlotPlan) -> Result<()> {
+        if plan.kv_size != self.params.kv_size || plan.n_stream != self.n_stream() {
+            return Err(KvError::StalePlan(format!(
+                "plan for kv_size {} x {} streams, cache is {} x {}",
+                plan.kv_size,
+                plan.n_stream,
+                self.params.kv_size,
+                self.n_stream()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (k, p) in plan.slots.iter().enumerate() {
+            let bad = |what: String| Err(KvError::StalePlan(format!("token {k}: {what}")));
+            if p.pos < 0 || p.seqs.is_empty() {
+                return bad(format!("position {} / sequences {:?}", p.pos, p.seqs));
+            }
+            for q in p.seqs.iter() {
+                if q as u32 >= self.params.n_seq_max
+                    || self.stream_idx(q as usize) != p.stream as usize
+                {
+                    return bad(format!("sequence {q} not in stream {}", p.stream));
+                }
+            }
+            if self.cell(p.stream, p.slot).map(|c| c.pos) != Some(-1) {
+                return bad(format!(
+                    "slot {} of stream {} is not empty",
+                    p.slot, p.stream
+                ));
+            }
+            if !seen.insert((p.stream, p.slot)) {
+                return bad(format!(
+                    "slot {} of stream {} planned twice",
+                    p.slot, p.stream
+                ));
+            }
+        }
+        for p in &plan.slots {
+            self.fill_slot(p.stream as usize, p.slot as usize, p.pos, p.seqs, 0);
+            self.streams[p.stream as usize].head = p.slot + 1;
+        }
+        self.debug_check();
+        Ok(())
+    }
+
+    /// llama.cpp's batch rule, for callers that want it: for each sequence
+    /// with cells, the batch's positions of it must start at
+    /// `seq_pos_max + 1` and have no gaps. Not enforced by
+    /// [`KvCells::find_slots`].
+    pub fn check_continues(&self, batch: &[TokenMeta]) -> Result<()> {
+        let mut by_seq: BTreeMap<SeqId, (Pos, Pos, usize, usize)> = BTreeMap::new();
+        for (index, t) in batch.iter().enumerate() {
+            self.check_token(index, t)?;
+            for &q in &t.seq_ids {
+                let e = by_seq.entry(q).or_insert((t.pos, t.pos, 0, index));
+                e.0 = e.0.min(t.pos);
+                e.1 = e.1.max(t.pos);
+                e.2 += 1;
+            }
+        }
+        for (q, (lo, hi, n, index)) in by_seq {
+            let last = self.seq_pos_max(q)?;
+            if last >= 0 && lo as i64 != last as i64 + 1 {
+                return Err(KvError::BadBatch {
+                    index,
+                    detail: format!("sequence {q} ends at {last}, batch starts at {lo}"),
+                });
+            }
+            if (hi as i64 - lo as i64 + 1) > n as i64 {
+                return Err(KvError::BadBatch {
+                    index,
+                    detail: format!("sequence {q}: positions {lo}..={hi} have gaps ({n} tokens)"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    // ---- masks -----------------------------------------------------------------
+
+    /// The attention mask for `queries` over slots `0..n_kv` of their stream:
+    /// `mask[t * n_kv + j]` (ggml `[n_kv, n_tokens]`, n_kv contiguous) is
+    /// `-inf` when slot `j` is empty, does not hold the query's sequence,
+    /// holds a later position (causal), or is outside the sliding window;
+    /// else 0 (ALiBi: `-|pos - p1|`).
+    ///
+    /// Preconditions: all queries' sequences in one stream, positions >= 0,
+    /// `n_kv <= kv_size`, `n_swa > 0` with a window.
+    pub fn mask(&self, queries: &[Query], n_kv: u32, params: &MaskParams) -> Result<Vec<f32>> {
+        if n_kv > self.params.kv_size {
+            return Err(KvError::BadQuery {
+                index: 0,
+                detail: format!("n_kv {n_kv} > kv_size {}", self.params.kv_size),
+            });
+        }
+        if params.swa_type != SwaType::None && params.n_swa == 0 {
+            return Err(KvError::BadQuery {
+                index: 0,
+                detail: "sliding window of size 0".into(),
+            });
+        }
+        let mut stream = None;
+        for (index, q) in queries.iter().enumerate() {
+            let s = self
+                .check_seq("mask", q.seq_id)
+                .map_err(|e| KvError::BadQuery {
+                    index,
+                    detail: e.to_string(),
+                })?;
+            let st = self.stream_idx(s);
+            if *stream.get_or_insert(st) != st {
+                return Err(KvError::BadQuery {
+                    index,
+                    detail: format!(
+                        "sequence {} is in stream {st}, not {}",
+                        q.seq_id,
+                        stream.unwrap_or(0)
+                    ),
+                });
+            }
+            if q.pos < 0 {
+                return Err(KvError::BadQuery {
+                    index,
+                    detail: format!("position {}", q.pos),
+                });
+            }
+        }
+        let n_kv = n_kv as usize;
+        let mut out = vec![f32::NEG_INFINITY; queries.len() * n_kv];
+        let Some(st) = stream else { return Ok(out) };
+        let stream = &self.streams[st];
+        for (t, q) in queries.iter().enumerate() {
+            let row = &mut out[t * n_kv..(t + 1) * n_kv];
+            for (j, m) in row.iter_mut().enumerate() {
+                let p0 = stream.pos[j];
+                if p0 < 0 || !stream.seqs[j].contains(q.seq_id) {
+                    continue;
+                }
+                if params.causal && p0 > q.pos {
+                    continue;
+                }
+                if params.is_masked_swa(p0, q.pos) {
+                    continue;
+                }
+                *m = if params.alibi {
+                    -((p0 as i64 - q.pos as i64).abs() as f32)
+                } else {
+                    0.0
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    // ---- internals ---------------------------------------------------------------
+
+    pub(crate) fn check_seq(&self, op: &'static str, seq_id: SeqId) -> Result<usize> {
+        if seq_id < 0 || seq_id as u32 >= self.params.n_seq_max {
+            return Err(KvError::UnknownSeq {
+                op,
+                seq_id,
+                n_seq_max: self.params.n_seq_max,
+            });
+        }
+        Ok(seq_id as usize)
+    }
+
+    fn check_seq_or_all(&self, op: &'static str, seq_id: SeqId) -> Result<Option<usize>> {
+        if seq_id < 0 {
+            return Ok(None);
+        }
+        self.check_seq(op, seq_id).map(Some)
+    }
+
+    pub(crate) fn stream_idx(&self, seq: usize) -> usize {
+        match self.params.layout {
+            StreamLayout::Unified => 0,
+            StreamLayout::PerSeq => seq,
+        }
+    }
+
+    fn streams_for(&self, seq: Option<usize>) -> std::ops::Range<usize> {
+        match seq {
+            Some(s) => {
+                let st = self.stream_idx(s);
+                st..st + 1
+            }
+            None => 0..self.streams.len(),
+        }
+    }
+
+    /// Non-empty slots of `seq` (None: any) with a position in `r`.
+    fn slots_in(&self, seq: Option<usize>, r: (i64, i64)) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for st in self.streams_for(seq) {
+            let stream = &self.streams[st];
+            for i in 0..self.params.kv_size as usize {
+                let hit = in_range(stream.pos[i], r)
+                    && seq.is_none_or(|s| stream.seqs[i].contains(s as SeqId));
+                if hit {
+                    out.push((st, i));
+                }
+            }
+        }
+        out
+    }
+
+    fn check_token(&self, index: usize, t: &TokenMeta) -> Result<(usize, SeqSet)> {
+        let bad = |detail: String| Err(KvError::BadBatch { index, detail });
+        if t.pos < 0 {
+            return bad(format!("negative position {}", t.pos));
+        }
+        if t.seq_ids.is_empty() {
+            return bad("no sequence id".into());
+        }
+        let mut stream = None;
+        let mut seqs = SeqSet::new();
+        for &q in &t.seq_ids {
+            let s = match self.check_seq("find_slots", q) {
+                Ok(s) => s,
+                Err(e) => return bad(e.to_string()),
+            };
+            let st = self.stream_idx(s);
+            if *stream.get_or_insert(st) != st {
+                return bad(format!(
+                    "sequences {:?} live in different streams (per-sequence layout)",
+                    t.seq_ids
+                ));
+            }
+            seqs.insert(q);
+        }
+        Ok((stream.unwrap_or(0), seqs))
+    }
+
+    /// Fills an empty slot. Precondition: slot empty, `pos >= 0`, `seqs`
+    /// non-empty and in this stream.
+    fn fill_slot(&mut self, st: usize, i: usize, pos: Pos, seqs: SeqSet, shift: Pos) {
+        let stream = &mut self.streams[st];
+        debug_assert!(stream.pos[i] < 0 && pos >= 0 && !seqs.is_empty());
+        stream.pos[i] = pos;
+        stream.seqs[i] = seqs;
+        stream.set_shift(i, shift);
+        stream.used += 1;
+        for q in seqs.iter() {
+            ms_inc(&mut self.seq_pos[q as usize], pos);
+        }
+    }
+
+    /// Empties a slot (no-op if empty); the head may move back to it.
+    fn empty_slot(&mut self, st: usize, i: usize) {
+        let stream = &mut self.streams[st];
+        let pos = stream.pos[i];
+        if pos < 0 {
+            return;
+        }
+        for q in stream.seqs[i].iter() {
+            ms_dec(&mut self.seq_pos[q as usize], pos);
+        }
+        stream.seqs[i] = SeqSet::new();
+        stream.pos[i] = -1;
+        stream.set_shift(i, 0);
+        stream.used -= 1;
+        stream.head = stream.head.min(i as u32);
+    }
+
+    /// Removes one sequence from a slot. Precondition: the slot holds `s`.
+    fn slot_rm_seq(&mut self, st: usize, i: usize, s: usize) {
+        debug_assert!(self.streams[st].seqs[i].contains(s as SeqId));
+        if self.streams[st].seqs[i].len() == 1 {
+            self.empty_slot(st, i);
+            return;
+        }
+        let pos = self.streams[st].pos[i];
+        self.streams[st].seqs[i].remove(s as SeqId);
+        ms_dec(&mut self.seq_pos[s], pos);
+    }
+
+    /// Moves a non-empty slot to `new` (`< 0`: empties it).
+    /// Precondition: `new <= i32::MAX`.
+    fn move_slot(&mut self, st: usize, i: usize, new: i64) {
+        debug_assert!(new <= i32::MAX as i64);
+        if new < 0 {
+            self.empty_slot(st, i);
+            return;
+        }
+        let stream = &mut self.streams[st];
+        let old = stream.pos[i];
+        debug_assert!(old >= 0);
+        let new = new as Pos;
+        if new == old {
+            return;
+        }
+        for q in stream.seqs[i].iter() {
+            ms_dec(&mut self.seq_pos[q as usize], old);
+            ms_inc(&mut self.seq_pos[q as usize], new);
+        }
+        // shift == pos - (position K is rotated for), both in 0..=i32::MAX
+        let shift = stream.shift[i] as i64 + new as i64 - old as i64;
+        debug_assert!(shift >= i32::MIN as i64 && shift <= i32::MAX as i64);
+        stream.pos[i] = new;
+        stream.set_shift(i, shift as Pos);
+    }
+
+    /// Sets the pending shift of a non-empty slot (state restore).
+    pub(crate) fn restore_shift(&mut self, st: usize, i: usize, shift: Pos) {
+        debug_assert!(self.streams[st].pos[i] >= 0);
+        self.streams[st].set_shift(i, shift);
+    }
+
+    /// Recomputes every counter and multiset and compares (debug builds).
+    pub(crate) fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let mut ms = vec![PosCounts::new(); self.seq_pos.len()];
+            for (st, stream) in self.streams.iter().enumerate() {
+                let mut used = 0;
+                let mut shifted = 0;
+                for i in 0..stream.pos.len() {
+                    let (p, seqs) = (stream.pos[i], stream.seqs[i]);
+                    assert_eq!(
+                        p < 0,
+                        seqs.is_empty(),
+                        "slot {st}/{i}: pos {p} seqs {seqs:?}"
+                    );
+                    if p < 0 {
+                        assert_eq!((p, stream.shift[i]), (-1, 0), "empty slot {st}/{i}");
+                        continue;
+                    }
+                    used += 1;
+                    shifted += (stream.shift[i] != 0) as u32;
+                    for q in seqs.iter() {
+                        assert_eq!(self.stream_idx(q as usize), st, "seq {q} in stream {st}");
+                        ms_inc(&mut ms[q as usize], p);
+                    }
+                }
+                assert_eq!(used, stream.used, "stream {st} used");
+                assert_eq!(shifted, stream.n_shifted, "stream {st} n_shifted");
+            }
+            assert_eq!(ms, self.seq_pos, "per-sequence position multisets");
+        }
+    }
+}
