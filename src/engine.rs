@@ -38,7 +38,9 @@ macro_rules! with_exec {
         match ($engine, $state) {
             (crate::engine::Engine::Cpu($l), crate::engine::ExecState::Cpu($x)) => $body,
             #[allow(unreachable_patterns)]
-            _ => Err(crate::Error::Internal("engine and context state are of different backends".into())),
+            _ => Err(crate::Error::Internal(
+                "engine and context state are of different backends".into(),
+            )),
         }
     };
 }
@@ -67,7 +69,9 @@ impl Engine {
         type_v: glint_backend::GgmlType,
     ) -> Result<ExecState, crate::Error> {
         match self {
-            Engine::Cpu(l) => Ok(ExecState::Cpu(new_exec(&l.be, hp, n_rows, n_ubatch, n_kv_max, type_k, type_v)?)),
+            Engine::Cpu(l) => Ok(ExecState::Cpu(new_exec(
+                &l.be, hp, n_rows, n_ubatch, n_kv_max, type_k, type_v,
+            )?)),
         }
     }
 }
@@ -89,7 +93,12 @@ fn new_exec<B: Backend>(
         label: "kshift".into(),
         usage: glint_backend::Usage::Scratch,
     })?;
-    Ok(Exec { kv, scratch, pending: None, shifts })
+    Ok(Exec {
+        kv,
+        scratch,
+        pending: None,
+        shifts,
+    })
 }
 
 #[allow(dead_code)]

@@ -20,17 +20,33 @@ fn smollm2_forward_cpu_first_look() {
         }
     }
     let ub = glint_model::UBatch {
-        tokens: &toks, pos: &pos, rows: &pos, kv_start: 0, n_kv, mask: &mask, mask_swa: None, outputs: &[4],
+        tokens: &toks,
+        pos: &pos,
+        rows: &pos,
+        kv_start: 0,
+        n_kv,
+        mask: &mask,
+        mask_swa: None,
+        outputs: &[4],
     };
-    let out = glint_model::forward(&be, &hp, &w, &kv, &s, &ub).unwrap();
+    let out = glint_model::forward(&be, &hp, &w, &kv, &s, &ub)
+        .unwrap()
+        .unwrap();
     let mut buf = vec![0u8; hp.n_vocab * 4];
     be.read(&out.logits, 0, &mut buf).unwrap();
     let logits: Vec<f32> = bytemuck::cast_slice(&buf).to_vec();
     let (_, want) = common::read_npy_f32(&common::reference("gen_smollm2/logits_last.npy"));
     let mut idx: Vec<usize> = (0..logits.len()).collect();
     idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-    let maxdiff = logits.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    eprintln!("top5 {:?}", idx[..5].iter().map(|&i| (i, logits[i])).collect::<Vec<_>>());
+    let maxdiff = logits
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    eprintln!(
+        "top5 {:?}",
+        idx[..5].iter().map(|&i| (i, logits[i])).collect::<Vec<_>>()
+    );
     eprintln!("maxdiff {maxdiff}");
     assert_eq!(idx[0], 7042);
 }

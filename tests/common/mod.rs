@@ -43,9 +43,18 @@ pub fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
     let header = std::str::from_utf8(&b[hstart..hstart + hlen]).unwrap();
     assert!(header.contains("'descr': '<f4'"), "{header}");
     assert!(header.contains("'fortran_order': False"), "{header}");
-    let shape_s = header.split("'shape': (").nth(1).unwrap().split(')').next().unwrap();
-    let shape: Vec<usize> =
-        shape_s.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let shape_s = header
+        .split("'shape': (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap();
+    let shape: Vec<usize> = shape_s
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
     let data: Vec<f32> = b[hstart + hlen..]
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))

@@ -150,7 +150,10 @@ impl SharedBytes {
     /// The first `len` bytes (all of them if `len` is larger).
     pub fn prefix(&self, len: usize) -> Self {
         let end = self.range.start + len.min(self.range.len());
-        SharedBytes { owner: Arc::clone(&self.owner), range: self.range.start..end }
+        SharedBytes {
+            owner: Arc::clone(&self.owner),
+            range: self.range.start..end,
+        }
     }
 
     /// The bytes.

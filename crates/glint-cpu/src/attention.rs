@@ -32,7 +32,22 @@ impl Cache<'_> {
 
 /// `q`: `[head_dim, n_head, m]`; `mask`: `[n_kv, m]`; `out`: `[head_dim * n_head, m]`.
 /// One rayon task per (query token, head).
-pub fn attention(q: &[f32], k: Cache, v: Cache, mask: &[f32], p: &AttnParams, out: &mut [f32]) {
+///
+/// `ggml_f16`: round as ggml's non-flash attention does over an F16 cache
+/// (its `mul_mat`s convert the f32 operand to the cache's f16): Q is rounded
+/// to f16 before `Q·K` when K is F16, and the normalized softmax weights are
+/// rounded to f16 before weighting V when V is F16.
+pub fn attention(
+    q: &[f32],
+    k: Cache,
+    v: Cache,
+    mask: &[f32],
+    p: &AttnParams,
+    out: &mut [f32],
+    ggml_f16: bool,
+) {
+    let round_q = ggml_f16 && matches!(k, Cache::F16(_));
+    let round_p = ggml_f16 && matches!(v, Cache::F16(_));
     let hd = p.head_dim;
     if hd == 0 || p.n_head == 0 {
         return;
@@ -43,10 +58,19 @@ pub fn attention(q: &[f32], k: Cache, v: Cache, mask: &[f32], p: &AttnParams, ou
         .zip(q.par_chunks(hd))
         .enumerate()
         .for_each_init(
-            // scores: [n_kv] f32; kv: [head_dim] f32, one widened cache row head
-            || (vec![0f32; p.n_kv], vec![0f32; hd]),
-            |(scores, kv), (ih, (o, qh))| {
+            // scores: [n_kv] f32; kv: [head_dim] f32, one widened cache row
+            // head; qr: [head_dim] f32, the query (rounded to f16 if asked)
+            || (vec![0f32; p.n_kv], vec![0f32; hd], vec![0f32; hd]),
+            |(scores, kv, qr), (ih, (o, qh))| {
                 let (i, h) = (ih / p.n_head, ih % p.n_head);
+                let qh: &[f32] = if round_q {
+                    for (d, &s) in qr.iter_mut().zip(qh) {
+                        *d = f16::from_f32(s).to_f32();
+                    }
+                    qr
+                } else {
+                    qh
+                };
                 let at_head = (h / group) * hd;
                 let mask_i = &mask[i * p.n_kv..(i + 1) * p.n_kv];
                 let mut max = f32::NEG_INFINITY;
@@ -68,15 +92,35 @@ pub fn attention(q: &[f32], k: Cache, v: Cache, mask: &[f32], p: &AttnParams, ou
                     return; // fully masked: zeros
                 }
                 let mut sum = 0f32;
+                for s in scores.iter_mut() {
+                    if *s == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                if round_p {
+                    // ggml normalizes first, then rounds the weights to f16.
+                    let inv = 1.0 / sum;
+                    for (j, s) in scores.iter().enumerate() {
+                        if *s == f32::NEG_INFINITY {
+                            continue;
+                        }
+                        let w = f16::from_f32(s * inv).to_f32();
+                        v.load((p.kv_start + j) * row + at_head, kv);
+                        for (o, &vv) in o.iter_mut().zip(kv.iter()) {
+                            *o += w * vv;
+                        }
+                    }
+                    return;
+                }
                 for (j, s) in scores.iter().enumerate() {
                     if *s == f32::NEG_INFINITY {
                         continue;
                     }
-                    let w = (s - max).exp();
-                    sum += w;
                     v.load((p.kv_start + j) * row + at_head, kv);
                     for (o, &vv) in o.iter_mut().zip(kv.iter()) {
-                        *o += w * vv;
+                        *o += s * vv;
                     }
                 }
                 let inv = 1.0 / sum;

@@ -41,17 +41,40 @@ pub use weights::{dequant_row, dot, row_dot};
 use check::shape_err;
 use GgmlType::{F16, F32, I32};
 
+/// How the cpu backend rounds what it multiplies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// ggml's cpu numerics (the default): activations are quantized once per
+    /// column to the weight type's `vec_dot_type` (Q8_0, Q8_1 or Q8_K) and
+    /// multiplied with integer dots; F16/BF16 weights see activations
+    /// rounded to their type; attention over an F16 cache rounds Q and the
+    /// softmax weights to f16. This is what llama.cpp computes, so logits and
+    /// greedy tokens follow it closely — and integer dots are the fast path.
+    #[default]
+    Ggml,
+    /// Every product in f32 against dequantized weights: what the WGSL
+    /// kernels compute, so it is the oracle they are tested against.
+    F32,
+}
+
 /// The cpu backend: a rayon pool and the byte counters of what it holds.
 pub struct CpuBackend {
     pool: rayon::ThreadPool,
+    precision: Precision,
     weights_bytes: Arc<AtomicUsize>,
     kv_bytes: Arc<AtomicUsize>,
     scratch_bytes: Arc<AtomicUsize>,
 }
 
 impl CpuBackend {
-    /// A backend with its own pool of `n_threads` (default: one per core).
+    /// A backend with its own pool of `n_threads` (default: one per core)
+    /// and ggml's numerics ([`Precision::Ggml`]).
     pub fn new(n_threads: Option<usize>) -> Result<Self> {
+        Self::with_precision(n_threads, Precision::Ggml)
+    }
+
+    /// A backend with the given numerics.
+    pub fn with_precision(n_threads: Option<usize>, precision: Precision) -> Result<Self> {
         let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("glint-cpu-{i}"));
         if let Some(n) = n_threads {
             b = b.num_threads(n);
@@ -61,10 +84,16 @@ impl CpuBackend {
             .map_err(|e| BackendError::Device(format!("cpu thread pool: {e}")))?;
         Ok(CpuBackend {
             pool,
+            precision,
             weights_bytes: Arc::default(),
             kv_bytes: Arc::default(),
             scratch_bytes: Arc::default(),
         })
+    }
+
+    /// The numerics in use.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Threads in the pool.
@@ -217,8 +246,14 @@ impl Backend for CpuBackend {
         let o = og.f32s_mut();
         let (wb, xs) = (wg.bytes(), xg.f32s());
         let row_bytes = w.desc.row_bytes();
-        self.pool
-            .install(|| matmul::mul_mat(w.desc.ty, wb, row_bytes, k, n, &xs, m, o))
+        let ggml = self.precision == Precision::Ggml;
+        self.pool.install(|| {
+            if ggml {
+                matmul::mul_mat_ggml(w.desc.ty, wb, row_bytes, k, n, &xs, m, o)
+            } else {
+                matmul::mul_mat(w.desc.ty, wb, row_bytes, k, n, &xs, m, o)
+            }
+        })
     }
 
     fn get_rows(&self, table: &CpuTensor, ids: &CpuTensor, out: &CpuTensor) -> Result<()> {
@@ -441,8 +476,9 @@ impl Backend for CpuBackend {
             v32 = vg.f32s();
             Cache::F32(&v32)
         };
-        self.pool
-            .install(|| attention::attention(&qs, kc, vc, &ms, p, o));
+        self.pool.install(|| {
+            attention::attention(&qs, kc, vc, &ms, p, o, self.precision == Precision::Ggml)
+        });
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! `mul_mat` and `get_rows`: everything that reads weight rows.
 
-use glint_backend::{GgmlType, Result};
+use glint_backend::{BackendError, GgmlType, Result};
 use rayon::prelude::*;
 
 use crate::weights::{dequant_row, dot, row_dot};
@@ -79,6 +79,78 @@ pub fn mul_mat(
                 },
             )?;
     }
+    out.par_chunks_mut(n).enumerate().for_each(|(c, col)| {
+        for (r, o) in col.iter_mut().enumerate() {
+            *o = by_row[r * m + c];
+        }
+    });
+    Ok(())
+}
+
+/// `mul_mat` with ggml's numerics: block-quantized weights meet activations
+/// quantized once per column to the weight type's `vec_dot_type` (Q8_0, Q8_1
+/// or Q8_K) through integer dots (`glint_quant::vec_dot`, ggml's reference
+/// loops); F16/BF16 weights meet activations rounded to that type; F32 is
+/// plain f32. Same shapes as [`mul_mat`].
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_ggml(
+    ty: GgmlType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    n: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let vt = ty.vec_dot_type();
+    match vt {
+        GgmlType::F16 | GgmlType::BF16 => {
+            // xr: [k, m] f32, x rounded to the weight's float type.
+            let xr: Vec<f32> = match vt {
+                GgmlType::F16 => x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+                _ => x
+                    .iter()
+                    .map(|&v| half::bf16::from_f32(v).to_f32())
+                    .collect(),
+            };
+            return mul_mat(ty, w, row_bytes, k, n, &xr, m, out);
+        }
+        GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K => {}
+        _ => return mul_mat(ty, w, row_bytes, k, n, x, m, out),
+    }
+    if n == 0 || m == 0 {
+        return Ok(());
+    }
+    let err = |e: glint_quant::QuantError| BackendError::Shape {
+        op: "mul_mat",
+        detail: e.to_string(),
+    };
+    let act_bytes = vt.bytes_for(k as u64).ok_or_else(|| BackendError::Shape {
+        op: "mul_mat",
+        detail: format!("row of {k} is not a whole number of {vt} blocks"),
+    })? as usize;
+    // act: [m] rows of act_bytes, each column of x quantized once.
+    let mut act = vec![0u8; act_bytes * m];
+    act.par_chunks_mut(act_bytes)
+        .zip(x.par_chunks(k))
+        .try_for_each(|(a, xc)| glint_quant::quantize_row(vt, xc, a).map_err(err))?;
+    let w_row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
+    // by_row: [m, n] as in mul_mat.
+    let mut by_row = vec![0f32; n * m];
+    by_row
+        .par_chunks_mut(m * DECODE_ROWS_PER_TASK)
+        .enumerate()
+        .try_for_each(|(blk, chunk)| -> Result<()> {
+            for (rr, outs) in chunk.chunks_mut(m).enumerate() {
+                let row = w_row(blk * DECODE_ROWS_PER_TASK + rr);
+                for (c, o) in outs.iter_mut().enumerate() {
+                    *o = glint_quant::vec_dot(ty, row, &act[c * act_bytes..(c + 1) * act_bytes])
+                        .map_err(err)?;
+                }
+            }
+            Ok(())
+        })?;
     out.par_chunks_mut(n).enumerate().for_each(|(c, col)| {
         for (r, o) in col.iter_mut().enumerate() {
             *o = by_row[r * m + c];

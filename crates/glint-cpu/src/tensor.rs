@@ -125,7 +125,10 @@ impl CpuTensor {
 
     /// A view: the same storage from byte 0, shape `ne`, no more bytes than `self`.
     pub(crate) fn view(&self, ne: [usize; 4]) -> Result<CpuTensor> {
-        let desc = TensorDesc { ne, ..self.desc.clone() };
+        let desc = TensorDesc {
+            ne,
+            ..self.desc.clone()
+        };
         if desc.n_bytes() > self.desc.n_bytes() || desc.n_elements() == 0 {
             return Err(BackendError::Shape {
                 op: "view",
@@ -142,7 +145,11 @@ impl CpuTensor {
             Storage::Owned(a) => Storage::Owned(Arc::clone(a)),
             Storage::Shared(b) => Storage::Shared(b.prefix(desc.n_bytes())),
         };
-        Ok(CpuTensor { desc, storage, counter: None })
+        Ok(CpuTensor {
+            desc,
+            storage,
+            counter: None,
+        })
     }
 
     /// The output's write lock. Ops take their inputs' read locks first, so a

@@ -198,7 +198,8 @@ fn view<B: Backend>(b: &B, t: &B::Tensor, ne: &[usize]) -> Result<B::Tensor, Mod
 }
 
 /// Run one micro-batch through the model: K and V of its tokens land in
-/// `kv` at `ub.rows`; logits of `ub.outputs` are left in the scratch.
+/// `kv` at `ub.rows`; logits of `ub.outputs` are left in the scratch
+/// (`None` when no token wants them: the output head is skipped).
 pub fn forward<B: Backend>(
     b: &B,
     hp: &HParams,
@@ -206,7 +207,7 @@ pub fn forward<B: Backend>(
     kv: &KvStorage<B::Tensor>,
     s: &Scratch<B::Tensor>,
     ub: &UBatch,
-) -> Result<Output<B::Tensor>, ModelError> {
+) -> Result<Option<Output<B::Tensor>>, ModelError> {
     let t = ub.tokens.len();
     let n_out = ub.outputs.len();
     let bad = |m: String| Err(ModelError::Batch(m));
@@ -256,8 +257,10 @@ pub fn forward<B: Backend>(
     if let Some(&r) = ub.rows.iter().find(|&&r| r < 0 || r as usize >= kv.n_rows) {
         return bad(format!("cache row {r} outside 0..{}", kv.n_rows));
     }
-    if n_out == 0 || ub.outputs.iter().any(|&o| o < 0 || o as usize >= t) {
-        return bad(format!("outputs must be 1..={t} indices into the batch"));
+    if n_out > t || ub.outputs.iter().any(|&o| o < 0 || o as usize >= t) {
+        return bad(format!(
+            "outputs must be at most {t} indices into the micro-batch"
+        ));
     }
 
     let (n_embd, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
@@ -388,6 +391,9 @@ pub fn forward<B: Backend>(
         std::mem::swap(&mut x, &mut x2);
     }
 
+    if n_out == 0 {
+        return Ok(None);
+    }
     // Only the rows that want logits go through the head.
     let identity = n_out == t && ub.outputs.iter().enumerate().all(|(i, &o)| o as usize == i);
     let xo = if identity {
@@ -405,9 +411,9 @@ pub fn forward<B: Backend>(
     b.mul_mat(w.output.as_ref().unwrap_or(&w.tok_embd), &xn, &logits)?;
     let argmax = view(b, &s.argmax, &[n_out])?;
     b.argmax(&logits, &argmax)?;
-    Ok(Output {
+    Ok(Some(Output {
         logits,
         argmax,
         n_out,
-    })
+    }))
 }
