@@ -154,6 +154,7 @@ fn penalties() {
     );
 }
 
+#[allow(clippy::too_many_arguments)] // llama.cpp's test_dry signature
 fn run_dry(
     probs: &[f32],
     last: &[u32],

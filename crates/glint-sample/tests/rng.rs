@@ -2,6 +2,9 @@
 //! by a C++ program compiled with g++ 12.2 (libstdc++, Debian 12): the
 //! program and the exact lines are quoted next to each test.
 
+// The golden values are pasted as printed (%.17g / %.9g), digits beyond the type.
+#![allow(clippy::excessive_precision)]
+
 use glint_sample::rng::Mt19937;
 use glint_sample::{Dist, Sampler, TokenDataArray};
 
