@@ -18,6 +18,22 @@
 //! arithmetic and candidate order. Ties in sorting are broken by ascending
 //! token id, where llama.cpp's order is unspecified.
 //!
+//! Where glint differs from llama.cpp, and why:
+//!
+//! - `temp <= 0` builds a chain ending in `greedy` instead of `dist` or
+//!   mirostat (llama.cpp's temperature masks all but one token, so the pick
+//!   is the same; greedy states it and draws no random numbers).
+//! - [`SamplerParams::validate`] rejects what llama.cpp silently accepts:
+//!   negative `temp`, out-of-range probabilities, NaN, unknown sampler names,
+//!   logit-bias tokens outside the vocabulary.
+//! - DRY sequence breakers are token-id sequences supplied by the caller;
+//!   llama.cpp matches breaker strings against token text, which needs the
+//!   vocabulary this crate does not have.
+//! - Sorting ties are broken by ascending id; top-p sorts fully instead of
+//!   llama.cpp's bucket heuristic (same result, slower on huge vocabularies);
+//!   `logit-bias` clears `sorted` when it changes logits.
+//! - `infill`, `adaptive_p`/power-law and grammar samplers are not here.
+//!
 //! ```
 //! use glint_sample::{SamplerParams, Sampler};
 //! let params = SamplerParams { seed: 42, ..SamplerParams::default() };
