@@ -1,0 +1,162 @@
+//! The sampler interface and the chain that runs samplers in order.
+
+use crate::{SampleError, TokenDataArray};
+
+/// One step of a sampling pipeline: llama.cpp's `llama_sampler_i`.
+///
+/// `apply` rewrites the candidates (filters, scales, or selects); `accept`
+/// tells the sampler which token was finally emitted (penalties and DRY keep
+/// a history); `reset` forgets that history and re-seeds random state.
+pub trait Sampler: Send {
+    /// llama.cpp's name for the sampler (`"top-k"`, `"dist"`, ...).
+    fn name(&self) -> &'static str;
+    /// Rewrite the candidates in place.
+    fn apply(&mut self, cur_p: &mut TokenDataArray);
+    /// Record the emitted token. Default: no history.
+    fn accept(&mut self, _token: u32) {}
+    /// Forget history, re-seed random state. Default: nothing to forget.
+    fn reset(&mut self) {}
+    /// A copy of the sampler with its current state (history, RNG, mu).
+    fn clone_box(&self) -> Box<dyn Sampler>;
+}
+
+impl Clone for Box<dyn Sampler> {
+    fn clone(&self) -> Self {
+        self.clone_box()
+    }
+}
+
+impl std::fmt::Debug for dyn Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Samplers applied in order: llama.cpp's `llama_sampler_chain`.
+#[derive(Clone, Debug, Default)]
+pub struct Chain {
+    samplers: Vec<Box<dyn Sampler>>,
+    n_sample: u64,
+}
+
+impl Chain {
+    /// An empty chain.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append a sampler (`llama_sampler_chain_add`).
+    pub fn push(&mut self, sampler: Box<dyn Sampler>) {
+        self.samplers.push(sampler);
+    }
+
+    /// Builder form of [`push`](Self::push).
+    pub fn with(mut self, sampler: impl Sampler + 'static) -> Self {
+        self.samplers.push(Box::new(sampler));
+        self
+    }
+
+    /// The samplers, in order.
+    pub fn samplers(&self) -> &[Box<dyn Sampler>] {
+        &self.samplers
+    }
+
+    /// Mutable access to the samplers, in order.
+    pub fn samplers_mut(&mut self) -> &mut [Box<dyn Sampler>] {
+        &mut self.samplers
+    }
+
+    /// The samplers' names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.samplers.iter().map(|s| s.name()).collect()
+    }
+
+    /// `logits -> top-k -> ...`, like `common_sampler_print`.
+    pub fn describe(&self) -> String {
+        let mut s = String::from("logits");
+        for smpl in &self.samplers {
+            s.push_str(" -> ");
+            s.push_str(smpl.name());
+        }
+        s
+    }
+
+    /// How many tokens were accepted since creation.
+    pub fn n_sample(&self) -> u64 {
+        self.n_sample
+    }
+
+    /// Run the samplers over the raw `logits` and return the candidates with
+    /// the selection, without accepting. Errors: empty logits, a NaN or `+inf`
+    /// logit (`-inf` is a legal mask), or a chain that selected nothing (it
+    /// lacks a selecting sampler such as `dist` or `greedy`).
+    pub fn apply_logits(&mut self, logits: &[f32]) -> Result<TokenDataArray, SampleError> {
+        check_logits(logits)?;
+        let mut cur_p = TokenDataArray::from_logits(logits);
+        self.apply(&mut cur_p);
+        match cur_p.selected {
+            Some(i) if i < cur_p.data.len() => Ok(cur_p),
+            _ => Err(SampleError::NoSelection {
+                chain: self.describe(),
+            }),
+        }
+    }
+
+    /// Sample one token and accept it: `llama_sampler_sample`.
+    pub fn sample(&mut self, logits: &[f32]) -> Result<u32, SampleError> {
+        let cur_p = self.apply_logits(logits)?;
+        let token = cur_p
+            .selected_token()
+            .ok_or_else(|| SampleError::NoSelection {
+                chain: self.describe(),
+            })?;
+        self.accept(token);
+        Ok(token)
+    }
+}
+
+impl Sampler for Chain {
+    fn name(&self) -> &'static str {
+        "chain"
+    }
+
+    fn apply(&mut self, cur_p: &mut TokenDataArray) {
+        for smpl in &mut self.samplers {
+            smpl.apply(cur_p);
+        }
+    }
+
+    fn accept(&mut self, token: u32) {
+        for smpl in &mut self.samplers {
+            smpl.accept(token);
+        }
+        self.n_sample += 1;
+    }
+
+    fn reset(&mut self) {
+        for smpl in &mut self.samplers {
+            smpl.reset();
+        }
+    }
+
+    fn clone_box(&self) -> Box<dyn Sampler> {
+        Box::new(self.clone())
+    }
+}
+
+pub(crate) fn check_logits(logits: &[f32]) -> Result<(), SampleError> {
+    if logits.is_empty() {
+        return Err(SampleError::EmptyLogits);
+    }
+    if let Some((i, &v)) = logits
+        .iter()
+        .enumerate()
+        .find(|(_, v)| v.is_nan() || **v == f32::INFINITY)
+    {
+        return Err(SampleError::BadLogit {
+            token: i as u32,
+            value: v,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,495 @@
+//! SamplerParams: llama.cpp's defaults, the chain they build, validation,
+//! and the command-line parsers.
+
+use glint_sample::{
+    parse_logit_bias, parse_sampler_list, parse_sampler_seq, LogitBiasEntry, SampleError,
+    SamplerParams, SamplerType, DEFAULT_SAMPLERS, DEFAULT_SEED,
+};
+
+#[test]
+fn defaults_are_llama_cpps() {
+    let p = SamplerParams::default();
+    assert_eq!(p.seed, DEFAULT_SEED);
+    assert_eq!(
+        (p.temp, p.top_k, p.top_p, p.min_p, p.typ_p),
+        (0.8, 40, 0.95, 0.05, 1.0)
+    );
+    assert_eq!(
+        (
+            p.penalty_last_n,
+            p.penalty_repeat,
+            p.penalty_freq,
+            p.penalty_present
+        ),
+        (64, 1.0, 0.0, 0.0)
+    );
+    assert_eq!((p.mirostat, p.mirostat_tau, p.mirostat_eta), (0, 5.0, 0.1));
+    assert_eq!((p.xtc_probability, p.xtc_threshold), (0.0, 0.1));
+    assert_eq!(
+        (
+            p.dry_multiplier,
+            p.dry_base,
+            p.dry_allowed_length,
+            p.dry_penalty_last_n
+        ),
+        (0.0, 1.75, 2, -1)
+    );
+    assert_eq!(
+        (
+            p.top_n_sigma,
+            p.dynatemp_range,
+            p.dynatemp_exponent,
+            p.min_keep
+        ),
+        (-1.0, 0.0, 1.0, 0)
+    );
+    assert_eq!(p.samplers, DEFAULT_SAMPLERS);
+    let chars: String = p.samplers.iter().map(|t| t.chr()).collect();
+    assert_eq!(chars, "edskypmxt");
+    p.validate().unwrap();
+}
+
+#[test]
+fn default_chain_order() {
+    let chain = SamplerParams::default().build_chain(32000, 4096).unwrap();
+    assert_eq!(
+        chain.names(),
+        [
+            "penalties",
+            "dry",
+            "top-n-sigma",
+            "top-k",
+            "typical",
+            "top-p",
+            "min-p",
+            "xtc",
+            "temp-ext",
+            "dist"
+        ]
+    );
+}
+
+#[test]
+fn logit_bias_goes_first_and_mirostat_replaces_the_tail() {
+    let p = SamplerParams {
+        logit_bias: vec![LogitBiasEntry {
+            token: 2,
+            bias: -1.0,
+        }],
+        samplers: parse_sampler_list("top_k;temperature").unwrap(),
+        ..SamplerParams::default()
+    };
+    assert_eq!(
+        p.build_chain(10, 64).unwrap().names(),
+        ["logit-bias", "top-k", "temp-ext", "dist"]
+    );
+    let m1 = SamplerParams {
+        mirostat: 1,
+        ..p.clone()
+    };
+    assert_eq!(
+        m1.build_chain(10, 64).unwrap().names(),
+        ["logit-bias", "temp", "mirostat"]
+    );
+    let m2 = SamplerParams {
+        mirostat: 2,
+        logit_bias: vec![],
+        ..p
+    };
+    assert_eq!(
+        m2.build_chain(10, 64).unwrap().names(),
+        ["temp", "mirostat-v2"]
+    );
+}
+
+#[test]
+fn temp_zero_selects_greedily() {
+    let p = SamplerParams {
+        temp: 0.0,
+        seed: 1,
+        ..SamplerParams::default()
+    };
+    let mut chain = p.build_chain(5, 64).unwrap();
+    assert_eq!(chain.names().last(), Some(&"greedy"));
+    for _ in 0..10 {
+        assert_eq!(chain.sample(&[0.1, 0.3, 2.0, 1.9, -1.0]).unwrap(), 2);
+    }
+    let m = SamplerParams {
+        temp: 0.0,
+        mirostat: 2,
+        ..SamplerParams::default()
+    };
+    assert_eq!(m.build_chain(5, 64).unwrap().names(), ["temp", "greedy"]);
+}
+
+#[test]
+fn same_seed_same_tokens_through_the_default_chain() {
+    let logits: Vec<f32> = (0..50).map(|i| ((i * 37 % 11) as f32) * 0.3).collect();
+    let run = |seed| {
+        let p = SamplerParams {
+            seed,
+            ..SamplerParams::default()
+        };
+        let mut c = p.build_chain(50, 64).unwrap();
+        (0..30)
+            .map(|_| c.sample(&logits).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(3), run(3));
+    assert_ne!(run(3), run(4));
+}
+
+#[test]
+fn penalty_last_n_minus_one_means_context_size() {
+    // With n_ctx = 2 the window holds 2 tokens: token 0 accepted 3 steps ago
+    // is no longer penalized.
+    let p = SamplerParams {
+        temp: 0.0,
+        penalty_last_n: -1,
+        penalty_repeat: 10.0,
+        samplers: vec![SamplerType::Penalties],
+        ..SamplerParams::default()
+    };
+    let mut c = p.build_chain(4, 2).unwrap();
+    let logits = [3.0f32, 2.9, 2.8, 2.7];
+    assert_eq!(c.sample(&logits).unwrap(), 0);
+    assert_eq!(c.sample(&logits).unwrap(), 1);
+    assert_eq!(c.sample(&logits).unwrap(), 2); // window {0, 1}
+    assert_eq!(c.sample(&logits).unwrap(), 0); // window {1, 2}
+}
+
+fn rejects(p: SamplerParams, name: &str) {
+    match p.validate() {
+        Err(SampleError::InvalidParam { name: n, .. }) => assert_eq!(n, name),
+        other => panic!("{name}: expected InvalidParam, got {other:?}"),
+    }
+    let msg = p.validate().unwrap_err().to_string();
+    assert!(msg.contains(name), "{msg}");
+}
+
+#[test]
+fn every_invalid_parameter_is_named() {
+    let d = SamplerParams::default;
+    rejects(SamplerParams { temp: -0.1, ..d() }, "temp");
+    rejects(
+        SamplerParams {
+            temp: f32::NAN,
+            ..d()
+        },
+        "temp",
+    );
+    rejects(
+        SamplerParams {
+            temp: f32::INFINITY,
+            ..d()
+        },
+        "temp",
+    );
+    rejects(SamplerParams { top_k: -1, ..d() }, "top_k");
+    rejects(SamplerParams { top_p: 0.0, ..d() }, "top_p");
+    rejects(SamplerParams { top_p: 1.01, ..d() }, "top_p");
+    rejects(
+        SamplerParams {
+            top_p: f32::NAN,
+            ..d()
+        },
+        "top_p",
+    );
+    rejects(
+        SamplerParams {
+            min_p: -0.01,
+            ..d()
+        },
+        "min_p",
+    );
+    rejects(SamplerParams { min_p: 1.5, ..d() }, "min_p");
+    rejects(SamplerParams { typ_p: 0.0, ..d() }, "typ_p");
+    rejects(
+        SamplerParams {
+            typ_p: f32::NAN,
+            ..d()
+        },
+        "typ_p",
+    );
+    rejects(
+        SamplerParams {
+            xtc_probability: 1.1,
+            ..d()
+        },
+        "xtc_probability",
+    );
+    rejects(
+        SamplerParams {
+            xtc_threshold: -0.1,
+            ..d()
+        },
+        "xtc_threshold",
+    );
+    rejects(
+        SamplerParams {
+            dynatemp_range: -1.0,
+            ..d()
+        },
+        "dynatemp_range",
+    );
+    rejects(
+        SamplerParams {
+            dynatemp_exponent: f32::NAN,
+            ..d()
+        },
+        "dynatemp_exponent",
+    );
+    rejects(
+        SamplerParams {
+            penalty_last_n: -2,
+            ..d()
+        },
+        "penalty_last_n",
+    );
+    rejects(
+        SamplerParams {
+            penalty_repeat: 0.0,
+            ..d()
+        },
+        "penalty_repeat",
+    );
+    rejects(
+        SamplerParams {
+            penalty_freq: f32::NAN,
+            ..d()
+        },
+        "penalty_freq",
+    );
+    rejects(
+        SamplerParams {
+            penalty_present: f32::INFINITY,
+            ..d()
+        },
+        "penalty_present",
+    );
+    rejects(
+        SamplerParams {
+            dry_multiplier: -1.0,
+            ..d()
+        },
+        "dry_multiplier",
+    );
+    rejects(
+        SamplerParams {
+            dry_base: f32::NAN,
+            ..d()
+        },
+        "dry_base",
+    );
+    rejects(
+        SamplerParams {
+            dry_allowed_length: -1,
+            ..d()
+        },
+        "dry_allowed_length",
+    );
+    rejects(
+        SamplerParams {
+            dry_penalty_last_n: -5,
+            ..d()
+        },
+        "dry_penalty_last_n",
+    );
+    rejects(
+        SamplerParams {
+            dry_sequence_breakers: vec![vec![1], vec![]],
+            ..d()
+        },
+        "dry_sequence_breakers",
+    );
+    rejects(SamplerParams { mirostat: 3, ..d() }, "mirostat");
+    rejects(
+        SamplerParams {
+            mirostat: -1,
+            ..d()
+        },
+        "mirostat",
+    );
+    rejects(
+        SamplerParams {
+            mirostat_tau: f32::NAN,
+            ..d()
+        },
+        "mirostat_tau",
+    );
+    rejects(
+        SamplerParams {
+            mirostat_eta: -0.1,
+            ..d()
+        },
+        "mirostat_eta",
+    );
+    rejects(
+        SamplerParams {
+            top_n_sigma: f32::NAN,
+            ..d()
+        },
+        "top_n_sigma",
+    );
+    rejects(
+        SamplerParams {
+            logit_bias: vec![LogitBiasEntry {
+                token: 1,
+                bias: f32::NAN,
+            }],
+            ..d()
+        },
+        "logit_bias",
+    );
+    rejects(
+        SamplerParams {
+            logit_bias: vec![LogitBiasEntry {
+                token: 1,
+                bias: f32::INFINITY,
+            }],
+            ..d()
+        },
+        "logit_bias",
+    );
+    // Boundaries that are valid.
+    for ok in [
+        SamplerParams {
+            temp: 0.0,
+            top_p: 1.0,
+            min_p: 0.0,
+            top_k: 0,
+            ..d()
+        },
+        SamplerParams {
+            min_p: 1.0,
+            penalty_last_n: -1,
+            dry_penalty_last_n: 0,
+            mirostat: 2,
+            ..d()
+        },
+        SamplerParams {
+            logit_bias: vec![LogitBiasEntry {
+                token: 1,
+                bias: f32::NEG_INFINITY,
+            }],
+            ..d()
+        },
+    ] {
+        ok.validate().unwrap();
+    }
+}
+
+#[test]
+fn build_chain_rejects_logit_bias_outside_the_vocab() {
+    let p = SamplerParams {
+        logit_bias: vec![LogitBiasEntry {
+            token: 10,
+            bias: 1.0,
+        }],
+        ..SamplerParams::default()
+    };
+    assert!(matches!(
+        p.build_chain(10, 64),
+        Err(SampleError::TokenOutOfRange {
+            token: 10,
+            n_vocab: 10,
+            ..
+        })
+    ));
+    assert!(p.build_chain(11, 64).is_ok());
+}
+
+#[test]
+fn sampler_list_parses_llama_cpp_names() {
+    assert_eq!(
+        parse_sampler_list("top_k;top_p;min_p;temperature").unwrap(),
+        [
+            SamplerType::TopK,
+            SamplerType::TopP,
+            SamplerType::MinP,
+            SamplerType::Temperature
+        ]
+    );
+    assert_eq!(
+        parse_sampler_list("penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature")
+            .unwrap(),
+        DEFAULT_SAMPLERS
+    );
+    assert_eq!(
+        parse_sampler_list("top-k;nucleus;typical;min-p;temp;top-n-sigma").unwrap(),
+        [
+            SamplerType::TopK,
+            SamplerType::TopP,
+            SamplerType::TypicalP,
+            SamplerType::MinP,
+            SamplerType::Temperature,
+            SamplerType::TopNSigma
+        ]
+    );
+    assert_eq!(
+        parse_sampler_list("top_k;mirostat"),
+        Err(SampleError::UnknownSampler {
+            name: "mirostat".into()
+        })
+    );
+    assert!(parse_sampler_list("").is_err());
+    assert!(parse_sampler_list("top_k;;top_p").is_err());
+}
+
+#[test]
+fn sampler_seq_parses_llama_cpp_letters() {
+    assert_eq!(parse_sampler_seq("edskypmxt").unwrap(), DEFAULT_SAMPLERS);
+    assert_eq!(
+        parse_sampler_seq("kt").unwrap(),
+        [SamplerType::TopK, SamplerType::Temperature]
+    );
+    assert_eq!(
+        parse_sampler_seq("kq"),
+        Err(SampleError::UnknownSampler { name: "q".into() })
+    );
+    for t in SamplerType::ALL {
+        assert_eq!(SamplerType::from_chr(t.chr()), Some(t));
+        assert_eq!(SamplerType::from_name(t.name()), Some(t));
+    }
+}
+
+#[test]
+fn logit_bias_parses_token_sign_bias() {
+    assert_eq!(
+        parse_logit_bias("15043+1,2-inf").unwrap(),
+        [
+            LogitBiasEntry {
+                token: 15043,
+                bias: 1.0
+            },
+            LogitBiasEntry {
+                token: 2,
+                bias: f32::NEG_INFINITY
+            }
+        ]
+    );
+    assert_eq!(
+        parse_logit_bias("7-0.5").unwrap(),
+        [LogitBiasEntry {
+            token: 7,
+            bias: -0.5
+        }]
+    );
+    for bad in [
+        "",
+        "+1",
+        "15043",
+        "15043*1",
+        "15043+",
+        "15043+x",
+        "15043+inf",
+        "15043+nan",
+        "1+-1",
+        "99999999999+1",
+    ] {
+        match parse_logit_bias(bad) {
+            Err(SampleError::BadLogitBias { entry, .. }) => assert_eq!(entry, bad),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
