@@ -1,0 +1,49 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use glint_kv::{KvCells, KvParams, Pos, SeqId, TokenMeta};
+
+/// A unified cache without n_kv padding.
+pub fn unified(kv_size: u32, n_seq_max: u32) -> KvCells {
+    KvCells::new(KvParams {
+        n_pad: 1,
+        ..KvParams::unified(kv_size, n_seq_max)
+    })
+    .unwrap()
+}
+
+/// A per-sequence cache without n_kv padding.
+pub fn per_seq(kv_size: u32, n_seq_max: u32) -> KvCells {
+    KvCells::new(KvParams {
+        n_pad: 1,
+        ..KvParams::per_seq(kv_size, n_seq_max)
+    })
+    .unwrap()
+}
+
+/// Places `n` tokens of `seq` at positions `p0..p0 + n` (find_slots + apply).
+pub fn decode(cells: &mut KvCells, seq: SeqId, p0: Pos, n: Pos) {
+    let batch: Vec<TokenMeta> = (p0..p0 + n).map(|p| TokenMeta::new(p, seq)).collect();
+    let plan = cells.find_slots(&batch).unwrap();
+    cells.apply(&plan).unwrap();
+}
+
+/// Positions of stream 0's first `n` slots.
+pub fn positions(cells: &KvCells, n: u32) -> Vec<Pos> {
+    (0..n).map(|i| cells.cell(0, i).unwrap().pos).collect()
+}
+
+/// Shifts of stream 0's first `n` slots.
+pub fn shifts(cells: &KvCells, n: u32) -> Vec<Pos> {
+    (0..n).map(|i| cells.cell(0, i).unwrap().shift).collect()
+}
+
+/// Positions of every slot of `seq` in its stream, in slot order.
+pub fn seq_positions_in_order(cells: &KvCells, seq: SeqId) -> Vec<Pos> {
+    let st = cells.stream_of(seq).unwrap();
+    (0..cells.params().kv_size)
+        .filter_map(|i| cells.cell(st, i))
+        .filter(|c| c.seqs.contains(seq))
+        .map(|c| c.pos)
+        .collect()
+}
