@@ -1,6 +1,7 @@
 //! The `glint` command line.
 
 mod args;
+mod cli_generate;
 
 use std::process::ExitCode;
 
@@ -13,7 +14,7 @@ usage: glint <command> [options]
 
 commands:
   inspect MODEL.gguf [--json]   what the file holds: header, metadata, tensors, totals per type
-  generate [-m MODEL] PROMPT    generate text (not built yet: see `glint generate --help`)
+  generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
   pull [NAME]                   fetch a known model (smollm2, gemma3) into the model cache
   help                          this text
 
@@ -95,12 +96,8 @@ fn inspect(rest: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn generate(_rest: &[String]) -> Result<(), String> {
-    Err(
-        "generate: not built yet — glint can read models (`glint inspect`) but has no \
-         forward pass, tokenizer or sampler yet (the Compute and Models issues); nothing generated"
-            .into(),
-    )
+fn generate(rest: &[String]) -> Result<(), String> {
+    cli_generate::run(rest)
 }
 
 fn pull(rest: &[String]) -> Result<(), String> {
