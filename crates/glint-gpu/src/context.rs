@@ -12,6 +12,9 @@ pub struct GpuOptions {
     /// Index into [`list_adapters`]' order (`--adapter N`); `None` = the
     /// instance's preferred high-performance adapter.
     pub adapter_index: Option<usize>,
+    /// Bind at most this many bytes of a tensor at once (below the device's
+    /// own limit), so tests can exercise windowing with small tensors.
+    pub max_binding_bytes: Option<u64>,
 }
 
 /// One adapter, as `--list-adapters` shows it.

@@ -86,6 +86,7 @@ pub struct GpuBackend {
     pipelines: PipelineCache,
     pending: Mutex<Pending>,
     counters: Arc<Counters>,
+    max_binding_bytes: Option<u64>,
 }
 
 /// One buffer binding: the whole buffer or a window of it.
@@ -171,6 +172,7 @@ impl GpuBackend {
                 n_ops: 0,
             }),
             counters: Arc::default(),
+            max_binding_bytes: opts.max_binding_bytes,
         })
     }
 
@@ -191,7 +193,8 @@ impl GpuBackend {
 
     fn max_binding(&self) -> u64 {
         // Window sizes stay below 2 GiB so byte offsets fit a u32 in WGSL.
-        self.ctx.limits.max_storage_buffer_binding_size.min(1 << 31)
+        let max = self.ctx.limits.max_storage_buffer_binding_size.min(1 << 31);
+        self.max_binding_bytes.map_or(max, |m| m.min(max))
     }
 
     /// Split `t` into windows of whole rows, each under the binding limit and
@@ -235,12 +238,13 @@ impl GpuBackend {
     }
 
     fn check_bindable(&self, op: &'static str, t: &GpuTensor) -> Result<()> {
-        if t.buf.size() > self.max_binding() {
+        let max = self.ctx.limits.max_storage_buffer_binding_size;
+        if t.buf.size() > max {
             return Err(BackendError::Device(format!(
                 "{op}: `{}` is {} bytes, over the binding limit of {} bytes",
                 t.desc.label,
                 t.buf.size(),
-                self.max_binding()
+                max
             )));
         }
         Ok(())
