@@ -66,6 +66,11 @@ pub struct TypeInfo {
     /// Bytes per block.
     pub type_size: usize,
     pub support: Support,
+    /// The activation format ggml pairs with this weight type in its integer
+    /// dot product (`type_traits_cpu[ty].vec_dot_type`), except that the
+    /// float types take f32 activations here. Meaningful for Compute types;
+    /// other rows carry ggml's choice or the type itself.
+    pub vec_dot_type: GgmlType,
 }
 
 use GgmlType as T;
@@ -78,6 +83,7 @@ const fn row(
     bs: usize,
     ts: usize,
     s: Support,
+    vdt: GgmlType,
 ) -> TypeInfo {
     TypeInfo {
         ty,
@@ -86,6 +92,7 @@ const fn row(
         block_size: bs,
         type_size: ts,
         support: s,
+        vec_dot_type: vdt,
     }
 }
 
@@ -94,38 +101,38 @@ const fn row(
 /// (`{f16 d; f16 s; i8 qs[32]}`); gguf-py's `GGML_QUANT_SIZES` still says 40
 /// from the days `d` and `s` were f32.
 pub const TYPES: &[TypeInfo] = &[
-    row(T::F32, 0, "F32", 1, 4, C),
-    row(T::F16, 1, "F16", 1, 2, C),
-    row(T::Q4_0, 2, "Q4_0", 32, 18, C),
-    row(T::Q4_1, 3, "Q4_1", 32, 20, C),
-    row(T::Q5_0, 6, "Q5_0", 32, 22, C),
-    row(T::Q5_1, 7, "Q5_1", 32, 24, C),
-    row(T::Q8_0, 8, "Q8_0", 32, 34, C),
-    row(T::Q8_1, 9, "Q8_1", 32, 36, A),
-    row(T::Q2_K, 10, "Q2_K", 256, 84, C),
-    row(T::Q3_K, 11, "Q3_K", 256, 110, C),
-    row(T::Q4_K, 12, "Q4_K", 256, 144, C),
-    row(T::Q5_K, 13, "Q5_K", 256, 176, C),
-    row(T::Q6_K, 14, "Q6_K", 256, 210, C),
-    row(T::Q8_K, 15, "Q8_K", 256, 292, A),
-    row(T::IQ2_XXS, 16, "IQ2_XXS", 256, 66, S),
-    row(T::IQ2_XS, 17, "IQ2_XS", 256, 74, S),
-    row(T::IQ3_XXS, 18, "IQ3_XXS", 256, 98, S),
-    row(T::IQ1_S, 19, "IQ1_S", 256, 50, S),
-    row(T::IQ4_NL, 20, "IQ4_NL", 32, 18, S),
-    row(T::IQ3_S, 21, "IQ3_S", 256, 110, S),
-    row(T::IQ2_S, 22, "IQ2_S", 256, 82, S),
-    row(T::IQ4_XS, 23, "IQ4_XS", 256, 136, S),
-    row(T::I8, 24, "I8", 1, 1, S),
-    row(T::I16, 25, "I16", 1, 2, S),
-    row(T::I32, 26, "I32", 1, 4, S),
-    row(T::I64, 27, "I64", 1, 8, S),
-    row(T::F64, 28, "F64", 1, 8, S),
-    row(T::IQ1_M, 29, "IQ1_M", 256, 56, S),
-    row(T::BF16, 30, "BF16", 1, 2, C),
-    row(T::TQ1_0, 34, "TQ1_0", 256, 54, S),
-    row(T::TQ2_0, 35, "TQ2_0", 256, 66, S),
-    row(T::MXFP4, 39, "MXFP4", 32, 17, S),
+    row(T::F32, 0, "F32", 1, 4, C, T::F32),
+    row(T::F16, 1, "F16", 1, 2, C, T::F32),
+    row(T::Q4_0, 2, "Q4_0", 32, 18, C, T::Q8_0),
+    row(T::Q4_1, 3, "Q4_1", 32, 20, C, T::Q8_1),
+    row(T::Q5_0, 6, "Q5_0", 32, 22, C, T::Q8_0),
+    row(T::Q5_1, 7, "Q5_1", 32, 24, C, T::Q8_1),
+    row(T::Q8_0, 8, "Q8_0", 32, 34, C, T::Q8_0),
+    row(T::Q8_1, 9, "Q8_1", 32, 36, A, T::Q8_1),
+    row(T::Q2_K, 10, "Q2_K", 256, 84, C, T::Q8_K),
+    row(T::Q3_K, 11, "Q3_K", 256, 110, C, T::Q8_K),
+    row(T::Q4_K, 12, "Q4_K", 256, 144, C, T::Q8_K),
+    row(T::Q5_K, 13, "Q5_K", 256, 176, C, T::Q8_K),
+    row(T::Q6_K, 14, "Q6_K", 256, 210, C, T::Q8_K),
+    row(T::Q8_K, 15, "Q8_K", 256, 292, A, T::Q8_K),
+    row(T::IQ2_XXS, 16, "IQ2_XXS", 256, 66, S, T::Q8_K),
+    row(T::IQ2_XS, 17, "IQ2_XS", 256, 74, S, T::Q8_K),
+    row(T::IQ3_XXS, 18, "IQ3_XXS", 256, 98, S, T::Q8_K),
+    row(T::IQ1_S, 19, "IQ1_S", 256, 50, S, T::Q8_K),
+    row(T::IQ4_NL, 20, "IQ4_NL", 32, 18, S, T::Q8_0),
+    row(T::IQ3_S, 21, "IQ3_S", 256, 110, S, T::Q8_K),
+    row(T::IQ2_S, 22, "IQ2_S", 256, 82, S, T::Q8_K),
+    row(T::IQ4_XS, 23, "IQ4_XS", 256, 136, S, T::Q8_K),
+    row(T::I8, 24, "I8", 1, 1, S, T::I8),
+    row(T::I16, 25, "I16", 1, 2, S, T::I16),
+    row(T::I32, 26, "I32", 1, 4, S, T::I32),
+    row(T::I64, 27, "I64", 1, 8, S, T::I64),
+    row(T::F64, 28, "F64", 1, 8, S, T::F64),
+    row(T::IQ1_M, 29, "IQ1_M", 256, 56, S, T::Q8_K),
+    row(T::BF16, 30, "BF16", 1, 2, C, T::F32),
+    row(T::TQ1_0, 34, "TQ1_0", 256, 54, S, T::Q8_K),
+    row(T::TQ2_0, 35, "TQ2_0", 256, 66, S, T::Q8_K),
+    row(T::MXFP4, 39, "MXFP4", 32, 17, S, T::Q8_0),
 ];
 
 impl GgmlType {
@@ -166,6 +173,11 @@ impl GgmlType {
 
     pub fn support(self) -> Support {
         self.info().support
+    }
+
+    /// The activation format [`crate::vec_dot`] takes with a row of this type.
+    pub fn vec_dot_type(self) -> GgmlType {
+        self.info().vec_dot_type
     }
 
     /// Bytes taken by `n` elements, or `None` if `n` is not a whole number of

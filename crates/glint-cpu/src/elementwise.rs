@@ -1,0 +1,168 @@
+//! Row-wise and elementwise ops on f32: rms_norm, add, mul, scale, unary,
+//! glu, softmax, argmax, set_rows.
+
+use glint_backend::{Glu, Unary};
+use half::f16;
+use rayon::prelude::*;
+
+/// Elements per rayon task for elementwise ops (below this, threads cost more than they save).
+const ELEMS_PER_TASK: usize = 16 * 1024;
+
+/// `out[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w`.
+/// `x`, `out`: `[n, m]`; `w`: `[n]` or none. The sum of squares is f64, as ggml's.
+pub fn rms_norm(x: &[f32], w: Option<&[f32]>, eps: f32, n: usize, out: &mut [f32]) {
+    if n == 0 {
+        return;
+    }
+    out.par_chunks_mut(n)
+        .zip(x.par_chunks(n))
+        .for_each(|(o, xr)| {
+            let sum: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+            let mean = (sum / n as f64) as f32;
+            let s = 1.0 / (mean + eps).sqrt();
+            match w {
+                Some(w) => {
+                    for ((o, &v), &wv) in o.iter_mut().zip(xr).zip(w) {
+                        *o = v * s * wv;
+                    }
+                }
+                None => {
+                    for (o, &v) in o.iter_mut().zip(xr) {
+                        *o = v * s;
+                    }
+                }
+            }
+        });
+}
+
+/// `out = a (op) b`, with `b` either the same shape as `a` or one row `[n]`
+/// broadcast over columns.
+pub fn binary(a: &[f32], b: &[f32], n: usize, out: &mut [f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+    if n == 0 {
+        return;
+    }
+    let broadcast = b.len() != a.len();
+    out.par_chunks_mut(n)
+        .zip(a.par_chunks(n))
+        .enumerate()
+        .for_each(|(j, (o, ar))| {
+            let br = if broadcast {
+                &b[..n]
+            } else {
+                &b[j * n..(j + 1) * n]
+            };
+            for ((o, &x), &y) in o.iter_mut().zip(ar).zip(br) {
+                *o = f(x, y);
+            }
+        });
+}
+
+/// `out[i] = f(x[i])`.
+pub fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
+    out.par_chunks_mut(ELEMS_PER_TASK)
+        .zip(x.par_chunks(ELEMS_PER_TASK))
+        .for_each(|(o, xs)| {
+            for (o, &v) in o.iter_mut().zip(xs) {
+                *o = f(v);
+            }
+        });
+}
+
+/// `x * sigmoid(x)`.
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// ggml's tanh form: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+pub fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+pub fn unary_fn(op: Unary) -> fn(f32) -> f32 {
+    match op {
+        Unary::Silu => silu,
+        Unary::Gelu => gelu,
+    }
+}
+
+pub fn glu_fn(op: Glu) -> fn(f32) -> f32 {
+    match op {
+        Glu::SwiGlu => silu,
+        Glu::GeGlu => gelu,
+    }
+}
+
+/// Softmax of each row of `n`: max-subtracted, sum in f64.
+/// A row of all -inf gives zeros (nothing to attend to), never NaN.
+pub fn softmax(x: &[f32], n: usize, out: &mut [f32]) {
+    if n == 0 {
+        return;
+    }
+    out.par_chunks_mut(n)
+        .zip(x.par_chunks(n))
+        .for_each(|(o, xr)| softmax_row(xr, o));
+}
+
+pub fn softmax_row(x: &[f32], out: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        out.fill(0.0);
+        return;
+    }
+    let mut sum = 0f64;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - max).exp();
+        sum += *o as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+/// Index of the largest value of each row of `n` (the first on ties).
+pub fn argmax(x: &[f32], n: usize, out: &mut [i32]) {
+    if n == 0 {
+        return;
+    }
+    out.par_iter_mut().zip(x.par_chunks(n)).for_each(|(o, xr)| {
+        let mut best = 0usize;
+        for (i, &v) in xr.iter().enumerate() {
+            if v > xr[best] {
+                best = i;
+            }
+        }
+        *o = best as i32;
+    });
+}
+
+/// `dst[:, idx[i]] = src[:, i]`; rows outside `dst` are skipped.
+/// `src`: `[n, m]` f32; `dst`: `[n, n_rows]` f32.
+pub fn set_rows_f32(src: &[f32], idx: &[i32], n: usize, dst: &mut [f32]) {
+    set_rows(src, idx, n, dst, |v| v);
+}
+
+/// As [`set_rows_f32`] into an f16 cache, rounding as `f16::from_f32`.
+pub fn set_rows_f16(src: &[f32], idx: &[i32], n: usize, dst: &mut [f16]) {
+    set_rows(src, idx, n, dst, f16::from_f32);
+}
+
+fn set_rows<T: Copy>(src: &[f32], idx: &[i32], n: usize, dst: &mut [T], conv: impl Fn(f32) -> T) {
+    if n == 0 {
+        return;
+    }
+    let n_rows = dst.len() / n;
+    for (i, &id) in idx.iter().enumerate() {
+        if let Ok(r) = usize::try_from(id) {
+            if r < n_rows {
+                for (d, &s) in dst[r * n..(r + 1) * n]
+                    .iter_mut()
+                    .zip(&src[i * n..(i + 1) * n])
+                {
+                    *d = conv(s);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! The cpu backend of glint: every op of [`glint_backend::Backend`] in plain
+//! Rust, made parallel with rayon on the backend's own thread pool.
+//!
+//! It is the oracle the WGSL kernels are tested against, so each op is
+//! written to be plainly correct first: f32 activations, f64 where a sum or
+//! an angle would otherwise lose precision (RMS sums, RoPE angles), and a
+//! [`reference`] twin for every op whose fast loop is restructured.
+//!
+//! Weights are computed straight from the bytes they were given
+//! ([`glint_backend::SharedBytes`], usually the model file's mmap): never copied.
+//!
+//! Ops run immediately on the calling thread's behalf; `sync` has nothing to wait for.
+//! Each op takes read locks on its inputs and the write lock on its output.
+#![deny(unsafe_code)]
+// The workspace MSRV is 1.85; `is_multiple_of` is 1.87.
+#![allow(clippy::manual_is_multiple_of)]
+
+mod attention;
+mod check;
+mod elementwise;
+mod matmul;
+pub mod reference;
+mod rope;
+mod tensor;
+mod weights;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use glint_backend::{
+    AttnParams, Backend, BackendError, GgmlType, Glu, MemoryReport, Result, RopeParams,
+    SharedBytes, TensorDesc, Unary, Usage,
+};
+
+pub use attention::Cache;
+pub use matmul::DECODE_MAX_M;
+pub use rope::cos_sin as rope_cos_sin;
+pub use tensor::CpuTensor;
+pub use weights::{dequant_row, dot, row_dot};
+
+use check::shape_err;
+use GgmlType::{F16, F32, I32};
+
+/// The cpu backend: a rayon pool and the byte counters of what it holds.
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    weights_bytes: Arc<AtomicUsize>,
+    kv_bytes: Arc<AtomicUsize>,
+    scratch_bytes: Arc<AtomicUsize>,
+}
+
+impl CpuBackend {
+    /// A backend with its own pool of `n_threads` (default: one per core).
+    pub fn new(n_threads: Option<usize>) -> Result<Self> {
+        let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("glint-cpu-{i}"));
+        if let Some(n) = n_threads {
+            b = b.num_threads(n);
+        }
+        let pool = b
+            .build()
+            .map_err(|e| BackendError::Device(format!("cpu thread pool: {e}")))?;
+        Ok(CpuBackend {
+            pool,
+            weights_bytes: Arc::default(),
+            kv_bytes: Arc::default(),
+            scratch_bytes: Arc::default(),
+        })
+    }
+
+    /// Threads in the pool.
+    pub fn n_threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+}
+
+/// The desc's byte size, or an error naming why it has none.
+fn checked_bytes(op: &'static str, d: &TensorDesc) -> Result<usize> {
+    let row = d.ty.bytes_for(d.ne[0] as u64).ok_or_else(|| {
+        shape_err(
+            op,
+            format!(
+                "`{}`: ne[0] = {} is not a whole number of {} blocks of {}",
+                d.label,
+                d.ne[0],
+                d.ty,
+                d.ty.block_size()
+            ),
+        )
+    })?;
+    d.ne[1..]
+        .iter()
+        .try_fold(row, |acc, &n| acc.checked_mul(n as u64))
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| shape_err(op, format!("`{}`: ne {:?} overflows", d.label, d.ne)))
+}
+
+fn check_range(op: &'static str, t: &CpuTensor, offset: usize, len: usize) -> Result<()> {
+    let size = t.desc.n_bytes();
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(BackendError::Range {
+            op,
+            label: t.desc.label.clone(),
+            start: offset,
+            end: offset.saturating_add(len),
+            size,
+        }),
+    }
+}
+
+fn check_rope(op: &'static str, p: &RopeParams) -> Result<()> {
+    if p.n_rot % 2 != 0 || p.n_rot > p.head_dim || p.head_dim == 0 {
+        return Err(shape_err(
+            op,
+            format!(
+                "n_rot = {} must be even and <= head_dim = {} (> 0)",
+                p.n_rot, p.head_dim
+            ),
+        ));
+    }
+    if !(p.freq_base > 0.0 && p.freq_scale > 0.0) {
+        return Err(shape_err(
+            op,
+            format!(
+                "freq_base = {} and freq_scale = {} must be > 0",
+                p.freq_base, p.freq_scale
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+
+    fn name(&self) -> String {
+        format!("cpu ({} threads)", self.n_threads())
+    }
+
+    fn alloc(&self, desc: TensorDesc) -> Result<CpuTensor> {
+        checked_bytes("alloc", &desc)?;
+        let counter = match desc.usage {
+            Usage::Weights => &self.weights_bytes,
+            Usage::KvCache => &self.kv_bytes,
+            Usage::Scratch => &self.scratch_bytes,
+        };
+        Ok(CpuTensor::owned(desc, counter.clone()))
+    }
+
+    fn weight(&self, desc: TensorDesc, bytes: SharedBytes) -> Result<CpuTensor> {
+        let n = checked_bytes("weight", &desc)?;
+        if bytes.bytes().len() != n {
+            return Err(shape_err(
+                "weight",
+                format!(
+                    "`{}` ({} {:?}) needs {n} bytes, got {}",
+                    desc.label,
+                    desc.ty,
+                    desc.ne,
+                    bytes.bytes().len()
+                ),
+            ));
+        }
+        Ok(CpuTensor::shared(desc, bytes))
+    }
+
+    fn write(&self, t: &CpuTensor, offset: usize, data: &[u8]) -> Result<()> {
+        check_range("write", t, offset, data.len())?;
+        let mut g = t.write_guard("write")?;
+        g.bytes_mut()[offset..offset + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&self, t: &CpuTensor, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range("read", t, offset, out.len())?;
+        let g = t.read_guard()?;
+        out.copy_from_slice(&g.bytes()[offset..offset + out.len()]);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            weights: self.weights_bytes.load(Ordering::Relaxed),
+            kv_cache: self.kv_bytes.load(Ordering::Relaxed),
+            scratch: self.scratch_bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    fn mul_mat(&self, w: &CpuTensor, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        const OP: &str = "mul_mat";
+        check::compute_ty(OP, "w", w)?;
+        check::ty(OP, "x", x, F32)?;
+        check::ty(OP, "out", out, F32)?;
+        check::distinct(OP, out, &[w, x])?;
+        let (k, n) = (w.desc.ne[0], w.desc.n_rows());
+        let m = check::cols(OP, "x", &x.desc, k)?;
+        let m_out = check::cols(OP, "out", &out.desc, n)?;
+        if m_out != m {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "w [{k}, {n}] · x [{k}, {m}] needs out [{n}, {m}], got {:?}",
+                    out.desc.ne
+                ),
+            ));
+        }
+        let (wg, xg) = (w.read_guard()?, x.read_guard()?);
+        let mut og = out.write_guard(OP)?;
+        let o = og.f32s_mut();
+        let (wb, xs) = (wg.bytes(), xg.f32s());
+        let row_bytes = w.desc.row_bytes();
+        self.pool
+            .install(|| matmul::mul_mat(w.desc.ty, wb, row_bytes, k, n, &xs, m, o))
+    }
+
+    fn get_rows(&self, table: &CpuTensor, ids: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        const OP: &str = "get_rows";
+        check::compute_ty(OP, "table", table)?;
+        check::ty(OP, "ids", ids, I32)?;
+        check::ty(OP, "out", out, F32)?;
+        check::distinct(OP, out, &[table, ids])?;
+        let (k, n_rows) = (table.desc.ne[0], table.desc.n_rows());
+        let m = ids.desc.n_elements();
+        let m_out = check::cols(OP, "out", &out.desc, k)?;
+        if m_out != m {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{m} ids of rows of {k} need out [{k}, {m}], got {:?}",
+                    out.desc.ne
+                ),
+            ));
+        }
+        let (tg, ig) = (table.read_guard()?, ids.read_guard()?);
+        let mut og = out.write_guard(OP)?;
+        let o = og.f32s_mut();
+        let (tb, is) = (tg.bytes(), ig.i32s());
+        let row_bytes = table.desc.row_bytes();
+        let ty = table.desc.ty;
+        self.pool
+            .install(|| matmul::get_rows(ty, tb, row_bytes, n_rows, k, &is, o))
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CpuTensor,
+        w: Option<&CpuTensor>,
+        eps: f32,
+        out: &CpuTensor,
+    ) -> Result<()> {
+        const OP: &str = "rms_norm";
+        check::ty(OP, "x", x, F32)?;
+        check::ty(OP, "out", out, F32)?;
+        check::same(OP, x, out)?;
+        let n = x.desc.ne[0];
+        if let Some(w) = w {
+            check::ty(OP, "w", w, F32)?;
+            check::len(OP, "w", w, n)?;
+            check::distinct(OP, out, &[x, w])?;
+        } else {
+            check::distinct(OP, out, &[x])?;
+        }
+        let xg = x.read_guard()?;
+        let wg = w.map(|w| w.read_guard()).transpose()?;
+        let mut og = out.write_guard(OP)?;
+        let o = og.f32s_mut();
+        let xs = xg.f32s();
+        let ws = wg.as_ref().map(|g| g.f32s());
+        self.pool
+            .install(|| elementwise::rms_norm(&xs, ws.as_deref(), eps, n, o));
+        Ok(())
+    }
+
+    fn add(&self, a: &CpuTensor, b: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        self.binary("add", a, b, out, |x, y| x + y)
+    }
+
+    fn mul(&self, a: &CpuTensor, b: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        self.binary("mul", a, b, out, |x, y| x * y)
+    }
+
+    fn scale(&self, x: &CpuTensor, s: f32, out: &CpuTensor) -> Result<()> {
+        self.map("scale", x, out, move |v| v * s)
+    }
+
+    fn unary(&self, op: Unary, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        self.map("unary", x, out, elementwise::unary_fn(op))
+    }
+
+    fn glu(&self, op: Glu, gate: &CpuTensor, up: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        let act = elementwise::glu_fn(op);
+        self.binary_same("glu", gate, up, out, move |g, u| act(g) * u)
+    }
+
+    fn softmax(&self, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        const OP: &str = "softmax";
+        check::ty(OP, "x", x, F32)?;
+        check::ty(OP, "out", out, F32)?;
+        check::same(OP, x, out)?;
+        check::distinct(OP, out, &[x])?;
+        let xg = x.read_guard()?;
+        let mut og = out.write_guard(OP)?;
+        let o = og.f32s_mut();
+        let xs = xg.f32s();
+        let n = x.desc.ne[0];
+        self.pool.install(|| elementwise::softmax(&xs, n, o));
+        Ok(())
+    }
+
+    fn argmax(&self, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        const OP: &str = "argmax";
+        check::ty(OP, "x", x, F32)?;
+        check::ty(OP, "out", out, I32)?;
+        check::len(OP, "out", out, x.desc.n_rows())?;
+        check::distinct(OP, out, &[x])?;
+        let xg = x.read_guard()?;
+        let mut og = out.write_guard(OP)?;
+        let xs = xg.f32s();
+        let n = x.desc.ne[0];
+        let o: &mut [i32] = bytemuck::cast_slice_mut(og.bytes_mut());
+        self.pool.install(|| elementwise::argmax(&xs, n, o));
+        Ok(())
+    }
+
+    fn rope(&self, x: &CpuTensor, pos: &CpuTensor, p: &RopeParams, out: &CpuTensor) -> Result<()> {
+        const OP: &str = "rope";
+        check_rope(OP, p)?;
+        check::ty(OP, "x", x, F32)?;
+        check::ty(OP, "pos", pos, I32)?;
+        check::ty(OP, "out", out, F32)?;
+        check::same(OP, x, out)?;
+        check::distinct(OP, out, &[x, pos])?;
+        let m = check::cols(OP, "x", &x.desc, p.head_dim * p.n_head)?;
+        check::len(OP, "pos", pos, m)?;
+        let (xg, pg) = (x.read_guard()?, pos.read_guard()?);
+        let mut og = out.write_guard(OP)?;
+        let o = og.f32s_mut();
+        let (xs, ps) = (xg.f32s(), pg.i32s());
+        self.pool.install(|| rope::rope(&xs, &ps, p, o));
+        Ok(())
+    }
+
+    fn set_rows(&self, src: &CpuTensor, idx: &CpuTensor, dst: &CpuTensor) -> Result<()> {
+        const OP: &str = "set_rows";
+        check::ty(OP, "src", src, F32)?;
+        check::ty(OP, "idx", idx, I32)?;
+        check::cache_ty(OP, "dst", dst)?;
+        check::distinct(OP, dst, &[src, idx])?;
+        let n = dst.desc.ne[0];
+        let m = check::cols(OP, "src", &src.desc, n)?;
+        check::len(OP, "idx", idx, m)?;
+        let (sg, ig) = (src.read_guard()?, idx.read_guard()?);
+        let mut dg = dst.write_guard(OP)?;
+        let (ss, is) = (sg.f32s(), ig.i32s());
+        match dst.desc.ty {
+            F16 => elementwise::set_rows_f16(&ss, &is, n, dg.f16s_mut()),
+            _ => elementwise::set_rows_f32(&ss, &is, n, dg.f32s_mut()),
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        mask: &CpuTensor,
+        p: &AttnParams,
+        out: &CpuTensor,
+    ) -> Result<()> {
+        const OP: &str = "attention";
+        check::ty(OP, "q", q, F32)?;
+        check::cache_ty(OP, "k", k)?;
+        check::cache_ty(OP, "v", v)?;
+        check::ty(OP, "mask", mask, F32)?;
+        check::ty(OP, "out", out, F32)?;
+        check::distinct(OP, out, &[q, k, v, mask])?;
+        if p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 || p.head_dim == 0 {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "n_head = {} must be a multiple of n_head_kv = {} (> 0), head_dim = {} > 0",
+                    p.n_head, p.n_head_kv, p.head_dim
+                ),
+            ));
+        }
+        let m = check::cols(OP, "q", &q.desc, p.head_dim * p.n_head)?;
+        let m_out = check::cols(OP, "out", &out.desc, p.head_dim * p.n_head)?;
+        let row = p.head_dim * p.n_head_kv;
+        let k_rows = check::cols(OP, "k", &k.desc, row)?;
+        let v_rows = check::cols(OP, "v", &v.desc, row)?;
+        let end = p.kv_start.checked_add(p.n_kv);
+        if m_out != m || end.is_none_or(|e| e > k_rows.min(v_rows)) {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "q has {m} tokens, out {m_out}; rows {}..{}+{} of k ({k_rows} rows), v ({v_rows} rows)",
+                    p.kv_start, p.kv_start, p.n_kv
+                ),
+            ));
+        }
+        check::len(OP, "mask", mask, p.n_kv * m)?;
+        if p.n_kv > 0 {
+            let mask_m = check::cols(OP, "mask", &mask.desc, p.n_kv)?;
+            if mask_m != m {
+                return Err(shape_err(
+                    OP,
+                    format!("mask {:?} for n_kv = {}, m = {m}", mask.desc.ne, p.n_kv),
+                ));
+            }
+        }
+        let (qg, kg, vg, mg) = (
+            q.read_guard()?,
+            k.read_guard()?,
+            v.read_guard()?,
+            mask.read_guard()?,
+        );
+        let mut og = out.write_guard(OP)?;
+        let o = og.f32s_mut();
+        let (qs, ms) = (qg.f32s(), mg.f32s());
+        let (k16, k32, v16, v32);
+        let kc = if k.desc.ty == F16 {
+            k16 = kg.f16s();
+            Cache::F16(&k16)
+        } else {
+            k32 = kg.f32s();
+            Cache::F32(&k32)
+        };
+        let vc = if v.desc.ty == F16 {
+            v16 = vg.f16s();
+            Cache::F16(&v16)
+        } else {
+            v32 = vg.f32s();
+            Cache::F32(&v32)
+        };
+        self.pool
+            .install(|| attention::attention(&qs, kc, vc, &ms, p, o));
+        Ok(())
+    }
+
+    fn kshift(&self, k: &CpuTensor, shift: &CpuTensor, p: &RopeParams) -> Result<()> {
+        const OP: &str = "kshift";
+        check_rope(OP, p)?;
+        check::cache_ty(OP, "k", k)?;
+        check::ty(OP, "shift", shift, I32)?;
+        check::distinct(OP, k, &[shift])?;
+        let n_rows = check::cols(OP, "k", &k.desc, p.head_dim * p.n_head)?;
+        check::len(OP, "shift", shift, n_rows)?;
+        let sg = shift.read_guard()?;
+        let mut kg = k.write_guard(OP)?;
+        let ss = sg.i32s();
+        match k.desc.ty {
+            F16 => {
+                let kk = kg.f16s_mut();
+                self.pool.install(|| rope::kshift_f16(kk, &ss, p))
+            }
+            _ => {
+                let kk = kg.f32s_mut();
+                self.pool.install(|| rope::kshift_f32(kk, &ss, p))
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CpuBackend {
+    /// `out = f(a, b)` with `b` the same shape as `a` or one row broadcast.
+    fn binary(
+        &self,
+        op: &'static str,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        out: &CpuTensor,
+        f: impl Fn(f32, f32) -> f32 + Send + Sync,
+    ) -> Result<()> {
+        check::ty(op, "a", a, F32)?;
+        check::ty(op, "b", b, F32)?;
+        check::ty(op, "out", out, F32)?;
+        check::same(op, a, out)?;
+        let n = a.desc.ne[0];
+        if a.desc.ne != b.desc.ne && b.desc.n_elements() != n {
+            return Err(shape_err(
+                op,
+                format!(
+                    "b `{}` {:?} is neither a's shape {:?} nor one row of {n}",
+                    b.desc.label, b.desc.ne, a.desc.ne
+                ),
+            ));
+        }
+        check::distinct(op, out, &[a, b])?;
+        let (ag, bg) = (a.read_guard()?, b.read_guard()?);
+        let mut og = out.write_guard(op)?;
+        let o = og.f32s_mut();
+        let (xs, ys) = (ag.f32s(), bg.f32s());
+        self.pool.install(|| elementwise::binary(&xs, &ys, n, o, f));
+        Ok(())
+    }
+
+    /// `out = f(a, b)` with all three the same shape.
+    fn binary_same(
+        &self,
+        op: &'static str,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        out: &CpuTensor,
+        f: impl Fn(f32, f32) -> f32 + Send + Sync,
+    ) -> Result<()> {
+        check::same(op, a, b)?;
+        self.binary(op, a, b, out, f)
+    }
+
+    /// `out = f(x)`, same shapes.
+    fn map(
+        &self,
+        op: &'static str,
+        x: &CpuTensor,
+        out: &CpuTensor,
+        f: impl Fn(f32) -> f32 + Send + Sync,
+    ) -> Result<()> {
+        check::ty(op, "x", x, F32)?;
+        check::ty(op, "out", out, F32)?;
+        check::same(op, x, out)?;
+        check::distinct(op, out, &[x])?;
+        let xg = x.read_guard()?;
+        let mut og = out.write_guard(op)?;
+        let o = og.f32s_mut();
+        let xs = xg.f32s();
+        self.pool.install(|| elementwise::map(&xs, o, f));
+        Ok(())
+    }
+}

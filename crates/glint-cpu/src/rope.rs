@@ -1,0 +1,136 @@
+//! RoPE (NORM and NEOX, YaRN) and the K-shift that re-rotates cached keys.
+//!
+//! Angles and their cos/sin are computed in f64 and rounded once to f32:
+//! positions reach the tens of thousands, where an f32 angle is off by
+//! ~1e-3 rad, and the K-shift invariant `shift(rope(k, p), q - p) == rope(k, q)`
+//! is meant to hold to f32 precision.
+
+use glint_backend::{RopeMode, RopeParams};
+use half::f16;
+use rayon::prelude::*;
+
+/// Per-pair `(cos, sin)` for one position, scaled by `mscale` when `magnitude`.
+///
+/// `theta_i(pos)` is linear in `pos`, so the K-shift by `delta` uses
+/// `theta_i(delta) = theta_i(q) - theta_i(p)` with `magnitude = false`.
+pub fn cos_sin(p: &RopeParams, pos: f64, magnitude: bool, cs: &mut [(f32, f32)]) {
+    let n_rot = p.n_rot as f64;
+    let base = p.freq_base as f64;
+    let freq_scale = p.freq_scale as f64;
+    let ext_factor = p.ext_factor as f64;
+    let [lo, hi] = p.yarn_corr_dims().map(|v| v as f64);
+    let mut mscale = p.attn_factor as f64;
+    if ext_factor != 0.0 {
+        mscale *= 1.0 + 0.1 * (1.0 / freq_scale).ln();
+    }
+    if !magnitude {
+        mscale = 1.0;
+    }
+    for (i, c) in cs.iter_mut().enumerate() {
+        let theta_extrap = pos * base.powf(-2.0 * i as f64 / n_rot);
+        let theta_interp = freq_scale * theta_extrap;
+        let theta = if ext_factor != 0.0 {
+            let y = (i as f64 - lo) / (hi - lo).max(0.001);
+            let ramp = (1.0 - y.clamp(0.0, 1.0)) * ext_factor;
+            theta_interp * (1.0 - ramp) + theta_extrap * ramp
+        } else {
+            theta_interp
+        };
+        *c = ((theta.cos() * mscale) as f32, (theta.sin() * mscale) as f32);
+    }
+}
+
+/// The two indices of pair `i` within a head.
+#[inline]
+pub fn pair(mode: RopeMode, n_rot: usize, i: usize) -> (usize, usize) {
+    match mode {
+        RopeMode::Norm => (2 * i, 2 * i + 1),
+        RopeMode::Neox => (i, i + n_rot / 2),
+    }
+}
+
+/// Rotate one head: `src` → `dst` (both `[head_dim]`), dims `n_rot..` copied.
+#[inline]
+fn rotate_head(p: &RopeParams, cs: &[(f32, f32)], src: &[f32], dst: &mut [f32]) {
+    dst.copy_from_slice(src);
+    for (i, &(c, s)) in cs.iter().enumerate() {
+        let (a, b) = pair(p.mode, p.n_rot, i);
+        let (x0, x1) = (src[a], src[b]);
+        dst[a] = x0 * c - x1 * s;
+        dst[b] = x0 * s + x1 * c;
+    }
+}
+
+/// `x`, `out`: `[head_dim, n_head, m]` f32; `pos`: `[m]`.
+pub fn rope(x: &[f32], pos: &[i32], p: &RopeParams, out: &mut [f32]) {
+    let tok = p.head_dim * p.n_head;
+    if tok == 0 {
+        return;
+    }
+    out.par_chunks_mut(tok)
+        .zip(x.par_chunks(tok))
+        .zip(pos.par_iter())
+        .for_each_init(
+            || vec![(0f32, 0f32); p.n_rot / 2], // cs: [n_rot/2] (cos, sin)
+            |cs, ((o, xt), &ps)| {
+                cos_sin(p, ps as f64, true, cs);
+                for (oh, xh) in o.chunks_mut(p.head_dim).zip(xt.chunks(p.head_dim)) {
+                    rotate_head(p, cs, xh, oh);
+                }
+            },
+        );
+}
+
+/// K-shift of an f32 cache in place. `k`: `[head_dim * n_head, n_rows]`; `shift`: `[n_rows]`.
+pub fn kshift_f32(k: &mut [f32], shift: &[i32], p: &RopeParams) {
+    let row = p.head_dim * p.n_head;
+    if row == 0 {
+        return;
+    }
+    k.par_chunks_mut(row).zip(shift.par_iter()).for_each_init(
+        || (vec![(0f32, 0f32); p.n_rot / 2], vec![0f32; p.head_dim]),
+        |(cs, tmp), (kr, &d)| {
+            if d == 0 {
+                return;
+            }
+            cos_sin(p, d as f64, false, cs);
+            for kh in kr.chunks_mut(p.head_dim) {
+                tmp.copy_from_slice(kh);
+                rotate_head(p, cs, tmp, kh);
+            }
+        },
+    );
+}
+
+/// K-shift of an f16 cache in place: each head is widened to f32, rotated, rounded back.
+pub fn kshift_f16(k: &mut [f16], shift: &[i32], p: &RopeParams) {
+    let row = p.head_dim * p.n_head;
+    if row == 0 {
+        return;
+    }
+    k.par_chunks_mut(row).zip(shift.par_iter()).for_each_init(
+        || {
+            let hd = p.head_dim;
+            (
+                vec![(0f32, 0f32); p.n_rot / 2],
+                vec![0f32; hd],
+                vec![0f32; hd],
+            )
+        },
+        |(cs, src, dst), (kr, &d)| {
+            if d == 0 {
+                return;
+            }
+            cos_sin(p, d as f64, false, cs);
+            for kh in kr.chunks_mut(p.head_dim) {
+                for (s, h) in src.iter_mut().zip(kh.iter()) {
+                    *s = h.to_f32();
+                }
+                rotate_head(p, cs, src, dst);
+                for (h, &v) in kh.iter_mut().zip(dst.iter()) {
+                    *h = f16::from_f32(v);
+                }
+            }
+        },
+    );
+}

@@ -1,0 +1,236 @@
+//! Attention against the formula in f64: GQA, MQA, causal mask, soft-capping,
+//! a fully masked row, a window starting at kv_start > 0, F16 caches.
+
+mod common;
+
+use common::*;
+use glint_backend::{AttnParams, Backend, BackendError, GgmlType};
+use glint_cpu::{Cache, CpuTensor};
+use half::f16;
+
+/// Output of attention vs f64: a convex combination of V rows (|v| <= 1)
+/// after an f32 softmax over <= 64 logits: 1e-5 absolute.
+const ATTN_TOL: f64 = 1e-5;
+
+struct Case {
+    p: AttnParams,
+    m: usize,
+    n_rows: usize,
+    cache_ty: GgmlType,
+    mask: Vec<f32>,
+}
+
+/// `q`: [hd, n_head, m]; `k`, `v`: [hd * n_head_kv, n_rows] (values as the cache holds them).
+fn attn64(p: &AttnParams, m: usize, q: &[f32], k: &[f64], v: &[f64], mask: &[f32]) -> Vec<f64> {
+    let hd = p.head_dim;
+    let row = hd * p.n_head_kv;
+    let mut out = vec![0f64; hd * p.n_head * m];
+    for i in 0..m {
+        for h in 0..p.n_head {
+            let hk = h / (p.n_head / p.n_head_kv);
+            let logits: Vec<f64> = (0..p.n_kv)
+                .map(|j| {
+                    let base = (p.kv_start + j) * row + hk * hd;
+                    let mut x: f64 = (0..hd)
+                        .map(|d| q[(i * p.n_head + h) * hd + d] as f64 * k[base + d])
+                        .sum();
+                    if p.softcap > 0.0 {
+                        x = p.softcap as f64 * (x / p.softcap as f64).tanh();
+                    }
+                    x * p.scale as f64 + mask[i * p.n_kv + j] as f64
+                })
+                .collect();
+            let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if max == f64::NEG_INFINITY {
+                continue;
+            }
+            let w: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+            let s: f64 = w.iter().sum();
+            for (j, wj) in w.iter().enumerate() {
+                let base = (p.kv_start + j) * row + hk * hd;
+                for d in 0..hd {
+                    out[(i * p.n_head + h) * hd + d] += wj / s * v[base + d];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn cache(
+    be: &glint_cpu::CpuBackend,
+    ty: GgmlType,
+    row: usize,
+    vals: &[f32],
+) -> (CpuTensor, Vec<f64>) {
+    let n = vals.len() / row;
+    if ty == GgmlType::F16 {
+        let h: Vec<f16> = vals.iter().map(|&x| f16::from_f32(x)).collect();
+        let t = from_bytes(be, GgmlType::F16, [row, n, 1, 1], bytemuck::cast_slice(&h));
+        (t, h.iter().map(|x| x.to_f64()).collect())
+    } else {
+        (
+            f32s(be, [row, n, 1, 1], vals),
+            vals.iter().map(|&x| x as f64).collect(),
+        )
+    }
+}
+
+fn run(name: &str, c: &Case, seed: u64) {
+    let be = backend();
+    let mut rng = Rng(seed);
+    let p = &c.p;
+    let row = p.head_dim * p.n_head_kv;
+    let qv: Vec<f32> = rng
+        .vec(p.head_dim * p.n_head * c.m)
+        .iter()
+        .map(|x| x * 2.0)
+        .collect();
+    let kvals = rng.vec(row * c.n_rows);
+    let vvals = rng.vec(row * c.n_rows);
+    let q = f32s(&be, [p.head_dim, p.n_head, c.m, 1], &qv);
+    let (k, k64) = cache(&be, c.cache_ty, row, &kvals);
+    let (v, v64) = cache(&be, c.cache_ty, row, &vvals);
+    let mask = f32s(&be, [p.n_kv, c.m, 1, 1], &c.mask);
+    let out = zeros(&be, GgmlType::F32, [p.head_dim * p.n_head, c.m, 1, 1]);
+    be.attention(&q, &k, &v, &mask, p, &out).unwrap();
+    let got = read_f32(&be, &out);
+    let want = attn64(p, c.m, &qv, &k64, &v64, &c.mask);
+    assert_close(name, &got, &want, |_| ATTN_TOL);
+
+    // The fast loop equals the plain reference loop.
+    let mut reference = vec![0f32; got.len()];
+    let (kh, vh): (Vec<f16>, Vec<f16>) = (
+        kvals.iter().map(|&x| f16::from_f32(x)).collect(),
+        vvals.iter().map(|&x| f16::from_f32(x)).collect(),
+    );
+    let (kc, vc) = if c.cache_ty == GgmlType::F16 {
+        (Cache::F16(&kh), Cache::F16(&vh))
+    } else {
+        (Cache::F32(&kvals), Cache::F32(&vvals))
+    };
+    glint_cpu::reference::attention(&qv, kc, vc, &c.mask, p, c.m, &mut reference);
+    let r64: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
+    assert_close(&format!("{name} vs reference"), &got, &r64, |_| ATTN_TOL);
+}
+
+/// Causal mask for `m` new tokens at the end of `n_kv` rows: token i sees rows 0..=n_kv-m+i.
+fn causal(n_kv: usize, m: usize) -> Vec<f32> {
+    let mut mask = vec![0f32; n_kv * m];
+    for i in 0..m {
+        for j in n_kv - m + i + 1..n_kv {
+            mask[i * n_kv + j] = f32::NEG_INFINITY;
+        }
+    }
+    mask
+}
+
+fn params(n_head: usize, n_head_kv: usize, head_dim: usize, n_kv: usize) -> AttnParams {
+    AttnParams {
+        n_head,
+        n_head_kv,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        softcap: 0.0,
+        kv_start: 0,
+        n_kv,
+    }
+}
+
+#[test]
+fn gqa_8_over_2_causal_f32_and_f16() {
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let c = Case {
+            p: params(8, 2, 20, 23),
+            m: 5,
+            n_rows: 23,
+            cache_ty: ty,
+            mask: causal(23, 5),
+        };
+        run(&format!("gqa {ty}"), &c, 21);
+    }
+}
+
+#[test]
+fn mqa_with_softcap_and_bias_mask() {
+    let mut mask = causal(17, 3);
+    mask[2] = -0.75; // a finite bias is added, not treated as masked
+    let mut c = Case {
+        p: params(4, 1, 12, 17),
+        m: 3,
+        n_rows: 17,
+        cache_ty: GgmlType::F32,
+        mask,
+    };
+    c.p.softcap = 0.8; // small cap: logits |q·k| ~ 1 are really bent
+    run("mqa softcap", &c, 22);
+    c.cache_ty = GgmlType::F16;
+    run("mqa softcap f16", &c, 23);
+}
+
+#[test]
+fn a_fully_masked_row_gives_zeros() {
+    let mut mask = causal(9, 2);
+    mask[9..].fill(f32::NEG_INFINITY);
+    let c = Case {
+        p: params(2, 2, 8, 9),
+        m: 2,
+        n_rows: 9,
+        cache_ty: GgmlType::F32,
+        mask,
+    };
+    run("fully masked", &c, 24);
+    let be = backend();
+    let q = f32s(&be, [8, 2, 1, 1], &[1.0; 16]);
+    let kv = f32s(&be, [16, 9, 1, 1], &[1.0; 144]);
+    let mask = f32s(&be, [9, 1, 1, 1], &[f32::NEG_INFINITY; 9]);
+    let out = f32s(&be, [16, 1, 1, 1], &[5.0; 16]);
+    be.attention(&q, &kv, &kv, &mask, &params(2, 2, 8, 9), &out)
+        .unwrap();
+    assert_eq!(read_f32(&be, &out), vec![0.0; 16]);
+}
+
+#[test]
+fn window_starting_at_kv_start_reads_only_its_rows() {
+    // Stream 1 of a multi-stream cache: rows 13..13+11 of 30.
+    let mut p = params(6, 3, 16, 11);
+    p.kv_start = 13;
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let c = Case {
+            p,
+            m: 4,
+            n_rows: 30,
+            cache_ty: ty,
+            mask: causal(11, 4),
+        };
+        run(&format!("kv_start 13 {ty}"), &c, 25);
+    }
+}
+
+#[test]
+fn attention_rejects_bad_shapes() {
+    let be = backend();
+    let q = zeros(&be, GgmlType::F32, [8, 4, 2, 1]);
+    let k = zeros(&be, GgmlType::F32, [16, 10, 1, 1]);
+    let mask = zeros(&be, GgmlType::F32, [10, 2, 1, 1]);
+    let out = zeros(&be, GgmlType::F32, [32, 2, 1, 1]);
+    let mut p = params(4, 2, 8, 10);
+    be.attention(&q, &k, &k, &mask, &p, &out).unwrap();
+    p.n_head_kv = 3;
+    assert!(matches!(
+        be.attention(&q, &k, &k, &mask, &p, &out),
+        Err(BackendError::Shape { .. })
+    ));
+    p.n_head_kv = 2;
+    p.kv_start = 1; // window 1..11 runs past 10 rows
+    assert!(matches!(
+        be.attention(&q, &k, &k, &mask, &p, &out),
+        Err(BackendError::Shape { .. })
+    ));
+    p.kv_start = 0;
+    p.n_kv = 9; // mask has 10 rows
+    assert!(matches!(
+        be.attention(&q, &k, &k, &mask, &p, &out),
+        Err(BackendError::Shape { .. })
+    ));
+}

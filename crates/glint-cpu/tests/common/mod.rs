@@ -1,0 +1,121 @@
+//! Helpers shared by the cpu backend's tests: a seeded RNG and tensor I/O.
+#![allow(dead_code)]
+
+use glint_backend::{Backend, GgmlType, SharedBytes, TensorDesc, Usage};
+use glint_cpu::{CpuBackend, CpuTensor};
+
+/// splitmix64: small, seeded, good enough for test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1), never exactly zero.
+    pub fn f32(&mut self) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        let v = 2.0 * u - 1.0;
+        if v == 0.0 {
+            0.5
+        } else {
+            v
+        }
+    }
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+pub fn backend() -> CpuBackend {
+    CpuBackend::new(Some(2)).expect("thread pool")
+}
+
+pub fn desc(ty: GgmlType, ne: [usize; 4], label: &str) -> TensorDesc {
+    TensorDesc {
+        ty,
+        ne,
+        label: label.to_string(),
+        usage: Usage::Scratch,
+    }
+}
+
+pub fn from_bytes(be: &CpuBackend, ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> CpuTensor {
+    let t = be.alloc(desc(ty, ne, "t")).unwrap();
+    be.write(&t, 0, bytes).unwrap();
+    t
+}
+
+pub fn f32s(be: &CpuBackend, ne: [usize; 4], v: &[f32]) -> CpuTensor {
+    from_bytes(be, GgmlType::F32, ne, bytemuck::cast_slice(v))
+}
+
+pub fn i32s(be: &CpuBackend, v: &[i32]) -> CpuTensor {
+    from_bytes(
+        be,
+        GgmlType::I32,
+        [v.len(), 1, 1, 1],
+        bytemuck::cast_slice(v),
+    )
+}
+
+pub fn zeros(be: &CpuBackend, ty: GgmlType, ne: [usize; 4]) -> CpuTensor {
+    be.alloc(desc(ty, ne, "out")).unwrap()
+}
+
+/// A weight tensor over `bytes` placed at an odd offset of a shared buffer,
+/// as an mmap may place it: the backend must not assume alignment.
+pub fn weight(be: &CpuBackend, ty: GgmlType, ne: [usize; 4], bytes: &[u8]) -> CpuTensor {
+    let mut buf = vec![0xAAu8; 1];
+    buf.extend_from_slice(bytes);
+    buf.push(0xAA);
+    let owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = std::sync::Arc::new(buf);
+    let sb = SharedBytes::new(owner, 1..1 + bytes.len()).unwrap();
+    let mut d = desc(ty, ne, "w");
+    d.usage = Usage::Weights;
+    be.weight(d, sb).unwrap()
+}
+
+pub fn bytes_of(be: &CpuBackend, t: &CpuTensor) -> Vec<u8> {
+    use glint_backend::Tensor;
+    let mut out = vec![0u8; t.desc().n_bytes()];
+    be.read(t, 0, &mut out).unwrap();
+    out
+}
+
+pub fn read_f32(be: &CpuBackend, t: &CpuTensor) -> Vec<f32> {
+    pods(&bytes_of(be, t))
+}
+
+pub fn read_i32(be: &CpuBackend, t: &CpuTensor) -> Vec<i32> {
+    pods(&bytes_of(be, t))
+}
+
+pub fn read_f16(be: &CpuBackend, t: &CpuTensor) -> Vec<half::f16> {
+    pods(&bytes_of(be, t))
+}
+
+/// `|got - want| <= tol` elementwise, with the first failure named.
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let t = tol(i);
+        assert!(
+            ((g as f64) - w).abs() <= t,
+            "{what}[{i}]: got {g}, want {w} (|diff| {} > tol {t})",
+            ((g as f64) - w).abs()
+        );
+    }
+}
+
+fn pods<T: bytemuck::Pod>(b: &[u8]) -> Vec<T> {
+    b.chunks_exact(std::mem::size_of::<T>())
+        .map(bytemuck::pod_read_unaligned)
+        .collect()
+}
