@@ -1,0 +1,137 @@
+//! Instance, adapter and device: the long-lived wgpu state.
+
+use std::sync::{Arc, Mutex};
+
+use glint_backend::{BackendError, Result};
+
+/// How to pick the adapter.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Backends to consider; `None` = from `WGPU_BACKEND`, else all.
+    pub backends: Option<wgpu::Backends>,
+    /// Index into [`list_adapters`]' order (`--adapter N`); `None` = the
+    /// instance's preferred high-performance adapter.
+    pub adapter_index: Option<usize>,
+    /// Bind at most this many bytes of a tensor at once (below the device's
+    /// own limit), so tests can exercise windowing with small tensors.
+    pub max_binding_bytes: Option<u64>,
+}
+
+/// One adapter, as `--list-adapters` shows it.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    /// Index for [`GpuOptions::adapter_index`].
+    pub index: usize,
+    /// Adapter name (e.g. `llvmpipe (LLVM 15.0.6, 256 bits)`).
+    pub name: String,
+    /// Vulkan, Metal, Dx12, Gl.
+    pub backend: wgpu::Backend,
+    /// DiscreteGpu, IntegratedGpu, Cpu, ...
+    pub device_type: wgpu::DeviceType,
+}
+
+fn instance(backends: Option<wgpu::Backends>) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    if let Some(b) = backends {
+        desc.backends = b;
+    }
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter the instance sees (honouring `WGPU_BACKEND`).
+pub fn list_adapters() -> Vec<AdapterSummary> {
+    let inst = instance(None);
+    let adapters = pollster::block_on(inst.enumerate_adapters(inst_backends()));
+    adapters
+        .iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let info = a.get_info();
+            AdapterSummary {
+                index,
+                name: info.name,
+                backend: info.backend,
+                device_type: info.device_type,
+            }
+        })
+        .collect()
+}
+
+fn inst_backends() -> wgpu::Backends {
+    wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all())
+}
+
+/// Device, queue and what they offer.
+pub struct Context {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+    /// Validation and out-of-memory errors not yet reported to a caller.
+    pub error: Arc<Mutex<Option<String>>>,
+}
+
+impl Context {
+    pub fn new(opts: &GpuOptions) -> Result<Self> {
+        let inst = instance(opts.backends);
+        let backends = opts.backends.unwrap_or_else(inst_backends);
+        let adapter = match opts.adapter_index {
+            Some(i) => {
+                let mut all = pollster::block_on(inst.enumerate_adapters(backends));
+                if i >= all.len() {
+                    return Err(BackendError::Device(format!(
+                        "adapter {i} does not exist ({} adapters)",
+                        all.len()
+                    )));
+                }
+                all.swap_remove(i)
+            }
+            None => pollster::block_on(inst.request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            }))
+            .map_err(|e| BackendError::Device(format!("no adapter: {e}")))?,
+        };
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        // Kernels do not depend on these (f16 is read through
+        // unpack2x16float); they are requested for kernels that may.
+        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("glint"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| BackendError::Device(format!("request_device on {}: {e}", info.name)))?;
+        let error: Arc<Mutex<Option<String>>> = Arc::default();
+        let slot = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if s.is_none() {
+                *s = Some(e.to_string());
+            }
+        }));
+        Ok(Context {
+            device,
+            queue,
+            info,
+            limits,
+            features,
+            error,
+        })
+    }
+
+    /// The first device error since the last call, as a `BackendError`.
+    pub fn take_error(&self) -> Result<()> {
+        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(BackendError::Device(e)),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! WGSL sources, the tiny preprocessor, and the pipeline cache.
+//!
+//! Every `.wgsl` file lives under the top-level `shaders/` folder and is
+//! compiled in with `include_str!`. Two preprocessor directives, applied
+//! before naga sees the text:
+//! - `#include "path.wgsl"` (paths relative to `shaders/`, each file
+//!   included once per module);
+//! - defines: whole-word token replacement of `NAME` by a value given by the
+//!   launcher (used for `TYPE`, the weight format: `#include "quant/TYPE.wgsl"`).
+//!
+//! Pipelines are created on first use and cached by (file, entry point,
+//! weight type, override constants). Bind group layouts are explicit: every
+//! kernel binds `n_in` read-only storage buffers, then `n_out` read-write
+//! storage buffers, then one uniform block of parameters.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use glint_backend::GgmlType;
+
+/// Every shader file, by its path under `shaders/`.
+const SOURCES: &[(&str, &str)] = &[
+    ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
+    ("binary.wgsl", include_str!("../../../shaders/binary.wgsl")),
+    ("unary.wgsl", include_str!("../../../shaders/unary.wgsl")),
+    (
+        "rms_norm.wgsl",
+        include_str!("../../../shaders/rms_norm.wgsl"),
+    ),
+    (
+        "softmax.wgsl",
+        include_str!("../../../shaders/softmax.wgsl"),
+    ),
+    ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
+    (
+        "get_rows.wgsl",
+        include_str!("../../../shaders/get_rows.wgsl"),
+    ),
+    (
+        "mul_mat.wgsl",
+        include_str!("../../../shaders/mul_mat.wgsl"),
+    ),
+    (
+        "rope_common.wgsl",
+        include_str!("../../../shaders/rope_common.wgsl"),
+    ),
+    ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
+    ("kshift.wgsl", include_str!("../../../shaders/kshift.wgsl")),
+    (
+        "set_rows.wgsl",
+        include_str!("../../../shaders/set_rows.wgsl"),
+    ),
+    (
+        "attention.wgsl",
+        include_str!("../../../shaders/attention.wgsl"),
+    ),
+    (
+        "quant/common.wgsl",
+        include_str!("../../../shaders/quant/common.wgsl"),
+    ),
+    (
+        "quant/f32.wgsl",
+        include_str!("../../../shaders/quant/f32.wgsl"),
+    ),
+    (
+        "quant/f16.wgsl",
+        include_str!("../../../shaders/quant/f16.wgsl"),
+    ),
+    (
+        "quant/bf16.wgsl",
+        include_str!("../../../shaders/quant/bf16.wgsl"),
+    ),
+    (
+        "quant/q4_0.wgsl",
+        include_str!("../../../shaders/quant/q4_0.wgsl"),
+    ),
+    (
+        "quant/q4_1.wgsl",
+        include_str!("../../../shaders/quant/q4_1.wgsl"),
+    ),
+    (
+        "quant/q5_0.wgsl",
+        include_str!("../../../shaders/quant/q5_0.wgsl"),
+    ),
+    (
+        "quant/q5_1.wgsl",
+        include_str!("../../../shaders/quant/q5_1.wgsl"),
+    ),
+    (
+        "quant/q8_0.wgsl",
+        include_str!("../../../shaders/quant/q8_0.wgsl"),
+    ),
+];
+
+/// The weight formats `mul_mat` and `get_rows` have kernels for, and the
+/// file stem of each one's `shaders/quant/<stem>.wgsl`.
+pub fn weight_shader(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::F32 => "f32",
+        GgmlType::F16 => "f16",
+        GgmlType::BF16 => "bf16",
+        GgmlType::Q4_0 => "q4_0",
+        GgmlType::Q4_1 => "q4_1",
+        GgmlType::Q5_0 => "q5_0",
+        GgmlType::Q5_1 => "q5_1",
+        GgmlType::Q8_0 => "q8_0",
+        _ => return None,
+    })
+}
+
+fn source(path: &str) -> Option<&'static str> {
+    SOURCES.iter().find(|(p, _)| *p == path).map(|(_, s)| *s)
+}
+
+/// Replace whole-word occurrences of each define's name by its value.
+fn apply_defines(text: &str, defines: &[(&str, &str)]) -> String {
+    let mut s = text.to_string();
+    for (name, value) in defines {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s.as_str();
+        while let Some(i) = rest.find(name) {
+            let before = rest[..i].chars().next_back();
+            let after = rest[i + name.len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            out.push_str(&rest[..i]);
+            if word(before) || word(after) {
+                out.push_str(name);
+            } else {
+                out.push_str(value);
+            }
+            rest = &rest[i + name.len()..];
+        }
+        out.push_str(rest);
+        s = out;
+    }
+    s
+}
+
+/// Expand `#include`s (each file once) after applying the defines.
+pub fn preprocess(path: &str, defines: &[(&str, &str)]) -> Result<String, String> {
+    fn expand(
+        path: &str,
+        defines: &[(&str, &str)],
+        seen: &mut HashSet<String>,
+        out: &mut String,
+    ) -> Result<(), String> {
+        if !seen.insert(path.to_string()) {
+            return Ok(());
+        }
+        let text = source(path).ok_or_else(|| format!("no shader file `{path}`"))?;
+        for line in apply_defines(text, defines).lines() {
+            if let Some(rest) = line.trim().strip_prefix("#include") {
+                let inc = rest.trim().trim_matches('"');
+                expand(inc, defines, seen, out)?;
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        Ok(())
+    }
+    let mut out = String::new();
+    expand(path, defines, &mut HashSet::new(), &mut out)?;
+    Ok(out)
+}
+
+/// What identifies a pipeline.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct PipelineKey {
+    /// Shader file under `shaders/`.
+    pub file: &'static str,
+    /// Entry point.
+    pub entry: &'static str,
+    /// Weight format (`TYPE`), for the weight templates.
+    pub ty: Option<GgmlType>,
+    /// Override constants: name and value (as f64 bits, for hashing).
+    pub constants: Vec<(&'static str, u64)>,
+    /// Read-only storage bindings, then read-write ones.
+    pub n_in: u32,
+    /// Read-write storage bindings.
+    pub n_out: u32,
+}
+
+/// A compiled pipeline and its layout.
+pub struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: Arc<wgpu::BindGroupLayout>,
+}
+
+/// Pipelines and bind group layouts, created on first use.
+#[derive(Default)]
+pub struct PipelineCache {
+    pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
+    layouts: Mutex<HashMap<(u32, u32), Arc<wgpu::BindGroupLayout>>>,
+}
+
+impl PipelineCache {
+    fn layout(&self, device: &wgpu::Device, n_in: u32, n_out: u32) -> Arc<wgpu::BindGroupLayout> {
+        let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
+        layouts
+            .entry((n_in, n_out))
+            .or_insert_with(|| {
+                let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+                    binding,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                };
+                let mut entries: Vec<_> = (0..n_in).map(|b| storage(b, true)).collect();
+                entries.extend((n_in..n_in + n_out).map(|b| storage(b, false)));
+                entries.push(wgpu::BindGroupLayoutEntry {
+                    binding: n_in + n_out,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                });
+                Arc::new(
+                    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: Some("glint"),
+                        entries: &entries,
+                    }),
+                )
+            })
+            .clone()
+    }
+
+    /// The pipeline for `key`, compiled now if it is new.
+    pub fn get(&self, device: &wgpu::Device, key: &PipelineKey) -> Result<Arc<Pipeline>, String> {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+        {
+            return Ok(p.clone());
+        }
+        let mut defines = Vec::new();
+        if let Some(ty) = key.ty {
+            let stem = weight_shader(ty).ok_or_else(|| format!("no kernel for {}", ty.name()))?;
+            defines.push(("TYPE", stem));
+        }
+        let text = preprocess(key.file, &defines)?;
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(key.file),
+            source: wgpu::ShaderSource::Wgsl(text.into()),
+        });
+        let layout = self.layout(device, key.n_in, key.n_out);
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(key.file),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let constants: Vec<(&str, f64)> = key
+            .constants
+            .iter()
+            .map(|(n, v)| (*n, f64::from_bits(*v)))
+            .collect();
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key.entry),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some(key.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &constants,
+                zero_initialize_workgroup_memory: true,
+            },
+            cache: None,
+        });
+        let p = Arc::new(Pipeline { pipeline, layout });
+        self.pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), p.clone());
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defines_replace_whole_words_only() {
+        let s = apply_defines("quant/TYPE.wgsl TYPES MY_TYPE TYPE", &[("TYPE", "q8_0")]);
+        assert_eq!(s, "quant/q8_0.wgsl TYPES MY_TYPE q8_0");
+    }
+
+    #[test]
+    fn includes_expand_once() {
+        let s = preprocess("mul_mat.wgsl", &[("TYPE", "q4_0")]).unwrap();
+        assert!(!s.contains("#include"));
+        assert_eq!(s.matches("fn byte_at").count(), 1);
+        assert!(s.contains("18u"));
+    }
+}

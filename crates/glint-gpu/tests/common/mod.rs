@@ -1,0 +1,160 @@
+//! Shared pieces of the wgpu tests: one device per test binary, random
+//! inputs with fresh seeds, poisoned outputs, and the named tolerances.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use glint_backend::{Backend, GgmlType, TensorDesc, Usage};
+use glint_gpu::{GpuBackend, GpuOptions, GpuTensor};
+
+/// Named tolerances: max |gpu - reference| / (1 + |reference|).
+pub mod tol {
+    /// add, mul, scale: exact in f32 up to rounding.
+    pub const ELEMENTWISE: f64 = 1e-6;
+    /// silu, gelu, swiglu, geglu: exp/tanh differ by a few ulps.
+    pub const ACTIVATION: f64 = 1e-5;
+    /// rms_norm, softmax: reductions in a different order.
+    pub const REDUCTION: f64 = 1e-5;
+    /// rope: cos/sin of angles up to a few hundred radians in f32.
+    pub const ROPE: f64 = 2e-4;
+    /// attention with an F32 cache.
+    pub const ATTN_F32: f64 = 1e-4;
+    /// attention with an F16 cache (the reference reads the same f16 values).
+    pub const ATTN_F16: f64 = 1e-4;
+    /// mul_mat with F32/F16/BF16 weights: f32 sums of k products.
+    pub const MATMUL_FLOAT: f64 = 1e-4;
+    /// mul_mat with quantized weights (reference dequantizes the same bytes).
+    pub const MATMUL_QUANT: f64 = 1e-4;
+    /// get_rows: dequantization is exact up to one multiply.
+    pub const GET_ROWS: f64 = 1e-6;
+    /// K-shift invariant with an F32 cache.
+    pub const KSHIFT_F32: f64 = 2e-4;
+    /// K-shift invariant with an F16 cache: each shift rounds to f16 again.
+    pub const KSHIFT_F16: f64 = 4e-3;
+}
+
+/// The one backend of this test binary.
+pub fn gpu() -> &'static GpuBackend {
+    static B: OnceLock<GpuBackend> = OnceLock::new();
+    B.get_or_init(|| GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter"))
+}
+
+/// A fresh seed per call (time-based), printed so a failure can be replayed.
+pub fn seed() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    let s = t ^ N.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+    eprintln!("seed {s:#x}");
+    s | 1
+}
+
+/// xorshift64*.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in [-1, 1), never exactly 0.
+    pub fn f32(&mut self) -> f32 {
+        let v = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+        if v == 0.0 {
+            0.5
+        } else {
+            v
+        }
+    }
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32() * scale).collect()
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+pub fn desc(ty: GgmlType, ne: [usize; 4], usage: Usage) -> TensorDesc {
+    TensorDesc {
+        ty,
+        ne,
+        label: "test".into(),
+        usage,
+    }
+}
+
+pub fn f32s(ne: [usize; 4], v: &[f32]) -> GpuTensor {
+    let t = gpu()
+        .alloc(desc(GgmlType::F32, ne, Usage::Scratch))
+        .unwrap();
+    gpu().write(&t, 0, bytemuck::cast_slice(v)).unwrap();
+    t
+}
+
+pub fn i32s(v: &[i32]) -> GpuTensor {
+    let t = gpu()
+        .alloc(desc(GgmlType::I32, [v.len(), 1, 1, 1], Usage::Scratch))
+        .unwrap();
+    gpu().write(&t, 0, bytemuck::cast_slice(v)).unwrap();
+    t
+}
+
+/// A tensor filled with 0xFF bytes (NaN as f32, -1 as i32), so an element
+/// the kernel forgets to write shows.
+pub fn poisoned(ty: GgmlType, ne: [usize; 4]) -> GpuTensor {
+    let t = gpu().alloc(desc(ty, ne, Usage::Scratch)).unwrap();
+    let n = t.desc_bytes();
+    gpu().write(&t, 0, &vec![0xFF; n]).unwrap();
+    t
+}
+
+pub trait Bytes {
+    fn desc_bytes(&self) -> usize;
+}
+
+impl Bytes for GpuTensor {
+    fn desc_bytes(&self) -> usize {
+        use glint_backend::Tensor;
+        self.desc().n_bytes()
+    }
+}
+
+pub fn read_f32(t: &GpuTensor) -> Vec<f32> {
+    let mut b = vec![0u8; t.desc_bytes()];
+    gpu().read(t, 0, &mut b).unwrap();
+    bytemuck::cast_slice(&b).to_vec()
+}
+
+pub fn read_i32(t: &GpuTensor) -> Vec<i32> {
+    let mut b = vec![0u8; t.desc_bytes()];
+    gpu().read(t, 0, &mut b).unwrap();
+    bytemuck::cast_slice(&b).to_vec()
+}
+
+/// Assert `got` matches `want` to `tol` (relative to 1 + |want|).
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = (0.0f64, 0usize);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let e = (g as f64 - w).abs() / (1.0 + w.abs());
+        // NaN (a poisoned element left unwritten) counts as the worst error.
+        let e = if e.is_nan() { f64::INFINITY } else { e };
+        if e > worst.0 {
+            worst = (e, i);
+        }
+    }
+    assert!(
+        worst.0 <= tol,
+        "{what}: element {} is {} but should be {} (error {:e} > {tol:e})",
+        worst.1,
+        got[worst.1],
+        want[worst.1],
+        worst.0
+    );
+}

@@ -1,0 +1,478 @@
+//! Every op of the wgpu backend against an f64 reference written from the
+//! op's doc comment, on random non-zero inputs with fresh seeds, sizes that
+//! do not divide the workgroup sizes, and poisoned outputs.
+
+mod common;
+
+use common::*;
+use glint_backend::{AttnParams, Backend, GgmlType, Glu, RopeMode, RopeParams, Unary, Usage};
+use half::f16;
+
+const F32: GgmlType = GgmlType::F32;
+
+#[test]
+fn adapter_is_vulkan() {
+    let b = gpu();
+    assert_eq!(
+        b.adapter_info().backend,
+        wgpu::Backend::Vulkan,
+        "{}",
+        b.name()
+    );
+    assert!(
+        b.name().starts_with("wgpu: ") && b.name().ends_with("(Vulkan)"),
+        "{}",
+        b.name()
+    );
+    assert!(!glint_gpu::list_adapters().is_empty());
+}
+
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
+#[test]
+fn binary_ops_with_and_without_broadcast() {
+    let mut r = Rng(seed());
+    let (n, m) = (1000, 13);
+    let a = r.vec(n * m, 3.0);
+    let b_full = r.vec(n * m, 3.0);
+    let b_row = r.vec(n, 3.0);
+    let ta = f32s([n, m, 1, 1], &a);
+    for (b, ne) in [(&b_full, [n, m, 1, 1]), (&b_row, [n, 1, 1, 1])] {
+        let tb = f32s(ne, b);
+        let bi = |i: usize| b[i % b.len()] as f64;
+        for op in ["add", "mul"] {
+            let out = poisoned(F32, [n, m, 1, 1]);
+            let want: Vec<f64> = if op == "add" {
+                gpu().add(&ta, &tb, &out).unwrap();
+                a.iter()
+                    .enumerate()
+                    .map(|(i, &x)| x as f64 + bi(i))
+                    .collect()
+            } else {
+                gpu().mul(&ta, &tb, &out).unwrap();
+                a.iter()
+                    .enumerate()
+                    .map(|(i, &x)| x as f64 * bi(i))
+                    .collect()
+            };
+            assert_close(op, &read_f32(&out), &want, tol::ELEMENTWISE);
+        }
+    }
+    let tb = f32s([n, m, 1, 1], &b_full);
+    for (op, f) in [(Glu::SwiGlu, silu as fn(f64) -> f64), (Glu::GeGlu, gelu)] {
+        let out = poisoned(F32, [n, m, 1, 1]);
+        gpu().glu(op, &ta, &tb, &out).unwrap();
+        let want: Vec<f64> = a
+            .iter()
+            .zip(&b_full)
+            .map(|(&g, &u)| f(g as f64) * u as f64)
+            .collect();
+        assert_close(&format!("{op:?}"), &read_f32(&out), &want, tol::ACTIVATION);
+    }
+}
+
+#[test]
+fn unary_ops_and_scale() {
+    let mut r = Rng(seed());
+    let (n, m) = (999, 7);
+    let mut x = r.vec(n * m, 8.0);
+    x[0] = 40.0; // tanh/exp saturation must not give NaN
+    x[1] = -40.0;
+    let tx = f32s([n, m, 1, 1], &x);
+    for (op, f) in [(Unary::Silu, silu as fn(f64) -> f64), (Unary::Gelu, gelu)] {
+        let out = poisoned(F32, [n, m, 1, 1]);
+        gpu().unary(op, &tx, &out).unwrap();
+        let want: Vec<f64> = x.iter().map(|&v| f(v as f64)).collect();
+        assert_close(&format!("{op:?}"), &read_f32(&out), &want, tol::ACTIVATION);
+    }
+    let out = poisoned(F32, [n, m, 1, 1]);
+    gpu().scale(&tx, -0.37, &out).unwrap();
+    let want: Vec<f64> = x.iter().map(|&v| v as f64 * -0.37f32 as f64).collect();
+    assert_close("scale", &read_f32(&out), &want, tol::ELEMENTWISE);
+}
+
+#[test]
+fn rms_norm_with_and_without_weight() {
+    let mut r = Rng(seed());
+    for (n, m) in [(1000, 7), (67, 13)] {
+        let x = r.vec(n * m, 2.0);
+        let w = r.vec(n, 1.5);
+        let (tx, tw) = (f32s([n, m, 1, 1], &x), f32s([n, 1, 1, 1], &w));
+        for with_w in [true, false] {
+            let out = poisoned(F32, [n, m, 1, 1]);
+            gpu()
+                .rms_norm(&tx, with_w.then_some(&tw), 1e-5, &out)
+                .unwrap();
+            let mut want = Vec::new();
+            for j in 0..m {
+                let row = &x[j * n..(j + 1) * n];
+                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n as f64;
+                let s = 1.0 / (ms + 1e-5f32 as f64).sqrt();
+                want.extend(
+                    row.iter()
+                        .zip(&w)
+                        .map(|(&v, &wi)| v as f64 * s * if with_w { wi as f64 } else { 1.0 }),
+                );
+            }
+            assert_close("rms_norm", &read_f32(&out), &want, tol::REDUCTION);
+        }
+    }
+}
+
+#[test]
+fn softmax_and_argmax() {
+    let mut r = Rng(seed());
+    let (n, m) = (1000, 13);
+    let mut x = r.vec(n * m, 20.0);
+    // A tie: the first index wins.
+    x[5 * n + 17] = 30.0;
+    x[5 * n + 900] = 30.0;
+    let tx = f32s([n, m, 1, 1], &x);
+    let out = poisoned(F32, [n, m, 1, 1]);
+    gpu().softmax(&tx, &out).unwrap();
+    let idx = poisoned(GgmlType::I32, [m, 1, 1, 1]);
+    gpu().argmax(&tx, &idx).unwrap();
+    let mut want = Vec::new();
+    let mut want_idx = Vec::new();
+    for j in 0..m {
+        let row: Vec<f64> = x[j * n..(j + 1) * n].iter().map(|&v| v as f64).collect();
+        let mx = row.iter().cloned().fold(f64::MIN, f64::max);
+        let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
+        want.extend(row.iter().map(|v| (v - mx).exp() / s));
+        want_idx.push(row.iter().position(|&v| v == mx).unwrap() as i32);
+    }
+    assert_close("softmax", &read_f32(&out), &want, tol::REDUCTION);
+    assert_eq!(read_i32(&idx), want_idx);
+    assert_eq!(want_idx[5], 17);
+}
+
+/// The doc formula of `RopeParams`, in f64: rotate `x` (one head) at `pos`.
+fn rope_ref(x: &[f64], pos: f64, p: &RopeParams, with_mscale: bool) -> Vec<f64> {
+    let mut out = x.to_vec();
+    let [lo, hi] = p.yarn_corr_dims();
+    for i in 0..p.n_rot / 2 {
+        let te = pos * (p.freq_base as f64).powf(-2.0 * i as f64 / p.n_rot as f64);
+        let ti = p.freq_scale as f64 * te;
+        let (theta, mut ms) = if p.ext_factor != 0.0 {
+            let y = (i as f64 - lo as f64) / (0.001f64).max(hi as f64 - lo as f64);
+            let ramp = (1.0 - y.clamp(0.0, 1.0)) * p.ext_factor as f64;
+            (
+                ti * (1.0 - ramp) + te * ramp,
+                p.attn_factor as f64 * (1.0 + 0.1 * (1.0 / p.freq_scale as f64).ln()),
+            )
+        } else {
+            (ti, p.attn_factor as f64)
+        };
+        if !with_mscale {
+            ms = 1.0;
+        }
+        let (a, b) = match p.mode {
+            RopeMode::Norm => (2 * i, 2 * i + 1),
+            RopeMode::Neox => (i, i + p.n_rot / 2),
+        };
+        let (x0, x1) = (x[a], x[b]);
+        out[a] = (x0 * theta.cos() - x1 * theta.sin()) * ms;
+        out[b] = (x0 * theta.sin() + x1 * theta.cos()) * ms;
+    }
+    out
+}
+
+fn yarn(mode: RopeMode, head_dim: usize, n_rot: usize, n_head: usize) -> RopeParams {
+    RopeParams {
+        n_rot,
+        freq_scale: 0.25,
+        ext_factor: 1.0,
+        attn_factor: 0.8,
+        n_ctx_orig: 4096,
+        ..RopeParams::plain(mode, head_dim, n_head, 10000.0)
+    }
+}
+
+#[test]
+fn rope_norm_neox_partial_and_yarn() {
+    let mut r = Rng(seed());
+    let (hd, nh, m) = (64, 3, 7);
+    for mode in [RopeMode::Norm, RopeMode::Neox] {
+        for p in [
+            RopeParams::plain(mode, hd, nh, 10000.0),
+            RopeParams {
+                n_rot: 32,
+                ..RopeParams::plain(mode, hd, nh, 500000.0)
+            },
+            yarn(mode, hd, 48, nh),
+        ] {
+            let x = r.vec(hd * nh * m, 2.0);
+            let pos: Vec<i32> = (0..m).map(|_| r.below(300) as i32).collect();
+            let tx = f32s([hd, nh, m, 1], &x);
+            let tp = i32s(&pos);
+            let out = poisoned(F32, [hd, nh, m, 1]);
+            gpu().rope(&tx, &tp, &p, &out).unwrap();
+            let mut want = Vec::new();
+            for t in 0..m {
+                for h in 0..nh {
+                    let head: Vec<f64> = x[(t * nh + h) * hd..][..hd]
+                        .iter()
+                        .map(|&v| v as f64)
+                        .collect();
+                    want.extend(rope_ref(&head, pos[t] as f64, &p, true));
+                }
+            }
+            assert_close(&format!("rope {p:?}"), &read_f32(&out), &want, tol::ROPE);
+        }
+    }
+}
+
+fn f16_round(v: f32) -> f32 {
+    f16::from_f32(v).to_f32()
+}
+
+fn cache(ty: GgmlType, n: usize, rows: usize) -> glint_gpu::GpuTensor {
+    let t = gpu()
+        .alloc(common::desc(ty, [n, rows, 1, 1], Usage::KvCache))
+        .unwrap();
+    let bytes = t_bytes(ty, n * rows);
+    gpu().write(&t, 0, &vec![0xFF; bytes]).unwrap();
+    t
+}
+
+fn t_bytes(ty: GgmlType, n: usize) -> usize {
+    ty.bytes_for(n as u64).unwrap() as usize
+}
+
+/// Read a cache as f32 values.
+fn read_cache(t: &glint_gpu::GpuTensor, ty: GgmlType, n: usize) -> Vec<f32> {
+    let mut b = vec![0u8; t_bytes(ty, n)];
+    gpu().read(t, 0, &mut b).unwrap();
+    match ty {
+        GgmlType::F16 => b
+            .chunks(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => bytemuck::cast_slice(&b).to_vec(),
+    }
+}
+
+#[test]
+fn set_rows_f32_and_f16() {
+    let mut r = Rng(seed());
+    let (n, m, rows) = (96, 13, 40);
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let src = r.vec(n * m, 4.0);
+        let mut idx: Vec<i32> = (0..rows as i32).collect();
+        for i in (1..idx.len()).rev() {
+            idx.swap(i, r.below(i + 1));
+        }
+        idx.truncate(m);
+        let dst = cache(ty, n, rows);
+        gpu()
+            .set_rows(&f32s([n, m, 1, 1], &src), &i32s(&idx), &dst)
+            .unwrap();
+        let got = read_cache(&dst, ty, n * rows);
+        for (i, &row) in idx.iter().enumerate() {
+            let want: Vec<f64> = src[i * n..(i + 1) * n]
+                .iter()
+                .map(|&v| {
+                    if ty == GgmlType::F16 {
+                        f16_round(v) as f64
+                    } else {
+                        v as f64
+                    }
+                })
+                .collect();
+            assert_close("set_rows", &got[row as usize * n..][..n], &want, 0.0);
+        }
+    }
+}
+
+#[test]
+fn attention_gqa_mask_softcap_window_f32_f16() {
+    let mut r = Rng(seed());
+    let (hd, nh, nkv, m) = (40, 6, 2, 5);
+    let n_rows = 700;
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        for (softcap, kv_start, n_kv) in [(0.0f32, 0usize, 600usize), (30.0, 37, 663)] {
+            let kvals = r.vec(hd * nkv * n_rows, 1.5);
+            let vvals = r.vec(hd * nkv * n_rows, 1.5);
+            let q = r.vec(hd * nh * m, 1.5);
+            let (k, v) = (cache(ty, hd * nkv, n_rows), cache(ty, hd * nkv, n_rows));
+            let all: Vec<i32> = (0..n_rows as i32).collect();
+            gpu()
+                .set_rows(&f32s([hd * nkv, n_rows, 1, 1], &kvals), &i32s(&all), &k)
+                .unwrap();
+            gpu()
+                .set_rows(&f32s([hd * nkv, n_rows, 1, 1], &vvals), &i32s(&all), &v)
+                .unwrap();
+            let kr = read_cache(&k, ty, hd * nkv * n_rows);
+            let vr = read_cache(&v, ty, hd * nkv * n_rows);
+            // Causal-ish mask with a bias, and token 3 sees nothing.
+            let mut mask = vec![0.0f32; n_kv * m];
+            for i in 0..m {
+                for j in 0..n_kv {
+                    mask[i * n_kv + j] = if i == 3 || j > n_kv - 50 + i * 10 {
+                        f32::NEG_INFINITY
+                    } else if j % 7 == 0 {
+                        -0.5
+                    } else {
+                        0.0
+                    };
+                }
+            }
+            let p = AttnParams {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                softcap,
+                kv_start,
+                n_kv,
+            };
+            let out = poisoned(F32, [hd * nh, m, 1, 1]);
+            gpu()
+                .attention(
+                    &f32s([hd, nh, m, 1], &q),
+                    &k,
+                    &v,
+                    &f32s([n_kv, m, 1, 1], &mask),
+                    &p,
+                    &out,
+                )
+                .unwrap();
+            let mut want = vec![0.0f64; hd * nh * m];
+            for i in 0..m {
+                for h in 0..nh {
+                    let hk = h / (nh / nkv);
+                    let qh = &q[(i * nh + h) * hd..][..hd];
+                    let mut s: Vec<f64> = (0..n_kv)
+                        .map(|j| {
+                            let kb = (kv_start + j) * hd * nkv + hk * hd;
+                            let mut x: f64 =
+                                (0..hd).map(|d| qh[d] as f64 * kr[kb + d] as f64).sum();
+                            if softcap > 0.0 {
+                                x = softcap as f64 * (x / softcap as f64).tanh();
+                            }
+                            x * p.scale as f64 + mask[i * n_kv + j] as f64
+                        })
+                        .collect();
+                    let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    if mx == f64::NEG_INFINITY {
+                        continue;
+                    }
+                    s.iter_mut().for_each(|x| *x = (*x - mx).exp());
+                    let sum: f64 = s.iter().sum();
+                    for d in 0..hd {
+                        let o: f64 = (0..n_kv)
+                            .map(|j| s[j] * vr[(kv_start + j) * hd * nkv + hk * hd + d] as f64)
+                            .sum();
+                        want[(i * nh + h) * hd + d] = o / sum;
+                    }
+                }
+            }
+            let t = if ty == GgmlType::F16 {
+                tol::ATTN_F16
+            } else {
+                tol::ATTN_F32
+            };
+            assert_close(
+                &format!("attention {ty:?} softcap {softcap}"),
+                &read_f32(&out),
+                &want,
+                t,
+            );
+        }
+    }
+}
+
+/// kshift(rope(k, p), q - p) == rope(k, q), for several shifts in a row,
+/// negative deltas, YaRN with attn_factor != 1, n_rot < head_dim, both modes,
+/// F32 and F16 caches.
+#[test]
+fn kshift_invariant() {
+    let mut r = Rng(seed());
+    let (hd, nkv, rows) = (64, 2, 11);
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        for mode in [RopeMode::Norm, RopeMode::Neox] {
+            for p in [
+                RopeParams::plain(mode, hd, nkv, 10000.0),
+                yarn(mode, hd, 48, nkv),
+            ] {
+                let k = r.vec(hd * nkv * rows, 1.0);
+                let tk = f32s([hd, nkv, rows, 1], &k);
+                let mut pos: Vec<i32> = (0..rows).map(|_| r.below(200) as i32).collect();
+                // K as the model writes it: rope at pos, then into the cache.
+                let roped = poisoned(F32, [hd, nkv, rows, 1]);
+                gpu().rope(&tk, &i32s(&pos), &p, &roped).unwrap();
+                let all: Vec<i32> = (0..rows as i32).collect();
+                let c = cache(ty, hd * nkv, rows);
+                let flat = f32s([hd * nkv, rows, 1, 1], &read_f32(&roped));
+                gpu().set_rows(&flat, &i32s(&all), &c).unwrap();
+                for step in 0..4 {
+                    // Negative deltas (seq_div-like), zeros, positives.
+                    let shift: Vec<i32> = pos
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &q)| match (j + step) % 4 {
+                            0 => -(q / 2),
+                            1 => 0,
+                            2 => r.below(50) as i32,
+                            _ => -(r.below(q as usize + 1) as i32),
+                        })
+                        .collect();
+                    gpu().kshift(&c, &i32s(&shift), &p).unwrap();
+                    pos.iter_mut().zip(&shift).for_each(|(q, s)| *q += s);
+                    let got = read_cache(&c, ty, hd * nkv * rows);
+                    let mut want = Vec::new();
+                    for j in 0..rows {
+                        for h in 0..nkv {
+                            let head: Vec<f64> = k[(j * nkv + h) * hd..][..hd]
+                                .iter()
+                                .map(|&v| v as f64)
+                                .collect();
+                            want.extend(rope_ref(&head, pos[j] as f64, &p, true));
+                        }
+                    }
+                    let t = if ty == GgmlType::F16 {
+                        tol::KSHIFT_F16
+                    } else {
+                        tol::KSHIFT_F32
+                    };
+                    assert_close(
+                        &format!("kshift {ty:?} {mode:?} step {step} {p:?}"),
+                        &got,
+                        &want,
+                        t,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn shape_and_type_errors_are_errors() {
+    let a = f32s([10, 2, 1, 1], &[1.0; 20]);
+    let b = f32s([9, 1, 1, 1], &[1.0; 9]);
+    let out = poisoned(F32, [10, 2, 1, 1]);
+    assert!(gpu().add(&a, &b, &out).is_err());
+    let ids = i32s(&[0, 1]);
+    assert!(gpu().mul_mat(&ids, &a, &out).is_err());
+    let mut buf = [0u8; 8];
+    assert!(gpu().read(&a, 78, &mut buf).is_err());
+}
+
+#[test]
+fn unaligned_write_and_read() {
+    let t = gpu()
+        .alloc(common::desc(GgmlType::F16, [7, 1, 1, 1], Usage::Scratch))
+        .unwrap();
+    gpu().write(&t, 0, &[1u8; 14]).unwrap();
+    gpu().write(&t, 3, &[9, 8, 7]).unwrap();
+    let mut b = [0u8; 5];
+    gpu().read(&t, 1, &mut b).unwrap();
+    assert_eq!(b, [1, 1, 9, 8, 7]);
+}

@@ -1,0 +1,316 @@
+//! mul_mat and get_rows for every weight format with a kernel, against an
+//! f64 reference over a scalar dequantization written from ggml's block
+//! layouts; windowed binding of tensors over the binding limit.
+
+mod common;
+
+use common::*;
+use glint_backend::{Backend, GgmlType, SharedBytes, Usage};
+use glint_gpu::{GpuBackend, GpuOptions, GpuTensor};
+use half::{bf16, f16};
+
+const TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
+fn is_float(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+fn h(b: &[u8], o: usize) -> f64 {
+    f16::from_le_bytes([b[o], b[o + 1]]).to_f64()
+}
+
+/// Scalar dequantization of one row (`k` elements), from ggml's layouts.
+fn dequant_row(ty: GgmlType, b: &[u8], k: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(k);
+    match ty {
+        GgmlType::F32 => out.extend(
+            b.chunks(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64),
+        ),
+        GgmlType::F16 => out.extend(
+            b.chunks(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64()),
+        ),
+        GgmlType::BF16 => out.extend(
+            b.chunks(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64()),
+        ),
+        _ => {
+            let bs = ty.type_size();
+            for blk in b.chunks(bs) {
+                let mut q = [0f64; 32];
+                match ty {
+                    GgmlType::Q8_0 => {
+                        let d = h(blk, 0);
+                        for j in 0..32 {
+                            q[j] = d * blk[2 + j] as i8 as f64;
+                        }
+                    }
+                    GgmlType::Q4_0 | GgmlType::Q4_1 => {
+                        let d = h(blk, 0);
+                        let (m, qs, off) = if ty == GgmlType::Q4_1 {
+                            (h(blk, 2), 4, 0.0)
+                        } else {
+                            (0.0, 2, 8.0)
+                        };
+                        for j in 0..16 {
+                            q[j] = d * ((blk[qs + j] & 0xF) as f64 - off) + m;
+                            q[j + 16] = d * ((blk[qs + j] >> 4) as f64 - off) + m;
+                        }
+                    }
+                    GgmlType::Q5_0 | GgmlType::Q5_1 => {
+                        let d = h(blk, 0);
+                        let (m, o, off) = if ty == GgmlType::Q5_1 {
+                            (h(blk, 2), 4, 0.0)
+                        } else {
+                            (0.0, 2, 16.0)
+                        };
+                        let qh = u32::from_le_bytes([blk[o], blk[o + 1], blk[o + 2], blk[o + 3]]);
+                        for j in 0..16 {
+                            let lo = (blk[o + 4 + j] & 0xF) as u32 | ((qh >> j) & 1) << 4;
+                            let hi = (blk[o + 4 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+                            q[j] = d * (lo as f64 - off) + m;
+                            q[j + 16] = d * (hi as f64 - off) + m;
+                        }
+                    }
+                    _ => unreachable!(),
+                }
+                out.extend_from_slice(&q);
+            }
+        }
+    }
+    assert_eq!(out.len(), k);
+    out
+}
+
+/// Random bytes of a `[k, n]` weight with sane scales (no NaN/inf halves).
+fn random_weight(r: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
+    let mut b = Vec::new();
+    for _ in 0..n {
+        match ty {
+            GgmlType::F32 => (0..k).for_each(|_| b.extend(r.f32().to_le_bytes())),
+            GgmlType::F16 => (0..k).for_each(|_| b.extend(f16::from_f32(r.f32()).to_le_bytes())),
+            GgmlType::BF16 => (0..k).for_each(|_| b.extend(bf16::from_f32(r.f32()).to_le_bytes())),
+            _ => {
+                for _ in 0..k / 32 {
+                    let start = b.len();
+                    b.extend((0..ty.type_size()).map(|_| r.next_u64() as u8));
+                    b[start..start + 2]
+                        .copy_from_slice(&f16::from_f32(r.f32() * 0.05).to_le_bytes());
+                    if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                        b[start + 2..start + 4]
+                            .copy_from_slice(&f16::from_f32(r.f32() * 0.1).to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+    b
+}
+
+fn weight(be: &GpuBackend, ty: GgmlType, k: usize, n: usize, bytes: Vec<u8>) -> GpuTensor {
+    be.weight(
+        desc(ty, [k, n, 1, 1], Usage::Weights),
+        SharedBytes::from_vec(bytes),
+    )
+    .unwrap()
+}
+
+/// mul_mat of `be` for one type and shape vs the reference.
+fn check_mul_mat(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize, m: usize) {
+    let wb = random_weight(r, ty, k, n);
+    let rb = ty.bytes_for(k as u64).unwrap() as usize;
+    let w = weight(be, ty, k, n, wb.clone());
+    let x = r.vec(k * m, 1.0);
+    let tx = be
+        .alloc(desc(GgmlType::F32, [k, m, 1, 1], Usage::Scratch))
+        .unwrap();
+    be.write(&tx, 0, bytemuck::cast_slice(&x)).unwrap();
+    let out = be
+        .alloc(desc(GgmlType::F32, [n, m, 1, 1], Usage::Scratch))
+        .unwrap();
+    be.write(&out, 0, &vec![0xFF; n * m * 4]).unwrap();
+    be.mul_mat(&w, &tx, &out).unwrap();
+    let mut got = vec![0u8; n * m * 4];
+    be.read(&out, 0, &mut got).unwrap();
+    let got: Vec<f32> = bytemuck::cast_slice(&got).to_vec();
+    let rows: Vec<Vec<f64>> = (0..n)
+        .map(|i| dequant_row(ty, &wb[i * rb..(i + 1) * rb], k))
+        .collect();
+    let mut want = vec![0f64; n * m];
+    for c in 0..m {
+        for (i, row) in rows.iter().enumerate() {
+            want[c * n + i] = row
+                .iter()
+                .zip(&x[c * k..])
+                .map(|(a, &b)| a * b as f64)
+                .sum();
+        }
+    }
+    let t = if is_float(ty) {
+        tol::MATMUL_FLOAT
+    } else {
+        tol::MATMUL_QUANT
+    };
+    assert_close(&format!("mul_mat {ty:?} k{k} n{n} m{m}"), &got, &want, t);
+}
+
+fn check_get_rows(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize) {
+    let wb = random_weight(r, ty, k, n);
+    let rb = ty.bytes_for(k as u64).unwrap() as usize;
+    let w = weight(be, ty, k, n, wb.clone());
+    let ids: Vec<i32> = vec![
+        0,
+        (n - 1) as i32,
+        r.below(n) as i32,
+        -1,
+        n as i32,
+        r.below(n) as i32,
+        (n / 2) as i32,
+    ];
+    let tids = be
+        .alloc(desc(GgmlType::I32, [ids.len(), 1, 1, 1], Usage::Scratch))
+        .unwrap();
+    be.write(&tids, 0, bytemuck::cast_slice(&ids)).unwrap();
+    let out = be
+        .alloc(desc(GgmlType::F32, [k, ids.len(), 1, 1], Usage::Scratch))
+        .unwrap();
+    be.write(&out, 0, &vec![0xFF; k * ids.len() * 4]).unwrap();
+    be.get_rows(&w, &tids, &out).unwrap();
+    let mut got = vec![0u8; k * ids.len() * 4];
+    be.read(&out, 0, &mut got).unwrap();
+    let got: Vec<f32> = bytemuck::cast_slice(&got).to_vec();
+    let mut want = Vec::new();
+    for &id in &ids {
+        if id < 0 || id as usize >= n {
+            want.extend(std::iter::repeat_n(0.0, k));
+        } else {
+            want.extend(dequant_row(ty, &wb[id as usize * rb..][..rb], k));
+        }
+    }
+    assert_close(&format!("get_rows {ty:?}"), &got, &want, tol::GET_ROWS);
+}
+
+#[test]
+fn mul_mat_matvec_and_matmul_every_type() {
+    let mut r = Rng(seed());
+    for &ty in TYPES {
+        // Float rows of 998 exercise the tails; quant rows are whole blocks.
+        let k = if is_float(ty) { 998 } else { 1024 };
+        for (n, m) in [(67, 1), (13, 3), (131, 67)] {
+            check_mul_mat(gpu(), &mut r, ty, k, n, m);
+        }
+    }
+}
+
+#[test]
+fn get_rows_every_type() {
+    let mut r = Rng(seed());
+    for &ty in TYPES {
+        let k = if is_float(ty) { 998 } else { 256 };
+        check_get_rows(gpu(), &mut r, ty, k, 67);
+    }
+}
+
+/// Windowing with odd row sizes (Q4_0 rows of 18 * 5 = 90 bytes) under a
+/// small binding limit: several windows, offsets aligned, whole rows.
+#[test]
+fn windows_under_a_small_binding_limit() {
+    let be = GpuBackend::new(GpuOptions {
+        max_binding_bytes: Some(4096),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut r = Rng(seed());
+    for ty in [GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::F16, GgmlType::F32] {
+        let k = if is_float(ty) { 158 } else { 160 };
+        check_mul_mat(&be, &mut r, ty, k, 301, 1);
+        check_mul_mat(&be, &mut r, ty, k, 301, 70);
+        check_get_rows(&be, &mut r, ty, k, 301);
+    }
+}
+
+/// A real weight over the device's binding limit (128 MiB on lavapipe):
+/// [1024, 80000] f32 = 312 MiB, m = 1; a sample of rows vs the reference.
+#[test]
+fn big_weight_over_the_binding_limit() {
+    let be = gpu();
+    let (k, n) = (1024usize, 80_000usize);
+    let bytes = (k * n * 4) as u64;
+    assert!(
+        bytes > be.limits().max_storage_buffer_binding_size,
+        "not over the limit"
+    );
+    let mut r = Rng(seed());
+    let mut wb = Vec::with_capacity(k * n * 4);
+    for _ in 0..k * n {
+        wb.extend_from_slice(&r.f32().to_le_bytes());
+    }
+    let w = weight(be, GgmlType::F32, k, n, wb);
+    let x = r.vec(k, 1.0);
+    let tx = f32s([k, 1, 1, 1], &x);
+    let out = poisoned(GgmlType::F32, [n, 1, 1, 1]);
+    be.mul_mat(&w, &tx, &out).unwrap();
+    let got = read_f32(&out);
+    // Rows from every window, the window edges included.
+    let rows_per_128mib = (128 << 20) / (k * 4);
+    let mut sample: Vec<usize> = vec![
+        0,
+        1,
+        rows_per_128mib - 1,
+        rows_per_128mib,
+        2 * rows_per_128mib,
+        n - 1,
+    ];
+    sample.extend((0..40).map(|_| r.below(n)));
+    let mut wrow = vec![0u8; k * 4];
+    for &i in &sample {
+        be.read(&w, i * k * 4, &mut wrow).unwrap();
+        let row: &[f32] = bytemuck::cast_slice(&wrow);
+        let want: f64 = row.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+        assert_close(
+            &format!("big row {i}"),
+            &got[i..i + 1],
+            &[want],
+            tol::MATMUL_FLOAT,
+        );
+    }
+    assert!(got.iter().all(|v| v.is_finite()), "a row was not written");
+    // get_rows across windows of the same table.
+    let ids = vec![
+        0,
+        (n - 1) as i32,
+        rows_per_128mib as i32,
+        3 * rows_per_128mib as i32 / 2,
+    ];
+    let out = poisoned(GgmlType::F32, [k, ids.len(), 1, 1]);
+    be.get_rows(&w, &i32s(&ids), &out).unwrap();
+    let got = read_f32(&out);
+    for (j, &id) in ids.iter().enumerate() {
+        be.read(&w, id as usize * k * 4, &mut wrow).unwrap();
+        let want: Vec<f64> = bytemuck::cast_slice::<u8, f32>(&wrow)
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        assert_close("big get_rows", &got[j * k..(j + 1) * k], &want, 0.0);
+    }
+}
+
+#[test]
+fn memory_report_counts_weights() {
+    // A backend of its own: other tests allocate on the shared one meanwhile.
+    let be = GpuBackend::new(GpuOptions::default()).unwrap();
+    let w = weight(&be, GgmlType::Q8_0, 64, 3, vec![0; 34 * 2 * 3]);
+    assert_eq!(be.memory().weights, 204);
+    drop(w);
+    assert_eq!(be.memory().weights, 0);
+}

@@ -1,0 +1,146 @@
+// Attention of a batch of queries over cache rows kv_start .. kv_start + n_kv.
+// One workgroup per (query token i, head h): scores of a chunk of CHUNK cache
+// rows go to workgroup memory, an online (running-max) softmax in f32 folds
+// each chunk into the output accumulators; a row whose logits are all -inf
+// yields zeros. GQA/MQA: h_kv = h / (n_head / n_head_kv).
+// Bindings, in order:
+//   0 q:      [head_dim, n_head, m] f32
+//   1 k:      [head_dim * n_head_kv, n_rows] f32, or f16 packed two to a u32 (KV_F16)
+//   2 v:      like k
+//   3 mask:   [n_kv, m] f32
+//   4 out:    [head_dim * n_head, m] f32
+//   5 params: uniform Params
+override KV_F16: bool = false;
+
+struct Params {
+    head_dim: u32,
+    n_head: u32,
+    n_head_kv: u32,
+    m: u32,
+    kv_start: u32,
+    n_kv: u32,
+    scale: f32,
+    softcap: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<u32>;
+@group(0) @binding(2) var<storage, read> v: array<u32>;
+@group(0) @binding(3) var<storage, read> mask: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
+
+const WG: u32 = 128u;
+const CHUNK: u32 = 256u;
+const MAX_HEAD_DIM: u32 = 512u;
+const PER_THREAD: u32 = MAX_HEAD_DIM / WG;
+// Below every finite logit; -inf logits (masked) stay below it.
+const NEG_INF: f32 = -3.4028235e38;
+
+var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
+var<workgroup> sc: array<f32, CHUNK>;
+var<workgroup> red: array<f32, WG>;
+
+fn kv_at(buf_is_v: bool, i: u32) -> f32 {
+    var w: u32;
+    if (buf_is_v) {
+        w = v[select(i, i >> 1u, KV_F16)];
+    } else {
+        w = k[select(i, i >> 1u, KV_F16)];
+    }
+    if (KV_F16) {
+        return unpack2x16float(w)[i & 1u];
+    }
+    return bitcast<f32>(w);
+}
+
+fn tanh_safe(x: f32) -> f32 {
+    let e = exp(-2.0 * abs(x));
+    return sign(x) * (1.0 - e) / (1.0 + e);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = wid.x + wid.y * nwg.x; // token * n_head + h
+    if (g >= p.m * p.n_head) {
+        return;
+    }
+    let tok = g / p.n_head;
+    let h = g % p.n_head;
+    let h_kv = h / (p.n_head / p.n_head_kv);
+    let hd = p.head_dim;
+    let row_len = hd * p.n_head_kv;
+    for (var d = lid.x; d < hd; d += WG) {
+        qs[d] = q[g * hd + d];
+    }
+    var acc: array<f32, PER_THREAD>;
+    var run_max = NEG_INF;
+    var run_sum = 0.0;
+    workgroupBarrier();
+    for (var j0 = 0u; j0 < p.n_kv; j0 += CHUNK) {
+        let n_chunk = min(CHUNK, p.n_kv - j0);
+        // Logits of this chunk.
+        var local_max = NEG_INF;
+        for (var jj = lid.x; jj < n_chunk; jj += WG) {
+            let j = j0 + jj;
+            let kb = (p.kv_start + j) * row_len + h_kv * hd;
+            var s = 0.0;
+            for (var d = 0u; d < hd; d++) {
+                s += qs[d] * kv_at(false, kb + d);
+            }
+            if (p.softcap > 0.0) {
+                s = p.softcap * tanh_safe(s / p.softcap);
+            }
+            s = s * p.scale + mask[tok * p.n_kv + j];
+            sc[jj] = s;
+            local_max = max(local_max, s);
+        }
+        red[lid.x] = local_max;
+        workgroupBarrier();
+        for (var st = WG / 2u; st > 0u; st >>= 1u) {
+            if (lid.x < st) {
+                red[lid.x] = max(red[lid.x], red[lid.x + st]);
+            }
+            workgroupBarrier();
+        }
+        let new_max = max(run_max, workgroupUniformLoad(&red[0]));
+        if (new_max > NEG_INF) {
+            // Rescale what was summed so far to the new max.
+            let corr = exp(run_max - new_max);
+            run_sum *= corr;
+            for (var t = 0u; t < PER_THREAD; t++) {
+                acc[t] *= corr;
+            }
+            for (var jj = lid.x; jj < n_chunk; jj += WG) {
+                sc[jj] = exp(sc[jj] - new_max);
+            }
+            workgroupBarrier();
+            for (var jj = 0u; jj < n_chunk; jj++) {
+                let pj = sc[jj];
+                run_sum += pj;
+                if (pj != 0.0) {
+                    let vb = (p.kv_start + j0 + jj) * row_len + h_kv * hd;
+                    for (var t = 0u; t < PER_THREAD; t++) {
+                        let d = lid.x + t * WG;
+                        if (d < hd) {
+                            acc[t] += pj * kv_at(true, vb + d);
+                        }
+                    }
+                }
+            }
+            run_max = new_max;
+        }
+        workgroupBarrier();
+    }
+    for (var t = 0u; t < PER_THREAD; t++) {
+        let d = lid.x + t * WG;
+        if (d < hd) {
+            var o = 0.0;
+            if (run_sum > 0.0) {
+                o = acc[t] / run_sum;
+            }
+            out[g * hd + d] = o;
+        }
+    }
+}

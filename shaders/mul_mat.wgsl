@@ -1,0 +1,142 @@
+// out[n, m] = W[k, n] . x[k, m] for any weight format (TYPE).
+// W may be bound as a window of rows row0 .. row0 + n_local; the dispatch
+// writes output rows row0 .. row0 + n_local.
+// Bindings, in order:
+//   0 W:      [k, n_local] TYPE, raw bytes as u32 words (window of the weight)
+//   1 x:      [k, m] f32
+//   2 out:    [n, m] f32
+//   3 params: uniform Params
+// Entry points: `matvec` (small m: one workgroup per (row, column), reduction
+// in workgroup memory) and `matmul` (64x64 output tiles, 4x4 per thread).
+#include "quant/TYPE.wgsl"
+
+struct Params {
+    k: u32,
+    n: u32,
+    m: u32,
+    row0: u32,
+    n_local: u32,
+    row_bytes: u32,
+}
+
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+const MV_WG: u32 = 64u;
+var<workgroup> red: array<f32, MV_WG>;
+
+@compute @workgroup_size(MV_WG)
+fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = wid.x + wid.y * nwg.x; // c * n_local + r
+    if (g >= p.n_local * p.m) {
+        return;
+    }
+    let r = g % p.n_local;
+    let c = g / p.n_local;
+    let rb = r * p.row_bytes;
+    let xb = c * p.k;
+    let k4 = p.k / 4u;
+    var s = 0.0;
+    for (var q = lid.x; q < k4; q += MV_WG) {
+        let e = q * 4u;
+        let xv = vec4<f32>(x[xb + e], x[xb + e + 1u], x[xb + e + 2u], x[xb + e + 3u]);
+        s += dot(dequant4(rb, e), xv);
+    }
+    for (var e = k4 * 4u + lid.x; e < p.k; e += MV_WG) {
+        s += dequant1(rb, e) * x[xb + e];
+    }
+    red[lid.x] = s;
+    workgroupBarrier();
+    for (var st = MV_WG / 2u; st > 0u; st >>= 1u) {
+        if (lid.x < st) {
+            red[lid.x] += red[lid.x + st];
+        }
+        workgroupBarrier();
+    }
+    if (lid.x == 0u) {
+        out[c * p.n + p.row0 + r] = red[0];
+    }
+}
+
+const TILE: u32 = 64u;
+const TK: u32 = 16u;
+var<workgroup> ws: array<f32, 1024>; // [TILE rows of W][TK]
+var<workgroup> xs: array<f32, 1024>; // [TILE columns of x][TK]
+
+// Four consecutive k-elements e..e+3 of W row r (zeros past k).
+fn w_group(r: u32, e: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    if (r >= p.n_local) {
+        return v;
+    }
+    let rb = r * p.row_bytes;
+    if (e + 3u < p.k) {
+        return dequant4(rb, e);
+    }
+    for (var t = 0u; t < 4u; t++) {
+        if (e + t < p.k) {
+            v[t] = dequant1(rb, e + t);
+        }
+    }
+    return v;
+}
+
+@compute @workgroup_size(256)
+fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let tiles_n = (p.n_local + TILE - 1u) / TILE;
+    let t = wid.x + wid.y * nwg.x;
+    if (t >= tiles_n * ((p.m + TILE - 1u) / TILE)) {
+        return;
+    }
+    let r0 = (t % tiles_n) * TILE;
+    let c0 = (t / tiles_n) * TILE;
+    let tx = lid.x % 16u; // rows r0 + tx*4 + a
+    let ty = lid.x / 16u; // columns c0 + ty*4 + b
+    let lr = lid.x / 4u;  // the row/column this thread loads
+    let lk = (lid.x % 4u) * 4u;
+    var acc: array<f32, 16>;
+    for (var k0 = 0u; k0 < p.k; k0 += TK) {
+        let wv = w_group(r0 + lr, k0 + lk);
+        var xv = vec4<f32>(0.0);
+        let col = c0 + lr;
+        if (col < p.m) {
+            for (var u = 0u; u < 4u; u++) {
+                if (k0 + lk + u < p.k) {
+                    xv[u] = x[col * p.k + k0 + lk + u];
+                }
+            }
+        }
+        for (var u = 0u; u < 4u; u++) {
+            ws[lr * TK + lk + u] = wv[u];
+            xs[lr * TK + lk + u] = xv[u];
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TK; kk++) {
+            var wr: array<f32, 4>;
+            var xr: array<f32, 4>;
+            for (var a = 0u; a < 4u; a++) {
+                wr[a] = ws[(tx * 4u + a) * TK + kk];
+                xr[a] = xs[(ty * 4u + a) * TK + kk];
+            }
+            for (var a = 0u; a < 4u; a++) {
+                for (var b = 0u; b < 4u; b++) {
+                    acc[a * 4u + b] += wr[a] * xr[b];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var a = 0u; a < 4u; a++) {
+        for (var b = 0u; b < 4u; b++) {
+            let r = r0 + tx * 4u + a;
+            let c = c0 + ty * 4u + b;
+            if (r < p.n_local && c < p.m) {
+                out[c * p.n + p.row0 + r] = acc[a * 4u + b];
+            }
+        }
+    }
+}

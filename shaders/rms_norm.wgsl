@@ -1,0 +1,51 @@
+// RMSNorm, one workgroup per row, tree reduction in workgroup memory.
+// Bindings, in order:
+//   0 x:      [n, m] f32
+//   1 w:      [n] f32 (x again when there is no weight; has_w = 0)
+//   2 out:    [n, m] f32
+//   3 params: uniform Params
+struct Params {
+    n: u32,
+    m: u32,
+    eps: f32,
+    has_w: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+const WG: u32 = 256u;
+var<workgroup> red: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.m) {
+        return;
+    }
+    let base = row * p.n;
+    var s = 0.0;
+    for (var i = lid.x; i < p.n; i += WG) {
+        let v = x[base + i];
+        s += v * v;
+    }
+    red[lid.x] = s;
+    workgroupBarrier();
+    for (var st = WG / 2u; st > 0u; st >>= 1u) {
+        if (lid.x < st) {
+            red[lid.x] += red[lid.x + st];
+        }
+        workgroupBarrier();
+    }
+    let r = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
+    for (var i = lid.x; i < p.n; i += WG) {
+        var v = x[base + i] * r;
+        if (p.has_w != 0u) {
+            v *= w[i];
+        }
+        out[base + i] = v;
+    }
+}
