@@ -42,6 +42,10 @@ pub struct GpuTensor {
     buf: wgpu::Buffer,
     desc: TensorDesc,
     counters: Arc<Counters>,
+    /// Bytes of `buf` this tensor may bind (a view sees a prefix).
+    size: u64,
+    /// Whether this handle owns the buffer for the memory report (views don't).
+    counted: bool,
 }
 
 impl Tensor for GpuTensor {
@@ -52,9 +56,11 @@ impl Tensor for GpuTensor {
 
 impl Drop for GpuTensor {
     fn drop(&mut self) {
-        self.counters
-            .of(self.desc.usage)
-            .fetch_sub(self.buf.size() as usize, Ordering::Relaxed);
+        if self.counted {
+            self.counters
+                .of(self.desc.usage)
+                .fetch_sub(self.buf.size() as usize, Ordering::Relaxed);
+        }
     }
 }
 
@@ -101,7 +107,7 @@ impl<'a> Bind<'a> {
         Bind {
             buf: &t.buf,
             offset: 0,
-            size: t.buf.size(),
+            size: t.size,
         }
     }
 }
@@ -203,12 +209,12 @@ impl GpuBackend {
         let row_bytes = t.desc.row_bytes() as u64;
         let n_rows = t.desc.n_rows();
         let max = self.max_binding();
-        if t.buf.size() <= max || row_bytes == 0 {
+        if t.size <= max || row_bytes == 0 {
             return Ok(vec![Window {
                 row0: 0,
                 n_rows,
                 offset: 0,
-                size: t.buf.size(),
+                size: t.size,
             }]);
         }
         let align = self.ctx.limits.min_storage_buffer_offset_alignment.max(4) as u64;
@@ -239,11 +245,11 @@ impl GpuBackend {
 
     fn check_bindable(&self, op: &'static str, t: &GpuTensor) -> Result<()> {
         let max = self.ctx.limits.max_storage_buffer_binding_size;
-        if t.buf.size() > max {
+        if t.size > max {
             return Err(BackendError::Device(format!(
                 "{op}: `{}` is {} bytes, over the binding limit of {} bytes",
                 t.desc.label,
-                t.buf.size(),
+                t.size,
                 max
             )));
         }
@@ -289,6 +295,8 @@ impl GpuBackend {
             buf,
             desc,
             counters: self.counters.clone(),
+            size,
+            counted: true,
         })
     }
 
@@ -547,6 +555,28 @@ impl Backend for GpuBackend {
         })?;
         self.write(&t, 0, data)?;
         Ok(t)
+    }
+
+    fn view(&self, t: &GpuTensor, ne: [usize; 4]) -> Result<GpuTensor> {
+        let desc = TensorDesc { ne, ..t.desc.clone() };
+        if desc.n_bytes() > t.desc.n_bytes() || desc.n_elements() == 0 {
+            return Err(shape_err(
+                "view",
+                format!(
+                    "view {ne:?} of `{}` needs {} bytes, the tensor has {}",
+                    t.desc.label,
+                    desc.n_bytes(),
+                    t.desc.n_bytes()
+                ),
+            ));
+        }
+        Ok(GpuTensor {
+            buf: t.buf.clone(),
+            size: pad4(desc.n_bytes() as u64).min(t.size),
+            desc,
+            counters: Arc::clone(&t.counters),
+            counted: false,
+        })
     }
 
     fn write(&self, t: &GpuTensor, offset: usize, data: &[u8]) -> Result<()> {

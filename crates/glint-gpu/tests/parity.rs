@@ -8,11 +8,12 @@ use common::*;
 use glint_backend::{
     AttnParams, Backend, GgmlType, Glu, RopeMode, RopeParams, SharedBytes, TensorDesc, Unary, Usage,
 };
-use glint_cpu::CpuBackend;
+use glint_cpu::{CpuBackend, Precision};
 
 fn cpu() -> &'static CpuBackend {
     static B: std::sync::OnceLock<CpuBackend> = std::sync::OnceLock::new();
-    B.get_or_init(|| CpuBackend::new(None).expect("cpu backend"))
+    // The f32 oracle: what the WGSL kernels compute (no activation quantization).
+    B.get_or_init(|| CpuBackend::with_precision(None, Precision::F32).expect("cpu backend"))
 }
 
 /// One tensor on both backends.
