@@ -22,6 +22,24 @@
 //! when parsing special), SentencePiece's space prefix after each special
 //! token, BOS/EOS, and detokenizing (token pieces as bytes, so a
 //! [`StreamDecoder`] can hold back half a UTF-8 character).
+//!
+//! # Where it can still differ from llama.cpp
+//!
+//! None of these occur in the reference corpus (every id matches):
+//!
+//! - SentencePiece: tokens of *equal* score merge in id order here, in
+//!   position order in llama.cpp (in Gemma 3 only control/user-defined
+//!   tokens at -1000 and byte tokens at 0 share scores); and llama.cpp can
+//!   merge a character that is not itself a token into a longer token.
+//! - Per-token lstrip/rstrip (llama.cpp sets them for a few models by name:
+//!   Phi-3, Jina, ModernBERT) are not applied.
+//! - Decoding does not apply llama.cpp's `clean_spaces`, so that
+//!   `decode(encode(x)) == x`.
+//! - gpt2 merges whose parts or result are not tokens are dropped.
+//!
+//! Building Gemma 3's tokenizer (262144 tokens, ~515k derived merges) takes
+//! 0.6–0.85 s on a loaded 2-core machine; about half of it is
+//! `tokenizers`' own `BpeBuilder`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -669,11 +687,12 @@ fn spm_merges(
     vocab: &AHashMap<String, u32>,
 ) -> Vec<(String, String)> {
     // (score, token id, left id, right id)
-    let mut cands: Vec<(f32, u32, u32, u32)> = Vec::new();
+    let mut cands: Vec<(f32, u32, u32, u32)> = Vec::with_capacity(2 * texts.len());
     for (id, text) in texts.iter().enumerate() {
         for (pos, _) in text.char_indices().skip(1) {
             let (a, b) = text.split_at(pos);
-            if let (Some(&l), Some(&r)) = (vocab.get(a), vocab.get(b)) {
+            let Some(&l) = vocab.get(a) else { continue };
+            if let Some(&r) = vocab.get(b) {
                 // `+ 0.0` folds -0.0 into 0.0: llama.cpp compares them equal.
                 cands.push((scores[id] + 0.0, id as u32, l, r));
             }
