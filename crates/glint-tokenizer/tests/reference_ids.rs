@@ -1,0 +1,96 @@
+//! Token ids equal llama.cpp's (0c1e57098) on `shared/reference/tokenizer`:
+//! every corpus line alone, with control tokens as plain text and parsed as
+//! special, and the whole file at once, for both real models.
+
+mod common;
+
+use common::{compare, corpus, ids, lines, model_ref, tokenizer, GEMMA3, SMOLLM2};
+
+/// Encodes every line in one mode and compares with the reference list.
+fn check_lines(file: &str, mode: &str, parse_special: bool) {
+    let tok = tokenizer(file);
+    let want = model_ref(file)[mode].as_array().expect("per-line ids");
+    let lines = lines();
+    assert_eq!(
+        want.len(),
+        lines.len(),
+        "{file} {mode}: one id list per line"
+    );
+    let mut failures = Vec::new();
+    for (line, want) in lines.iter().zip(want) {
+        let got = tok.encode(line, true, parse_special).expect("encode");
+        if let Some(msg) = compare(&format!("{file} {mode}"), line, &got, &ids(want)) {
+            failures.push(msg);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} lines differ from llama.cpp:\n{}",
+        failures.len(),
+        lines.len(),
+        failures.join("\n")
+    );
+}
+
+fn check_whole_file(file: &str) {
+    let tok = tokenizer(file);
+    let text = corpus();
+    let got = tok.encode(&text, true, true).expect("encode");
+    let want = ids(&model_ref(file)["whole_file_special"]);
+    if let Some(msg) = compare(&format!("{file} whole file"), "corpus.txt", &got, &want) {
+        panic!("{msg}");
+    }
+}
+
+#[test]
+fn smollm2_lines_plain() {
+    check_lines(SMOLLM2, "plain", false);
+}
+
+#[test]
+fn smollm2_lines_special() {
+    check_lines(SMOLLM2, "special", true);
+}
+
+#[test]
+fn smollm2_whole_file() {
+    check_whole_file(SMOLLM2);
+}
+
+#[test]
+fn gemma3_lines_plain() {
+    check_lines(GEMMA3, "plain", false);
+}
+
+#[test]
+fn gemma3_lines_special() {
+    check_lines(GEMMA3, "special", true);
+}
+
+#[test]
+fn gemma3_whole_file() {
+    check_whole_file(GEMMA3);
+}
+
+/// The prompt of `shared/reference/gen_*` (ids from their `result.json`).
+#[test]
+fn reference_prompt_ids() {
+    let prompt = "The capital of France is";
+    assert_eq!(
+        tokenizer(SMOLLM2).encode(prompt, true, true).unwrap(),
+        [504, 3575, 282, 4649, 314]
+    );
+    assert_eq!(
+        tokenizer(GEMMA3).encode(prompt, true, true).unwrap(),
+        [2, 818, 5279, 529, 7001, 563]
+    );
+}
+
+/// BOS as each model adds it, matching the reference's `add_bos`.
+#[test]
+fn add_bos_matches_reference() {
+    for file in [SMOLLM2, GEMMA3] {
+        let want = model_ref(file)["add_bos"].as_bool().expect("add_bos");
+        assert_eq!(tokenizer(file).add_bos(), want, "{file}");
+    }
+}
