@@ -20,16 +20,30 @@ pub const LLAMA3: &str = include_str!("fallback/llama3.jinja");
 /// bad guess for a model nobody told us about.
 pub const CHATML: &str = include_str!("fallback/chatml.jinja");
 
-/// One row per known architecture family: (matches `general.architecture`,
-/// needs this token in the vocabulary, template, name).
-const TABLE: &[(fn(&str) -> bool, Option<&str>, &str, &str)] = &[
-    (|arch| arch.starts_with("gemma"), None, GEMMA3, "gemma3"),
-    (
-        |arch| arch == "llama",
-        Some("<|start_header_id|>"),
-        LLAMA3,
-        "llama3",
-    ),
+/// One known architecture family.
+struct Row {
+    /// Does `general.architecture` belong to the family?
+    arch: fn(&str) -> bool,
+    /// A token the vocabulary must have too, when the architecture name is
+    /// shared with models in other formats.
+    needs_token: Option<&'static str>,
+    source: &'static str,
+    name: &'static str,
+}
+
+const TABLE: &[Row] = &[
+    Row {
+        arch: |arch| arch.starts_with("gemma"),
+        needs_token: None,
+        source: GEMMA3,
+        name: "gemma3",
+    },
+    Row {
+        arch: |arch| arch == "llama",
+        needs_token: Some("<|start_header_id|>"),
+        source: LLAMA3,
+        name: "llama3",
+    },
 ];
 
 /// The template (source, name) for a model without one: its architecture's
@@ -43,9 +57,9 @@ pub fn fallback_template(
     arch: &str,
     has_token: impl Fn(&str) -> bool,
 ) -> (&'static str, &'static str) {
-    for &(matches, needs, source, name) in TABLE {
-        if matches(arch) && needs.is_none_or(&has_token) {
-            return (source, name);
+    for row in TABLE {
+        if (row.arch)(arch) && row.needs_token.is_none_or(&has_token) {
+            return (row.source, row.name);
         }
     }
     (CHATML, "chatml")

@@ -304,6 +304,9 @@ fn py_trim(value: &str, chars: Option<&str>) -> String {
     }
 }
 
+/// `str.strip`, `lstrip` or `rstrip` with a predicate for the characters.
+type Trim = fn(&str, &dyn Fn(char) -> bool) -> String;
+
 /// Python methods on template values: `strip`, `lstrip` and `rstrip` on
 /// strings here (Python's whitespace), the rest from `minijinja-contrib`.
 fn python_method(
@@ -313,7 +316,7 @@ fn python_method(
     args: &[Value],
 ) -> std::result::Result<Value, minijinja::Error> {
     if let Some(s) = value.as_str() {
-        let trim: Option<fn(&str, &dyn Fn(char) -> bool) -> String> = match method {
+        let trim: Option<Trim> = match method {
             "strip" => Some(|s, f| s.trim_matches(f).to_string()),
             "lstrip" => Some(|s, f| s.trim_start_matches(f).to_string()),
             "rstrip" => Some(|s, f| s.trim_end_matches(f).to_string()),
