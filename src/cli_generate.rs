@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use glint::generate::{generate, GenerateParams};
-use glint::{BackendKind, CacheType, Context, ContextParams, Model, ModelParams};
+use glint::{CacheType, Context, ContextParams, Model, ModelParams};
 use glint_sample::SamplerParams;
 
 use crate::args::{self, Flag, Parsed};
@@ -93,10 +93,12 @@ pub fn sampler_params(p: &Parsed) -> Result<SamplerParams, String> {
         s.logit_bias.append(&mut v);
     }
     if let Some(list) = p.get("samplers") {
-        s.samplers = glint_sample::parse_sampler_list(list).map_err(|e| format!("--samplers: {e}"))?;
+        s.samplers =
+            glint_sample::parse_sampler_list(list).map_err(|e| format!("--samplers: {e}"))?;
     }
     if let Some(seq) = p.get("sampling-seq") {
-        s.samplers = glint_sample::parse_sampler_seq(seq).map_err(|e| format!("--sampling-seq: {e}"))?;
+        s.samplers =
+            glint_sample::parse_sampler_seq(seq).map_err(|e| format!("--sampling-seq: {e}"))?;
     }
     s.validate().map_err(|e| e.to_string())?;
     Ok(s)
@@ -114,7 +116,11 @@ pub fn model_path(p: &Parsed) -> Result<std::path::PathBuf, String> {
 
 pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
     Ok(ModelParams {
-        backend: p.get("backend").unwrap_or("auto").parse().map_err(|e: glint::Error| e.to_string())?,
+        backend: p
+            .get("backend")
+            .unwrap_or("auto")
+            .parse()
+            .map_err(|e: glint::Error| e.to_string())?,
         adapter: num(p, "adapter")?,
         n_threads: num(p, "threads")?,
     })
@@ -128,7 +134,10 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
         Some(n) => n,
     };
     let cache = |flag: &str| -> Result<CacheType, String> {
-        p.get(flag).unwrap_or("f16").parse().map_err(|e: glint::Error| format!("--{flag}: {e}"))
+        p.get(flag)
+            .unwrap_or("f16")
+            .parse()
+            .map_err(|e: glint::Error| format!("--{flag}: {e}"))
     };
     Ok(ContextParams {
         n_ctx,
@@ -145,7 +154,9 @@ pub fn prompt_text(p: &Parsed) -> Result<String, String> {
         (Some(t), None, []) => Ok(t.to_string()),
         (None, Some(f), []) => std::fs::read_to_string(f).map_err(|e| format!("--file {f}: {e}")),
         (None, None, [t]) => Ok(t.clone()),
-        (None, None, []) => Err("generate: no prompt (give -p TEXT, -f FILE or the prompt as an argument)".into()),
+        (None, None, []) => {
+            Err("generate: no prompt (give -p TEXT, -f FILE or the prompt as an argument)".into())
+        }
         _ => Err("generate: give the prompt once (-p, -f or an argument)".into()),
     }
 }
@@ -186,7 +197,9 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         );
     }
     let tok = model.tokenizer();
-    let ids = tok.encode(&prompt, true, !p.has("no-special")).map_err(|e| e.to_string())?;
+    let ids = tok
+        .encode(&prompt, true, !p.has("no-special"))
+        .map_err(|e| e.to_string())?;
     if p.has("verbose-prompt") {
         eprintln!("glint: prompt: {} tokens", ids.len());
         for &id in &ids {
@@ -198,7 +211,11 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         let _ = write!(out, "{prompt}");
         let _ = out.flush();
     }
-    let params = GenerateParams { n_predict, sampling, stop_at_eog: !p.has("ignore-eos") };
+    let params = GenerateParams {
+        n_predict,
+        sampling,
+        stop_at_eog: !p.has("ignore-eos"),
+    };
     let mut io_err = None;
     let stats = generate(&mut ctx, &ids, &params, false, &mut |ev| {
         if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|()| out.flush()) {
@@ -208,7 +225,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         true
     })
     .map_err(|e| e.to_string())?;
-    let _ = writeln!(out);
+    let _ = writeln!(out).and_then(|()| out.flush());
     if let Some(e) = io_err {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(format!("writing the output: {e}"));
@@ -225,7 +242,10 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         model.backend_name()
     );
     if stats.stop == glint::generate::StopReason::ContextFull {
-        eprintln!("glint: the context is full ({} tokens): stopped", ctx.n_ctx());
+        eprintln!(
+            "glint: the context is full ({} tokens): stopped",
+            ctx.n_ctx()
+        );
     }
     Ok(())
 }

@@ -58,6 +58,7 @@ pub struct ModelParams {
 pub struct Model {
     file: GgufFile,
     hparams: HParams,
+    tokenizer: glint_tokenizer::Tokenizer,
     pub(crate) engine: Engine,
 }
 
@@ -80,6 +81,14 @@ impl Model {
     /// A model from an already opened GGUF file.
     pub fn from_gguf(file: GgufFile, params: &ModelParams) -> Result<Model, Error> {
         let hparams = HParams::from_gguf(&file)?;
+        let tokenizer = glint_tokenizer::Tokenizer::from_gguf(&file)?;
+        if tokenizer.n_vocab() != hparams.n_vocab {
+            return Err(Error::Invalid(format!(
+                "the tokenizer has {} tokens, the output head {}",
+                tokenizer.n_vocab(),
+                hparams.n_vocab
+            )));
+        }
         let engine = match params.backend {
             BackendKind::Cpu | BackendKind::Auto => {
                 let be = glint_cpu::CpuBackend::new(params.n_threads)?;
@@ -95,8 +104,14 @@ impl Model {
         Ok(Model {
             file,
             hparams,
+            tokenizer,
             engine,
         })
+    }
+
+    /// The tokenizer built from the file's metadata.
+    pub fn tokenizer(&self) -> &glint_tokenizer::Tokenizer {
+        &self.tokenizer
     }
 
     /// Hyperparameters.

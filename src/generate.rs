@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use glint_sample::SamplerParams;
+use glint_sample::{Sampler, SamplerParams};
 
 use crate::{Batch, Context, Error};
 
@@ -21,7 +21,11 @@ pub struct GenerateParams {
 
 impl Default for GenerateParams {
     fn default() -> Self {
-        GenerateParams { n_predict: -1, sampling: SamplerParams::default(), stop_at_eog: true }
+        GenerateParams {
+            n_predict: -1,
+            sampling: SamplerParams::default(),
+            stop_at_eog: true,
+        }
     }
 }
 
@@ -111,7 +115,10 @@ pub fn generate(
             prompt.len()
         )));
     }
-    params.sampling.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+    params
+        .sampling
+        .validate()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let mut chain = params
         .sampling
         .build_chain(model.n_vocab(), n_ctx)
@@ -148,7 +155,9 @@ pub fn generate(
             (ctx.argmax(last_idx)?, None)
         } else {
             let l = ctx.logits(last_idx)?.to_vec();
-            let id = chain.sample(&l).map_err(|e| Error::Invalid(e.to_string()))?;
+            let id = chain
+                .sample(&l)
+                .map_err(|e| Error::Invalid(e.to_string()))?;
             (id, Some(l))
         };
         if greedy {
@@ -157,7 +166,11 @@ pub fn generate(
         tokens.push(id);
         let eog = params.stop_at_eog && tok.is_eog(id);
         let text = if eog { String::new() } else { dec.push(id)? };
-        let go_on = on_token(&TokenEvent { id: Some(id), text: &text, logits: logits.as_deref() });
+        let go_on = on_token(&TokenEvent {
+            id: Some(id),
+            text: &text,
+            logits: logits.as_deref(),
+        });
         if eog {
             break StopReason::EndOfGeneration;
         }
@@ -176,7 +189,11 @@ pub fn generate(
     };
     let rest = dec.flush();
     if !rest.is_empty() {
-        on_token(&TokenEvent { id: None, text: &rest, logits: None });
+        on_token(&TokenEvent {
+            id: None,
+            text: &rest,
+            logits: None,
+        });
     }
     Ok(GenerateStats {
         n_prompt: prompt.len(),

@@ -16,6 +16,7 @@
 
 mod context;
 mod engine;
+pub mod generate;
 pub mod inspect;
 pub mod models;
 
@@ -24,6 +25,8 @@ pub use glint_backend::MemoryReport;
 pub use glint_gguf as gguf;
 pub use glint_model::HParams;
 pub use glint_quant as quant;
+pub use glint_sample as sample;
+pub use glint_tokenizer::{StreamDecoder, Tokenizer};
 
 /// Everything that can go wrong in the library. Each variant says what and why.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,9 @@ pub enum Error {
     /// A backend op failed.
     #[error(transparent)]
     Backend(#[from] glint_backend::BackendError),
+    /// The tokenizer could not be built or used.
+    #[error(transparent)]
+    Tokenizer(#[from] glint_tokenizer::TokenizerError),
     /// A KV cache operation was refused.
     #[error(transparent)]
     Kv(#[from] glint_kv::KvError),

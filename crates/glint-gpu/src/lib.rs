@@ -248,9 +248,7 @@ impl GpuBackend {
         if t.size > max {
             return Err(BackendError::Device(format!(
                 "{op}: `{}` is {} bytes, over the binding limit of {} bytes",
-                t.desc.label,
-                t.size,
-                max
+                t.desc.label, t.size, max
             )));
         }
         Ok(())
@@ -558,7 +556,10 @@ impl Backend for GpuBackend {
     }
 
     fn view(&self, t: &GpuTensor, ne: [usize; 4]) -> Result<GpuTensor> {
-        let desc = TensorDesc { ne, ..t.desc.clone() };
+        let desc = TensorDesc {
+            ne,
+            ..t.desc.clone()
+        };
         if desc.n_bytes() > t.desc.n_bytes() || desc.n_elements() == 0 {
             return Err(shape_err(
                 "view",
