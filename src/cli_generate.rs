@@ -123,6 +123,7 @@ pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
             .map_err(|e: glint::Error| e.to_string())?,
         adapter: num(p, "adapter")?,
         n_threads: num(p, "threads")?,
+        ..Default::default()
     })
 }
 

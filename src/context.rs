@@ -51,6 +51,9 @@ pub struct ModelParams {
     pub adapter: Option<usize>,
     /// cpu threads; `None` = all cores.
     pub n_threads: Option<usize>,
+    /// cpu numerics: ggml's (default; follows llama.cpp) or plain f32 (what
+    /// the WGSL kernels compute).
+    pub cpu_precision: glint_cpu::Precision,
 }
 
 /// A loaded model: the mapped GGUF file, its hyperparameters and its weights
@@ -89,16 +92,31 @@ impl Model {
                 hparams.n_vocab
             )));
         }
-        let engine = match params.backend {
-            BackendKind::Cpu | BackendKind::Auto => {
-                let be = glint_cpu::CpuBackend::new(params.n_threads)?;
+        let gpu = |adapter_index| {
+            glint_gpu::GpuBackend::new(glint_gpu::GpuOptions {
+                adapter_index,
+                ..Default::default()
+            })
+        };
+        let backend = match params.backend {
+            BackendKind::Cpu => None,
+            BackendKind::Wgpu => Some(gpu(params.adapter)?),
+            // A software adapter (lavapipe, WARP) is slower than the cpu
+            // backend: auto takes wgpu only on a real GPU.
+            BackendKind::Auto => gpu(params.adapter)
+                .ok()
+                .filter(|g| g.adapter_info().device_type != glint_gpu::wgpu::DeviceType::Cpu),
+        };
+        let engine = match backend {
+            None => {
+                let be =
+                    glint_cpu::CpuBackend::with_precision(params.n_threads, params.cpu_precision)?;
                 let w = Weights::load(&file, &hparams, &be)?;
                 Engine::Cpu(Loaded { be, w })
             }
-            BackendKind::Wgpu => {
-                return Err(Error::Invalid(
-                    "the wgpu backend is not wired in yet".into(),
-                ))
+            Some(be) => {
+                let w = Weights::load(&file, &hparams, &be)?;
+                Engine::Gpu(Loaded { be, w })
             }
         };
         Ok(Model {

@@ -3,12 +3,14 @@
 //! the instantiation.
 
 use glint_backend::{Backend, MemoryReport};
-use glint_cpu::{CpuBackend, CpuTensor};
+use glint_cpu::CpuBackend;
+use glint_gpu::GpuBackend;
 use glint_model::{HParams, KvStorage, Scratch, Weights};
 
 /// A backend with the model's weights on it.
 pub(crate) enum Engine {
     Cpu(Loaded<CpuBackend>),
+    Gpu(Loaded<GpuBackend>),
 }
 
 /// Weights on one backend.
@@ -29,6 +31,7 @@ pub(crate) struct Exec<B: Backend> {
 
 pub(crate) enum ExecState {
     Cpu(Exec<CpuBackend>),
+    Gpu(Exec<GpuBackend>),
 }
 
 /// Run `$body` with `$l` bound to the engine's `Loaded<B>` and `$x` to the
@@ -37,6 +40,7 @@ macro_rules! with_exec {
     ($engine:expr, $state:expr, |$l:ident, $x:ident| $body:expr) => {
         match ($engine, $state) {
             (crate::engine::Engine::Cpu($l), crate::engine::ExecState::Cpu($x)) => $body,
+            (crate::engine::Engine::Gpu($l), crate::engine::ExecState::Gpu($x)) => $body,
             #[allow(unreachable_patterns)]
             _ => Err(crate::Error::Internal(
                 "engine and context state are of different backends".into(),
@@ -50,12 +54,14 @@ impl Engine {
     pub(crate) fn name(&self) -> String {
         match self {
             Engine::Cpu(l) => l.be.name(),
+            Engine::Gpu(l) => l.be.name(),
         }
     }
 
     pub(crate) fn memory(&self) -> MemoryReport {
         match self {
             Engine::Cpu(l) => l.be.memory(),
+            Engine::Gpu(l) => l.be.memory(),
         }
     }
 
@@ -70,6 +76,9 @@ impl Engine {
     ) -> Result<ExecState, crate::Error> {
         match self {
             Engine::Cpu(l) => Ok(ExecState::Cpu(new_exec(
+                &l.be, hp, n_rows, n_ubatch, n_kv_max, type_k, type_v,
+            )?)),
+            Engine::Gpu(l) => Ok(ExecState::Gpu(new_exec(
                 &l.be, hp, n_rows, n_ubatch, n_kv_max, type_k, type_v,
             )?)),
         }
@@ -100,6 +109,3 @@ fn new_exec<B: Backend>(
         shifts,
     })
 }
-
-#[allow(dead_code)]
-fn _assert_cpu_tensor(_: &CpuTensor) {}

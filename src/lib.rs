@@ -22,6 +22,7 @@ pub mod models;
 
 pub use context::{BackendKind, Batch, CacheType, Context, ContextParams, Model, ModelParams};
 pub use glint_backend::MemoryReport;
+pub use glint_cpu::Precision as CpuPrecision;
 pub use glint_gguf as gguf;
 pub use glint_model::HParams;
 pub use glint_quant as quant;

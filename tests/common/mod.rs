@@ -62,3 +62,34 @@ pub fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
     assert_eq!(data.len(), shape.iter().product::<usize>());
     (shape, data)
 }
+
+/// Indices of the `k` largest values, largest first (ties by index).
+pub fn top_k(v: &[f32], k: usize) -> Vec<usize> {
+    let mut i: Vec<usize> = (0..v.len()).collect();
+    i.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+    i.truncate(k);
+    i
+}
+
+/// Pearson correlation of two equally long vectors.
+pub fn pearson(a: &[f32], b: &[f32]) -> f64 {
+    let n = a.len() as f64;
+    let ma = a.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let mb = b.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let (mut c, mut va, mut vb) = (0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (dx, dy) = (x as f64 - ma, y as f64 - mb);
+        c += dx * dy;
+        va += dx * dx;
+        vb += dy * dy;
+    }
+    c / (va * vb).sqrt()
+}
+
+/// Largest absolute difference.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}

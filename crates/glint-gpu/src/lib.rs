@@ -29,6 +29,8 @@ use glint_backend::{
     SharedBytes, Tensor, TensorDesc, Unary, Usage,
 };
 use kernels::{PipelineCache, PipelineKey};
+/// The wgpu version this backend is built on (for adapter types and backends).
+pub use wgpu;
 use wgpu::util::DeviceExt;
 
 /// Ops recorded before the encoder is submitted without being asked.
