@@ -21,6 +21,12 @@ commands:
 Run `glint <command> --help` for a command's options.";
 
 fn main() -> ExitCode {
+    // Mesa's device-select Vulkan layer prints XDG_RUNTIME_DIR noise when
+    // glint probes adapters; glint picks adapters itself. Set before any
+    // thread exists.
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
     let argv: Vec<String> = std::env::args().skip(1).collect();
     match run(&argv) {
         Ok(()) => ExitCode::SUCCESS,
