@@ -39,3 +39,26 @@ fn nib4(w: u32, hi: u32) -> vec4<f32> {
     let s = w >> hi;
     return vec4<f32>(f32(s & 0xfu), f32((s >> 8u) & 0xfu), f32((s >> 16u) & 0xfu), f32((s >> 24u) & 0xfu));
 }
+
+// Bits shift .. shift+width of each of a word's four bytes (mask = 2^width - 1;
+// shift + width <= 8): the K-quants' 2-, 4- and 1-bit fields of four
+// consecutive elements.
+fn field4(w: u32, shift: u32, mask: u32) -> vec4<f32> {
+    let v = (vec4<u32>(w) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(mask);
+    return vec4<f32>(v);
+}
+
+// Q4_K/Q5_K: the 6-bit scale (x) and min (y) of 32-element sub-block j
+// (0..8) from the 12 packed bytes at byte s (ggml's get_scale_min_k4):
+// j < 4: scale = q[j] & 63, min = q[j + 4] & 63;
+// j >= 4: low 4 bits from q[j + 4] (scale low nibble, min high nibble),
+//         high 2 bits from the top of q[j - 4] (scale) and q[j] (min).
+fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
+    if (j < 4u) {
+        return vec2<f32>(f32(byte_at(s + j) & 63u), f32(byte_at(s + j + 4u) & 63u));
+    }
+    let q = byte_at(s + j + 4u);
+    let sc = (q & 0xfu) | ((byte_at(s + j - 4u) >> 6u) << 4u);
+    let m = (q >> 4u) | ((byte_at(s + j) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(m));
+}

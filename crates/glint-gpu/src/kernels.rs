@@ -90,6 +90,26 @@ const SOURCES: &[(&str, &str)] = &[
         "quant/q8_0.wgsl",
         include_str!("../../../shaders/quant/q8_0.wgsl"),
     ),
+    (
+        "quant/q2_k.wgsl",
+        include_str!("../../../shaders/quant/q2_k.wgsl"),
+    ),
+    (
+        "quant/q3_k.wgsl",
+        include_str!("../../../shaders/quant/q3_k.wgsl"),
+    ),
+    (
+        "quant/q4_k.wgsl",
+        include_str!("../../../shaders/quant/q4_k.wgsl"),
+    ),
+    (
+        "quant/q5_k.wgsl",
+        include_str!("../../../shaders/quant/q5_k.wgsl"),
+    ),
+    (
+        "quant/q6_k.wgsl",
+        include_str!("../../../shaders/quant/q6_k.wgsl"),
+    ),
 ];
 
 /// The weight formats `mul_mat` and `get_rows` have kernels for, and the
@@ -104,6 +124,11 @@ pub fn weight_shader(ty: GgmlType) -> Option<&'static str> {
         GgmlType::Q5_0 => "q5_0",
         GgmlType::Q5_1 => "q5_1",
         GgmlType::Q8_0 => "q8_0",
+        GgmlType::Q2_K => "q2_k",
+        GgmlType::Q3_K => "q3_k",
+        GgmlType::Q4_K => "q4_k",
+        GgmlType::Q5_K => "q5_k",
+        GgmlType::Q6_K => "q6_k",
         _ => return None,
     })
 }
@@ -299,5 +324,31 @@ mod tests {
         assert!(!s.contains("#include"));
         assert_eq!(s.matches("fn byte_at").count(), 1);
         assert!(s.contains("18u"));
+    }
+
+    #[test]
+    fn every_weight_format_has_a_shader_file() {
+        for info in glint_quant::TYPES {
+            let Some(stem) = weight_shader(info.ty) else {
+                continue;
+            };
+            for file in ["mul_mat.wgsl", "get_rows.wgsl"] {
+                let s = preprocess(file, &[("TYPE", stem)]).unwrap();
+                assert!(
+                    s.contains("fn dequant4(") && s.contains("fn dequant1("),
+                    "{stem}"
+                );
+            }
+        }
+        for ty in [
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            assert!(weight_shader(ty).is_some(), "{ty}");
+        }
+        assert!(weight_shader(GgmlType::IQ2_XXS).is_none());
     }
 }

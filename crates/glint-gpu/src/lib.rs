@@ -505,7 +505,10 @@ impl GpuBackend {
 
     fn check_rope(op: &'static str, p: &RopeParams) -> Result<()> {
         check(
-            p.n_rot % 2 == 0 && p.n_rot <= p.head_dim && p.head_dim % 2 == 0 && p.n_rot > 0,
+            p.n_rot.is_multiple_of(2)
+                && p.n_rot <= p.head_dim
+                && p.head_dim.is_multiple_of(2)
+                && p.n_rot > 0,
             op,
             || {
                 format!(
@@ -519,7 +522,7 @@ impl GpuBackend {
     fn kv_f16(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<bool> {
         want_type(op, t, &[GgmlType::F32, GgmlType::F16], what)?;
         let f16 = t.desc.ty == GgmlType::F16;
-        check(!f16 || t.desc.ne[0] % 2 == 0, op, || {
+        check(!f16 || t.desc.ne[0].is_multiple_of(2), op, || {
             format!(
                 "an f16 {what} needs an even row length, got {}",
                 t.desc.ne[0]

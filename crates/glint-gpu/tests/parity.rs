@@ -141,21 +141,34 @@ fn weights_every_type_gpu_has() {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
     ];
-    let (k, n) = (512, 67);
+    let n = 67;
     for ty in types {
-        // Real quantized bytes: quantize random f32 rows with glint-quant.
-        let vals = r.vec(k * n, 1.0);
+        // 768: an odd number of K-quant super-blocks.
+        let k = if is_k_quant(ty) { 768 } else { 512 };
         let rb = ty.bytes_for(k as u64).unwrap() as usize;
-        let mut bytes = vec![0u8; rb * n];
-        for i in 0..n {
-            glint_quant::quantize_row(
-                ty,
-                &vals[i * k..(i + 1) * k],
-                &mut bytes[i * rb..(i + 1) * rb],
-            )
-            .unwrap();
-        }
+        let bytes = if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K) {
+            // glint-quant has no quantizer for these: random blocks.
+            random_k_blocks(&mut r, ty, n * k / 256)
+        } else {
+            // Real quantized bytes: quantize random f32 rows with glint-quant.
+            let vals = r.vec(k * n, 1.0);
+            let mut bytes = vec![0u8; rb * n];
+            for i in 0..n {
+                glint_quant::quantize_row(
+                    ty,
+                    &vals[i * k..(i + 1) * k],
+                    &mut bytes[i * rb..(i + 1) * rb],
+                )
+                .unwrap();
+            }
+            bytes
+        };
         let d = TensorDesc {
             ty,
             ne: [k, n, 1, 1],
@@ -166,7 +179,7 @@ fn weights_every_type_gpu_has() {
             .weight(d.clone(), SharedBytes::from_vec(bytes.clone()))
             .unwrap();
         let wc = cpu().weight(d, SharedBytes::from_vec(bytes)).unwrap();
-        for m in [1, 7, 67] {
+        for m in [1, 3, 7, 67] {
             let x = f32p([k, m, 1, 1], &r.vec(k * m, 1.0));
             let o = out([n, m, 1, 1]);
             gpu().mul_mat(&wg, &x.0, &o.0).unwrap();

@@ -1,11 +1,12 @@
 //! mul_mat and get_rows for every weight format with a kernel, against an
 //! f64 reference over a scalar dequantization written from ggml's block
-//! layouts; windowed binding of tensors over the binding limit.
+//! layouts (K-quants: glint-quant's `dequantize_row`, bit-identical to
+//! ggml); windowed binding of tensors over the binding limit.
 
 mod common;
 
 use common::*;
-use glint_backend::{Backend, GgmlType, SharedBytes, Usage};
+use glint_backend::{Backend, BackendError, GgmlType, SharedBytes, Usage};
 use glint_gpu::{GpuBackend, GpuOptions, GpuTensor};
 use half::{bf16, f16};
 
@@ -18,6 +19,11 @@ const TYPES: &[GgmlType] = &[
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
 ];
 
 fn is_float(ty: GgmlType) -> bool {
@@ -44,6 +50,11 @@ fn dequant_row(ty: GgmlType, b: &[u8], k: usize) -> Vec<f64> {
             b.chunks(2)
                 .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64()),
         ),
+        _ if is_k_quant(ty) => {
+            let mut y = vec![0f32; k];
+            glint_quant::dequantize_row(ty, b, &mut y).unwrap();
+            out.extend(y.iter().map(|&v| v as f64));
+        }
         _ => {
             let bs = ty.type_size();
             for blk in b.chunks(bs) {
@@ -100,6 +111,7 @@ fn random_weight(r: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
             GgmlType::F32 => (0..k).for_each(|_| b.extend(r.f32().to_le_bytes())),
             GgmlType::F16 => (0..k).for_each(|_| b.extend(f16::from_f32(r.f32()).to_le_bytes())),
             GgmlType::BF16 => (0..k).for_each(|_| b.extend(bf16::from_f32(r.f32()).to_le_bytes())),
+            _ if is_k_quant(ty) => b.extend(random_k_blocks(r, ty, k / 256)),
             _ => {
                 for _ in 0..k / 32 {
                     let start = b.len();
@@ -204,8 +216,13 @@ fn check_get_rows(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize
 fn mul_mat_matvec_and_matmul_every_type() {
     let mut r = Rng(seed());
     for &ty in TYPES {
-        // Float rows of 998 exercise the tails; quant rows are whole blocks.
-        let k = if is_float(ty) { 998 } else { 1024 };
+        // Float rows of 998 exercise the tails; quant rows are whole blocks
+        // (768: an odd number of K-quant super-blocks).
+        let k = match ty {
+            _ if is_float(ty) => 998,
+            _ if is_k_quant(ty) => 768,
+            _ => 1024,
+        };
         for (n, m) in [(67, 1), (13, 3), (131, 67)] {
             check_mul_mat(gpu(), &mut r, ty, k, n, m);
         }
@@ -216,7 +233,11 @@ fn mul_mat_matvec_and_matmul_every_type() {
 fn get_rows_every_type() {
     let mut r = Rng(seed());
     for &ty in TYPES {
-        let k = if is_float(ty) { 998 } else { 256 };
+        let k = match ty {
+            _ if is_float(ty) => 998,
+            _ if is_k_quant(ty) => 512,
+            _ => 256,
+        };
         check_get_rows(gpu(), &mut r, ty, k, 67);
     }
 }
@@ -237,6 +258,67 @@ fn windows_under_a_small_binding_limit() {
         check_mul_mat(&be, &mut r, ty, k, 301, 70);
         check_get_rows(&be, &mut r, ty, k, 301);
     }
+}
+
+/// The same for the K-quants, whose rows (84, 110, 144, 176, 210 bytes a
+/// super-block) are not multiples of the offset alignment: a window must
+/// start at a multiple of `align / gcd(row_bytes, align)` rows. 801 rows of
+/// 256 elements are over 64 KiB for every type: at least three windows
+/// under a 32 KiB limit.
+#[test]
+fn k_quant_windows_under_a_small_binding_limit() {
+    let be = GpuBackend::new(GpuOptions {
+        max_binding_bytes: Some(32 << 10),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut r = Rng(seed());
+    for &ty in K_TYPES {
+        let (k, n) = (256, 801);
+        assert!(ty.bytes_for((k * n) as u64).unwrap() > 64 << 10, "{ty}");
+        check_mul_mat(&be, &mut r, ty, k, n, 1);
+        check_mul_mat(&be, &mut r, ty, k, n, 70);
+        check_get_rows(&be, &mut r, ty, k, n);
+    }
+}
+
+/// A type with no dequantizer (SizeOnly, like IQ2_XXS) is held as bytes but
+/// mul_mat and get_rows return a typed error naming it, not a panic.
+#[test]
+fn size_only_weight_is_an_error_not_a_panic() {
+    let be = gpu();
+    let ty = GgmlType::IQ2_XXS;
+    let (k, n) = (256, 3);
+    let bytes = vec![0u8; ty.bytes_for((k * n) as u64).unwrap() as usize];
+    let w = weight(be, ty, k, n, bytes);
+    let x = f32s([k, 1, 1, 1], &vec![1.0; k]);
+    let out = poisoned(GgmlType::F32, [n, 1, 1, 1]);
+    let e = be.mul_mat(&w, &x, &out).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BackendError::Type {
+                op: "mul_mat",
+                ty: GgmlType::IQ2_XXS,
+                what: "weight"
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("IQ2_XXS"), "{e}");
+    let out = poisoned(GgmlType::F32, [k, 2, 1, 1]);
+    let e = be.get_rows(&w, &i32s(&[0, 2]), &out).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BackendError::Type {
+                op: "get_rows",
+                ty: GgmlType::IQ2_XXS,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 /// A real weight over the device's binding limit (128 MiB on lavapipe):

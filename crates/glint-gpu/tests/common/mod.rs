@@ -158,3 +158,68 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
         worst.0
     );
 }
+
+/// The K-quant weight formats (256-element super-blocks).
+pub const K_TYPES: &[GgmlType] = &[
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+pub fn is_k_quant(ty: GgmlType) -> bool {
+    K_TYPES.contains(&ty)
+}
+
+/// A positive f16 scale of about `1 / max_level`: random levels and
+/// sub-block scales under it give weights of magnitude about 1, as real
+/// quantized weights are (and as the quantized test rows are). Scales like
+/// 0.05 would give Q5_K/Q6_K weights in the hundreds, whose dot products
+/// cancel from ~1e3 to ~1 and leave f32 summation-order noise above the
+/// tolerance, which is relative to the result.
+fn k_scale(r: &mut Rng, max_level: f32) -> half::f16 {
+    half::f16::from_f32((0.2 + 0.8 * r.f32().abs()) / max_level)
+}
+
+/// Random bytes for `n_blocks` super-blocks of a K-quant type, with the f16
+/// `d` (and `dmin`) of each block set to positive finite values sized by
+/// `k_scale` (the rest, sub-block scales and levels, is random). Works for the types glint-quant has
+/// no quantizer for (Q2_K, Q3_K, Q5_K) as well as Q4_K and Q6_K.
+pub fn random_k_blocks(r: &mut Rng, ty: GgmlType, n_blocks: usize) -> Vec<u8> {
+    use glint_quant::{BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K};
+    fn fix<B: bytemuck::Pod>(blk: &mut [u8], f: impl FnOnce(&mut B)) {
+        let mut b: B = bytemuck::pod_read_unaligned(blk);
+        f(&mut b);
+        blk.copy_from_slice(bytemuck::bytes_of(&b));
+    }
+    let size = ty.type_size();
+    let mut out: Vec<u8> = (0..n_blocks * size).map(|_| r.next_u64() as u8).collect();
+    for blk in out.chunks_mut(size) {
+        // Largest |sub-block scale * level| and sub-block min of each type.
+        match ty {
+            GgmlType::Q2_K => {
+                let (d, dmin) = (k_scale(r, 15.0 * 3.0), k_scale(r, 15.0));
+                fix(blk, |b: &mut BlockQ2_K| (b.d, b.dmin) = (d, dmin))
+            }
+            GgmlType::Q3_K => {
+                let d = k_scale(r, 32.0 * 4.0);
+                fix(blk, |b: &mut BlockQ3_K| b.d = d)
+            }
+            GgmlType::Q4_K => {
+                let (d, dmin) = (k_scale(r, 63.0 * 15.0), k_scale(r, 63.0));
+                fix(blk, |b: &mut BlockQ4_K| (b.d, b.dmin) = (d, dmin))
+            }
+            GgmlType::Q5_K => {
+                let (d, dmin) = (k_scale(r, 63.0 * 31.0), k_scale(r, 63.0));
+                fix(blk, |b: &mut BlockQ5_K| (b.d, b.dmin) = (d, dmin))
+            }
+            GgmlType::Q6_K => {
+                let d = k_scale(r, 128.0 * 32.0);
+                fix(blk, |b: &mut BlockQ6_K| b.d = d)
+            }
+            _ => panic!("{ty:?} is not a K-quant"),
+        }
+    }
+    out
+}

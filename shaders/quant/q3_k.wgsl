@@ -1,0 +1,29 @@
+// Q3_K: super-blocks of 256 in 110 bytes:
+//   0 u8 hmask[32], 32 u8 qs[64], 96 u8 scales[12], 108 f16 d.
+// Element i = 128*h + 32*s + l (h < 2, s < 4, l < 32): low 2 bits are bits
+// 2s..2s+2 of qs[32*h + l] (as Q2_K), high bit is bit i / 32 of hmask[l];
+// q = low - 4 when the high bit is clear, else low (-4..3).
+// Scale of sub-block j = i / 16 (6 bits, signed by -32): low 4 bits are
+// the low nibble of scales[j] (j < 8) or the high nibble of scales[j - 8],
+// high 2 bits are bits 2*(j/4)..+2 of scales[8 + j % 4];
+// x = (d * (sc - 32)) * q.
+#include "quant/common.wgsl"
+
+fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
+    let b = row_byte + (e / 256u) * 110u;
+    let i = e % 256u;
+    let l = i % 32u;
+    let j = i / 16u;
+    let d = f16_at(b + 108u);
+    let lo = (byte_at(b + 96u + j % 8u) >> (4u * (j / 8u))) & 0xfu;
+    let hi = (byte_at(b + 104u + j % 4u) >> (2u * (j / 4u))) & 3u;
+    let sc = f32(i32(lo | (hi << 4u)) - 32);
+    let wq = u32_at(b + 32u + 32u * (i / 128u) + l);
+    let wh = u32_at(b + l);
+    let q = field4(wq, 2u * ((i % 128u) / 32u), 3u) + 4.0 * field4(wh, i / 32u, 1u) - vec4<f32>(4.0);
+    return (d * sc) * q;
+}
+
+fn dequant1(row_byte: u32, e: u32) -> f32 {
+    return dequant4(row_byte, e & ~3u)[e & 3u];
+}

@@ -1,0 +1,24 @@
+// Q5_K: super-blocks of 256 in 176 bytes:
+//   0 f16 d, 2 f16 dmin, 4 u8 scales[12] (as Q4_K), 16 u8 qh[32],
+//   48 u8 qs[128].
+// Element i = 64*h + 32*s + l: low 4 bits as Q4_K (nibble s of
+// qs[32*h + l]), 5th bit is bit i / 32 of qh[l];
+// x = (d * sc[j]) * q - dmin * m[j], j = i / 32.
+#include "quant/common.wgsl"
+
+fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
+    let b = row_byte + (e / 256u) * 176u;
+    let i = e % 256u;
+    let l = i % 32u;
+    let d = f16_at(b);
+    let dmin = f16_at(b + 2u);
+    let sm = scale_min_k4(b + 4u, i / 32u);
+    let wh = u32_at(b + 16u + l);
+    let wl = u32_at(b + 48u + 32u * (i / 64u) + l);
+    let q = field4(wl, 4u * ((i / 32u) % 2u), 0xfu) + 16.0 * field4(wh, i / 32u, 1u);
+    return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
+}
+
+fn dequant1(row_byte: u32, e: u32) -> f32 {
+    return dequant4(row_byte, e & ~3u)[e & 3u];
+}
