@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use glint_backend::{Backend, GgmlType, SharedBytes, TensorDesc, Usage};
-use glint_cpu::{CpuBackend, CpuTensor};
+use glint_cpu::{CpuBackend, CpuTensor, Precision};
 
 /// splitmix64: small, seeded, good enough for test data.
 pub struct Rng(pub u64);
@@ -33,7 +33,15 @@ impl Rng {
     }
 }
 
+/// The f32 backend: these tests hold ops to f64 formulas. ggml's numerics
+/// (the default) have their own tests in `ggml_precision.rs`.
 pub fn backend() -> CpuBackend {
+    CpuBackend::with_precision(Some(2), Precision::F32).expect("thread pool")
+}
+
+/// The default backend, with ggml's numerics.
+#[allow(dead_code)]
+pub fn ggml_backend() -> CpuBackend {
     CpuBackend::new(Some(2)).expect("thread pool")
 }
 

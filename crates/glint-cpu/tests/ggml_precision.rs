@@ -1,0 +1,151 @@
+//! `Precision::Ggml` (the default) computes what ggml's cpu backend computes:
+//! integer dots against activations quantized to the weight's vec_dot_type,
+//! f16-rounded operands for F16 weights, and f16 rounding of Q and of the
+//! softmax weights in attention over an F16 cache. Held to plain loops
+//! written here from those rules.
+
+mod common;
+
+use common::*;
+use glint_backend::{AttnParams, Backend, GgmlType};
+use half::f16;
+
+/// Relative to the sum of |terms|: only summation order may differ.
+const GGML_DOT_TOL: f32 = 1e-5;
+
+fn read_f32(be: &glint_cpu::CpuBackend, t: &glint_cpu::CpuTensor, n: usize) -> Vec<f32> {
+    let mut b = vec![0u8; n * 4];
+    be.read(t, 0, &mut b).unwrap();
+    bytemuck::cast_slice(&b).to_vec()
+}
+
+#[test]
+fn mul_mat_quantizes_activations_like_ggml() {
+    let be = ggml_backend();
+    let mut rng = Rng(0x5eed_0001);
+    for (ty, k) in [
+        (GgmlType::Q4_1, 576),
+        (GgmlType::Q8_0, 640),
+        (GgmlType::Q5_0, 640),
+        (GgmlType::Q4_K, 512),
+        (GgmlType::Q6_K, 768),
+        (GgmlType::F16, 96),
+    ] {
+        let (n, vt) = (37, ty.vec_dot_type());
+        let wf = rng.vec(k * n);
+        let row_bytes = ty.bytes_for(k as u64).unwrap() as usize;
+        let mut wb = vec![0u8; row_bytes * n];
+        for r in 0..n {
+            glint_quant::quantize_row(
+                ty,
+                &wf[r * k..(r + 1) * k],
+                &mut wb[r * row_bytes..(r + 1) * row_bytes],
+            )
+            .unwrap();
+        }
+        let w = from_bytes(&be, ty, [k, n, 1, 1], &wb);
+        for m in [1usize, 3, 9] {
+            let x = rng.vec(k * m);
+            let xt = f32s(&be, [k, m, 1, 1], &x);
+            let out = zeros(&be, GgmlType::F32, [n, m, 1, 1]);
+            be.mul_mat(&w, &xt, &out).unwrap();
+            let got = read_f32(&be, &out, n * m);
+            let act_bytes = vt.bytes_for(k as u64).unwrap() as usize;
+            for c in 0..m {
+                let xc = &x[c * k..(c + 1) * k];
+                // The activation as ggml sees it.
+                let mut act = vec![0u8; act_bytes];
+                glint_quant::quantize_row(vt, xc, &mut act).unwrap();
+                for r in 0..n {
+                    let row = &wb[r * row_bytes..(r + 1) * row_bytes];
+                    let want = glint_quant::vec_dot(ty, row, &act).unwrap();
+                    let mut wrow = vec![0f32; k];
+                    glint_quant::dequantize_row(ty, row, &mut wrow).unwrap();
+                    let scale: f32 = wrow.iter().zip(xc).map(|(a, b)| (a * b).abs()).sum();
+                    let e = (got[c * n + r] - want).abs();
+                    assert!(
+                        e <= GGML_DOT_TOL * scale.max(1e-3),
+                        "{ty} m={m} [{r},{c}]: {} vs {want}",
+                        got[c * n + r]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_rounds_q_and_weights_to_f16_over_an_f16_cache() {
+    let be = ggml_backend();
+    let mut rng = Rng(0x5eed_0002);
+    let (hd, nh, nkv, n_kv, m) = (16usize, 4usize, 2usize, 11usize, 3usize);
+    let q = rng.vec(hd * nh * m);
+    let kf = rng.vec(hd * nkv * n_kv);
+    let vf = rng.vec(hd * nkv * n_kv);
+    let k16: Vec<f16> = kf.iter().map(|&x| f16::from_f32(x)).collect();
+    let v16: Vec<f16> = vf.iter().map(|&x| f16::from_f32(x)).collect();
+    let mut mask = vec![0f32; n_kv * m];
+    for i in 0..m {
+        for j in n_kv - 2 + i..n_kv {
+            mask[i * n_kv + j] = f32::NEG_INFINITY;
+        }
+    }
+    let qt = f32s(&be, [hd, nh, m, 1], &q);
+    let kt = from_bytes(
+        &be,
+        GgmlType::F16,
+        [hd * nkv, n_kv, 1, 1],
+        bytemuck::cast_slice(&k16),
+    );
+    let vt = from_bytes(
+        &be,
+        GgmlType::F16,
+        [hd * nkv, n_kv, 1, 1],
+        bytemuck::cast_slice(&v16),
+    );
+    let mt = f32s(&be, [n_kv, m, 1, 1], &mask);
+    let out = zeros(&be, GgmlType::F32, [hd * nh, m, 1, 1]);
+    let p = AttnParams {
+        n_head: nh,
+        n_head_kv: nkv,
+        head_dim: hd,
+        scale: 0.25,
+        softcap: 0.0,
+        kv_start: 0,
+        n_kv,
+    };
+    be.attention(&qt, &kt, &vt, &mt, &p, &out).unwrap();
+    let got = read_f32(&be, &out, hd * nh * m);
+    for i in 0..m {
+        for h in 0..nh {
+            let hk = h / (nh / nkv);
+            let qh: Vec<f64> = q[(i * nh + h) * hd..][..hd]
+                .iter()
+                .map(|&x| f16::from_f32(x).to_f64())
+                .collect();
+            let s: Vec<f64> = (0..n_kv)
+                .map(|j| {
+                    let d: f64 = (0..hd)
+                        .map(|e| qh[e] * k16[j * hd * nkv + hk * hd + e].to_f64())
+                        .sum();
+                    d * 0.25 + mask[i * n_kv + j] as f64
+                })
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = s.iter().map(|x| (x - mx).exp()).sum();
+            for e in 0..hd {
+                let want: f64 = (0..n_kv)
+                    .map(|j| {
+                        f16::from_f64((s[j] - mx).exp() / z).to_f64()
+                            * v16[j * hd * nkv + hk * hd + e].to_f64()
+                    })
+                    .sum();
+                let g = got[(i * nh + h) * hd + e] as f64;
+                assert!(
+                    (g - want).abs() < 2e-5,
+                    "token {i} head {h} dim {e}: {g} vs {want}"
+                );
+            }
+        }
+    }
+}
