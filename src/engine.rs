@@ -8,6 +8,8 @@ use glint_gpu::GpuBackend;
 use glint_model::{HParams, KvStorage, Scratch, Weights};
 
 /// A backend with the model's weights on it.
+// One per model, never moved on a hot path: the variants' sizes don't matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Engine {
     Cpu(Loaded<CpuBackend>),
     Gpu(Loaded<GpuBackend>),
@@ -29,6 +31,8 @@ pub(crate) struct Exec<B: Backend> {
     pub(crate) shifts: B::Tensor,
 }
 
+// One per context, never moved on a hot path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum ExecState {
     Cpu(Exec<CpuBackend>),
     Gpu(Exec<GpuBackend>),
