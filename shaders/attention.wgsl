@@ -10,6 +10,11 @@
 //   3 mask:   [n_kv, m] f32
 //   4 out:    [head_dim * n_head, m] f32
 //   5 params: uniform Params
+// SHADER_F16 (F16 caches only): k and v are bound as `array<f16>`.
+// The chunk's max logit goes through reduce.wgsl (subgroups with
+// USE_SUBGROUPS, else a tree in workgroup memory).
+#include "reduce.wgsl"
+
 override KV_F16: bool = false;
 
 struct Params {
@@ -24,8 +29,13 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
+#ifdef SHADER_F16
+@group(0) @binding(1) var<storage, read> k: array<f16>;
+@group(0) @binding(2) var<storage, read> v: array<f16>;
+#else
 @group(0) @binding(1) var<storage, read> k: array<u32>;
 @group(0) @binding(2) var<storage, read> v: array<u32>;
+#endif
 @group(0) @binding(3) var<storage, read> mask: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
@@ -39,8 +49,16 @@ const NEG_INF: f32 = -3.4028235e38;
 
 var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
 var<workgroup> sc: array<f32, CHUNK>;
-var<workgroup> red: array<f32, WG>;
+var<workgroup> chunk_max: f32;
 
+#ifdef SHADER_F16
+fn kv_at(buf_is_v: bool, i: u32) -> f32 {
+    if (buf_is_v) {
+        return f32(v[i]);
+    }
+    return f32(k[i]);
+}
+#else
 fn kv_at(buf_is_v: bool, i: u32) -> f32 {
     var w: u32;
     if (buf_is_v) {
@@ -53,6 +71,7 @@ fn kv_at(buf_is_v: bool, i: u32) -> f32 {
     }
     return bitcast<f32>(w);
 }
+#endif
 
 fn tanh_safe(x: f32) -> f32 {
     let e = exp(-2.0 * abs(x));
@@ -61,7 +80,7 @@ fn tanh_safe(x: f32) -> f32 {
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
+        @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
     let g = wid.x + wid.y * nwg.x; // token * n_head + h
     if (g >= p.m * p.n_head) {
         return;
@@ -96,15 +115,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             sc[jj] = s;
             local_max = max(local_max, s);
         }
-        red[lid.x] = local_max;
-        workgroupBarrier();
-        for (var st = WG / 2u; st > 0u; st >>= 1u) {
-            if (lid.x < st) {
-                red[lid.x] = max(red[lid.x], red[lid.x + st]);
-            }
-            workgroupBarrier();
+        let cm = wg_max(ln, local_max);
+        if (lid.x == 0u) {
+            chunk_max = cm;
         }
-        let new_max = max(run_max, workgroupUniformLoad(&red[0]));
+        // Uniform for the barriers under the branch below.
+        let new_max = max(run_max, workgroupUniformLoad(&chunk_max));
         if (new_max > NEG_INF) {
             // Rescale what was summed so far to the new max.
             let corr = exp(run_max - new_max);

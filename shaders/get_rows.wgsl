@@ -19,7 +19,11 @@ struct Params {
     first: u32,
 }
 
+#ifdef SHADER_F16
+@group(0) @binding(0) var<storage, read> W: array<f16>; // F16 tables only
+#else
 @group(0) @binding(0) var<storage, read> W: array<u32>;
+#endif
 @group(0) @binding(1) var<storage, read> ids: array<i32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;

@@ -6,9 +6,12 @@
 //   1 x:      [k, m] f32
 //   2 out:    [n, m] f32
 //   3 params: uniform Params
-// Entry points: `matvec` (small m: one workgroup per (row, column), reduction
-// in workgroup memory) and `matmul` (64x64 output tiles, 4x4 per thread).
+// Entry points: `matvec` (small m: one workgroup per (row, column), partial
+// sums reduced with reduce.wgsl: subgroups with USE_SUBGROUPS, else a tree)
+// and `matmul` (64x64 output tiles, 4x4 per thread).
+// SHADER_F16 (F16 weights only): W is bound as `array<f16>`.
 #include "quant/TYPE.wgsl"
+#include "reduce.wgsl"
 
 struct Params {
     k: u32,
@@ -19,17 +22,20 @@ struct Params {
     row_bytes: u32,
 }
 
+#ifdef SHADER_F16
+@group(0) @binding(0) var<storage, read> W: array<f16>;
+#else
 @group(0) @binding(0) var<storage, read> W: array<u32>;
+#endif
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-const MV_WG: u32 = 64u;
-var<workgroup> red: array<f32, MV_WG>;
+const WG: u32 = 64u; // matvec
 
-@compute @workgroup_size(MV_WG)
+@compute @workgroup_size(WG)
 fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_id) lid: vec3<u32>) {
+          @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
     let g = wid.x + wid.y * nwg.x; // c * n_local + r
     if (g >= p.n_local * p.m) {
         return;
@@ -40,24 +46,17 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let xb = c * p.k;
     let k4 = p.k / 4u;
     var s = 0.0;
-    for (var q = lid.x; q < k4; q += MV_WG) {
+    for (var q = lid.x; q < k4; q += WG) {
         let e = q * 4u;
         let xv = vec4<f32>(x[xb + e], x[xb + e + 1u], x[xb + e + 2u], x[xb + e + 3u]);
         s += dot(dequant4(rb, e), xv);
     }
-    for (var e = k4 * 4u + lid.x; e < p.k; e += MV_WG) {
+    for (var e = k4 * 4u + lid.x; e < p.k; e += WG) {
         s += dequant1(rb, e) * x[xb + e];
     }
-    red[lid.x] = s;
-    workgroupBarrier();
-    for (var st = MV_WG / 2u; st > 0u; st >>= 1u) {
-        if (lid.x < st) {
-            red[lid.x] += red[lid.x + st];
-        }
-        workgroupBarrier();
-    }
+    let total = wg_sum(ln, s);
     if (lid.x == 0u) {
-        out[c * p.n + p.row0 + r] = red[0];
+        out[c * p.n + p.row0 + r] = total;
     }
 }
 

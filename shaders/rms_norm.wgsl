@@ -1,4 +1,6 @@
-// RMSNorm, one workgroup per row, tree reduction in workgroup memory.
+// RMSNorm, one workgroup per row; the sum of squares through reduce.wgsl
+// (subgroups with USE_SUBGROUPS, else a tree in workgroup memory).
+#include "reduce.wgsl"
 // Bindings, in order:
 //   0 x:      [n, m] f32
 //   1 w:      [n] f32 (x again when there is no weight; has_w = 0)
@@ -17,11 +19,10 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 256u;
-var<workgroup> red: array<f32, WG>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
+        @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
     let row = wid.x + wid.y * nwg.x;
     if (row >= p.m) {
         return;
@@ -32,15 +33,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let v = x[base + i];
         s += v * v;
     }
-    red[lid.x] = s;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid.x < st) {
-            red[lid.x] += red[lid.x + st];
-        }
-        workgroupBarrier();
-    }
-    let r = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
+    let r = 1.0 / sqrt(wg_sum(ln, s) / f32(p.n) + p.eps);
     for (var i = lid.x; i < p.n; i += WG) {
         var v = x[base + i] * r;
         if (p.has_w != 0u) {

@@ -1,4 +1,6 @@
 // Softmax over each row (ne[0]), max-subtracted, in f32; one workgroup per row.
+// Max and sum through reduce.wgsl (subgroups with USE_SUBGROUPS, else a tree).
+#include "reduce.wgsl"
 // Bindings, in order:
 //   0 x:      [n, m] f32
 //   1 out:    [n, m] f32
@@ -13,11 +15,10 @@ struct Params {
 @group(0) @binding(2) var<uniform> p: Params;
 
 const WG: u32 = 256u;
-var<workgroup> red: array<f32, WG>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
+        @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
     let row = wid.x + wid.y * nwg.x;
     if (row >= p.m) {
         return;
@@ -27,31 +28,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var i = lid.x; i < p.n; i += WG) {
         mx = max(mx, x[base + i]);
     }
-    red[lid.x] = mx;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid.x < st) {
-            red[lid.x] = max(red[lid.x], red[lid.x + st]);
-        }
-        workgroupBarrier();
-    }
-    let row_max = red[0];
-    workgroupBarrier();
+    let row_max = wg_max(ln, mx);
     var s = 0.0;
     for (var i = lid.x; i < p.n; i += WG) {
         let e = exp(x[base + i] - row_max);
         out[base + i] = e;
         s += e;
     }
-    red[lid.x] = s;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid.x < st) {
-            red[lid.x] += red[lid.x + st];
-        }
-        workgroupBarrier();
-    }
-    let inv = 1.0 / red[0];
+    let inv = 1.0 / wg_sum(ln, s);
     for (var i = lid.x; i < p.n; i += WG) {
         out[base + i] *= inv;
     }

@@ -15,6 +15,12 @@ pub struct GpuOptions {
     /// Bind at most this many bytes of a tensor at once (below the device's
     /// own limit), so tests can exercise windowing with small tensors.
     pub max_binding_bytes: Option<u64>,
+    /// Do not request `SUBGROUP` even where the adapter has it: reductions
+    /// take the workgroup-memory tree (tests run both paths on one adapter).
+    pub disable_subgroups: bool,
+    /// Do not request `SHADER_F16` even where the adapter has it: F16 data is
+    /// read as packed `u32` words with `unpack2x16float`.
+    pub disable_f16: bool,
 }
 
 /// One adapter, as `--list-adapters` shows it.
@@ -97,9 +103,16 @@ impl Context {
         };
         let info = adapter.get_info();
         let limits = adapter.limits();
-        // Kernels do not depend on these (f16 is read through
-        // unpack2x16float); they are requested for kernels that may.
-        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        // Optional: kernels have variants with and without each one, and a
+        // feature left out is not requested, so its variant cannot compile.
+        let mut wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        if opts.disable_f16 {
+            wanted.remove(wgpu::Features::SHADER_F16);
+        }
+        if opts.disable_subgroups {
+            wanted.remove(wgpu::Features::SUBGROUP);
+        }
+        let features = adapter.features() & wanted;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("glint"),
             required_features: features,

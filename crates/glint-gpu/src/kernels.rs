@@ -6,10 +6,13 @@
 //! - `#include "path.wgsl"` (paths relative to `shaders/`, each file
 //!   included once per module);
 //! - defines: whole-word token replacement of `NAME` by a value given by the
-//!   launcher (used for `TYPE`, the weight format: `#include "quant/TYPE.wgsl"`).
+//!   launcher (used for `TYPE`, the weight format: `#include "quant/TYPE.wgsl"`);
+//! - `#ifdef FLAG` / `#ifndef FLAG` / `#else` / `#endif` on the flags of the
+//!   pipeline: the variants that use an optional device feature
+//!   ([`F16`]: `enable f16;` is prepended; [`SUBGROUPS`]).
 //!
 //! Pipelines are created on first use and cached by (file, entry point,
-//! weight type, override constants). Bind group layouts are explicit: every
+//! weight type, override constants, flags). Bind group layouts are explicit: every
 //! kernel binds `n_in` read-only storage buffers, then `n_out` read-write
 //! storage buffers, then one uniform block of parameters.
 
@@ -21,6 +24,7 @@ use glint_backend::GgmlType;
 /// Every shader file, by its path under `shaders/`.
 const SOURCES: &[(&str, &str)] = &[
     ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
+    ("reduce.wgsl", include_str!("../../../shaders/reduce.wgsl")),
     ("binary.wgsl", include_str!("../../../shaders/binary.wgsl")),
     ("unary.wgsl", include_str!("../../../shaders/unary.wgsl")),
     (
@@ -161,33 +165,74 @@ fn apply_defines(text: &str, defines: &[(&str, &str)]) -> String {
     s
 }
 
-/// Expand `#include`s (each file once) after applying the defines.
-pub fn preprocess(path: &str, defines: &[(&str, &str)]) -> Result<String, String> {
-    fn expand(
-        path: &str,
-        defines: &[(&str, &str)],
-        seen: &mut HashSet<String>,
-        out: &mut String,
-    ) -> Result<(), String> {
-        if !seen.insert(path.to_string()) {
+/// Expand `#include`s (each file once) and the conditional blocks
+/// `#ifdef NAME` / `#ifndef NAME` / `#else` / `#endif` (nestable; `NAME` is
+/// one of `flags`), applying the defines to every other line.
+pub fn preprocess(path: &str, defines: &[(&str, &str)], flags: &[&str]) -> Result<String, String> {
+    struct Pp<'a> {
+        defines: &'a [(&'a str, &'a str)],
+        flags: &'a [&'a str],
+        seen: HashSet<String>,
+        out: String,
+    }
+    fn expand(pp: &mut Pp<'_>, path: &str) -> Result<(), String> {
+        if !pp.seen.insert(path.to_string()) {
             return Ok(());
         }
         let text = source(path).ok_or_else(|| format!("no shader file `{path}`"))?;
-        for line in apply_defines(text, defines).lines() {
-            if let Some(rest) = line.trim().strip_prefix("#include") {
-                let inc = rest.trim().trim_matches('"');
-                expand(inc, defines, seen, out)?;
+        // One entry per open conditional: (this branch taken, the parent active).
+        let mut stack: Vec<(bool, bool)> = Vec::new();
+        let active = |st: &[(bool, bool)]| st.last().is_none_or(|&(t, parent)| t && parent);
+        for (no, line) in text.lines().enumerate() {
+            let t = line.trim();
+            let err = |what: &str| format!("{path}:{}: {what}", no + 1);
+            let cond = t
+                .strip_prefix("#ifdef ")
+                .map(|n| (n, true))
+                .or_else(|| t.strip_prefix("#ifndef ").map(|n| (n, false)));
+            if let Some((name, want)) = cond {
+                let parent = active(&stack);
+                stack.push((pp.flags.contains(&name.trim()) == want, parent));
+            } else if t == "#else" {
+                let top = stack
+                    .last_mut()
+                    .ok_or_else(|| err("#else without #ifdef"))?;
+                top.0 = !top.0;
+            } else if t == "#endif" {
+                stack.pop().ok_or_else(|| err("#endif without #ifdef"))?;
+            } else if !active(&stack) {
+                continue;
+            } else if let Some(rest) = t.strip_prefix("#include") {
+                let inc = apply_defines(rest.trim().trim_matches('"'), pp.defines);
+                expand(pp, &inc)?;
             } else {
-                out.push_str(line);
-                out.push('\n');
+                pp.out.push_str(&apply_defines(line, pp.defines));
+                pp.out.push('\n');
             }
+        }
+        if !stack.is_empty() {
+            return Err(format!("{path}: #ifdef without #endif"));
         }
         Ok(())
     }
-    let mut out = String::new();
-    expand(path, defines, &mut HashSet::new(), &mut out)?;
-    Ok(out)
+    let mut pp = Pp {
+        defines,
+        flags,
+        seen: HashSet::new(),
+        out: String::new(),
+    };
+    // `enable` directives come before every declaration.
+    if flags.contains(&F16) {
+        pp.out.push_str("enable f16;\n");
+    }
+    expand(&mut pp, path)?;
+    Ok(pp.out)
 }
+
+/// Flag: the kernel reads F16 data as `f16` (`enable f16;` is prepended).
+pub const F16: &str = "SHADER_F16";
+/// Flag: the kernel's reductions use subgroup operations.
+pub const SUBGROUPS: &str = "USE_SUBGROUPS";
 
 /// What identifies a pipeline.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -200,6 +245,8 @@ pub struct PipelineKey {
     pub ty: Option<GgmlType>,
     /// Override constants: name and value (as f64 bits, for hashing).
     pub constants: Vec<(&'static str, u64)>,
+    /// Preprocessor flags (`#ifdef`): the variant, e.g. [`F16`], [`SUBGROUPS`].
+    pub flags: Vec<&'static str>,
     /// Read-only storage bindings, then read-write ones.
     pub n_in: u32,
     /// Read-write storage bindings.
@@ -272,7 +319,7 @@ impl PipelineCache {
             let stem = weight_shader(ty).ok_or_else(|| format!("no kernel for {}", ty.name()))?;
             defines.push(("TYPE", stem));
         }
-        let text = preprocess(key.file, &defines)?;
+        let text = preprocess(key.file, &defines, &key.flags)?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key.file),
             source: wgpu::ShaderSource::Wgsl(text.into()),
@@ -320,10 +367,36 @@ mod tests {
 
     #[test]
     fn includes_expand_once() {
-        let s = preprocess("mul_mat.wgsl", &[("TYPE", "q4_0")]).unwrap();
+        let s = preprocess("mul_mat.wgsl", &[("TYPE", "q4_0")], &[]).unwrap();
         assert!(!s.contains("#include"));
         assert_eq!(s.matches("fn byte_at").count(), 1);
         assert!(s.contains("18u"));
+    }
+
+    #[test]
+    fn flags_pick_the_variant() {
+        let plain = preprocess("attention.wgsl", &[], &[]).unwrap();
+        let both = preprocess("attention.wgsl", &[], &[F16, SUBGROUPS]).unwrap();
+        assert!(!plain.contains("k: array<f16>") && !plain.contains("enable f16"));
+        assert!(!plain.contains("subgroupMax(") && !plain.contains("@builtin(subgroup"));
+        assert!(plain.contains("k: array<u32>") && plain.contains("unpack2x16float"));
+        assert!(both.starts_with("enable f16;\n"));
+        assert!(both.contains("k: array<f16>") && !both.contains("k: array<u32>"));
+        assert!(both.contains("subgroupMax(") && both.contains("@builtin(subgroup_size)"));
+        assert!(!both.contains('#'), "a directive was left in");
+        let mv = preprocess("mul_mat.wgsl", &[("TYPE", "f16")], &[F16]).unwrap();
+        assert!(mv.contains("W: array<f16>") && !mv.contains("fn u32_at"));
+    }
+
+    #[test]
+    fn every_file_preprocesses_under_every_flag_set() {
+        for (path, _) in SOURCES {
+            for flags in [&[][..], &[F16], &[SUBGROUPS], &[F16, SUBGROUPS]] {
+                let s = preprocess(path, &[("TYPE", "f16")], flags)
+                    .unwrap_or_else(|e| panic!("{path} {flags:?}: {e}"));
+                assert!(!s.contains("#if") && !s.contains("#e"), "{path} {flags:?}");
+            }
+        }
     }
 
     #[test]
@@ -333,7 +406,7 @@ mod tests {
                 continue;
             };
             for file in ["mul_mat.wgsl", "get_rows.wgsl"] {
-                let s = preprocess(file, &[("TYPE", stem)]).unwrap();
+                let s = preprocess(file, &[("TYPE", stem)], &[]).unwrap();
                 assert!(
                     s.contains("fn dequant4(") && s.contains("fn dequant1("),
                     "{stem}"

@@ -8,9 +8,16 @@
 //!   lavapipe), so `mul_mat` weights and `get_rows` tables bigger than that
 //!   are bound as windows of whole rows at aligned offsets, one dispatch per
 //!   window.
-//! - F16 (and BF16) data is read as packed `u32` words with `unpack2x16float`,
-//!   so no kernel needs `SHADER_F16`. F16 caches need an even row length (a
-//!   u32 word never spans two rows).
+//! - Optional features, each used where the device has it (and
+//!   [`GpuOptions`] does not disable it), each with a path without it:
+//!   `SHADER_F16`: F16 weights (`mul_mat`, `get_rows`) and F16 caches
+//!   (`attention`) are bound as `array<f16>`; without it they are read as
+//!   packed `u32` words with `unpack2x16float` (BF16 always is). `SUBGROUP`:
+//!   the reductions of the `mul_mat` matvec, `rms_norm`, `softmax` and
+//!   `attention` use `subgroupAdd`/`subgroupMax` before workgroup memory;
+//!   without it, a tree in workgroup memory. [`GpuBackend::features_used`]
+//!   says which. Accumulation is f32 either way. F16 caches need an even
+//!   row length (a u32 word never spans two rows).
 //! - Device errors (validation, out of memory) are caught by an uncaptured
 //!   error handler and returned as [`BackendError::Device`] by the next
 //!   `read`/`sync`/`alloc`, never a panic.
@@ -28,7 +35,7 @@ use glint_backend::{
     AttnParams, Backend, BackendError, GgmlType, Glu, MemoryReport, Result, RopeMode, RopeParams,
     SharedBytes, Tensor, TensorDesc, Unary, Usage,
 };
-use kernels::{PipelineCache, PipelineKey};
+use kernels::{PipelineCache, PipelineKey, F16, SUBGROUPS};
 /// The wgpu version this backend is built on (for adapter types and backends).
 pub use wgpu;
 use wgpu::util::DeviceExt;
@@ -86,6 +93,15 @@ impl Counters {
 struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
     n_ops: usize,
+}
+
+/// The optional device features the kernels use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeaturesUsed {
+    /// `SHADER_F16`: F16 weights and caches are read as `f16`.
+    pub f16: bool,
+    /// `SUBGROUP`: reductions use subgroup operations.
+    pub subgroups: bool,
 }
 
 /// The wgpu backend.
@@ -194,9 +210,32 @@ impl GpuBackend {
         &self.ctx.limits
     }
 
-    /// Optional features the device got (SHADER_F16, SUBGROUP when present).
+    /// Optional features the device got (SHADER_F16, SUBGROUP when present
+    /// and not disabled in [`GpuOptions`]).
     pub fn features(&self) -> wgpu::Features {
         self.ctx.features
+    }
+
+    /// Which optional features the kernels use: every one the device got.
+    pub fn features_used(&self) -> FeaturesUsed {
+        FeaturesUsed {
+            f16: self.ctx.features.contains(wgpu::Features::SHADER_F16),
+            subgroups: self.ctx.features.contains(wgpu::Features::SUBGROUP),
+        }
+    }
+
+    /// The flags of a kernel variant: `SUBGROUPS` for a kernel with
+    /// reductions, `F16` for one reading F16 data, where the device has them.
+    fn flags(&self, reduces: bool, reads_f16: bool) -> Vec<&'static str> {
+        let used = self.features_used();
+        let mut f = Vec::new();
+        if reads_f16 && used.f16 {
+            f.push(F16);
+        }
+        if reduces && used.subgroups {
+            f.push(SUBGROUPS);
+        }
+        f
     }
 
     fn max_binding(&self) -> u64 {
@@ -410,6 +449,7 @@ impl GpuBackend {
             entry,
             ty,
             constants: constants.iter().map(|(n, v)| (*n, v.to_bits())).collect(),
+            flags: Vec::new(),
             n_in,
             n_out,
         }
@@ -536,7 +576,23 @@ impl Backend for GpuBackend {
     type Tensor = GpuTensor;
 
     fn name(&self) -> String {
-        format!("wgpu: {} ({:?})", self.ctx.info.name, self.ctx.info.backend)
+        let used = self.features_used();
+        let mut feats: Vec<&str> = Vec::new();
+        if used.f16 {
+            feats.push("f16");
+        }
+        if used.subgroups {
+            feats.push("subgroups");
+        }
+        if feats.is_empty() {
+            feats.push("no optional features");
+        }
+        format!(
+            "wgpu: {} ({:?}; {})",
+            self.ctx.info.name,
+            self.ctx.info.backend,
+            feats.join(", ")
+        )
     }
 
     fn alloc(&self, desc: TensorDesc) -> Result<GpuTensor> {
@@ -675,7 +731,7 @@ impl Backend for GpuBackend {
         self.check_bindable(op, x)?;
         self.check_bindable(op, out)?;
         let matvec = m <= MATVEC_MAX_M;
-        let key = Self::key(
+        let mut key = Self::key(
             "mul_mat.wgsl",
             if matvec { "matvec" } else { "matmul" },
             Some(w.desc.ty),
@@ -683,6 +739,7 @@ impl Backend for GpuBackend {
             2,
             1,
         );
+        key.flags = self.flags(matvec, w.desc.ty == GgmlType::F16);
         for win in self.windows(op, w)? {
             let n_wg = if matvec {
                 win.n_rows * m
@@ -732,7 +789,8 @@ impl Backend for GpuBackend {
         })?;
         self.check_bindable(op, ids)?;
         self.check_bindable(op, out)?;
-        let key = Self::key("get_rows.wgsl", "main", Some(table.desc.ty), &[], 2, 1);
+        let mut key = Self::key("get_rows.wgsl", "main", Some(table.desc.ty), &[], 2, 1);
+        key.flags = self.flags(false, table.desc.ty == GgmlType::F16);
         for (i, win) in self.windows(op, table)?.iter().enumerate() {
             self.dispatch(
                 key.clone(),
@@ -777,7 +835,10 @@ impl Backend for GpuBackend {
             })?;
         }
         self.dispatch(
-            Self::key("rms_norm.wgsl", "main", None, &[], 2, 1),
+            PipelineKey {
+                flags: self.flags(true, false),
+                ..Self::key("rms_norm.wgsl", "main", None, &[], 2, 1)
+            },
             &[Bind::whole(x), Bind::whole(w.unwrap_or(x))],
             &[Bind::whole(out)],
             &[n as u32, m as u32, f32_bits(eps), w.is_some() as u32],
@@ -821,7 +882,10 @@ impl Backend for GpuBackend {
         Self::f32_same_shape(op, x, out)?;
         let (n, m) = self.rowwise(op, x, out)?;
         self.dispatch(
-            Self::key("softmax.wgsl", "main", None, &[], 1, 1),
+            PipelineKey {
+                flags: self.flags(true, false),
+                ..Self::key("softmax.wgsl", "main", None, &[], 1, 1)
+            },
             &[Bind::whole(x)],
             &[Bind::whole(out)],
             &[n as u32, m as u32],
@@ -966,14 +1030,17 @@ impl Backend for GpuBackend {
             self.check_bindable(op, t)?;
         }
         self.dispatch(
-            Self::key(
-                "attention.wgsl",
-                "main",
-                None,
-                &[("KV_F16", f16 as u32 as f64)],
-                4,
-                1,
-            ),
+            PipelineKey {
+                flags: self.flags(true, f16),
+                ..Self::key(
+                    "attention.wgsl",
+                    "main",
+                    None,
+                    &[("KV_F16", f16 as u32 as f64)],
+                    4,
+                    1,
+                )
+            },
             &[
                 Bind::whole(q),
                 Bind::whole(k),

@@ -20,7 +20,7 @@ fn adapter_is_vulkan() {
         b.name()
     );
     assert!(
-        b.name().starts_with("wgpu: ") && b.name().ends_with("(Vulkan)"),
+        b.name().starts_with("wgpu: ") && b.name().contains("(Vulkan; "),
         "{}",
         b.name()
     );
