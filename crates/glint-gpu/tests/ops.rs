@@ -27,6 +27,44 @@ fn adapter_is_vulkan() {
     assert!(!glint_gpu::list_adapters().is_empty());
 }
 
+/// lavapipe has SHADER_F16 and SUBGROUP: the features-on backend must use
+/// both (else the tests run on it would not exercise those variants), the
+/// features-off one neither, and each says so in its name.
+#[test]
+fn both_feature_configurations_are_what_they_claim() {
+    let (on, off) = (gpu_on(), gpu_off());
+    let all = glint_gpu::FeaturesUsed {
+        f16: true,
+        subgroups: true,
+    };
+    let none = glint_gpu::FeaturesUsed {
+        f16: false,
+        subgroups: false,
+    };
+    assert_eq!(on.features_used(), all, "{}", on.name());
+    assert!(on.name().ends_with("; f16, subgroups)"), "{}", on.name());
+    assert_eq!(off.features_used(), none, "{}", off.name());
+    assert!(off.features().is_empty(), "{:?}", off.features());
+    assert!(
+        off.name().ends_with("; no optional features)"),
+        "{}",
+        off.name()
+    );
+    // One at a time.
+    let only_f16 = glint_gpu::GpuBackend::new(glint_gpu::GpuOptions {
+        disable_subgroups: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        only_f16.features_used(),
+        glint_gpu::FeaturesUsed {
+            f16: true,
+            subgroups: false
+        }
+    );
+}
+
 fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
 }
@@ -99,57 +137,61 @@ fn unary_ops_and_scale() {
 
 #[test]
 fn rms_norm_with_and_without_weight() {
-    let mut r = Rng(seed());
-    for (n, m) in [(1000, 7), (67, 13)] {
-        let x = r.vec(n * m, 2.0);
-        let w = r.vec(n, 1.5);
-        let (tx, tw) = (f32s([n, m, 1, 1], &x), f32s([n, 1, 1, 1], &w));
-        for with_w in [true, false] {
-            let out = poisoned(F32, [n, m, 1, 1]);
-            gpu()
-                .rms_norm(&tx, with_w.then_some(&tw), 1e-5, &out)
-                .unwrap();
-            let mut want = Vec::new();
-            for j in 0..m {
-                let row = &x[j * n..(j + 1) * n];
-                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n as f64;
-                let s = 1.0 / (ms + 1e-5f32 as f64).sqrt();
-                want.extend(
-                    row.iter()
-                        .zip(&w)
-                        .map(|(&v, &wi)| v as f64 * s * if with_w { wi as f64 } else { 1.0 }),
-                );
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        for (n, m) in [(1000, 7), (67, 13)] {
+            let x = r.vec(n * m, 2.0);
+            let w = r.vec(n, 1.5);
+            let (tx, tw) = (f32s([n, m, 1, 1], &x), f32s([n, 1, 1, 1], &w));
+            for with_w in [true, false] {
+                let out = poisoned(F32, [n, m, 1, 1]);
+                gpu()
+                    .rms_norm(&tx, with_w.then_some(&tw), 1e-5, &out)
+                    .unwrap();
+                let mut want = Vec::new();
+                for j in 0..m {
+                    let row = &x[j * n..(j + 1) * n];
+                    let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n as f64;
+                    let s = 1.0 / (ms + 1e-5f32 as f64).sqrt();
+                    want.extend(
+                        row.iter()
+                            .zip(&w)
+                            .map(|(&v, &wi)| v as f64 * s * if with_w { wi as f64 } else { 1.0 }),
+                    );
+                }
+                assert_close("rms_norm", &read_f32(&out), &want, tol::REDUCTION);
             }
-            assert_close("rms_norm", &read_f32(&out), &want, tol::REDUCTION);
         }
-    }
+    });
 }
 
 #[test]
 fn softmax_and_argmax() {
-    let mut r = Rng(seed());
-    let (n, m) = (1000, 13);
-    let mut x = r.vec(n * m, 20.0);
-    // A tie: the first index wins.
-    x[5 * n + 17] = 30.0;
-    x[5 * n + 900] = 30.0;
-    let tx = f32s([n, m, 1, 1], &x);
-    let out = poisoned(F32, [n, m, 1, 1]);
-    gpu().softmax(&tx, &out).unwrap();
-    let idx = poisoned(GgmlType::I32, [m, 1, 1, 1]);
-    gpu().argmax(&tx, &idx).unwrap();
-    let mut want = Vec::new();
-    let mut want_idx = Vec::new();
-    for j in 0..m {
-        let row: Vec<f64> = x[j * n..(j + 1) * n].iter().map(|&v| v as f64).collect();
-        let mx = row.iter().cloned().fold(f64::MIN, f64::max);
-        let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
-        want.extend(row.iter().map(|v| (v - mx).exp() / s));
-        want_idx.push(row.iter().position(|&v| v == mx).unwrap() as i32);
-    }
-    assert_close("softmax", &read_f32(&out), &want, tol::REDUCTION);
-    assert_eq!(read_i32(&idx), want_idx);
-    assert_eq!(want_idx[5], 17);
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (n, m) = (1000, 13);
+        let mut x = r.vec(n * m, 20.0);
+        // A tie: the first index wins.
+        x[5 * n + 17] = 30.0;
+        x[5 * n + 900] = 30.0;
+        let tx = f32s([n, m, 1, 1], &x);
+        let out = poisoned(F32, [n, m, 1, 1]);
+        gpu().softmax(&tx, &out).unwrap();
+        let idx = poisoned(GgmlType::I32, [m, 1, 1, 1]);
+        gpu().argmax(&tx, &idx).unwrap();
+        let mut want = Vec::new();
+        let mut want_idx = Vec::new();
+        for j in 0..m {
+            let row: Vec<f64> = x[j * n..(j + 1) * n].iter().map(|&v| v as f64).collect();
+            let mx = row.iter().cloned().fold(f64::MIN, f64::max);
+            let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
+            want.extend(row.iter().map(|v| (v - mx).exp() / s));
+            want_idx.push(row.iter().position(|&v| v == mx).unwrap() as i32);
+        }
+        assert_close("softmax", &read_f32(&out), &want, tol::REDUCTION);
+        assert_eq!(read_i32(&idx), want_idx);
+        assert_eq!(want_idx[5], 17);
+    });
 }
 
 /// The doc formula of `RopeParams`, in f64: rotate `x` (one head) at `pos`.
@@ -260,132 +302,136 @@ fn read_cache(t: &glint_gpu::GpuTensor, ty: GgmlType, n: usize) -> Vec<f32> {
 
 #[test]
 fn set_rows_f32_and_f16() {
-    let mut r = Rng(seed());
-    let (n, m, rows) = (96, 13, 40);
-    for ty in [GgmlType::F32, GgmlType::F16] {
-        let src = r.vec(n * m, 4.0);
-        let mut idx: Vec<i32> = (0..rows as i32).collect();
-        for i in (1..idx.len()).rev() {
-            idx.swap(i, r.below(i + 1));
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (n, m, rows) = (96, 13, 40);
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            let src = r.vec(n * m, 4.0);
+            let mut idx: Vec<i32> = (0..rows as i32).collect();
+            for i in (1..idx.len()).rev() {
+                idx.swap(i, r.below(i + 1));
+            }
+            idx.truncate(m);
+            let dst = cache(ty, n, rows);
+            gpu()
+                .set_rows(&f32s([n, m, 1, 1], &src), &i32s(&idx), &dst)
+                .unwrap();
+            let got = read_cache(&dst, ty, n * rows);
+            for (i, &row) in idx.iter().enumerate() {
+                let want: Vec<f64> = src[i * n..(i + 1) * n]
+                    .iter()
+                    .map(|&v| {
+                        if ty == GgmlType::F16 {
+                            f16_round(v) as f64
+                        } else {
+                            v as f64
+                        }
+                    })
+                    .collect();
+                assert_close("set_rows", &got[row as usize * n..][..n], &want, 0.0);
+            }
         }
-        idx.truncate(m);
-        let dst = cache(ty, n, rows);
-        gpu()
-            .set_rows(&f32s([n, m, 1, 1], &src), &i32s(&idx), &dst)
-            .unwrap();
-        let got = read_cache(&dst, ty, n * rows);
-        for (i, &row) in idx.iter().enumerate() {
-            let want: Vec<f64> = src[i * n..(i + 1) * n]
-                .iter()
-                .map(|&v| {
-                    if ty == GgmlType::F16 {
-                        f16_round(v) as f64
-                    } else {
-                        v as f64
-                    }
-                })
-                .collect();
-            assert_close("set_rows", &got[row as usize * n..][..n], &want, 0.0);
-        }
-    }
+    });
 }
 
 #[test]
 fn attention_gqa_mask_softcap_window_f32_f16() {
-    let mut r = Rng(seed());
-    let (hd, nh, nkv, m) = (40, 6, 2, 5);
-    let n_rows = 700;
-    for ty in [GgmlType::F32, GgmlType::F16] {
-        for (softcap, kv_start, n_kv) in [(0.0f32, 0usize, 600usize), (30.0, 37, 663)] {
-            let kvals = r.vec(hd * nkv * n_rows, 1.5);
-            let vvals = r.vec(hd * nkv * n_rows, 1.5);
-            let q = r.vec(hd * nh * m, 1.5);
-            let (k, v) = (cache(ty, hd * nkv, n_rows), cache(ty, hd * nkv, n_rows));
-            let all: Vec<i32> = (0..n_rows as i32).collect();
-            gpu()
-                .set_rows(&f32s([hd * nkv, n_rows, 1, 1], &kvals), &i32s(&all), &k)
-                .unwrap();
-            gpu()
-                .set_rows(&f32s([hd * nkv, n_rows, 1, 1], &vvals), &i32s(&all), &v)
-                .unwrap();
-            let kr = read_cache(&k, ty, hd * nkv * n_rows);
-            let vr = read_cache(&v, ty, hd * nkv * n_rows);
-            // Causal-ish mask with a bias, and token 3 sees nothing.
-            let mut mask = vec![0.0f32; n_kv * m];
-            for i in 0..m {
-                for j in 0..n_kv {
-                    mask[i * n_kv + j] = if i == 3 || j > n_kv - 50 + i * 10 {
-                        f32::NEG_INFINITY
-                    } else if j % 7 == 0 {
-                        -0.5
-                    } else {
-                        0.0
-                    };
-                }
-            }
-            let p = AttnParams {
-                n_head: nh,
-                n_head_kv: nkv,
-                head_dim: hd,
-                scale: 1.0 / (hd as f32).sqrt(),
-                softcap,
-                kv_start,
-                n_kv,
-            };
-            let out = poisoned(F32, [hd * nh, m, 1, 1]);
-            gpu()
-                .attention(
-                    &f32s([hd, nh, m, 1], &q),
-                    &k,
-                    &v,
-                    &f32s([n_kv, m, 1, 1], &mask),
-                    &p,
-                    &out,
-                )
-                .unwrap();
-            let mut want = vec![0.0f64; hd * nh * m];
-            for i in 0..m {
-                for h in 0..nh {
-                    let hk = h / (nh / nkv);
-                    let qh = &q[(i * nh + h) * hd..][..hd];
-                    let mut s: Vec<f64> = (0..n_kv)
-                        .map(|j| {
-                            let kb = (kv_start + j) * hd * nkv + hk * hd;
-                            let mut x: f64 =
-                                (0..hd).map(|d| qh[d] as f64 * kr[kb + d] as f64).sum();
-                            if softcap > 0.0 {
-                                x = softcap as f64 * (x / softcap as f64).tanh();
-                            }
-                            x * p.scale as f64 + mask[i * n_kv + j] as f64
-                        })
-                        .collect();
-                    let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    if mx == f64::NEG_INFINITY {
-                        continue;
-                    }
-                    s.iter_mut().for_each(|x| *x = (*x - mx).exp());
-                    let sum: f64 = s.iter().sum();
-                    for d in 0..hd {
-                        let o: f64 = (0..n_kv)
-                            .map(|j| s[j] * vr[(kv_start + j) * hd * nkv + hk * hd + d] as f64)
-                            .sum();
-                        want[(i * nh + h) * hd + d] = o / sum;
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (hd, nh, nkv, m) = (40, 6, 2, 5);
+        let n_rows = 700;
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            for (softcap, kv_start, n_kv) in [(0.0f32, 0usize, 600usize), (30.0, 37, 663)] {
+                let kvals = r.vec(hd * nkv * n_rows, 1.5);
+                let vvals = r.vec(hd * nkv * n_rows, 1.5);
+                let q = r.vec(hd * nh * m, 1.5);
+                let (k, v) = (cache(ty, hd * nkv, n_rows), cache(ty, hd * nkv, n_rows));
+                let all: Vec<i32> = (0..n_rows as i32).collect();
+                gpu()
+                    .set_rows(&f32s([hd * nkv, n_rows, 1, 1], &kvals), &i32s(&all), &k)
+                    .unwrap();
+                gpu()
+                    .set_rows(&f32s([hd * nkv, n_rows, 1, 1], &vvals), &i32s(&all), &v)
+                    .unwrap();
+                let kr = read_cache(&k, ty, hd * nkv * n_rows);
+                let vr = read_cache(&v, ty, hd * nkv * n_rows);
+                // Causal-ish mask with a bias, and token 3 sees nothing.
+                let mut mask = vec![0.0f32; n_kv * m];
+                for i in 0..m {
+                    for j in 0..n_kv {
+                        mask[i * n_kv + j] = if i == 3 || j > n_kv - 50 + i * 10 {
+                            f32::NEG_INFINITY
+                        } else if j % 7 == 0 {
+                            -0.5
+                        } else {
+                            0.0
+                        };
                     }
                 }
+                let p = AttnParams {
+                    n_head: nh,
+                    n_head_kv: nkv,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    softcap,
+                    kv_start,
+                    n_kv,
+                };
+                let out = poisoned(F32, [hd * nh, m, 1, 1]);
+                gpu()
+                    .attention(
+                        &f32s([hd, nh, m, 1], &q),
+                        &k,
+                        &v,
+                        &f32s([n_kv, m, 1, 1], &mask),
+                        &p,
+                        &out,
+                    )
+                    .unwrap();
+                let mut want = vec![0.0f64; hd * nh * m];
+                for i in 0..m {
+                    for h in 0..nh {
+                        let hk = h / (nh / nkv);
+                        let qh = &q[(i * nh + h) * hd..][..hd];
+                        let mut s: Vec<f64> = (0..n_kv)
+                            .map(|j| {
+                                let kb = (kv_start + j) * hd * nkv + hk * hd;
+                                let mut x: f64 =
+                                    (0..hd).map(|d| qh[d] as f64 * kr[kb + d] as f64).sum();
+                                if softcap > 0.0 {
+                                    x = softcap as f64 * (x / softcap as f64).tanh();
+                                }
+                                x * p.scale as f64 + mask[i * n_kv + j] as f64
+                            })
+                            .collect();
+                        let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        if mx == f64::NEG_INFINITY {
+                            continue;
+                        }
+                        s.iter_mut().for_each(|x| *x = (*x - mx).exp());
+                        let sum: f64 = s.iter().sum();
+                        for d in 0..hd {
+                            let o: f64 = (0..n_kv)
+                                .map(|j| s[j] * vr[(kv_start + j) * hd * nkv + hk * hd + d] as f64)
+                                .sum();
+                            want[(i * nh + h) * hd + d] = o / sum;
+                        }
+                    }
+                }
+                let t = if ty == GgmlType::F16 {
+                    tol::ATTN_F16
+                } else {
+                    tol::ATTN_F32
+                };
+                assert_close(
+                    &format!("attention {ty:?} softcap {softcap}"),
+                    &read_f32(&out),
+                    &want,
+                    t,
+                );
             }
-            let t = if ty == GgmlType::F16 {
-                tol::ATTN_F16
-            } else {
-                tol::ATTN_F32
-            };
-            assert_close(
-                &format!("attention {ty:?} softcap {softcap}"),
-                &read_f32(&out),
-                &want,
-                t,
-            );
         }
-    }
+    });
 }
 
 /// kshift(rope(k, p), q - p) == rope(k, q), for several shifts in a row,
@@ -393,64 +439,66 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
 /// F32 and F16 caches.
 #[test]
 fn kshift_invariant() {
-    let mut r = Rng(seed());
-    let (hd, nkv, rows) = (64, 2, 11);
-    for ty in [GgmlType::F32, GgmlType::F16] {
-        for mode in [RopeMode::Norm, RopeMode::Neox] {
-            for p in [
-                RopeParams::plain(mode, hd, nkv, 10000.0),
-                yarn(mode, hd, 48, nkv),
-            ] {
-                let k = r.vec(hd * nkv * rows, 1.0);
-                let tk = f32s([hd, nkv, rows, 1], &k);
-                let mut pos: Vec<i32> = (0..rows).map(|_| r.below(200) as i32).collect();
-                // K as the model writes it: rope at pos, then into the cache.
-                let roped = poisoned(F32, [hd, nkv, rows, 1]);
-                gpu().rope(&tk, &i32s(&pos), &p, &roped).unwrap();
-                let all: Vec<i32> = (0..rows as i32).collect();
-                let c = cache(ty, hd * nkv, rows);
-                let flat = f32s([hd * nkv, rows, 1, 1], &read_f32(&roped));
-                gpu().set_rows(&flat, &i32s(&all), &c).unwrap();
-                for step in 0..4 {
-                    // Negative deltas (seq_div-like), zeros, positives.
-                    let shift: Vec<i32> = pos
-                        .iter()
-                        .enumerate()
-                        .map(|(j, &q)| match (j + step) % 4 {
-                            0 => -(q / 2),
-                            1 => 0,
-                            2 => r.below(50) as i32,
-                            _ => -(r.below(q as usize + 1) as i32),
-                        })
-                        .collect();
-                    gpu().kshift(&c, &i32s(&shift), &p).unwrap();
-                    pos.iter_mut().zip(&shift).for_each(|(q, s)| *q += s);
-                    let got = read_cache(&c, ty, hd * nkv * rows);
-                    let mut want = Vec::new();
-                    for j in 0..rows {
-                        for h in 0..nkv {
-                            let head: Vec<f64> = k[(j * nkv + h) * hd..][..hd]
-                                .iter()
-                                .map(|&v| v as f64)
-                                .collect();
-                            want.extend(rope_ref(&head, pos[j] as f64, &p, true));
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (hd, nkv, rows) = (64, 2, 11);
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            for mode in [RopeMode::Norm, RopeMode::Neox] {
+                for p in [
+                    RopeParams::plain(mode, hd, nkv, 10000.0),
+                    yarn(mode, hd, 48, nkv),
+                ] {
+                    let k = r.vec(hd * nkv * rows, 1.0);
+                    let tk = f32s([hd, nkv, rows, 1], &k);
+                    let mut pos: Vec<i32> = (0..rows).map(|_| r.below(200) as i32).collect();
+                    // K as the model writes it: rope at pos, then into the cache.
+                    let roped = poisoned(F32, [hd, nkv, rows, 1]);
+                    gpu().rope(&tk, &i32s(&pos), &p, &roped).unwrap();
+                    let all: Vec<i32> = (0..rows as i32).collect();
+                    let c = cache(ty, hd * nkv, rows);
+                    let flat = f32s([hd * nkv, rows, 1, 1], &read_f32(&roped));
+                    gpu().set_rows(&flat, &i32s(&all), &c).unwrap();
+                    for step in 0..4 {
+                        // Negative deltas (seq_div-like), zeros, positives.
+                        let shift: Vec<i32> = pos
+                            .iter()
+                            .enumerate()
+                            .map(|(j, &q)| match (j + step) % 4 {
+                                0 => -(q / 2),
+                                1 => 0,
+                                2 => r.below(50) as i32,
+                                _ => -(r.below(q as usize + 1) as i32),
+                            })
+                            .collect();
+                        gpu().kshift(&c, &i32s(&shift), &p).unwrap();
+                        pos.iter_mut().zip(&shift).for_each(|(q, s)| *q += s);
+                        let got = read_cache(&c, ty, hd * nkv * rows);
+                        let mut want = Vec::new();
+                        for j in 0..rows {
+                            for h in 0..nkv {
+                                let head: Vec<f64> = k[(j * nkv + h) * hd..][..hd]
+                                    .iter()
+                                    .map(|&v| v as f64)
+                                    .collect();
+                                want.extend(rope_ref(&head, pos[j] as f64, &p, true));
+                            }
                         }
+                        let t = if ty == GgmlType::F16 {
+                            tol::KSHIFT_F16
+                        } else {
+                            tol::KSHIFT_F32
+                        };
+                        assert_close(
+                            &format!("kshift {ty:?} {mode:?} step {step} {p:?}"),
+                            &got,
+                            &want,
+                            t,
+                        );
                     }
-                    let t = if ty == GgmlType::F16 {
-                        tol::KSHIFT_F16
-                    } else {
-                        tol::KSHIFT_F32
-                    };
-                    assert_close(
-                        &format!("kshift {ty:?} {mode:?} step {step} {p:?}"),
-                        &got,
-                        &want,
-                        t,
-                    );
                 }
             }
         }
-    }
+    });
 }
 
 #[test]

@@ -80,211 +80,217 @@ fn compare(what: &str, p: &Pair, ty: GgmlType, tol: f64) {
 
 #[test]
 fn elementwise_norm_softmax_argmax() {
-    let mut r = Rng(seed());
-    let (n, m) = (1000, 13);
-    let a = f32p([n, m, 1, 1], &r.vec(n * m, 4.0));
-    let b = f32p([n, m, 1, 1], &r.vec(n * m, 4.0));
-    let bn = f32p([n, 1, 1, 1], &r.vec(n, 4.0));
-    for bb in [&b, &bn] {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (n, m) = (1000, 13);
+        let a = f32p([n, m, 1, 1], &r.vec(n * m, 4.0));
+        let b = f32p([n, m, 1, 1], &r.vec(n * m, 4.0));
+        let bn = f32p([n, 1, 1, 1], &r.vec(n, 4.0));
+        for bb in [&b, &bn] {
+            let o = out([n, m, 1, 1]);
+            gpu().add(&a.0, &bb.0, &o.0).unwrap();
+            cpu().add(&a.1, &bb.1, &o.1).unwrap();
+            compare("add", &o, GgmlType::F32, tol::ELEMENTWISE);
+            gpu().mul(&a.0, &bb.0, &o.0).unwrap();
+            cpu().mul(&a.1, &bb.1, &o.1).unwrap();
+            compare("mul", &o, GgmlType::F32, tol::ELEMENTWISE);
+        }
         let o = out([n, m, 1, 1]);
-        gpu().add(&a.0, &bb.0, &o.0).unwrap();
-        cpu().add(&a.1, &bb.1, &o.1).unwrap();
-        compare("add", &o, GgmlType::F32, tol::ELEMENTWISE);
-        gpu().mul(&a.0, &bb.0, &o.0).unwrap();
-        cpu().mul(&a.1, &bb.1, &o.1).unwrap();
-        compare("mul", &o, GgmlType::F32, tol::ELEMENTWISE);
-    }
-    let o = out([n, m, 1, 1]);
-    gpu().scale(&a.0, 0.3, &o.0).unwrap();
-    cpu().scale(&a.1, 0.3, &o.1).unwrap();
-    compare("scale", &o, GgmlType::F32, tol::ELEMENTWISE);
-    for u in [Unary::Silu, Unary::Gelu] {
+        gpu().scale(&a.0, 0.3, &o.0).unwrap();
+        cpu().scale(&a.1, 0.3, &o.1).unwrap();
+        compare("scale", &o, GgmlType::F32, tol::ELEMENTWISE);
+        for u in [Unary::Silu, Unary::Gelu] {
+            let o = out([n, m, 1, 1]);
+            gpu().unary(u, &a.0, &o.0).unwrap();
+            cpu().unary(u, &a.1, &o.1).unwrap();
+            compare(&format!("{u:?}"), &o, GgmlType::F32, tol::ACTIVATION);
+        }
+        for g in [Glu::SwiGlu, Glu::GeGlu] {
+            let o = out([n, m, 1, 1]);
+            gpu().glu(g, &a.0, &b.0, &o.0).unwrap();
+            cpu().glu(g, &a.1, &b.1, &o.1).unwrap();
+            compare(&format!("{g:?}"), &o, GgmlType::F32, tol::ACTIVATION);
+        }
+        for w in [Some(&bn), None] {
+            let o = out([n, m, 1, 1]);
+            gpu().rms_norm(&a.0, w.map(|w| &w.0), 1e-6, &o.0).unwrap();
+            cpu().rms_norm(&a.1, w.map(|w| &w.1), 1e-6, &o.1).unwrap();
+            compare("rms_norm", &o, GgmlType::F32, tol::REDUCTION);
+        }
         let o = out([n, m, 1, 1]);
-        gpu().unary(u, &a.0, &o.0).unwrap();
-        cpu().unary(u, &a.1, &o.1).unwrap();
-        compare(&format!("{u:?}"), &o, GgmlType::F32, tol::ACTIVATION);
-    }
-    for g in [Glu::SwiGlu, Glu::GeGlu] {
-        let o = out([n, m, 1, 1]);
-        gpu().glu(g, &a.0, &b.0, &o.0).unwrap();
-        cpu().glu(g, &a.1, &b.1, &o.1).unwrap();
-        compare(&format!("{g:?}"), &o, GgmlType::F32, tol::ACTIVATION);
-    }
-    for w in [Some(&bn), None] {
-        let o = out([n, m, 1, 1]);
-        gpu().rms_norm(&a.0, w.map(|w| &w.0), 1e-6, &o.0).unwrap();
-        cpu().rms_norm(&a.1, w.map(|w| &w.1), 1e-6, &o.1).unwrap();
-        compare("rms_norm", &o, GgmlType::F32, tol::REDUCTION);
-    }
-    let o = out([n, m, 1, 1]);
-    gpu().softmax(&a.0, &o.0).unwrap();
-    cpu().softmax(&a.1, &o.1).unwrap();
-    compare("softmax", &o, GgmlType::F32, tol::REDUCTION);
-    let o = pair(GgmlType::I32, [m, 1, 1, 1], Usage::Scratch, None);
-    gpu().argmax(&a.0, &o.0).unwrap();
-    cpu().argmax(&a.1, &o.1).unwrap();
-    let (mut g, mut c) = ([0u8; 52], [0u8; 52]);
-    gpu().read(&o.0, 0, &mut g).unwrap();
-    cpu().read(&o.1, 0, &mut c).unwrap();
-    assert_eq!(g, c, "argmax");
+        gpu().softmax(&a.0, &o.0).unwrap();
+        cpu().softmax(&a.1, &o.1).unwrap();
+        compare("softmax", &o, GgmlType::F32, tol::REDUCTION);
+        let o = pair(GgmlType::I32, [m, 1, 1, 1], Usage::Scratch, None);
+        gpu().argmax(&a.0, &o.0).unwrap();
+        cpu().argmax(&a.1, &o.1).unwrap();
+        let (mut g, mut c) = ([0u8; 52], [0u8; 52]);
+        gpu().read(&o.0, 0, &mut g).unwrap();
+        cpu().read(&o.1, 0, &mut c).unwrap();
+        assert_eq!(g, c, "argmax");
+    });
 }
 
 #[test]
 fn weights_every_type_gpu_has() {
-    let mut r = Rng(seed());
-    let types = [
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::BF16,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-    ];
-    let n = 67;
-    for ty in types {
-        // 768: an odd number of K-quant super-blocks.
-        let k = if is_k_quant(ty) { 768 } else { 512 };
-        let rb = ty.bytes_for(k as u64).unwrap() as usize;
-        let bytes = if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K) {
-            // glint-quant has no quantizer for these: random blocks.
-            random_k_blocks(&mut r, ty, n * k / 256)
-        } else {
-            // Real quantized bytes: quantize random f32 rows with glint-quant.
-            let vals = r.vec(k * n, 1.0);
-            let mut bytes = vec![0u8; rb * n];
-            for i in 0..n {
-                glint_quant::quantize_row(
-                    ty,
-                    &vals[i * k..(i + 1) * k],
-                    &mut bytes[i * rb..(i + 1) * rb],
-                )
-                .unwrap();
-            }
-            bytes
-        };
-        let d = TensorDesc {
-            ty,
-            ne: [k, n, 1, 1],
-            label: "w".into(),
-            usage: Usage::Weights,
-        };
-        let wg = gpu()
-            .weight(d.clone(), SharedBytes::from_vec(bytes.clone()))
-            .unwrap();
-        let wc = cpu().weight(d, SharedBytes::from_vec(bytes)).unwrap();
-        for m in [1, 3, 7, 67] {
-            let x = f32p([k, m, 1, 1], &r.vec(k * m, 1.0));
-            let o = out([n, m, 1, 1]);
-            gpu().mul_mat(&wg, &x.0, &o.0).unwrap();
-            cpu().mul_mat(&wc, &x.1, &o.1).unwrap();
-            let t = if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-                tol::MATMUL_FLOAT
-            } else {
-                tol::MATMUL_QUANT
-            };
-            compare(&format!("mul_mat {ty:?} m{m}"), &o, GgmlType::F32, t);
-        }
-        let ids = i32p(&[3, 0, 66, -1, 67, 40]);
-        let o = out([k, 6, 1, 1]);
-        gpu().get_rows(&wg, &ids.0, &o.0).unwrap();
-        cpu().get_rows(&wc, &ids.1, &o.1).unwrap();
-        compare(
-            &format!("get_rows {ty:?}"),
-            &o,
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let types = [
             GgmlType::F32,
-            tol::GET_ROWS,
-        );
-    }
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ];
+        let n = 67;
+        for ty in types {
+            // 768: an odd number of K-quant super-blocks.
+            let k = if is_k_quant(ty) { 768 } else { 512 };
+            let rb = ty.bytes_for(k as u64).unwrap() as usize;
+            let bytes = if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K) {
+                // glint-quant has no quantizer for these: random blocks.
+                random_k_blocks(&mut r, ty, n * k / 256)
+            } else {
+                // Real quantized bytes: quantize random f32 rows with glint-quant.
+                let vals = r.vec(k * n, 1.0);
+                let mut bytes = vec![0u8; rb * n];
+                for i in 0..n {
+                    glint_quant::quantize_row(
+                        ty,
+                        &vals[i * k..(i + 1) * k],
+                        &mut bytes[i * rb..(i + 1) * rb],
+                    )
+                    .unwrap();
+                }
+                bytes
+            };
+            let d = TensorDesc {
+                ty,
+                ne: [k, n, 1, 1],
+                label: "w".into(),
+                usage: Usage::Weights,
+            };
+            let wg = gpu()
+                .weight(d.clone(), SharedBytes::from_vec(bytes.clone()))
+                .unwrap();
+            let wc = cpu().weight(d, SharedBytes::from_vec(bytes)).unwrap();
+            for m in [1, 3, 7, 67] {
+                let x = f32p([k, m, 1, 1], &r.vec(k * m, 1.0));
+                let o = out([n, m, 1, 1]);
+                gpu().mul_mat(&wg, &x.0, &o.0).unwrap();
+                cpu().mul_mat(&wc, &x.1, &o.1).unwrap();
+                let t = if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+                    tol::MATMUL_FLOAT
+                } else {
+                    tol::MATMUL_QUANT
+                };
+                compare(&format!("mul_mat {ty:?} m{m}"), &o, GgmlType::F32, t);
+            }
+            let ids = i32p(&[3, 0, 66, -1, 67, 40]);
+            let o = out([k, 6, 1, 1]);
+            gpu().get_rows(&wg, &ids.0, &o.0).unwrap();
+            cpu().get_rows(&wc, &ids.1, &o.1).unwrap();
+            compare(
+                &format!("get_rows {ty:?}"),
+                &o,
+                GgmlType::F32,
+                tol::GET_ROWS,
+            );
+        }
+    });
 }
 
 #[test]
 fn rope_set_rows_attention_kshift() {
-    let mut r = Rng(seed());
-    let (hd, nh, nkv, m, rows) = (64, 8, 2, 7, 300);
-    for mode in [RopeMode::Norm, RopeMode::Neox] {
-        let yarn = RopeParams {
-            n_rot: 48,
-            freq_scale: 0.25,
-            ext_factor: 1.0,
-            attn_factor: 0.9,
-            n_ctx_orig: 4096,
-            ..RopeParams::plain(mode, hd, nh, 10000.0)
-        };
-        for p in [RopeParams::plain(mode, hd, nh, 10000.0), yarn] {
-            let x = f32p([hd, nh, m, 1], &r.vec(hd * nh * m, 2.0));
-            let pos = i32p(&(0..m).map(|_| r.below(250) as i32).collect::<Vec<_>>());
-            let o = out([hd, nh, m, 1]);
-            gpu().rope(&x.0, &pos.0, &p, &o.0).unwrap();
-            cpu().rope(&x.1, &pos.1, &p, &o.1).unwrap();
-            compare(&format!("rope {p:?}"), &o, GgmlType::F32, tol::ROPE);
-            for ty in [GgmlType::F32, GgmlType::F16] {
-                let pk = RopeParams { n_head: nkv, ..p };
-                let k = pair(ty, [hd * nkv, rows, 1, 1], Usage::KvCache, None);
-                let v = pair(ty, [hd * nkv, rows, 1, 1], Usage::KvCache, None);
-                let all = i32p(&(0..rows as i32).collect::<Vec<_>>());
-                let kv = f32p([hd * nkv, rows, 1, 1], &r.vec(hd * nkv * rows, 1.5));
-                let vv = f32p([hd * nkv, rows, 1, 1], &r.vec(hd * nkv * rows, 1.5));
-                for (c, s) in [(&k, &kv), (&v, &vv)] {
-                    gpu().set_rows(&s.0, &all.0, &c.0).unwrap();
-                    cpu().set_rows(&s.1, &all.1, &c.1).unwrap();
-                }
-                compare("set_rows", &k, ty, 0.0);
-                let (kv_start, n_kv) = (13, 270);
-                let mask: Vec<f32> = (0..n_kv * m)
-                    .map(|i| {
-                        if i % n_kv > 200 + i / n_kv {
-                            f32::NEG_INFINITY
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (hd, nh, nkv, m, rows) = (64, 8, 2, 7, 300);
+        for mode in [RopeMode::Norm, RopeMode::Neox] {
+            let yarn = RopeParams {
+                n_rot: 48,
+                freq_scale: 0.25,
+                ext_factor: 1.0,
+                attn_factor: 0.9,
+                n_ctx_orig: 4096,
+                ..RopeParams::plain(mode, hd, nh, 10000.0)
+            };
+            for p in [RopeParams::plain(mode, hd, nh, 10000.0), yarn] {
+                let x = f32p([hd, nh, m, 1], &r.vec(hd * nh * m, 2.0));
+                let pos = i32p(&(0..m).map(|_| r.below(250) as i32).collect::<Vec<_>>());
+                let o = out([hd, nh, m, 1]);
+                gpu().rope(&x.0, &pos.0, &p, &o.0).unwrap();
+                cpu().rope(&x.1, &pos.1, &p, &o.1).unwrap();
+                compare(&format!("rope {p:?}"), &o, GgmlType::F32, tol::ROPE);
+                for ty in [GgmlType::F32, GgmlType::F16] {
+                    let pk = RopeParams { n_head: nkv, ..p };
+                    let k = pair(ty, [hd * nkv, rows, 1, 1], Usage::KvCache, None);
+                    let v = pair(ty, [hd * nkv, rows, 1, 1], Usage::KvCache, None);
+                    let all = i32p(&(0..rows as i32).collect::<Vec<_>>());
+                    let kv = f32p([hd * nkv, rows, 1, 1], &r.vec(hd * nkv * rows, 1.5));
+                    let vv = f32p([hd * nkv, rows, 1, 1], &r.vec(hd * nkv * rows, 1.5));
+                    for (c, s) in [(&k, &kv), (&v, &vv)] {
+                        gpu().set_rows(&s.0, &all.0, &c.0).unwrap();
+                        cpu().set_rows(&s.1, &all.1, &c.1).unwrap();
+                    }
+                    compare("set_rows", &k, ty, 0.0);
+                    let (kv_start, n_kv) = (13, 270);
+                    let mask: Vec<f32> = (0..n_kv * m)
+                        .map(|i| {
+                            if i % n_kv > 200 + i / n_kv {
+                                f32::NEG_INFINITY
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect();
+                    let mask = f32p([n_kv, m, 1, 1], &mask);
+                    for softcap in [0.0, 20.0] {
+                        let ap = AttnParams {
+                            n_head: nh,
+                            n_head_kv: nkv,
+                            head_dim: hd,
+                            scale: 0.125,
+                            softcap,
+                            kv_start,
+                            n_kv,
+                        };
+                        let o = out([hd * nh, m, 1, 1]);
+                        gpu()
+                            .attention(&x.0, &k.0, &v.0, &mask.0, &ap, &o.0)
+                            .unwrap();
+                        cpu()
+                            .attention(&x.1, &k.1, &v.1, &mask.1, &ap, &o.1)
+                            .unwrap();
+                        let t = if ty == GgmlType::F16 {
+                            tol::ATTN_F16
                         } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let mask = f32p([n_kv, m, 1, 1], &mask);
-                for softcap in [0.0, 20.0] {
-                    let ap = AttnParams {
-                        n_head: nh,
-                        n_head_kv: nkv,
-                        head_dim: hd,
-                        scale: 0.125,
-                        softcap,
-                        kv_start,
-                        n_kv,
-                    };
-                    let o = out([hd * nh, m, 1, 1]);
-                    gpu()
-                        .attention(&x.0, &k.0, &v.0, &mask.0, &ap, &o.0)
-                        .unwrap();
-                    cpu()
-                        .attention(&x.1, &k.1, &v.1, &mask.1, &ap, &o.1)
-                        .unwrap();
+                            tol::ATTN_F32
+                        };
+                        compare(&format!("attention {ty:?} {softcap}"), &o, GgmlType::F32, t);
+                    }
+                    let shift = i32p(
+                        &(0..rows)
+                            .map(|_| r.below(41) as i32 - 20)
+                            .collect::<Vec<_>>(),
+                    );
+                    gpu().kshift(&k.0, &shift.0, &pk).unwrap();
+                    cpu().kshift(&k.1, &shift.1, &pk).unwrap();
                     let t = if ty == GgmlType::F16 {
-                        tol::ATTN_F16
+                        tol::KSHIFT_F16
                     } else {
-                        tol::ATTN_F32
+                        tol::KSHIFT_F32
                     };
-                    compare(&format!("attention {ty:?} {softcap}"), &o, GgmlType::F32, t);
+                    compare(&format!("kshift {ty:?} {mode:?}"), &k, ty, t);
                 }
-                let shift = i32p(
-                    &(0..rows)
-                        .map(|_| r.below(41) as i32 - 20)
-                        .collect::<Vec<_>>(),
-                );
-                gpu().kshift(&k.0, &shift.0, &pk).unwrap();
-                cpu().kshift(&k.1, &shift.1, &pk).unwrap();
-                let t = if ty == GgmlType::F16 {
-                    tol::KSHIFT_F16
-                } else {
-                    tol::KSHIFT_F32
-                };
-                compare(&format!("kshift {ty:?} {mode:?}"), &k, ty, t);
             }
         }
-    }
+    });
 }

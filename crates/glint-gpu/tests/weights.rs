@@ -214,49 +214,56 @@ fn check_get_rows(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize
 
 #[test]
 fn mul_mat_matvec_and_matmul_every_type() {
-    let mut r = Rng(seed());
-    for &ty in TYPES {
-        // Float rows of 998 exercise the tails; quant rows are whole blocks
-        // (768: an odd number of K-quant super-blocks).
-        let k = match ty {
-            _ if is_float(ty) => 998,
-            _ if is_k_quant(ty) => 768,
-            _ => 1024,
-        };
-        for (n, m) in [(67, 1), (13, 3), (131, 67)] {
-            check_mul_mat(gpu(), &mut r, ty, k, n, m);
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        for &ty in TYPES {
+            // Float rows of 998 exercise the tails; quant rows are whole blocks
+            // (768: an odd number of K-quant super-blocks).
+            let k = match ty {
+                _ if is_float(ty) => 998,
+                _ if is_k_quant(ty) => 768,
+                _ => 1024,
+            };
+            for (n, m) in [(67, 1), (13, 3), (131, 67)] {
+                check_mul_mat(gpu(), &mut r, ty, k, n, m);
+            }
         }
-    }
+    });
 }
 
 #[test]
 fn get_rows_every_type() {
-    let mut r = Rng(seed());
-    for &ty in TYPES {
-        let k = match ty {
-            _ if is_float(ty) => 998,
-            _ if is_k_quant(ty) => 512,
-            _ => 256,
-        };
-        check_get_rows(gpu(), &mut r, ty, k, 67);
-    }
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        for &ty in TYPES {
+            let k = match ty {
+                _ if is_float(ty) => 998,
+                _ if is_k_quant(ty) => 512,
+                _ => 256,
+            };
+            check_get_rows(gpu(), &mut r, ty, k, 67);
+        }
+    });
 }
 
 /// Windowing with odd row sizes (Q4_0 rows of 18 * 5 = 90 bytes) under a
 /// small binding limit: several windows, offsets aligned, whole rows.
 #[test]
 fn windows_under_a_small_binding_limit() {
-    let be = GpuBackend::new(GpuOptions {
+    let opts = GpuOptions {
         max_binding_bytes: Some(4096),
         ..Default::default()
-    })
-    .unwrap();
-    let mut r = Rng(seed());
-    for ty in [GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::F16, GgmlType::F32] {
-        let k = if is_float(ty) { 158 } else { 160 };
-        check_mul_mat(&be, &mut r, ty, k, 301, 1);
-        check_mul_mat(&be, &mut r, ty, k, 301, 70);
-        check_get_rows(&be, &mut r, ty, k, 301);
+    };
+    for opts in [opts.clone(), without_features(opts)] {
+        let be = GpuBackend::new(opts).unwrap();
+        eprintln!("on {}", be.name());
+        let mut r = Rng(seed());
+        for ty in [GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::F16, GgmlType::F32] {
+            let k = if is_float(ty) { 158 } else { 160 };
+            check_mul_mat(&be, &mut r, ty, k, 301, 1);
+            check_mul_mat(&be, &mut r, ty, k, 301, 70);
+            check_get_rows(&be, &mut r, ty, k, 301);
+        }
     }
 }
 
@@ -267,18 +274,21 @@ fn windows_under_a_small_binding_limit() {
 /// under a 32 KiB limit.
 #[test]
 fn k_quant_windows_under_a_small_binding_limit() {
-    let be = GpuBackend::new(GpuOptions {
+    let opts = GpuOptions {
         max_binding_bytes: Some(32 << 10),
         ..Default::default()
-    })
-    .unwrap();
-    let mut r = Rng(seed());
-    for &ty in K_TYPES {
-        let (k, n) = (256, 801);
-        assert!(ty.bytes_for((k * n) as u64).unwrap() > 64 << 10, "{ty}");
-        check_mul_mat(&be, &mut r, ty, k, n, 1);
-        check_mul_mat(&be, &mut r, ty, k, n, 70);
-        check_get_rows(&be, &mut r, ty, k, n);
+    };
+    for opts in [opts.clone(), without_features(opts)] {
+        let be = GpuBackend::new(opts).unwrap();
+        eprintln!("on {}", be.name());
+        let mut r = Rng(seed());
+        for &ty in K_TYPES {
+            let (k, n) = (256, 801);
+            assert!(ty.bytes_for((k * n) as u64).unwrap() > 64 << 10, "{ty}");
+            check_mul_mat(&be, &mut r, ty, k, n, 1);
+            check_mul_mat(&be, &mut r, ty, k, n, 70);
+            check_get_rows(&be, &mut r, ty, k, n);
+        }
     }
 }
 

@@ -1,7 +1,9 @@
-//! Shared pieces of the wgpu tests: one device per test binary, random
+//! Shared pieces of the wgpu tests: two shared devices per test binary
+//! (optional features on and off; `each_gpu` runs a test on both), random
 //! inputs with fresh seeds, poisoned outputs, and the named tolerances.
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -34,10 +36,54 @@ pub mod tol {
     pub const KSHIFT_F16: f64 = 4e-3;
 }
 
-/// The one backend of this test binary.
-pub fn gpu() -> &'static GpuBackend {
+/// The two shared backends of this test binary: every optional feature the
+/// adapter has (`on`), and with SHADER_F16 and SUBGROUP disabled (`off`), so
+/// both kernel variants run on one adapter.
+pub fn gpu_on() -> &'static GpuBackend {
     static B: OnceLock<GpuBackend> = OnceLock::new();
     B.get_or_init(|| GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter"))
+}
+
+pub fn gpu_off() -> &'static GpuBackend {
+    static B: OnceLock<GpuBackend> = OnceLock::new();
+    B.get_or_init(|| {
+        GpuBackend::new(without_features(GpuOptions::default())).expect("a wgpu adapter")
+    })
+}
+
+/// `opts` with the optional features disabled.
+pub fn without_features(opts: GpuOptions) -> GpuOptions {
+    GpuOptions {
+        disable_f16: true,
+        disable_subgroups: true,
+        ..opts
+    }
+}
+
+thread_local! {
+    /// Which shared backend `gpu()` is on this (test) thread: 0 on, 1 off.
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The shared backend the current test runs on (see [`each_gpu`]); the
+/// features-on one outside `each_gpu`.
+pub fn gpu() -> &'static GpuBackend {
+    if CURRENT.get() == 0 {
+        gpu_on()
+    } else {
+        gpu_off()
+    }
+}
+
+/// Run `f` once on each shared backend (features on, then off), with
+/// `gpu()` and the helpers here bound to it; a failure names the backend.
+pub fn each_gpu(mut f: impl FnMut()) {
+    for i in 0..2 {
+        CURRENT.set(i);
+        eprintln!("on {}", gpu().name());
+        f();
+    }
+    CURRENT.set(0);
 }
 
 /// A fresh seed per call (time-based), printed so a failure can be replayed.
