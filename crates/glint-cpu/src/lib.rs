@@ -19,6 +19,7 @@ mod attention;
 mod check;
 mod elementwise;
 mod matmul;
+pub mod qdot;
 pub mod reference;
 mod rope;
 mod tensor;
@@ -33,7 +34,7 @@ use glint_backend::{
 };
 
 pub use attention::Cache;
-pub use matmul::DECODE_MAX_M;
+pub use matmul::{mul_mat_ggml, mul_mat_ggml_with, Kernels, DECODE_MAX_M};
 pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;
 pub use weights::{dequant_row, dot, row_dot};

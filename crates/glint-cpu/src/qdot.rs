@@ -1,0 +1,492 @@
+//! Fast integer dots of one quantized weight row with one row of quantized
+//! activations: the same numbers as `glint_quant::vec_dot` (ggml's
+//! `ggml_vec_dot_*_generic`), computed whole blocks at a time.
+//!
+//! Each type has a plain twin ([`plain_dot`]) written over fixed-size block
+//! arrays so the compiler can vectorize it without bounds checks, and — on
+//! x86_64 with AVX2 and FMA, detected once at run time — the same kernels
+//! compiled for AVX2, with hand-written intrinsics for the hottest types
+//! ([`avx2_dot`]). Every kernel keeps ggml's integer sums exactly and ggml's
+//! float operations in ggml's order (per block for the 32-element formats;
+//! per lane `l = i % 8` for the K formats), so all three agree bit for bit
+//! with `glint_quant::vec_dot`; the tests hold them to that.
+//!
+//! Callers guarantee that `x` and `y` hold the same number of whole blocks
+//! (`mul_mat_ggml` checks the row lengths once per call); a short row would
+//! only be truncated, never read out of bounds.
+
+use glint_backend::GgmlType;
+use glint_quant::kquants::get_scale_min_k4;
+use half::f16;
+
+/// A dot of one weight row (`x`) with one activation row (`y`, the weight
+/// type's `vec_dot_type`).
+pub type DotFn = fn(&[u8], &[u8]) -> f32;
+
+/// The fastest dot for `ty` on this cpu, or `None`: use `glint_quant::vec_dot`.
+pub fn fast_dot(ty: GgmlType) -> Option<DotFn> {
+    avx2_dot(ty).or_else(|| plain_dot(ty))
+}
+
+/// The portable kernels.
+pub fn plain_dot(ty: GgmlType) -> Option<DotFn> {
+    use GgmlType as T;
+    Some(match ty {
+        T::Q4_0 => plain::q4_0_q8_0,
+        T::Q4_1 => plain::q4_1_q8_1,
+        T::Q5_0 => plain::q5_0_q8_0,
+        T::Q5_1 => plain::q5_1_q8_1,
+        T::Q8_0 => plain::q8_0_q8_0,
+        T::Q4_K => plain::q4_k_q8_k,
+        T::Q5_K => plain::q5_k_q8_k,
+        T::Q6_K => plain::q6_k_q8_k,
+        _ => return None,
+    })
+}
+
+/// The AVX2 kernels, or `None` where the cpu lacks AVX2/FMA (F16C, or is not x86_64).
+pub fn avx2_dot(ty: GgmlType) -> Option<DotFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd::has_avx2() {
+            return simd::dot(ty);
+        }
+    }
+    let _ = ty;
+    None
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+#[inline(always)]
+fn f32_at(b: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// `&b[at..at + N]` as an array: lets the kernels index without bounds checks.
+#[inline(always)]
+fn arr<const N: usize>(b: &[u8], at: usize) -> &[u8; N] {
+    b[at..at + N].try_into().expect("slice of N bytes")
+}
+
+// Block sizes in bytes.
+const Q4_0: usize = 18; // d: f16, qs: [u8; 16]
+const Q4_1: usize = 20; // d, m: f16, qs: [u8; 16]
+const Q5_0: usize = 22; // d: f16, qh: [u8; 4], qs: [u8; 16]
+const Q5_1: usize = 24; // d, m: f16, qh: [u8; 4], qs: [u8; 16]
+const Q8_0: usize = 34; // d: f16, qs: [i8; 32]
+const Q8_1: usize = 36; // d, s: f16, qs: [i8; 32]
+const Q4_K: usize = 144; // d, dmin: f16, scales: [u8; 12], qs: [u8; 128]
+const Q5_K: usize = 176; // d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]
+const Q6_K: usize = 210; // ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16
+const Q8_K: usize = 292; // d: f32, qs: [i8; 256], bsums: [i16; 16]
+
+/// The plain kernels. Bodies are `#[inline(always)]` so the AVX2 module can
+/// compile the same code for AVX2.
+pub mod plain {
+    use super::*;
+
+    /// The 32 signed levels of a Q8 block at `at`.
+    #[inline(always)]
+    fn q8(b: &[u8], at: usize) -> [i32; 32] {
+        let q: &[u8; 32] = arr(b, at);
+        std::array::from_fn(|j| q[j] as i8 as i32)
+    }
+
+    /// `sum(x[j] * y[j])` over a 32-element block, the weight levels given
+    /// as (low nibble, high nibble) of `qs` plus `bias`.
+    #[inline(always)]
+    fn nibble_dot(qs: &[u8; 16], qh: u32, bias: i32, y: &[i32; 32]) -> i32 {
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let h0 = (((qh >> j) & 1) << 4) as i32;
+            let h1 = (((qh >> (j + 16)) & 1) << 4) as i32;
+            sumi += (((qs[j] & 0x0f) as i32 | h0) - bias) * y[j];
+            sumi += (((qs[j] >> 4) as i32 | h1) - bias) * y[j + 16];
+        }
+        sumi
+    }
+
+    #[inline(always)]
+    pub(super) fn q4_0_q8_0_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sumf = 0.0f32;
+        for (xb, yb) in x.chunks_exact(Q4_0).zip(y.chunks_exact(Q8_0)) {
+            let sumi = nibble_dot(arr(xb, 2), 0, 8, &q8(yb, 2));
+            sumf += sumi as f32 * f16_at(xb, 0) * f16_at(yb, 0);
+        }
+        sumf
+    }
+
+    #[inline(always)]
+    pub(super) fn q4_1_q8_1_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sumf = 0.0f32;
+        for (xb, yb) in x.chunks_exact(Q4_1).zip(y.chunks_exact(Q8_1)) {
+            let sumi = nibble_dot(arr(xb, 4), 0, 0, &q8(yb, 4));
+            sumf += (f16_at(xb, 0) * f16_at(yb, 0)) * sumi as f32 + f16_at(xb, 2) * f16_at(yb, 2);
+        }
+        sumf
+    }
+
+    #[inline(always)]
+    pub(super) fn q5_0_q8_0_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sumf = 0.0f32;
+        for (xb, yb) in x.chunks_exact(Q5_0).zip(y.chunks_exact(Q8_0)) {
+            let qh = u32::from_le_bytes(*arr(xb, 2));
+            let sumi = nibble_dot(arr(xb, 6), qh, 16, &q8(yb, 2));
+            sumf += (f16_at(xb, 0) * f16_at(yb, 0)) * sumi as f32;
+        }
+        sumf
+    }
+
+    #[inline(always)]
+    pub(super) fn q5_1_q8_1_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sumf = 0.0f32;
+        for (xb, yb) in x.chunks_exact(Q5_1).zip(y.chunks_exact(Q8_1)) {
+            let qh = u32::from_le_bytes(*arr(xb, 4));
+            let sumi = nibble_dot(arr(xb, 8), qh, 0, &q8(yb, 4));
+            sumf += (f16_at(xb, 0) * f16_at(yb, 0)) * sumi as f32 + f16_at(xb, 2) * f16_at(yb, 2);
+        }
+        sumf
+    }
+
+    #[inline(always)]
+    pub(super) fn q8_0_q8_0_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sumf = 0.0f32;
+        for (xb, yb) in x.chunks_exact(Q8_0).zip(y.chunks_exact(Q8_0)) {
+            let (xq, yq) = (q8(xb, 2), q8(yb, 2));
+            let mut sumi = 0i32;
+            for j in 0..32 {
+                sumi += xq[j] * yq[j];
+            }
+            sumf += sumi as f32 * (f16_at(xb, 0) * f16_at(yb, 0));
+        }
+        sumf
+    }
+
+    /// ggml's K-quant lanes: `aux[l] += sc(g) * a[i] * q8[i]` for the
+    /// elements `i = 16 g + l` and `16 g + 8 + l` of each 16-element group.
+    #[inline(always)]
+    fn lanes(a: &[i8; 256], q8: &[u8; 256], sc: &[i32; 16]) -> [i32; 8] {
+        let mut aux = [0i32; 8];
+        for g in 0..16 {
+            for l in 0..8 {
+                let p0 = a[16 * g + l] as i32 * q8[16 * g + l] as i8 as i32;
+                let p1 = a[16 * g + 8 + l] as i32 * q8[16 * g + 8 + l] as i8 as i32;
+                aux[l] += sc[g] * (p0 + p1);
+            }
+        }
+        aux
+    }
+
+    /// Q4_K/Q5_K after the levels: lanes plus the mins through `bsums`.
+    #[inline(always)]
+    fn k4_tail(sums: &mut [f32; 8], sumf: &mut f32, a: &[i8; 256], xb: &[u8], yb: &[u8]) {
+        let scales: &[u8; 12] = arr(xb, 4);
+        let sc_m: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, scales));
+        let sc: [i32; 16] = std::array::from_fn(|g| sc_m[g / 2].0 as i32);
+        let bsums: &[u8; 32] = arr(yb, 4 + 256);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let b = i16::from_le_bytes([bsums[2 * j], bsums[2 * j + 1]]) as i32;
+            sumi += b * sc_m[j / 2].1 as i32;
+        }
+        let yd = f32_at(yb, 0);
+        let aux = lanes(a, arr(yb, 4), &sc);
+        let d = f16_at(xb, 0) * yd;
+        for l in 0..8 {
+            sums[l] += d * aux[l] as f32;
+        }
+        *sumf -= f16_at(xb, 2) * yd * sumi as f32;
+    }
+
+    #[inline(always)]
+    pub(super) fn q4_k_q8_k_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sums = [0.0f32; 8];
+        let mut sumf = 0.0f32;
+        for (xb, yb) in x.chunks_exact(Q4_K).zip(y.chunks_exact(Q8_K)) {
+            let qs: &[u8; 128] = arr(xb, 16);
+            let mut a = [0i8; 256];
+            for h in 0..4 {
+                for l in 0..32 {
+                    a[64 * h + l] = (qs[32 * h + l] & 0x0f) as i8;
+                    a[64 * h + 32 + l] = (qs[32 * h + l] >> 4) as i8;
+                }
+            }
+            k4_tail(&mut sums, &mut sumf, &a, xb, yb);
+        }
+        sums.iter().fold(sumf, |acc, &v| acc + v)
+    }
+
+    #[inline(always)]
+    pub(super) fn q5_k_q8_k_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sums = [0.0f32; 8];
+        let mut sumf = 0.0f32;
+        for (xb, yb) in x.chunks_exact(Q5_K).zip(y.chunks_exact(Q8_K)) {
+            let qh: &[u8; 32] = arr(xb, 16);
+            let qs: &[u8; 128] = arr(xb, 48);
+            let mut a = [0i8; 256];
+            for h in 0..4 {
+                for l in 0..32 {
+                    let h0 = ((qh[l] >> (2 * h)) & 1) << 4;
+                    let h1 = ((qh[l] >> (2 * h + 1)) & 1) << 4;
+                    a[64 * h + l] = ((qs[32 * h + l] & 0x0f) | h0) as i8;
+                    a[64 * h + 32 + l] = ((qs[32 * h + l] >> 4) | h1) as i8;
+                }
+            }
+            k4_tail(&mut sums, &mut sumf, &a, xb, yb);
+        }
+        sums.iter().fold(sumf, |acc, &v| acc + v)
+    }
+
+    #[inline(always)]
+    pub(super) fn q6_k_q8_k_body(x: &[u8], y: &[u8]) -> f32 {
+        let mut sums = [0.0f32; 8];
+        for (xb, yb) in x.chunks_exact(Q6_K).zip(y.chunks_exact(Q8_K)) {
+            let ql: &[u8; 128] = arr(xb, 0);
+            let qh: &[u8; 64] = arr(xb, 128);
+            let scales: &[u8; 16] = arr(xb, 192);
+            let mut a = [0i8; 256];
+            for h in 0..2 {
+                for l in 0..32 {
+                    let (lo, hi, b) = (ql[64 * h + l], ql[64 * h + 32 + l], qh[32 * h + l]);
+                    a[128 * h + l] = ((lo & 0x0f) | ((b & 3) << 4)) as i8 - 32;
+                    a[128 * h + 32 + l] = ((hi & 0x0f) | (((b >> 2) & 3) << 4)) as i8 - 32;
+                    a[128 * h + 64 + l] = ((lo >> 4) | (((b >> 4) & 3) << 4)) as i8 - 32;
+                    a[128 * h + 96 + l] = ((hi >> 4) | (((b >> 6) & 3) << 4)) as i8 - 32;
+                }
+            }
+            let sc: [i32; 16] = std::array::from_fn(|g| scales[g] as i8 as i32);
+            let aux = lanes(&a, arr(yb, 4), &sc);
+            let d = f16_at(xb, 208) * f32_at(yb, 0);
+            for l in 0..8 {
+                sums[l] += d * aux[l] as f32;
+            }
+        }
+        sums.iter().fold(0.0f32, |acc, &v| acc + v)
+    }
+
+    pub fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+        q4_0_q8_0_body(x, y)
+    }
+    pub fn q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+        q4_1_q8_1_body(x, y)
+    }
+    pub fn q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+        q5_0_q8_0_body(x, y)
+    }
+    pub fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+        q5_1_q8_1_body(x, y)
+    }
+    pub fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+        q8_0_q8_0_body(x, y)
+    }
+    pub fn q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+        q4_k_q8_k_body(x, y)
+    }
+    pub fn q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+        q5_k_q8_k_body(x, y)
+    }
+    pub fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+        q6_k_q8_k_body(x, y)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod simd {
+    use super::*;
+    use std::sync::OnceLock;
+
+    pub(super) fn has_avx2() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c")
+        })
+    }
+
+    /// Only called after [`has_avx2`] said yes.
+    pub(super) fn dot(ty: GgmlType) -> Option<DotFn> {
+        use GgmlType as T;
+        Some(match ty {
+            T::Q4_0 => q4_0_q8_0,
+            T::Q4_1 => q4_1_q8_1,
+            T::Q5_0 => q5_0_q8_0,
+            T::Q5_1 => q5_1_q8_1,
+            T::Q8_0 => q8_0_q8_0,
+            T::Q4_K => q4_k_q8_k,
+            T::Q5_K => q5_k_q8_k,
+            T::Q6_K => q6_k_q8_k,
+            _ => return None,
+        })
+    }
+
+    /// A safe entry for each AVX2 kernel; they are handed out only by
+    /// [`dot`], which runs only after [`has_avx2`] confirmed AVX2 and FMA.
+    macro_rules! entry {
+        ($name:ident, $body:path) => {
+            fn $name(x: &[u8], y: &[u8]) -> f32 {
+                #[target_feature(enable = "avx2,fma,f16c")]
+                fn tf(x: &[u8], y: &[u8]) -> f32 {
+                    $body(x, y)
+                }
+                // SAFETY: reachable only through `dot`, after `has_avx2()`.
+                unsafe { tf(x, y) }
+            }
+        };
+    }
+    entry!(q4_0_q8_0, legacy::q4_0_q8_0);
+    entry!(q4_1_q8_1, legacy::q4_1_q8_1);
+    entry!(q5_0_q8_0, legacy::q5_0_q8_0);
+    entry!(q5_1_q8_1, legacy::q5_1_q8_1);
+    entry!(q8_0_q8_0, legacy::q8_0_q8_0);
+    entry!(q4_k_q8_k, plain::q4_k_q8_k_body);
+    entry!(q5_k_q8_k, plain::q5_k_q8_k_body);
+    entry!(q6_k_q8_k, plain::q6_k_q8_k_body);
+
+    /// The 32-element formats with AVX2 intrinsics: each block's integer sum
+    /// in one register (`maddubs` + `madd`, exact: no i16 pair can
+    /// saturate for levels in -127..=127, which ggml's quantizers keep
+    /// to), then ggml's scalar float step for the block.
+    mod legacy {
+        use super::super::*;
+        use std::arch::x86_64::*;
+
+        /// One 32-byte vector from `b[at..at + 32]`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn load32(b: &[u8], at: usize) -> __m256i {
+            let b: &[u8; 32] = arr(b, at);
+            // SAFETY: `b` is 32 readable bytes; loadu has no alignment need.
+            unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+        }
+
+        /// The 32 4-bit levels of `b[at..at + 16]` in element order: low
+        /// nibbles (elements 0..16), then high nibbles (16..32).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn nibbles(b: &[u8], at: usize) -> __m256i {
+            let q: &[u8; 16] = arr(b, at);
+            // SAFETY: `q` is 16 readable bytes; loadu has no alignment need.
+            let q = unsafe { _mm_loadu_si128(q.as_ptr().cast()) };
+            let m = _mm_set1_epi8(0x0f);
+            let lo = _mm_and_si128(q, m);
+            let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
+            _mm256_set_m128i(hi, lo)
+        }
+
+        /// ggml's `bytes_from_bits_32`, masked: byte j is 0x10 where bit j
+        /// of the little-endian `b[at..at + 4]` is set, else 0.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn fifth_bits(b: &[u8], at: usize) -> __m256i {
+            let bits = u32::from_le_bytes(*arr(b, at));
+            let shuf = _mm256_set_epi64x(
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0,
+            );
+            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
+            let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+            let set = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+        }
+
+        /// `sum(x[j] * y[j])` of unsigned levels `x` (< 128) and signed `y`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn dot_u8_i8(x: __m256i, y: __m256i) -> i32 {
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+            hsum_i32(p)
+        }
+
+        /// `sum(x[j] * y[j])` of signed levels (-127..=127 both).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn dot_i8_i8(x: __m256i, y: __m256i) -> i32 {
+            dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn hsum_i32(v: __m256i) -> i32 {
+            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+            _mm_cvtsi128_si32(s)
+        }
+
+        /// The f16 at `b[at..at + 2]` (F16C; exact, like `half`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn f16c(b: &[u8], at: usize) -> f32 {
+            let h = u16::from_le_bytes([b[at], b[at + 1]]);
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+            let mut sumf = 0.0f32;
+            let eight = _mm256_set1_epi8(8);
+            for (xb, yb) in x.chunks_exact(Q4_0).zip(y.chunks_exact(Q8_0)) {
+                let xv = _mm256_sub_epi8(nibbles(xb, 2), eight);
+                let sumi = dot_i8_i8(xv, load32(yb, 2));
+                sumf += sumi as f32 * f16c(xb, 0) * f16c(yb, 0);
+            }
+            sumf
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+            let mut sumf = 0.0f32;
+            for (xb, yb) in x.chunks_exact(Q4_1).zip(y.chunks_exact(Q8_1)) {
+                let sumi = dot_u8_i8(nibbles(xb, 4), load32(yb, 4));
+                sumf += (f16c(xb, 0) * f16c(yb, 0)) * sumi as f32 + f16c(xb, 2) * f16c(yb, 2);
+            }
+            sumf
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+            let mut sumf = 0.0f32;
+            let sixteen = _mm256_set1_epi8(16);
+            for (xb, yb) in x.chunks_exact(Q5_0).zip(y.chunks_exact(Q8_0)) {
+                let xv = _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
+                let sumi = dot_i8_i8(_mm256_sub_epi8(xv, sixteen), load32(yb, 2));
+                sumf += (f16c(xb, 0) * f16c(yb, 0)) * sumi as f32;
+            }
+            sumf
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+            let mut sumf = 0.0f32;
+            for (xb, yb) in x.chunks_exact(Q5_1).zip(y.chunks_exact(Q8_1)) {
+                let xv = _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+                let sumi = dot_u8_i8(xv, load32(yb, 4));
+                sumf += (f16c(xb, 0) * f16c(yb, 0)) * sumi as f32 + f16c(xb, 2) * f16c(yb, 2);
+            }
+            sumf
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+            let mut sumf = 0.0f32;
+            for (xb, yb) in x.chunks_exact(Q8_0).zip(y.chunks_exact(Q8_0)) {
+                let sumi = dot_i8_i8(load32(xb, 2), load32(yb, 2));
+                sumf += sumi as f32 * (f16c(xb, 0) * f16c(yb, 0));
+            }
+            sumf
+        }
+    }
+}
