@@ -4,12 +4,14 @@
 //!
 //! Each type has a plain twin ([`plain_dot`]) written over fixed-size block
 //! arrays so the compiler can vectorize it without bounds checks, and — on
-//! x86_64 with AVX2 and FMA, detected once at run time — the same kernels
-//! compiled for AVX2, with hand-written intrinsics for the hottest types
-//! ([`avx2_dot`]). Every kernel keeps ggml's integer sums exactly and ggml's
-//! float operations in ggml's order (per block for the 32-element formats;
-//! per lane `l = i % 8` for the K formats), so all three agree bit for bit
-//! with `glint_quant::vec_dot`; the tests hold them to that.
+//! x86_64 with AVX2, FMA and F16C, detected once at run time — an AVX2
+//! version ([`avx2_dot`]). The plain kernels keep ggml's integer sums and
+//! ggml's float operations in ggml's order, so they agree bit for bit with
+//! `glint_quant::vec_dot`. The AVX2 K-quant kernels are the plain ones
+//! compiled for AVX2 (also bit-exact); the AVX2 32-element kernels are
+//! ggml's own AVX2 loops, with exact integer sums but f32 lanes summed in a
+//! different order, so they differ by rounding only. The tests hold every
+//! kernel to the reference with a tolerance named per type.
 //!
 //! Callers guarantee that `x` and `y` hold the same number of whole blocks
 //! (`mul_mat_ggml` checks the row lengths once per call); a short row would
@@ -348,10 +350,9 @@ mod simd {
     entry!(q5_k_q8_k, plain::q5_k_q8_k_body);
     entry!(q6_k_q8_k, plain::q6_k_q8_k_body);
 
-    /// The 32-element formats with AVX2 intrinsics: each block's integer sum
-    /// in one register (`maddubs` + `madd`, exact: no i16 pair can
-    /// saturate for levels in -127..=127, which ggml's quantizers keep
-    /// to), then ggml's scalar float step for the block.
+    /// The 32-element formats with AVX2 intrinsics: each block's integer
+    /// products in one register (`maddubs` + `madd`, exact: no i16 pair can
+    /// saturate for levels in -127..=127, which ggml's quantizers keep to).
     mod legacy {
         use super::super::*;
         use std::arch::x86_64::*;
@@ -397,96 +398,150 @@ mod simd {
             _mm256_and_si256(set, _mm256_set1_epi8(0x10))
         }
 
-        /// `sum(x[j] * y[j])` of unsigned levels `x` (< 128) and signed `y`.
+        /// The two f16 at `b[at..at + 4]` in lanes 0 and 1 (F16C; exact,
+        /// like `half`). One `movd` from the whole 4 bytes, so the vector has
+        /// no false dependency on an older register.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        fn dot_u8_i8(x: __m256i, y: __m256i) -> i32 {
+        fn f16x2(b: &[u8], at: usize) -> __m128 {
+            let h = u32::from_le_bytes(*arr(b, at));
+            _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))
+        }
+
+        /// `dx * dy` from the f16 scales at the start of two blocks.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn dd(xb: &[u8], yb: &[u8]) -> __m256 {
+            _mm256_broadcastss_ps(_mm_mul_ss(f16x2(xb, 0), f16x2(yb, 0)))
+        }
+
+        /// `dx * dy` of two consecutive block pairs (`x_size`, `y_size` bytes a block),
+        /// both converted in one vector: with only one lane used, LLVM
+        /// narrows the load into a merge that chains onto the accumulator.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn dd2(xb: &[u8], yb: &[u8], x_size: usize, y_size: usize) -> (__m256, __m256) {
+            let pair = |b: &[u8], size: usize| {
+                let lo = u16::from_le_bytes([b[0], b[1]]) as u32;
+                let hi = u16::from_le_bytes([b[size], b[size + 1]]) as u32;
+                _mm_cvtph_ps(_mm_cvtsi32_si128((lo | (hi << 16)) as i32))
+            };
+            let p = _mm_mul_ps(pair(xb, x_size), pair(yb, y_size));
+            (
+                _mm256_broadcastss_ps(p),
+                _mm256_broadcastss_ps(_mm_movehdup_ps(p)),
+            )
+        }
+
+        /// `sum(x[j] * y[j])` of unsigned `x` (< 128) and signed `y`, as
+        /// 8 f32 lanes of pair sums (ggml's `mul_sum_us8_pairs_float`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn lanes_u8_i8(x: __m256i, y: __m256i) -> __m256 {
             let p = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
-            hsum_i32(p)
+            _mm256_cvtepi32_ps(p)
         }
 
-        /// `sum(x[j] * y[j])` of signed levels (-127..=127 both).
+        /// [`lanes_u8_i8`] for signed `x` (-127..=127).
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        fn dot_i8_i8(x: __m256i, y: __m256i) -> i32 {
-            dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+        fn lanes_i8_i8(x: __m256i, y: __m256i) -> __m256 {
+            lanes_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        fn hsum_i32(v: __m256i) -> i32 {
-            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-            _mm_cvtsi128_si32(s)
+        fn hsum_f32(v: __m256) -> f32 {
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            _mm_cvtss_f32(s)
         }
 
-        /// The f16 at `b[at..at + 2]` (F16C; exact, like `half`).
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c")]
-        fn f16c(b: &[u8], at: usize) -> f32 {
-            let h = u16::from_le_bytes([b[at], b[at + 1]]);
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-        }
+        // The kernels below are ggml's AVX2 loops (`ggml_vec_dot_*_q8_*` in
+        // arch/x86/quants.c): block integer sums stay exact, but each block
+        // adds `d * lanes` into 8 f32 lanes with FMA and the lanes are summed
+        // at the end, so they differ from the reference loop by float
+        // rounding only (the tests name the tolerance).
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
-            let mut sumf = 0.0f32;
             let eight = _mm256_set1_epi8(8);
-            for (xb, yb) in x.chunks_exact(Q4_0).zip(y.chunks_exact(Q8_0)) {
-                let xv = _mm256_sub_epi8(nibbles(xb, 2), eight);
-                let sumi = dot_i8_i8(xv, load32(yb, 2));
-                sumf += sumi as f32 * f16c(xb, 0) * f16c(yb, 0);
+            let levels = |xb: &[u8]| _mm256_sub_epi8(nibbles(xb, 2), eight);
+            pairs_i8(x, y, Q4_0, levels)
+        }
+
+        /// The loop shared by the symmetric formats (Q4_0, Q5_0, Q8_0):
+        /// `levels(block)` gives a weight block's 32 signed levels, its
+        /// activation block (Q8_0) has its levels at byte `2`. Two blocks
+        /// an iteration into two accumulators (ggml sums them at the end).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn pairs_i8(x: &[u8], y: &[u8], size: usize, levels: impl Fn(&[u8]) -> __m256i) -> f32 {
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let mut xs = x.chunks_exact(2 * size);
+            let mut ys = y.chunks_exact(2 * Q8_0);
+            for (xb, yb) in (&mut xs).zip(&mut ys) {
+                let (d0, d1) = dd2(xb, yb, size, Q8_0);
+                let l0 = lanes_i8_i8(levels(xb), load32(yb, 2));
+                let l1 = lanes_i8_i8(levels(&xb[size..]), load32(yb, Q8_0 + 2));
+                acc0 = _mm256_fmadd_ps(d0, l0, acc0);
+                acc1 = _mm256_fmadd_ps(d1, l1, acc1);
             }
-            sumf
+            let (xr, yr) = (xs.remainder(), ys.remainder());
+            for (xb, yb) in xr.chunks_exact(size).zip(yr.chunks_exact(Q8_0)) {
+                let l = lanes_i8_i8(levels(xb), load32(yb, 2));
+                acc0 = _mm256_fmadd_ps(dd(xb, yb), l, acc0);
+            }
+            hsum_f32(_mm256_add_ps(acc0, acc1))
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
-            let mut sumf = 0.0f32;
+            let mut acc = _mm256_setzero_ps();
+            let mut summs = 0.0f32;
             for (xb, yb) in x.chunks_exact(Q4_1).zip(y.chunks_exact(Q8_1)) {
-                let sumi = dot_u8_i8(nibbles(xb, 4), load32(yb, 4));
-                sumf += (f16c(xb, 0) * f16c(yb, 0)) * sumi as f32 + f16c(xb, 2) * f16c(yb, 2);
+                // [dx * dy, mx * sy]
+                let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
+                summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
+                let d = _mm256_broadcastss_ps(p);
+                acc = _mm256_fmadd_ps(d, lanes_u8_i8(nibbles(xb, 4), load32(yb, 4)), acc);
             }
-            sumf
+            hsum_f32(acc) + summs
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
-            let mut sumf = 0.0f32;
             let sixteen = _mm256_set1_epi8(16);
-            for (xb, yb) in x.chunks_exact(Q5_0).zip(y.chunks_exact(Q8_0)) {
-                let xv = _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
-                let sumi = dot_i8_i8(_mm256_sub_epi8(xv, sixteen), load32(yb, 2));
-                sumf += (f16c(xb, 0) * f16c(yb, 0)) * sumi as f32;
-            }
-            sumf
+            let levels = |xb: &[u8]| {
+                _mm256_sub_epi8(_mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2)), sixteen)
+            };
+            pairs_i8(x, y, Q5_0, levels)
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
-            let mut sumf = 0.0f32;
+            let mut acc = _mm256_setzero_ps();
+            let mut summs = 0.0f32;
             for (xb, yb) in x.chunks_exact(Q5_1).zip(y.chunks_exact(Q8_1)) {
+                // [dx * dy, mx * sy]
+                let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
+                summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
+                let d = _mm256_broadcastss_ps(p);
                 let xv = _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
-                let sumi = dot_u8_i8(xv, load32(yb, 4));
-                sumf += (f16c(xb, 0) * f16c(yb, 0)) * sumi as f32 + f16c(xb, 2) * f16c(yb, 2);
+                acc = _mm256_fmadd_ps(d, lanes_u8_i8(xv, load32(yb, 4)), acc);
             }
-            sumf
+            hsum_f32(acc) + summs
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
-            let mut sumf = 0.0f32;
-            for (xb, yb) in x.chunks_exact(Q8_0).zip(y.chunks_exact(Q8_0)) {
-                let sumi = dot_i8_i8(load32(xb, 2), load32(yb, 2));
-                sumf += sumi as f32 * (f16c(xb, 0) * f16c(yb, 0));
-            }
-            sumf
+            pairs_i8(x, y, Q8_0, |xb| load32(xb, 2))
         }
     }
 }
