@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use std::cell::RefCell;
 
+use crate::elementwise;
 use crate::qdot::{self, DotFn};
 use crate::weights::{dequant_row, dot, row_dot};
 
@@ -133,6 +134,24 @@ pub fn mul_mat_ggml_with(
     m: usize,
     out: &mut [f32],
 ) -> Result<()> {
+    mul_mat_ggml_par(true, kernels, ty, w, row_bytes, k, n, x, m, out)
+}
+
+/// [`mul_mat_ggml_with`] on the current rayon pool when `par`, else on the
+/// calling thread (for products too small to be worth waking the pool).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mul_mat_ggml_par(
+    par: bool,
+    kernels: Kernels,
+    ty: GgmlType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    n: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) -> Result<()> {
     let vt = ty.vec_dot_type();
     match vt {
         GgmlType::F16 | GgmlType::BF16 => {
@@ -196,9 +215,11 @@ pub fn mul_mat_ggml_with(
         if m == 1 {
             glint_quant::quantize_row(vt, &x[..k], act).map_err(err)?;
         } else {
-            act.par_chunks_mut(act_bytes)
-                .zip(x.par_chunks(k))
-                .try_for_each(|(a, xc)| glint_quant::quantize_row(vt, xc, a).map_err(err))?;
+            // quantize_row cannot fail here: x has m columns of k, and
+            // act_bytes is vt.bytes_for(k) (checked above).
+            elementwise::rows(par, act, act_bytes, |c, a| {
+                let _ = glint_quant::quantize_row(vt, &x[c * k..(c + 1) * k], a);
+            });
         }
         let act: &[u8] = act;
         let w_row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
@@ -206,33 +227,27 @@ pub fn mul_mat_ggml_with(
         if m == 1 {
             // Decode, one token: out is [n] — tasks write their rows in place.
             let rows = rows_per_task(n, row_bytes);
-            out[..n]
-                .par_chunks_mut(rows)
-                .enumerate()
-                .for_each(|(t, o)| {
-                    for (rr, o) in o.iter_mut().enumerate() {
-                        *o = dot(w_row(t * rows + rr), act);
-                    }
-                });
+            elementwise::rows(par, &mut out[..n], rows, |t, o| {
+                for (rr, o) in o.iter_mut().enumerate() {
+                    *o = dot(w_row(t * rows + rr), act);
+                }
+            });
             return Ok(());
         }
         // by_row: [m, n] as in mul_mat. A task owns a tile of weight rows
         // (a few KiB, stays in L1) and passes every column over it.
         let rows = rows_per_task(n, row_bytes).min(tile_rows(row_bytes));
         let mut by_row = vec![0f32; n * m];
-        by_row
-            .par_chunks_mut(m * rows)
-            .enumerate()
-            .for_each(|(t, chunk)| {
-                let nr = chunk.len() / m;
-                for c in 0..m {
-                    let a = act_col(c);
-                    for rr in 0..nr {
-                        chunk[rr * m + c] = dot(w_row(t * rows + rr), a);
-                    }
+        elementwise::rows(par, &mut by_row, m * rows, |t, chunk| {
+            let nr = chunk.len() / m;
+            for c in 0..m {
+                let a = act_col(c);
+                for rr in 0..nr {
+                    chunk[rr * m + c] = dot(w_row(t * rows + rr), a);
                 }
-            });
-        out.par_chunks_mut(n).enumerate().for_each(|(c, col)| {
+            }
+        });
+        elementwise::rows(par, out, n, |c, col| {
             for (r, o) in col.iter_mut().enumerate() {
                 *o = by_row[r * m + c];
             }
@@ -263,7 +278,10 @@ fn tile_rows(row_bytes: usize) -> usize {
 
 /// `out[:, i] = dequantize(table[:, ids[i]])`; an id outside the table gives zeros.
 /// `table`: `n_rows` rows of `row_bytes` bytes; `out`: `[k, ids.len()]` f32.
+/// On the current rayon pool when `par`, else on the calling thread.
+#[allow(clippy::too_many_arguments)]
 pub fn get_rows(
+    par: bool,
     ty: GgmlType,
     table: &[u8],
     row_bytes: usize,
@@ -275,13 +293,20 @@ pub fn get_rows(
     if k == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(k)
-        .zip(ids.par_iter())
-        .try_for_each(|(o, &id)| match usize::try_from(id) {
-            Ok(r) if r < n_rows => dequant_row(ty, &table[r * row_bytes..(r + 1) * row_bytes], o),
-            _ => {
-                o.fill(0.0);
-                Ok(())
-            }
-        })
+    let row = |o: &mut [f32], id: i32| match usize::try_from(id) {
+        Ok(r) if r < n_rows => dequant_row(ty, &table[r * row_bytes..(r + 1) * row_bytes], o),
+        _ => {
+            o.fill(0.0);
+            Ok(())
+        }
+    };
+    if par {
+        out.par_chunks_mut(k)
+            .zip(ids.par_iter())
+            .try_for_each(|(o, &id)| row(o, id))
+    } else {
+        out.chunks_mut(k)
+            .zip(ids)
+            .try_for_each(|(o, &id)| row(o, id))
+    }
 }
