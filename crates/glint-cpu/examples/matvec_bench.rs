@@ -2,8 +2,8 @@
 //! bytes: ggml's reference dots (what the cpu backend used before
 //! `qdot`), the plain kernels, and the fast ones, side by side in one run.
 //!
-//! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m]`
-//! (default 15 runs, m = 1; k = n = 4096; median of the runs).
+//! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m] [k] [n]`
+//! (default 15 runs, m = 1, k = n = 4096; median of the runs).
 
 use std::time::Instant;
 
@@ -47,7 +47,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let runs: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(15);
     let m: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    let (k, n) = (4096, 4096);
+    let k: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let n: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(4096);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let x: Vec<f32> = (0..k * m).map(|_| rng.f32()).collect();
     let mut out = vec![0f32; n * m];

@@ -205,10 +205,11 @@ pub mod plain {
     }
 
     #[inline(always)]
-    pub(super) fn q4_k_q8_k_body(x: &[u8], y: &[u8]) -> f32 {
+    pub(super) fn q4_k_q8_k_body(x: &[u8], y: &[u8], prefetch: impl Fn(&[u8])) -> f32 {
         let mut sums = [0.0f32; 8];
         let mut sumf = 0.0f32;
         for (xb, yb) in x.chunks_exact(Q4_K).zip(y.chunks_exact(Q8_K)) {
+            prefetch(xb);
             let qs: &[u8; 128] = arr(xb, 16);
             let mut a = [0i8; 256];
             for h in 0..4 {
@@ -223,10 +224,11 @@ pub mod plain {
     }
 
     #[inline(always)]
-    pub(super) fn q5_k_q8_k_body(x: &[u8], y: &[u8]) -> f32 {
+    pub(super) fn q5_k_q8_k_body(x: &[u8], y: &[u8], prefetch: impl Fn(&[u8])) -> f32 {
         let mut sums = [0.0f32; 8];
         let mut sumf = 0.0f32;
         for (xb, yb) in x.chunks_exact(Q5_K).zip(y.chunks_exact(Q8_K)) {
+            prefetch(xb);
             let qh: &[u8; 32] = arr(xb, 16);
             let qs: &[u8; 128] = arr(xb, 48);
             let mut a = [0i8; 256];
@@ -244,9 +246,10 @@ pub mod plain {
     }
 
     #[inline(always)]
-    pub(super) fn q6_k_q8_k_body(x: &[u8], y: &[u8]) -> f32 {
+    pub(super) fn q6_k_q8_k_body(x: &[u8], y: &[u8], prefetch: impl Fn(&[u8])) -> f32 {
         let mut sums = [0.0f32; 8];
         for (xb, yb) in x.chunks_exact(Q6_K).zip(y.chunks_exact(Q8_K)) {
+            prefetch(xb);
             let ql: &[u8; 128] = arr(xb, 0);
             let qh: &[u8; 64] = arr(xb, 128);
             let scales: &[u8; 16] = arr(xb, 192);
@@ -286,13 +289,13 @@ pub mod plain {
         q8_0_q8_0_body(x, y)
     }
     pub fn q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
-        q4_k_q8_k_body(x, y)
+        q4_k_q8_k_body(x, y, |_| {})
     }
     pub fn q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
-        q5_k_q8_k_body(x, y)
+        q5_k_q8_k_body(x, y, |_| {})
     }
     pub fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
-        q6_k_q8_k_body(x, y)
+        q6_k_q8_k_body(x, y, |_| {})
     }
 }
 
@@ -346,9 +349,9 @@ mod simd {
     entry!(q5_0_q8_0, legacy::q5_0_q8_0);
     entry!(q5_1_q8_1, legacy::q5_1_q8_1);
     entry!(q8_0_q8_0, legacy::q8_0_q8_0);
-    entry!(q4_k_q8_k, plain::q4_k_q8_k_body);
-    entry!(q5_k_q8_k, plain::q5_k_q8_k_body);
-    entry!(q6_k_q8_k, plain::q6_k_q8_k_body);
+    entry!(q4_k_q8_k, legacy::q4_k_q8_k);
+    entry!(q5_k_q8_k, legacy::q5_k_q8_k);
+    entry!(q6_k_q8_k, legacy::q6_k_q8_k);
 
     /// The 32-element formats with AVX2 intrinsics: each block's integer
     /// products in one register (`maddubs` + `madd`, exact: no i16 pair can
@@ -407,6 +410,9 @@ mod simd {
             let h = u32::from_le_bytes(*arr(b, at));
             _mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))
         }
+
+        /// How far ahead of the weight block being read to prefetch (bytes).
+        const PREFETCH: usize = 1024;
 
         /// `dx * dy` from the f16 scales at the start of two blocks.
         #[inline]
@@ -483,6 +489,7 @@ mod simd {
             let mut xs = x.chunks_exact(2 * size);
             let mut ys = y.chunks_exact(2 * Q8_0);
             for (xb, yb) in (&mut xs).zip(&mut ys) {
+                prefetch(xb);
                 let (d0, d1) = dd2(xb, yb, size, Q8_0);
                 let l0 = lanes_i8_i8(levels(xb), load32(yb, 2));
                 let l1 = lanes_i8_i8(levels(&xb[size..]), load32(yb, Q8_0 + 2));
@@ -503,6 +510,7 @@ mod simd {
             let mut acc = _mm256_setzero_ps();
             let mut summs = 0.0f32;
             for (xb, yb) in x.chunks_exact(Q4_1).zip(y.chunks_exact(Q8_1)) {
+                prefetch(xb);
                 // [dx * dy, mx * sy]
                 let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
                 summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
@@ -528,6 +536,7 @@ mod simd {
             let mut acc = _mm256_setzero_ps();
             let mut summs = 0.0f32;
             for (xb, yb) in x.chunks_exact(Q5_1).zip(y.chunks_exact(Q8_1)) {
+                prefetch(xb);
                 // [dx * dy, mx * sy]
                 let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
                 summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
@@ -542,6 +551,34 @@ mod simd {
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
             pairs_i8(x, y, Q8_0, |xb| load32(xb, 2))
+        }
+
+        /// The K-quant kernels: the plain bodies compiled for AVX2 (the
+        /// compiler vectorizes them; bit-exact), prefetching weights ahead.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+            plain::q4_k_q8_k_body(x, y, |xb| prefetch(xb))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+            plain::q5_k_q8_k_body(x, y, |xb| prefetch(xb))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+            plain::q6_k_q8_k_body(x, y, |xb| prefetch(xb))
+        }
+
+        /// A hint to fetch the weights [`PREFETCH`] bytes past `xb` (never
+        /// faults; past the end of the row it fetches the next row).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn prefetch(xb: &[u8]) {
+            _mm_prefetch::<_MM_HINT_T0>(xb.as_ptr().wrapping_add(PREFETCH).cast());
         }
     }
 }
