@@ -238,9 +238,25 @@ pub(crate) fn mul_mat_ggml_par(
         // (a few KiB, stays in L1) and passes every column over it.
         let rows = rows_per_task(n, row_bytes).min(tile_rows(row_bytes));
         let mut by_row = vec![0f32; n * m];
+        let dot_cols = match kernels {
+            Kernels::Fast => qdot::fast_dot_cols(ty),
+            _ => None,
+        };
         elementwise::rows(par, &mut by_row, m * rows, |t, chunk| {
             let nr = chunk.len() / m;
-            for c in 0..m {
+            let mut c = 0;
+            if let Some(dot_cols) = dot_cols {
+                // COLS columns at a time: each weight block unpacked once.
+                while c + qdot::COLS <= m {
+                    let acts: [&[u8]; qdot::COLS] = std::array::from_fn(|i| act_col(c + i));
+                    for rr in 0..nr {
+                        let r = dot_cols(w_row(t * rows + rr), acts);
+                        chunk[rr * m + c..rr * m + c + qdot::COLS].copy_from_slice(&r);
+                    }
+                    c += qdot::COLS;
+                }
+            }
+            for c in c..m {
                 let a = act_col(c);
                 for rr in 0..nr {
                     chunk[rr * m + c] = dot(w_row(t * rows + rr), a);

@@ -25,6 +25,27 @@ use half::f16;
 /// type's `vec_dot_type`).
 pub type DotFn = fn(&[u8], &[u8]) -> f32;
 
+/// One weight row dotted with [`COLS`] activation rows at once (prefill):
+/// the weight block is unpacked once for all of them. Each column's result
+/// is what [`avx2_dot`] gives for it, up to f32 rounding.
+pub type DotColsFn = fn(&[u8], [&[u8]; COLS]) -> [f32; COLS];
+
+/// Activation columns per [`DotColsFn`] call.
+pub const COLS: usize = 4;
+
+/// The multi-column kernel for `ty` on this cpu, or `None`: use [`fast_dot`]
+/// once per column.
+pub fn fast_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd::has_avx2() {
+            return simd::dot_cols(ty);
+        }
+    }
+    let _ = ty;
+    None
+}
+
 /// The fastest dot for `ty` on this cpu, or `None`: use `glint_quant::vec_dot`.
 pub fn fast_dot(ty: GgmlType) -> Option<DotFn> {
     avx2_dot(ty).or_else(|| plain_dot(ty))
@@ -330,6 +351,38 @@ mod simd {
         })
     }
 
+    /// Only called after [`has_avx2`] said yes.
+    pub(super) fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+        use GgmlType as T;
+        Some(match ty {
+            T::Q4_0 => q4_0_cols,
+            T::Q4_1 => q4_1_cols,
+            T::Q5_0 => q5_0_cols,
+            T::Q5_1 => q5_1_cols,
+            T::Q8_0 => q8_0_cols,
+            _ => return None,
+        })
+    }
+
+    /// As `entry!`, for the multi-column kernels (handed out by `dot_cols`).
+    macro_rules! entry_cols {
+        ($name:ident, $body:path) => {
+            fn $name(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+                #[target_feature(enable = "avx2,fma,f16c")]
+                fn tf(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+                    $body(x, ys)
+                }
+                // SAFETY: reachable only through `dot_cols`, after `has_avx2()`.
+                unsafe { tf(x, ys) }
+            }
+        };
+    }
+    entry_cols!(q4_0_cols, legacy::q4_0_cols);
+    entry_cols!(q4_1_cols, legacy::q4_1_cols);
+    entry_cols!(q5_0_cols, legacy::q5_0_cols);
+    entry_cols!(q5_1_cols, legacy::q5_1_cols);
+    entry_cols!(q8_0_cols, legacy::q8_0_cols);
+
     /// A safe entry for each AVX2 kernel; they are handed out only by
     /// [`dot`], which runs only after [`has_avx2`] confirmed AVX2 and FMA.
     macro_rules! entry {
@@ -579,6 +632,91 @@ mod simd {
         #[target_feature(enable = "avx2,fma,f16c")]
         fn prefetch(xb: &[u8]) {
             _mm_prefetch::<_MM_HINT_T0>(xb.as_ptr().wrapping_add(PREFETCH).cast());
+        }
+
+        /// The multi-column loop of the 32-element formats: the weight
+        /// block's levels (`levels`, signed when `signed`, else unsigned)
+        /// are unpacked once and meet the block of each activation column
+        /// (`y_size` bytes, levels at byte `y_at`); with `min` the weight's
+        /// offset meets the activation's `s` (Q4_1/Q5_1: f16 at bytes 2..4 of
+        /// both blocks).
+        #[allow(clippy::too_many_arguments)]
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn cols(
+            x: &[u8],
+            ys: [&[u8]; COLS],
+            x_size: usize,
+            y_size: usize,
+            y_at: usize,
+            signed: bool,
+            min: bool,
+            levels: impl Fn(&[u8]) -> __m256i,
+        ) -> [f32; COLS] {
+            let mut acc = [_mm256_setzero_ps(); COLS];
+            let mut summs = [_mm_setzero_ps(); COLS];
+            for (b, xb) in x.chunks_exact(x_size).enumerate() {
+                prefetch(xb);
+                let xv = levels(xb);
+                let ux = if signed { _mm256_sign_epi8(xv, xv) } else { xv };
+                let dx = f16x2(xb, 0); // [d, m] (m only with `min`)
+                for c in 0..COLS {
+                    let yb = &ys[c][b * y_size..(b + 1) * y_size];
+                    let yv = load32(yb, y_at);
+                    let yv = if signed { _mm256_sign_epi8(yv, xv) } else { yv };
+                    let p = _mm_mul_ps(dx, f16x2(yb, 0)); // [dx * dy, mx * sy]
+                    if min {
+                        summs[c] = _mm_add_ps(summs[c], p);
+                    }
+                    let d = _mm256_broadcastss_ps(p);
+                    acc[c] = _mm256_fmadd_ps(d, lanes_u8_i8(ux, yv), acc[c]);
+                }
+            }
+            std::array::from_fn(|c| {
+                let s = hsum_f32(acc[c]);
+                if min {
+                    s + _mm_cvtss_f32(_mm_movehdup_ps(summs[c]))
+                } else {
+                    s
+                }
+            })
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q4_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            let eight = _mm256_set1_epi8(8);
+            let levels = |xb: &[u8]| _mm256_sub_epi8(nibbles(xb, 2), eight);
+            cols(x, ys, Q4_0, Q8_0, 2, true, false, levels)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q5_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            let sixteen = _mm256_set1_epi8(16);
+            let levels = |xb: &[u8]| {
+                _mm256_sub_epi8(_mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2)), sixteen)
+            };
+            cols(x, ys, Q5_0, Q8_0, 2, true, false, levels)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q8_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            cols(x, ys, Q8_0, Q8_0, 2, true, false, |xb| load32(xb, 2))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q4_1_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            cols(x, ys, Q4_1, Q8_1, 4, false, true, |xb| nibbles(xb, 4))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q5_1_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            let levels = |xb: &[u8]| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+            cols(x, ys, Q5_1, Q8_1, 4, false, true, levels)
         }
     }
 }

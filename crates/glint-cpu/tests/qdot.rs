@@ -132,6 +132,46 @@ fn avx2_kernels_match_ggml_reference() {
     }
 }
 
+/// The multi-column kernels, each column against `glint_quant::vec_dot`
+/// within the AVX2 tolerance of its type.
+#[test]
+fn multi_column_kernels_match_ggml_reference() {
+    let mut n = 0;
+    for ty in FAST {
+        let Some(kernel) = qdot::fast_dot_cols(ty) else {
+            continue;
+        };
+        let vt = ty.vec_dot_type();
+        for seed in 0..30 {
+            let mut rng = Rng(5000 + seed);
+            let k = [1, 3, 20][seed as usize % 3] * 32;
+            let row = random_row(ty, k, &mut rng);
+            let acts: Vec<Vec<u8>> = (0..qdot::COLS)
+                .map(|_| {
+                    let mut a = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+                    glint_quant::quantize_row(vt, &rng.vec(k), &mut a).unwrap();
+                    a
+                })
+                .collect();
+            let got = kernel(&row, std::array::from_fn(|c| &acts[c][..]));
+            for (c, act) in acts.iter().enumerate() {
+                let want = glint_quant::vec_dot(ty, &row, act).unwrap();
+                let terms = abs_terms(ty, &row, act, k);
+                let diff = (got[c] as f64 - want as f64).abs();
+                assert!(
+                    diff <= tolerance("avx2", ty) * terms,
+                    "cols {ty} k={k} seed {seed} col {c}: got {}, want {want}",
+                    got[c]
+                );
+                n += 1;
+            }
+        }
+    }
+    if std::env::consts::ARCH == "x86_64" && std::is_x86_feature_detected!("avx2") {
+        assert_eq!(n, 5 * 30 * qdot::COLS, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0");
+    }
+}
+
 #[test]
 fn fast_dot_covers_exactly_the_fast_types() {
     for info in glint_quant::TYPES {
