@@ -606,12 +606,40 @@ mod simd {
             pairs_i8(x, y, Q8_0, |xb| load32(xb, 2))
         }
 
-        /// The K-quant kernels: the plain bodies compiled for AVX2 (the
-        /// compiler vectorizes them; bit-exact), prefetching weights ahead.
+        /// Q5_K: the plain body compiled for AVX2 (the compiler vectorizes
+        /// it; bit-exact), prefetching weights ahead. Q4_K and Q6_K: ggml's
+        /// AVX2 loops (`maddubs` pairs times the sub-block scale with `madd`,
+        /// exact integers; 8 f32 lanes per block with FMA, so they differ
+        /// from the reference by rounding).
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
-            plain::q4_k_q8_k_body(x, y, |xb| prefetch(xb))
+            let m4 = _mm256_set1_epi8(0x0f);
+            let mut acc = _mm256_setzero_ps();
+            let mut sumf = 0.0f32;
+            for (xb, yb) in x.chunks_exact(Q4_K).zip(y.chunks_exact(Q8_K)) {
+                prefetch(xb);
+                let (sc, sumi_m) = k4_scales_and_mins(xb, yb);
+                let mut sumi = _mm256_setzero_si256();
+                for h in 0..4 {
+                    // elements 64h..64h+32 (low nibbles), 64h+32..64h+64 (high)
+                    let q4 = load32(xb, 16 + 32 * h);
+                    let lo = _mm256_and_si256(q4, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                    let p_lo = _mm256_maddubs_epi16(lo, load32(yb, 4 + 64 * h));
+                    let p_hi = _mm256_maddubs_epi16(hi, load32(yb, 4 + 64 * h + 32));
+                    let s_lo = _mm256_set1_epi16(sc[2 * h] as i16);
+                    let s_hi = _mm256_set1_epi16(sc[2 * h + 1] as i16);
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_lo, p_lo));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_hi, p_hi));
+                }
+                let yd = f32_at(yb, 0);
+                let dd = f16x2(xb, 0); // [d, dmin]
+                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi), acc);
+                sumf -= dmin * yd * sumi_m as f32;
+            }
+            sumf + hsum_f32(acc)
         }
 
         #[inline]
@@ -623,7 +651,87 @@ mod simd {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
-            plain::q6_k_q8_k_body(x, y, |xb| prefetch(xb))
+            let m4 = _mm256_set1_epi8(0x0f);
+            let m30 = _mm256_set1_epi8(0x30);
+            let thirty_two = _mm256_set1_epi8(32);
+            let mut acc = _mm256_setzero_ps();
+            for (xb, yb) in x.chunks_exact(Q6_K).zip(y.chunks_exact(Q8_K)) {
+                prefetch(xb);
+                let scales: &[u8; 16] = arr(xb, 192);
+                let mut sumi = _mm256_setzero_si256();
+                for h in 0..2 {
+                    let (qa, qb) = (load32(xb, 64 * h), load32(xb, 64 * h + 32));
+                    let qh = load32(xb, 128 + 32 * h);
+                    // the 6-bit levels (0..64) of elements 128h + 32s + l
+                    let q = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(qa, m4),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(qb, m4),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                            _mm256_and_si256(qh, m30),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                        ),
+                    ];
+                    for (s, &qs) in q.iter().enumerate() {
+                        let y8 = load32(yb, 4 + 128 * h + 32 * s);
+                        // (q - 32) * y in i16 pairs, exact
+                        let p = _mm256_sub_epi16(
+                            _mm256_maddubs_epi16(qs, y8),
+                            _mm256_maddubs_epi16(thirty_two, y8),
+                        );
+                        let g = 8 * h + 2 * s; // the two 16-element groups
+                        let sc = _mm256_set_m128i(
+                            _mm_set1_epi16(scales[g + 1] as i8 as i16),
+                            _mm_set1_epi16(scales[g] as i8 as i16),
+                        );
+                        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+                    }
+                }
+                // d: the f16 at bytes 208..210, lane 1 of the pair at 206
+                let d = _mm_cvtss_f32(_mm_movehdup_ps(f16x2(xb, 206))) * f32_at(yb, 0);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            }
+            hsum_f32(acc)
+        }
+
+        /// A Q4_K block's 8 six-bit scales, and `sum(bsums[j] * min[j / 2])`
+        /// with its 8 mins (exact): ggml's `utmp` unpacking of the 12 scale
+        /// bytes, the same values as `get_scale_min_k4`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn k4_scales_and_mins(xb: &[u8], yb: &[u8]) -> ([u8; 8], i32) {
+            const K1: u32 = 0x3f3f_3f3f;
+            const K2: u32 = 0x0f0f_0f0f;
+            const K3: u32 = 0x0303_0303;
+            let u = |at: usize| u32::from_le_bytes(*arr(xb, 4 + at));
+            let (u0, u1, u2) = (u(0), u(4), u(8));
+            let scales_lo = u0 & K1;
+            let scales_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
+            let mins_lo = u1 & K1;
+            let mins_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
+            let mut sc = [0u8; 8];
+            sc[..4].copy_from_slice(&scales_lo.to_le_bytes());
+            sc[4..].copy_from_slice(&scales_hi.to_le_bytes());
+            // bsums: 16 i16; pairs share a min.
+            let bsums = load32(yb, 4 + 256);
+            let pairs = _mm_hadd_epi16(
+                _mm256_castsi256_si128(bsums),
+                _mm256_extracti128_si256(bsums, 1),
+            );
+            let mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mins_hi as i32, mins_lo as i32));
+            let p = _mm_madd_epi16(pairs, mins);
+            let p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0b01_00_11_10));
+            let p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0b10_11_00_01));
+            (sc, _mm_cvtsi128_si32(p))
         }
 
         /// A hint to fetch the weights [`PREFETCH`] bytes past `xb` (never
