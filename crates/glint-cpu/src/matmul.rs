@@ -208,7 +208,14 @@ pub(crate) fn mul_mat_ggml_par(
         }
     };
     ACT.with(|cell| -> Result<()> {
-        let mut act = cell.borrow_mut();
+        // A worker waiting inside one product can steal the start of another
+        // (two contexts sharing a backend): that one gets its own buffer.
+        let mut own = Vec::new();
+        let mut cached = cell.try_borrow_mut();
+        let act: &mut Vec<u8> = match cached.as_deref_mut() {
+            Ok(v) => v,
+            Err(_) => &mut own,
+        };
         // act: [m] rows of act_bytes, each column of x quantized once.
         act.resize(act_bytes * m, 0);
         let act = &mut act[..act_bytes * m];

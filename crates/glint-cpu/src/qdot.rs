@@ -7,11 +7,12 @@
 //! x86_64 with AVX2, FMA and F16C, detected once at run time — an AVX2
 //! version ([`avx2_dot`]). The plain kernels keep ggml's integer sums and
 //! ggml's float operations in ggml's order, so they agree bit for bit with
-//! `glint_quant::vec_dot`. The AVX2 K-quant kernels are the plain ones
-//! compiled for AVX2 (also bit-exact); the AVX2 32-element kernels are
-//! ggml's own AVX2 loops, with exact integer sums but f32 lanes summed in a
-//! different order, so they differ by rounding only. The tests hold every
-//! kernel to the reference with a tolerance named per type.
+//! `glint_quant::vec_dot`. The AVX2 Q5_K kernel is the plain one compiled
+//! for AVX2 (also bit-exact); the other AVX2 kernels are ggml's own AVX2
+//! loops, with exact integer sums but f32 lanes summed in a different order,
+//! so they differ by rounding only. The tests hold every kernel to the
+//! reference with a tolerance named per type. [`fast_dot_cols`] is the
+//! prefill variant: one weight row against several activation columns.
 //!
 //! Callers guarantee that `x` and `y` hold the same number of whole blocks
 //! (`mul_mat_ggml` checks the row lengths once per call); a short row would
@@ -67,7 +68,7 @@ pub fn plain_dot(ty: GgmlType) -> Option<DotFn> {
     })
 }
 
-/// The AVX2 kernels, or `None` where the cpu lacks AVX2/FMA (F16C, or is not x86_64).
+/// The AVX2 kernels, or `None` where the cpu lacks AVX2, FMA or F16C (or is not x86_64).
 pub fn avx2_dot(ty: GgmlType) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -377,11 +378,11 @@ mod simd {
             }
         };
     }
-    entry_cols!(q4_0_cols, legacy::q4_0_cols);
-    entry_cols!(q4_1_cols, legacy::q4_1_cols);
-    entry_cols!(q5_0_cols, legacy::q5_0_cols);
-    entry_cols!(q5_1_cols, legacy::q5_1_cols);
-    entry_cols!(q8_0_cols, legacy::q8_0_cols);
+    entry_cols!(q4_0_cols, kernels::q4_0_cols);
+    entry_cols!(q4_1_cols, kernels::q4_1_cols);
+    entry_cols!(q5_0_cols, kernels::q5_0_cols);
+    entry_cols!(q5_1_cols, kernels::q5_1_cols);
+    entry_cols!(q8_0_cols, kernels::q8_0_cols);
 
     /// A safe entry for each AVX2 kernel; they are handed out only by
     /// [`dot`], which runs only after [`has_avx2`] confirmed AVX2 and FMA.
@@ -397,19 +398,19 @@ mod simd {
             }
         };
     }
-    entry!(q4_0_q8_0, legacy::q4_0_q8_0);
-    entry!(q4_1_q8_1, legacy::q4_1_q8_1);
-    entry!(q5_0_q8_0, legacy::q5_0_q8_0);
-    entry!(q5_1_q8_1, legacy::q5_1_q8_1);
-    entry!(q8_0_q8_0, legacy::q8_0_q8_0);
-    entry!(q4_k_q8_k, legacy::q4_k_q8_k);
-    entry!(q5_k_q8_k, legacy::q5_k_q8_k);
-    entry!(q6_k_q8_k, legacy::q6_k_q8_k);
+    entry!(q4_0_q8_0, kernels::q4_0_q8_0);
+    entry!(q4_1_q8_1, kernels::q4_1_q8_1);
+    entry!(q5_0_q8_0, kernels::q5_0_q8_0);
+    entry!(q5_1_q8_1, kernels::q5_1_q8_1);
+    entry!(q8_0_q8_0, kernels::q8_0_q8_0);
+    entry!(q4_k_q8_k, kernels::q4_k_q8_k);
+    entry!(q5_k_q8_k, kernels::q5_k_q8_k);
+    entry!(q6_k_q8_k, kernels::q6_k_q8_k);
 
-    /// The 32-element formats with AVX2 intrinsics: each block's integer
-    /// products in one register (`maddubs` + `madd`, exact: no i16 pair can
-    /// saturate for levels in -127..=127, which ggml's quantizers keep to).
-    mod legacy {
+    /// The kernels with AVX2 intrinsics: each block's integer products in
+    /// registers (`maddubs` + `madd`, exact: no i16 pair can saturate for
+    /// levels in -127..=127, which ggml's quantizers keep to).
+    mod kernels {
         use super::super::*;
         use std::arch::x86_64::*;
 
