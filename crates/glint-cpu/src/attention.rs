@@ -2,7 +2,7 @@
 //! mask, soft-capping), softmax in f32.
 
 use glint_backend::AttnParams;
-use half::f16;
+use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
 use crate::weights::dot;
@@ -21,23 +21,22 @@ impl Cache<'_> {
         let end = at + dst.len();
         match self {
             Cache::F32(c) => dst.copy_from_slice(&c[at..end]),
-            Cache::F16(c) => {
-                for (d, h) in dst.iter_mut().zip(&c[at..end]) {
-                    *d = h.to_f32();
-                }
-            }
+            Cache::F16(c) => c[at..end].convert_to_f32_slice(dst),
         }
     }
 }
 
 /// `q`: `[head_dim, n_head, m]`; `mask`: `[n_kv, m]`; `out`: `[head_dim * n_head, m]`.
-/// One rayon task per (query token, head).
+/// One rayon task per (query token, head) when `par`, else all on the
+/// calling thread.
 ///
 /// `ggml_f16`: round as ggml's non-flash attention does over an F16 cache
 /// (its `mul_mat`s convert the f32 operand to the cache's f16): Q is rounded
 /// to f16 before `Q·K` when K is F16, and the normalized softmax weights are
 /// rounded to f16 before weighting V when V is F16.
+#[allow(clippy::too_many_arguments)]
 pub fn attention(
+    par: bool,
     q: &[f32],
     k: Cache,
     v: Cache,
@@ -54,79 +53,86 @@ pub fn attention(
     }
     let row = hd * p.n_head_kv; // elements of one cache row
     let group = p.n_head / p.n_head_kv; // query heads per kv head
-    out.par_chunks_mut(hd)
-        .zip(q.par_chunks(hd))
-        .enumerate()
-        .for_each_init(
-            // scores: [n_kv] f32; kv: [head_dim] f32, one widened cache row
-            // head; qr: [head_dim] f32, the query (rounded to f16 if asked)
-            || (vec![0f32; p.n_kv], vec![0f32; hd], vec![0f32; hd]),
-            |(scores, kv, qr), (ih, (o, qh))| {
-                let (i, h) = (ih / p.n_head, ih % p.n_head);
-                let qh: &[f32] = if round_q {
-                    for (d, &s) in qr.iter_mut().zip(qh) {
-                        *d = f16::from_f32(s).to_f32();
-                    }
-                    qr
-                } else {
-                    qh
-                };
-                let at_head = (h / group) * hd;
-                let mask_i = &mask[i * p.n_kv..(i + 1) * p.n_kv];
-                let mut max = f32::NEG_INFINITY;
-                for (j, s) in scores.iter_mut().enumerate() {
-                    if mask_i[j] == f32::NEG_INFINITY {
-                        *s = f32::NEG_INFINITY;
-                        continue;
-                    }
-                    k.load((p.kv_start + j) * row + at_head, kv);
-                    let mut x = dot(qh, kv);
-                    if p.softcap > 0.0 {
-                        x = p.softcap * (x / p.softcap).tanh();
-                    }
-                    *s = x * p.scale + mask_i[j];
-                    max = max.max(*s);
+                                        // scores: [n_kv] f32; kv: [head_dim] f32, one widened cache row
+                                        // head; qr: [head_dim] f32, the query (rounded to f16 if asked)
+    let init = || (vec![0f32; p.n_kv], vec![0f32; hd], vec![0f32; hd]);
+    let head = |(scores, kv, qr): &mut (Vec<f32>, Vec<f32>, Vec<f32>),
+                (ih, (o, qh)): (usize, (&mut [f32], &[f32]))| {
+        let (i, h) = (ih / p.n_head, ih % p.n_head);
+        let qh: &[f32] = if round_q {
+            for (d, &s) in qr.iter_mut().zip(qh) {
+                *d = f16::from_f32(s).to_f32();
+            }
+            qr
+        } else {
+            qh
+        };
+        let at_head = (h / group) * hd;
+        let mask_i = &mask[i * p.n_kv..(i + 1) * p.n_kv];
+        let mut max = f32::NEG_INFINITY;
+        for (j, s) in scores.iter_mut().enumerate() {
+            if mask_i[j] == f32::NEG_INFINITY {
+                *s = f32::NEG_INFINITY;
+                continue;
+            }
+            k.load((p.kv_start + j) * row + at_head, kv);
+            let mut x = dot(qh, kv);
+            if p.softcap > 0.0 {
+                x = p.softcap * (x / p.softcap).tanh();
+            }
+            *s = x * p.scale + mask_i[j];
+            max = max.max(*s);
+        }
+        o.fill(0.0);
+        if max == f32::NEG_INFINITY {
+            return; // fully masked: zeros
+        }
+        let mut sum = 0f32;
+        for s in scores.iter_mut() {
+            if *s == f32::NEG_INFINITY {
+                continue;
+            }
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        if round_p {
+            // ggml normalizes first, then rounds the weights to f16.
+            let inv = 1.0 / sum;
+            for (j, s) in scores.iter().enumerate() {
+                if *s == f32::NEG_INFINITY {
+                    continue;
                 }
-                o.fill(0.0);
-                if max == f32::NEG_INFINITY {
-                    return; // fully masked: zeros
+                let w = f16::from_f32(s * inv).to_f32();
+                v.load((p.kv_start + j) * row + at_head, kv);
+                for (o, &vv) in o.iter_mut().zip(kv.iter()) {
+                    *o += w * vv;
                 }
-                let mut sum = 0f32;
-                for s in scores.iter_mut() {
-                    if *s == f32::NEG_INFINITY {
-                        continue;
-                    }
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                if round_p {
-                    // ggml normalizes first, then rounds the weights to f16.
-                    let inv = 1.0 / sum;
-                    for (j, s) in scores.iter().enumerate() {
-                        if *s == f32::NEG_INFINITY {
-                            continue;
-                        }
-                        let w = f16::from_f32(s * inv).to_f32();
-                        v.load((p.kv_start + j) * row + at_head, kv);
-                        for (o, &vv) in o.iter_mut().zip(kv.iter()) {
-                            *o += w * vv;
-                        }
-                    }
-                    return;
-                }
-                for (j, s) in scores.iter().enumerate() {
-                    if *s == f32::NEG_INFINITY {
-                        continue;
-                    }
-                    v.load((p.kv_start + j) * row + at_head, kv);
-                    for (o, &vv) in o.iter_mut().zip(kv.iter()) {
-                        *o += s * vv;
-                    }
-                }
-                let inv = 1.0 / sum;
-                for o in o.iter_mut() {
-                    *o *= inv;
-                }
-            },
-        );
+            }
+            return;
+        }
+        for (j, s) in scores.iter().enumerate() {
+            if *s == f32::NEG_INFINITY {
+                continue;
+            }
+            v.load((p.kv_start + j) * row + at_head, kv);
+            for (o, &vv) in o.iter_mut().zip(kv.iter()) {
+                *o += s * vv;
+            }
+        }
+        let inv = 1.0 / sum;
+        for o in o.iter_mut() {
+            *o *= inv;
+        }
+    };
+    if par {
+        out.par_chunks_mut(hd)
+            .zip(q.par_chunks(hd))
+            .enumerate()
+            .for_each_init(init, head);
+    } else {
+        let mut state = init();
+        for item in out.chunks_mut(hd).zip(q.chunks(hd)).enumerate() {
+            head(&mut state, item);
+        }
+    }
 }

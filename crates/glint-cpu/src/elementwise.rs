@@ -6,66 +6,85 @@ use half::f16;
 use rayon::prelude::*;
 
 /// Elements per rayon task for elementwise ops (below this, threads cost more than they save).
-const ELEMS_PER_TASK: usize = 16 * 1024;
+pub const ELEMS_PER_TASK: usize = 16 * 1024;
+
+/// `f(j, row)` for each row of `n` elements of `out`: on the current rayon
+/// pool when `par`, else on the calling thread — for decode-sized ops,
+/// waking the pool costs more than the work.
+pub fn rows<T: Send>(
+    par: bool,
+    out: &mut [T],
+    n: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if par {
+        out.par_chunks_mut(n).enumerate().for_each(|(j, o)| f(j, o));
+    } else {
+        out.chunks_mut(n).enumerate().for_each(|(j, o)| f(j, o));
+    }
+}
 
 /// `out[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w`.
 /// `x`, `out`: `[n, m]`; `w`: `[n]` or none. The sum of squares is f64, as ggml's.
-pub fn rms_norm(x: &[f32], w: Option<&[f32]>, eps: f32, n: usize, out: &mut [f32]) {
+pub fn rms_norm(par: bool, x: &[f32], w: Option<&[f32]>, eps: f32, n: usize, out: &mut [f32]) {
     if n == 0 {
         return;
     }
-    out.par_chunks_mut(n)
-        .zip(x.par_chunks(n))
-        .for_each(|(o, xr)| {
-            let sum: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-            let mean = (sum / n as f64) as f32;
-            let s = 1.0 / (mean + eps).sqrt();
-            match w {
-                Some(w) => {
-                    for ((o, &v), &wv) in o.iter_mut().zip(xr).zip(w) {
-                        *o = v * s * wv;
-                    }
-                }
-                None => {
-                    for (o, &v) in o.iter_mut().zip(xr) {
-                        *o = v * s;
-                    }
+    rows(par, out, n, |j, o| {
+        let xr = &x[j * n..(j + 1) * n];
+        let sum: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let mean = (sum / n as f64) as f32;
+        let s = 1.0 / (mean + eps).sqrt();
+        match w {
+            Some(w) => {
+                for ((o, &v), &wv) in o.iter_mut().zip(xr).zip(w) {
+                    *o = v * s * wv;
                 }
             }
-        });
+            None => {
+                for (o, &v) in o.iter_mut().zip(xr) {
+                    *o = v * s;
+                }
+            }
+        }
+    });
 }
 
 /// `out = a (op) b`, with `b` either the same shape as `a` or one row `[n]`
 /// broadcast over columns.
-pub fn binary(a: &[f32], b: &[f32], n: usize, out: &mut [f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+pub fn binary(
+    par: bool,
+    a: &[f32],
+    b: &[f32],
+    n: usize,
+    out: &mut [f32],
+    f: impl Fn(f32, f32) -> f32 + Sync + Send,
+) {
     if n == 0 {
         return;
     }
     let broadcast = b.len() != a.len();
-    out.par_chunks_mut(n)
-        .zip(a.par_chunks(n))
-        .enumerate()
-        .for_each(|(j, (o, ar))| {
-            let br = if broadcast {
-                &b[..n]
-            } else {
-                &b[j * n..(j + 1) * n]
-            };
-            for ((o, &x), &y) in o.iter_mut().zip(ar).zip(br) {
-                *o = f(x, y);
-            }
-        });
+    rows(par, out, n, |j, o| {
+        let ar = &a[j * n..(j + 1) * n];
+        let br = if broadcast {
+            &b[..n]
+        } else {
+            &b[j * n..(j + 1) * n]
+        };
+        for ((o, &x), &y) in o.iter_mut().zip(ar).zip(br) {
+            *o = f(x, y);
+        }
+    });
 }
 
 /// `out[i] = f(x[i])`.
-pub fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
-    out.par_chunks_mut(ELEMS_PER_TASK)
-        .zip(x.par_chunks(ELEMS_PER_TASK))
-        .for_each(|(o, xs)| {
-            for (o, &v) in o.iter_mut().zip(xs) {
-                *o = f(v);
-            }
-        });
+pub fn map(par: bool, x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32 + Sync + Send) {
+    rows(par, out, ELEMS_PER_TASK, |j, o| {
+        let xs = &x[j * ELEMS_PER_TASK..];
+        for (o, &v) in o.iter_mut().zip(xs) {
+            *o = f(v);
+        }
+    });
 }
 
 /// `x * sigmoid(x)`.
@@ -95,13 +114,11 @@ pub fn glu_fn(op: Glu) -> fn(f32) -> f32 {
 
 /// Softmax of each row of `n`: max-subtracted, sum in f64.
 /// A row of all -inf gives zeros (nothing to attend to), never NaN.
-pub fn softmax(x: &[f32], n: usize, out: &mut [f32]) {
+pub fn softmax(par: bool, x: &[f32], n: usize, out: &mut [f32]) {
     if n == 0 {
         return;
     }
-    out.par_chunks_mut(n)
-        .zip(x.par_chunks(n))
-        .for_each(|(o, xr)| softmax_row(xr, o));
+    rows(par, out, n, |j, o| softmax_row(&x[j * n..(j + 1) * n], o));
 }
 
 pub fn softmax_row(x: &[f32], out: &mut [f32]) {
@@ -122,11 +139,12 @@ pub fn softmax_row(x: &[f32], out: &mut [f32]) {
 }
 
 /// Index of the largest value of each row of `n` (the first on ties).
-pub fn argmax(x: &[f32], n: usize, out: &mut [i32]) {
+pub fn argmax(par: bool, x: &[f32], n: usize, out: &mut [i32]) {
     if n == 0 {
         return;
     }
-    out.par_iter_mut().zip(x.par_chunks(n)).for_each(|(o, xr)| {
+    rows(par, out, 1, |j, o| {
+        let (o, xr) = (&mut o[0], &x[j * n..(j + 1) * n]);
         let mut best = 0usize;
         for (i, &v) in xr.iter().enumerate() {
             if v > xr[best] {

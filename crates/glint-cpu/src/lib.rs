@@ -19,6 +19,7 @@ mod attention;
 mod check;
 mod elementwise;
 mod matmul;
+pub mod qdot;
 pub mod reference;
 mod rope;
 mod tensor;
@@ -33,13 +34,21 @@ use glint_backend::{
 };
 
 pub use attention::Cache;
-pub use matmul::DECODE_MAX_M;
+pub use matmul::{mul_mat_ggml, mul_mat_ggml_with, Kernels, DECODE_MAX_M};
 pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;
 pub use weights::{dequant_row, dot, row_dot};
 
 use check::shape_err;
 use GgmlType::{F16, F32, I32};
+
+/// Ops over fewer elements than this run on the calling thread.
+const SERIAL_BELOW: usize = 4 * elementwise::ELEMS_PER_TASK;
+
+/// Integer-dot products with fewer multiply-adds than this (`k * n * m`;
+/// e.g. decode's K and V projections of a small model) run on the calling
+/// thread: a few microseconds of work, less than waking the pool.
+const SERIAL_MUL_MAT_BELOW: usize = 1 << 17;
 
 /// How the cpu backend rounds what it multiplies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -94,6 +103,17 @@ impl CpuBackend {
     /// The numerics in use.
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// `f(par)`: on the pool with `par = true` when `n_elements` is enough
+    /// work to share, else on the calling thread with `par = false` (waking
+    /// the pool for a decode-sized vector costs more than the op).
+    fn run<R: Send>(&self, n_elements: usize, f: impl FnOnce(bool) -> R + Send) -> R {
+        if n_elements < SERIAL_BELOW {
+            f(false)
+        } else {
+            self.pool.install(|| f(true))
+        }
     }
 
     /// Threads in the pool.
@@ -247,6 +267,15 @@ impl Backend for CpuBackend {
         let (wb, xs) = (wg.bytes(), xg.f32s());
         let row_bytes = w.desc.row_bytes();
         let ggml = self.precision == Precision::Ggml;
+        let ty = w.desc.ty;
+        let int_dot = matches!(
+            ty.vec_dot_type(),
+            GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K
+        );
+        if ggml && int_dot && k * n * m < SERIAL_MUL_MAT_BELOW {
+            let fast = matmul::Kernels::Fast;
+            return matmul::mul_mat_ggml_par(false, fast, ty, wb, row_bytes, k, n, &xs, m, o);
+        }
         self.pool.install(|| {
             if ggml {
                 matmul::mul_mat_ggml(w.desc.ty, wb, row_bytes, k, n, &xs, m, o)
@@ -280,8 +309,9 @@ impl Backend for CpuBackend {
         let (tb, is) = (tg.bytes(), ig.i32s());
         let row_bytes = table.desc.row_bytes();
         let ty = table.desc.ty;
-        self.pool
-            .install(|| matmul::get_rows(ty, tb, row_bytes, n_rows, k, &is, o))
+        self.run(o.len(), |par| {
+            matmul::get_rows(par, ty, tb, row_bytes, n_rows, k, &is, o)
+        })
     }
 
     fn rms_norm(
@@ -309,8 +339,9 @@ impl Backend for CpuBackend {
         let o = og.f32s_mut();
         let xs = xg.f32s();
         let ws = wg.as_ref().map(|g| g.f32s());
-        self.pool
-            .install(|| elementwise::rms_norm(&xs, ws.as_deref(), eps, n, o));
+        self.run(o.len(), |par| {
+            elementwise::rms_norm(par, &xs, ws.as_deref(), eps, n, o)
+        });
         Ok(())
     }
 
@@ -346,7 +377,7 @@ impl Backend for CpuBackend {
         let o = og.f32s_mut();
         let xs = xg.f32s();
         let n = x.desc.ne[0];
-        self.pool.install(|| elementwise::softmax(&xs, n, o));
+        self.run(o.len(), |par| elementwise::softmax(par, &xs, n, o));
         Ok(())
     }
 
@@ -361,7 +392,7 @@ impl Backend for CpuBackend {
         let xs = xg.f32s();
         let n = x.desc.ne[0];
         let o: &mut [i32] = bytemuck::cast_slice_mut(og.bytes_mut());
-        self.pool.install(|| elementwise::argmax(&xs, n, o));
+        self.run(xs.len(), |par| elementwise::argmax(par, &xs, n, o));
         Ok(())
     }
 
@@ -379,7 +410,7 @@ impl Backend for CpuBackend {
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
         let (xs, ps) = (xg.f32s(), pg.i32s());
-        self.pool.install(|| rope::rope(&xs, &ps, p, o));
+        self.run(o.len(), |par| rope::rope(par, &xs, &ps, p, o));
         Ok(())
     }
 
@@ -476,8 +507,11 @@ impl Backend for CpuBackend {
             v32 = vg.f32s();
             Cache::F32(&v32)
         };
-        self.pool.install(|| {
-            attention::attention(&qs, kc, vc, &ms, p, o, self.precision == Precision::Ggml)
+        // Work: one dot and one axpy of head_dim per (token, head, cache row).
+        let work = o.len() * p.n_kv * 2;
+        let ggml = self.precision == Precision::Ggml;
+        self.run(work / 16, |par| {
+            attention::attention(par, &qs, kc, vc, &ms, p, o, ggml)
         });
         Ok(())
     }
@@ -536,7 +570,7 @@ impl CpuBackend {
         let mut og = out.write_guard(op)?;
         let o = og.f32s_mut();
         let (xs, ys) = (ag.f32s(), bg.f32s());
-        self.pool.install(|| elementwise::binary(&xs, &ys, n, o, f));
+        self.run(o.len(), |par| elementwise::binary(par, &xs, &ys, n, o, f));
         Ok(())
     }
 
@@ -569,7 +603,7 @@ impl CpuBackend {
         let mut og = out.write_guard(op)?;
         let o = og.f32s_mut();
         let xs = xg.f32s();
-        self.pool.install(|| elementwise::map(&xs, o, f));
+        self.run(o.len(), |par| elementwise::map(par, &xs, o, f));
         Ok(())
     }
 }

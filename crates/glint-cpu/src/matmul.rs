@@ -3,6 +3,10 @@
 use glint_backend::{BackendError, GgmlType, Result};
 use rayon::prelude::*;
 
+use std::cell::RefCell;
+
+use crate::elementwise;
+use crate::qdot::{self, DotFn};
 use crate::weights::{dequant_row, dot, row_dot};
 
 /// Up to this many activation columns take the decode path.
@@ -103,6 +107,51 @@ pub fn mul_mat_ggml(
     m: usize,
     out: &mut [f32],
 ) -> Result<()> {
+    mul_mat_ggml_with(Kernels::Fast, ty, w, row_bytes, k, n, x, m, out)
+}
+
+/// Which integer dots [`mul_mat_ggml_with`] uses; all give the same numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    /// [`qdot::fast_dot`]: AVX2 where the cpu has it, else the plain kernels.
+    Fast,
+    /// [`qdot::plain_dot`], the portable twins.
+    Plain,
+    /// `glint_quant::vec_dot`, ggml's reference loops.
+    Reference,
+}
+
+/// [`mul_mat_ggml`] with a choice of dot kernels (for tests and benchmarks).
+#[allow(clippy::too_many_arguments)]
+pub fn mul_mat_ggml_with(
+    kernels: Kernels,
+    ty: GgmlType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    n: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    mul_mat_ggml_par(true, kernels, ty, w, row_bytes, k, n, x, m, out)
+}
+
+/// [`mul_mat_ggml_with`] on the current rayon pool when `par`, else on the
+/// calling thread (for products too small to be worth waking the pool).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mul_mat_ggml_par(
+    par: bool,
+    kernels: Kernels,
+    ty: GgmlType,
+    w: &[u8],
+    row_bytes: usize,
+    k: usize,
+    n: usize,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+) -> Result<()> {
     let vt = ty.vec_dot_type();
     match vt {
         GgmlType::F16 | GgmlType::BF16 => {
@@ -130,38 +179,132 @@ pub fn mul_mat_ggml(
         op: "mul_mat",
         detail: format!("row of {k} is not a whole number of {vt} blocks"),
     })? as usize;
-    // act: [m] rows of act_bytes, each column of x quantized once.
-    let mut act = vec![0u8; act_bytes * m];
-    act.par_chunks_mut(act_bytes)
-        .zip(x.par_chunks(k))
-        .try_for_each(|(a, xc)| glint_quant::quantize_row(vt, xc, a).map_err(err))?;
-    let w_row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
-    // by_row: [m, n] as in mul_mat.
-    let mut by_row = vec![0f32; n * m];
-    by_row
-        .par_chunks_mut(m * DECODE_ROWS_PER_TASK)
-        .enumerate()
-        .try_for_each(|(blk, chunk)| -> Result<()> {
-            for (rr, outs) in chunk.chunks_mut(m).enumerate() {
-                let row = w_row(blk * DECODE_ROWS_PER_TASK + rr);
-                for (c, o) in outs.iter_mut().enumerate() {
-                    *o = glint_quant::vec_dot(ty, row, &act[c * act_bytes..(c + 1) * act_bytes])
-                        .map_err(err)?;
+    // The fast dots trust that a weight row and an activation row hold the
+    // same number of blocks: check it once here.
+    if ty.bytes_for(k as u64) != Some(row_bytes as u64) || w.len() < n * row_bytes {
+        return Err(BackendError::Shape {
+            op: "mul_mat",
+            detail: format!(
+                "{n} rows of {k} {ty} need {:?} bytes each, got {row_bytes} ({} in all)",
+                ty.bytes_for(k as u64),
+                w.len()
+            ),
+        });
+    }
+    let fast: Option<DotFn> = match kernels {
+        Kernels::Fast => qdot::fast_dot(ty),
+        Kernels::Plain => qdot::plain_dot(ty),
+        Kernels::Reference => None,
+    };
+    if fast.is_none() {
+        // ggml's reference loop; with the lengths checked above it can only
+        // fail for a type it does not support, which this call reports.
+        glint_quant::vec_dot(ty, &w[..row_bytes], &vec![0u8; act_bytes]).map_err(err)?;
+    }
+    let dot = |row: &[u8], act: &[u8]| -> f32 {
+        match fast {
+            Some(f) => f(row, act),
+            None => glint_quant::vec_dot(ty, row, act).unwrap_or(f32::NAN),
+        }
+    };
+    ACT.with(|cell| -> Result<()> {
+        // A worker waiting inside one product can steal the start of another
+        // (two contexts sharing a backend): that one gets its own buffer.
+        let mut own = Vec::new();
+        let mut cached = cell.try_borrow_mut();
+        let act: &mut Vec<u8> = match cached.as_deref_mut() {
+            Ok(v) => v,
+            Err(_) => &mut own,
+        };
+        // act: [m] rows of act_bytes, each column of x quantized once.
+        act.resize(act_bytes * m, 0);
+        let act = &mut act[..act_bytes * m];
+        if m == 1 {
+            glint_quant::quantize_row(vt, &x[..k], act).map_err(err)?;
+        } else {
+            // quantize_row cannot fail here: x has m columns of k, and
+            // act_bytes is vt.bytes_for(k) (checked above).
+            elementwise::rows(par, act, act_bytes, |c, a| {
+                let _ = glint_quant::quantize_row(vt, &x[c * k..(c + 1) * k], a);
+            });
+        }
+        let act: &[u8] = act;
+        let w_row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
+        let act_col = |c: usize| &act[c * act_bytes..(c + 1) * act_bytes];
+        if m == 1 {
+            // Decode, one token: out is [n] — tasks write their rows in place.
+            let rows = rows_per_task(n, row_bytes);
+            elementwise::rows(par, &mut out[..n], rows, |t, o| {
+                for (rr, o) in o.iter_mut().enumerate() {
+                    *o = dot(w_row(t * rows + rr), act);
+                }
+            });
+            return Ok(());
+        }
+        // by_row: [m, n] as in mul_mat. A task owns a tile of weight rows
+        // (a few KiB, stays in L1) and passes every column over it.
+        let rows = rows_per_task(n, row_bytes).min(tile_rows(row_bytes));
+        let mut by_row = vec![0f32; n * m];
+        let dot_cols = match kernels {
+            Kernels::Fast => qdot::fast_dot_cols(ty),
+            _ => None,
+        };
+        elementwise::rows(par, &mut by_row, m * rows, |t, chunk| {
+            let nr = chunk.len() / m;
+            let mut c = 0;
+            if let Some(dot_cols) = dot_cols {
+                // COLS columns at a time: each weight block unpacked once.
+                while c + qdot::COLS <= m {
+                    let acts: [&[u8]; qdot::COLS] = std::array::from_fn(|i| act_col(c + i));
+                    for rr in 0..nr {
+                        let r = dot_cols(w_row(t * rows + rr), acts);
+                        chunk[rr * m + c..rr * m + c + qdot::COLS].copy_from_slice(&r);
+                    }
+                    c += qdot::COLS;
                 }
             }
-            Ok(())
-        })?;
-    out.par_chunks_mut(n).enumerate().for_each(|(c, col)| {
-        for (r, o) in col.iter_mut().enumerate() {
-            *o = by_row[r * m + c];
-        }
-    });
-    Ok(())
+            for c in c..m {
+                let a = act_col(c);
+                for rr in 0..nr {
+                    chunk[rr * m + c] = dot(w_row(t * rows + rr), a);
+                }
+            }
+        });
+        elementwise::rows(par, out, n, |c, col| {
+            for (r, o) in col.iter_mut().enumerate() {
+                *o = by_row[r * m + c];
+            }
+        });
+        Ok(())
+    })
+}
+
+thread_local! {
+    /// Quantized activations of the current `mul_mat_ggml` call, reused
+    /// across calls on the same thread: `[m]` rows of `vec_dot_type` bytes.
+    static ACT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Weight rows per rayon task: at least 64 rows or 32 KiB of weights so
+/// scheduling is amortized, and at most enough for ~4 tasks per thread.
+fn rows_per_task(n: usize, row_bytes: usize) -> usize {
+    let min_rows = 64.max((32 << 10) / row_bytes.max(1));
+    let per_thread = n.div_ceil(4 * rayon::current_num_threads().max(1));
+    min_rows.max(per_thread).min(n).max(1)
+}
+
+/// Weight rows per prefill tile: ~16 KiB of weights, so the tile stays in
+/// L1 while every activation column passes over it.
+fn tile_rows(row_bytes: usize) -> usize {
+    ((16 << 10) / row_bytes.max(1)).clamp(4, 64)
 }
 
 /// `out[:, i] = dequantize(table[:, ids[i]])`; an id outside the table gives zeros.
 /// `table`: `n_rows` rows of `row_bytes` bytes; `out`: `[k, ids.len()]` f32.
+/// On the current rayon pool when `par`, else on the calling thread.
+#[allow(clippy::too_many_arguments)]
 pub fn get_rows(
+    par: bool,
     ty: GgmlType,
     table: &[u8],
     row_bytes: usize,
@@ -173,13 +316,20 @@ pub fn get_rows(
     if k == 0 {
         return Ok(());
     }
-    out.par_chunks_mut(k)
-        .zip(ids.par_iter())
-        .try_for_each(|(o, &id)| match usize::try_from(id) {
-            Ok(r) if r < n_rows => dequant_row(ty, &table[r * row_bytes..(r + 1) * row_bytes], o),
-            _ => {
-                o.fill(0.0);
-                Ok(())
-            }
-        })
+    let row = |o: &mut [f32], id: i32| match usize::try_from(id) {
+        Ok(r) if r < n_rows => dequant_row(ty, &table[r * row_bytes..(r + 1) * row_bytes], o),
+        _ => {
+            o.fill(0.0);
+            Ok(())
+        }
+    };
+    if par {
+        out.par_chunks_mut(k)
+            .zip(ids.par_iter())
+            .try_for_each(|(o, &id)| row(o, id))
+    } else {
+        out.chunks_mut(k)
+            .zip(ids)
+            .try_for_each(|(o, &id)| row(o, id))
+    }
 }

@@ -62,23 +62,20 @@ fn rotate_head(p: &RopeParams, cs: &[(f32, f32)], src: &[f32], dst: &mut [f32]) 
 }
 
 /// `x`, `out`: `[head_dim, n_head, m]` f32; `pos`: `[m]`.
-pub fn rope(x: &[f32], pos: &[i32], p: &RopeParams, out: &mut [f32]) {
+/// On the current rayon pool when `par`, else on the calling thread.
+pub fn rope(par: bool, x: &[f32], pos: &[i32], p: &RopeParams, out: &mut [f32]) {
     let tok = p.head_dim * p.n_head;
     if tok == 0 {
         return;
     }
-    out.par_chunks_mut(tok)
-        .zip(x.par_chunks(tok))
-        .zip(pos.par_iter())
-        .for_each_init(
-            || vec![(0f32, 0f32); p.n_rot / 2], // cs: [n_rot/2] (cos, sin)
-            |cs, ((o, xt), &ps)| {
-                cos_sin(p, ps as f64, true, cs);
-                for (oh, xh) in o.chunks_mut(p.head_dim).zip(xt.chunks(p.head_dim)) {
-                    rotate_head(p, cs, xh, oh);
-                }
-            },
-        );
+    crate::elementwise::rows(par, out, tok, |j, o| {
+        let (xt, ps) = (&x[j * tok..(j + 1) * tok], pos[j]);
+        let mut cs = vec![(0f32, 0f32); p.n_rot / 2]; // cs: [n_rot/2] (cos, sin)
+        cos_sin(p, ps as f64, true, &mut cs);
+        for (oh, xh) in o.chunks_mut(p.head_dim).zip(xt.chunks(p.head_dim)) {
+            rotate_head(p, &cs, xh, oh);
+        }
+    });
 }
 
 /// K-shift of an f32 cache in place. `k`: `[head_dim * n_head, n_rows]`; `shift`: `[n_rows]`.

@@ -1,0 +1,113 @@
+//! Matvec throughput of `mul_mat_ggml` per weight type, in GB/s of weight
+//! bytes: ggml's reference dots (what the cpu backend used before
+//! `qdot`), the plain kernels, and the fast ones, side by side in one run.
+//!
+//! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m] [k] [n]`
+//! (default 15 runs, m = 1, k = n = 4096; median of the runs).
+
+use std::time::Instant;
+
+use glint_backend::GgmlType as T;
+use glint_cpu::{mul_mat_ggml_with, Kernels};
+
+/// xorshift64*: deterministic inputs without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Random rows of `ty`: quantized from random data where glint_quant has a
+/// quantizer, else random bytes (the speed does not depend on the values).
+fn weights(ty: T, k: usize, n: usize, rng: &mut Rng) -> (Vec<u8>, usize) {
+    let row_bytes = ty.bytes_for(k as u64).unwrap() as usize;
+    let mut w = vec![0u8; row_bytes * n];
+    let x: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
+    for row in w.chunks_mut(row_bytes) {
+        if glint_quant::quantize_row(ty, &x, row).is_err() {
+            row.iter_mut().for_each(|b| *b = rng.next() as u8);
+        }
+    }
+    (w, row_bytes)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let runs: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(15);
+    let m: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let k: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let n: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let x: Vec<f32> = (0..k * m).map(|_| rng.f32()).collect();
+    let mut out = vec![0f32; n * m];
+    println!("k = {k}, n = {n}, m = {m}, median of {runs} runs; GB/s of weight bytes");
+    println!(
+        "{:6} {:>8} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | fast/ref",
+        "type", "MiB", "ref 1t", "plain 1t", "fast 1t", "ref 2t", "plain 2t", "fast 2t"
+    );
+    let pools: Vec<rayon::ThreadPool> = [1, 2]
+        .iter()
+        .map(|&t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    for ty in [
+        T::Q4_0,
+        T::Q4_1,
+        T::Q5_0,
+        T::Q5_1,
+        T::Q8_0,
+        T::Q2_K,
+        T::Q3_K,
+        T::Q4_K,
+        T::Q5_K,
+        T::Q6_K,
+    ] {
+        let (w, row_bytes) = weights(ty, k, n, &mut rng);
+        let gbs = |pool: &rayon::ThreadPool, kern: Kernels, out: &mut [f32]| {
+            let times: Vec<f64> = (0..runs + 1)
+                .map(|_| {
+                    let t = Instant::now();
+                    pool.install(|| mul_mat_ggml_with(kern, ty, &w, row_bytes, k, n, &x, m, out))
+                        .unwrap();
+                    t.elapsed().as_secs_f64()
+                })
+                .skip(1)
+                .collect();
+            w.len() as f64 / median(times) / 1e9
+        };
+        let mut row = Vec::new();
+        for pool in &pools {
+            for kern in [Kernels::Reference, Kernels::Plain, Kernels::Fast] {
+                row.push(gbs(pool, kern, &mut out));
+            }
+        }
+        println!(
+            "{:6} {:8.2} | {:9.2} {:9.2} {:9.2} | {:9.2} {:9.2} {:9.2} | {:.1}x",
+            ty.to_string(),
+            w.len() as f64 / (1 << 20) as f64,
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            row[5],
+            row[5] / row[3]
+        );
+    }
+}

@@ -1,0 +1,261 @@
+//! The fast integer dots (`glint_cpu::qdot`) and `mul_mat_ggml` held to
+//! ggml's reference loops (`glint_quant::vec_dot`) on random blocks.
+
+mod common;
+
+use common::Rng;
+use glint_backend::GgmlType;
+use glint_cpu::{mul_mat_ggml_with, qdot, Kernels};
+use glint_quant::{BlockQ5_K, QuantError};
+use half::f16;
+
+/// The types with a fast kernel.
+const FAST: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Allowed |fast - reference| relative to sum |terms| (the dot of the
+/// dequantized |weights| with the dequantized |activations|), per kernel
+/// family and type. The plain kernels and the AVX2 Q5_K kernel keep ggml's
+/// float operations in ggml's order: exact. The other AVX2 kernels are
+/// ggml's AVX2 loops (exact integer sums, FMA into 8 f32 lanes summed at
+/// the end): f32 rounding only, a few ulps of the terms.
+fn tolerance(what: &str, ty: GgmlType) -> f64 {
+    use GgmlType as T;
+    match (what, ty) {
+        ("plain", _) => 0.0,
+        (_, T::Q5_K) => 0.0,
+        (_, T::Q4_K | T::Q6_K) => LEGACY_AVX2_TOL,
+        (_, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => LEGACY_AVX2_TOL,
+        _ => panic!("{what} {ty}: no tolerance named"),
+    }
+}
+
+/// The AVX2 kernels' tolerance, relative to sum |terms|.
+const LEGACY_AVX2_TOL: f64 = 1e-6;
+
+/// Random rows of `ty`: quantized from random data (with a few outliers, so
+/// the levels reach their extremes) where glint_quant quantizes the type,
+/// else random bytes with sane f16 scales.
+fn random_row(ty: GgmlType, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let row_bytes = ty.bytes_for(k as u64).unwrap() as usize;
+    let mut row = vec![0u8; row_bytes];
+    let mut x = rng.vec(k);
+    for _ in 0..k / 64 {
+        let i = rng.below(k as u64) as usize;
+        x[i] *= 8.0;
+    }
+    match glint_quant::quantize_row(ty, &x, &mut row) {
+        Ok(()) => {}
+        Err(QuantError::Unsupported { .. }) => {
+            assert_eq!(ty, GgmlType::Q5_K, "no random-block recipe for {ty}");
+            for b in row.iter_mut() {
+                *b = rng.next_u64() as u8;
+            }
+            for blk in row.chunks_mut(ty.type_size()) {
+                let mut b: BlockQ5_K = bytemuck::pod_read_unaligned(blk);
+                b.d = f16::from_f32(0.01 + 0.05 * rng.f32().abs());
+                b.dmin = f16::from_f32(0.01 + 0.05 * rng.f32().abs());
+                blk.copy_from_slice(bytemuck::bytes_of(&b));
+            }
+        }
+        Err(e) => panic!("{ty}: {e}"),
+    }
+    row
+}
+
+/// `sum |w_i| |x_i|` over the dequantized rows: the scale of the tolerance.
+fn abs_terms(ty: GgmlType, row: &[u8], act: &[u8], k: usize) -> f64 {
+    let (mut w, mut a) = (vec![0f32; k], vec![0f32; k]);
+    glint_quant::dequantize_row(ty, row, &mut w).unwrap();
+    glint_quant::dequantize_row(ty.vec_dot_type(), act, &mut a).unwrap();
+    w.iter()
+        .zip(&a)
+        .map(|(w, a)| (w.abs() * a.abs()) as f64)
+        .sum()
+}
+
+/// Checks `kernel` against `glint_quant::vec_dot` on `n_seeds` random row
+/// pairs of several lengths; returns how many pairs it compared.
+fn check_kernel(what: &str, ty: GgmlType, kernel: qdot::DotFn, n_seeds: u64) -> usize {
+    let vt = ty.vec_dot_type();
+    let mut n = 0;
+    for seed in 0..n_seeds {
+        let mut rng = Rng(1000 + seed);
+        for blocks in [1, 2, 3, 16] {
+            let k = blocks * ty.block_size();
+            let row = random_row(ty, k, &mut rng);
+            let mut act = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+            glint_quant::quantize_row(vt, &rng.vec(k), &mut act).unwrap();
+            let want = glint_quant::vec_dot(ty, &row, &act).unwrap();
+            let got = kernel(&row, &act);
+            let terms = abs_terms(ty, &row, &act, k);
+            assert!(terms > 0.0 && want != 0.0, "{what} {ty}: degenerate inputs");
+            let diff = (got as f64 - want as f64).abs();
+            assert!(
+                diff <= tolerance(what, ty) * terms,
+                "{what} {ty} k={k} seed {seed}: got {got}, want {want} (diff {diff}, terms {terms})"
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn plain_kernels_match_ggml_reference() {
+    let mut n = 0;
+    for ty in FAST {
+        let kernel = qdot::plain_dot(ty).unwrap_or_else(|| panic!("{ty}: no plain kernel"));
+        n += check_kernel("plain", ty, kernel, 50);
+    }
+    assert_eq!(n, FAST.len() * 50 * 4);
+}
+
+#[test]
+fn avx2_kernels_match_ggml_reference() {
+    let mut n = 0;
+    for ty in FAST {
+        match qdot::avx2_dot(ty) {
+            Some(kernel) => n += check_kernel("avx2", ty, kernel, 50),
+            None => eprintln!("no AVX2 on this cpu: {ty} not checked"),
+        }
+    }
+    if std::env::consts::ARCH == "x86_64" && std::is_x86_feature_detected!("avx2") {
+        assert_eq!(n, FAST.len() * 50 * 4);
+    }
+}
+
+/// The multi-column kernels, each column against `glint_quant::vec_dot`
+/// within the AVX2 tolerance of its type.
+#[test]
+fn multi_column_kernels_match_ggml_reference() {
+    let mut n = 0;
+    for ty in FAST {
+        let Some(kernel) = qdot::fast_dot_cols(ty) else {
+            continue;
+        };
+        let vt = ty.vec_dot_type();
+        for seed in 0..30 {
+            let mut rng = Rng(5000 + seed);
+            let k = [1, 3, 20][seed as usize % 3] * 32;
+            let row = random_row(ty, k, &mut rng);
+            let acts: Vec<Vec<u8>> = (0..qdot::COLS)
+                .map(|_| {
+                    let mut a = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+                    glint_quant::quantize_row(vt, &rng.vec(k), &mut a).unwrap();
+                    a
+                })
+                .collect();
+            let got = kernel(&row, std::array::from_fn(|c| &acts[c][..]));
+            for (c, act) in acts.iter().enumerate() {
+                let want = glint_quant::vec_dot(ty, &row, act).unwrap();
+                let terms = abs_terms(ty, &row, act, k);
+                let diff = (got[c] as f64 - want as f64).abs();
+                assert!(
+                    diff <= tolerance("avx2", ty) * terms,
+                    "cols {ty} k={k} seed {seed} col {c}: got {}, want {want}",
+                    got[c]
+                );
+                n += 1;
+            }
+        }
+    }
+    if std::env::consts::ARCH == "x86_64" && std::is_x86_feature_detected!("avx2") {
+        assert_eq!(n, 5 * 30 * qdot::COLS, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0");
+    }
+}
+
+#[test]
+fn fast_dot_covers_exactly_the_fast_types() {
+    for info in glint_quant::TYPES {
+        let has = qdot::fast_dot(info.ty).is_some();
+        assert_eq!(has, FAST.contains(&info.ty), "{}", info.ty);
+    }
+}
+
+/// `mul_mat_ggml` with each kernel set against the reference loops, on the
+/// decode (m <= 8) and tiled prefill (m > 8) paths, with row counts that
+/// leave partial tasks and tiles: the plain kernels bit for bit, the fast
+/// ones within their tolerance (relative to sum |w| |x|).
+#[test]
+fn mul_mat_ggml_fast_and_plain_match_reference() {
+    let mut rng = Rng(77);
+    let mut n_checked = 0;
+    for ty in FAST {
+        let k = 2 * 256;
+        for n in [1, 37, 203] {
+            let rows: Vec<u8> = (0..n).flat_map(|_| random_row(ty, k, &mut rng)).collect();
+            let row_bytes = rows.len() / n;
+            // w_abs: [k, n] |dequantized weights|
+            let mut w_abs = vec![0f32; k * n];
+            for (r, dst) in w_abs.chunks_mut(k).enumerate() {
+                glint_quant::dequantize_row(ty, &rows[r * row_bytes..(r + 1) * row_bytes], dst)
+                    .unwrap();
+                dst.iter_mut().for_each(|v| *v = v.abs());
+            }
+            for m in [1, 3, 8, 9, 40] {
+                let x = rng.vec(k * m);
+                let run = |kern| {
+                    let mut out = vec![0f32; n * m];
+                    mul_mat_ggml_with(kern, ty, &rows, row_bytes, k, n, &x, m, &mut out).unwrap();
+                    out
+                };
+                let want = run(Kernels::Reference);
+                assert!(
+                    want.iter().any(|&v| v != 0.0),
+                    "{ty} n={n} m={m}: degenerate"
+                );
+                for (kern, what) in [(Kernels::Plain, "plain"), (Kernels::Fast, "fast")] {
+                    let got = run(kern);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let (r, c) = (i % n, i / n);
+                        let terms: f64 = w_abs[r * k..(r + 1) * k]
+                            .iter()
+                            .zip(&x[c * k..(c + 1) * k])
+                            .map(|(w, x)| (w * x.abs()) as f64)
+                            .sum();
+                        // 1.01: the activations are quantized, |q8| <= |x| (1 + 1/127).
+                        let tol = tolerance(what, ty) * terms * 1.01;
+                        assert!(
+                            ((g - w) as f64).abs() <= tol,
+                            "{ty} {kern:?} n={n} m={m} out[{i}]: got {g}, want {w}"
+                        );
+                        n_checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(
+        n_checked,
+        FAST.len() * 2 * (1 + 37 + 203) * (1 + 3 + 8 + 9 + 40)
+    );
+}
+
+#[test]
+fn mul_mat_ggml_rejects_rows_of_the_wrong_length() {
+    let (k, n) = (64, 3);
+    let rows = vec![0u8; 20 * 2 * n - 1]; // Q4_1: 40 bytes a row, one short
+    let mut out = vec![0f32; n];
+    let e = mul_mat_ggml_with(
+        Kernels::Fast,
+        GgmlType::Q4_1,
+        &rows,
+        40,
+        k,
+        n,
+        &vec![1.0; k],
+        1,
+        &mut out,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("Q4_1"), "{e}");
+}
