@@ -8,6 +8,8 @@ use glint_gpu::GpuBackend;
 use glint_model::{HParams, KvStorage, Scratch, Weights};
 
 /// A backend with the model's weights on it.
+// One per model, never moved in a loop: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Engine {
     Cpu(Loaded<CpuBackend>),
     Gpu(Loaded<GpuBackend>),
@@ -29,6 +31,9 @@ pub(crate) struct Exec<B: Backend> {
     pub(crate) shifts: B::Tensor,
 }
 
+/// A context's device state, on the model's backend.
+// One per context, as for `Engine`.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum ExecState {
     Cpu(Exec<CpuBackend>),
     Gpu(Exec<GpuBackend>),

@@ -1060,7 +1060,7 @@ fn random_corruptions_never_panic() {
             _ => {
                 // Aimed at length/count fields: a u64 over any header byte.
                 let p = rng.below(meta_end - 8);
-                let v = if rng.next() % 2 == 0 {
+                let v = if rng.next().is_multiple_of(2) {
                     interesting[rng.below(interesting.len())]
                 } else {
                     rng.next() >> rng.below(64)

@@ -66,7 +66,7 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
 /// Checks that `n_elements` of `ty` are whole blocks taking exactly `n_bytes`.
 fn check_lengths(ty: GgmlType, n_elements: usize, n_bytes: usize) -> Result<(), QuantError> {
     let block_size = ty.block_size();
-    if n_elements % block_size != 0 {
+    if !n_elements.is_multiple_of(block_size) {
         return Err(QuantError::PartialBlock {
             ty,
             n_elements,
@@ -89,7 +89,7 @@ fn check_lengths(ty: GgmlType, n_elements: usize, n_bytes: usize) -> Result<(), 
 /// The number of elements in `n_bytes` of `ty`, which must be whole blocks.
 pub fn row_elements(ty: GgmlType, n_bytes: usize) -> Result<usize, QuantError> {
     let type_size = ty.type_size();
-    if n_bytes % type_size != 0 {
+    if !n_bytes.is_multiple_of(type_size) {
         return Err(QuantError::PartialBlockBytes {
             ty,
             n_bytes,
