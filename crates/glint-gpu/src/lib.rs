@@ -18,6 +18,7 @@
 
 mod context;
 mod kernels;
+mod measure;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,7 @@ use glint_backend::{
     SharedBytes, Tensor, TensorDesc, Unary, Usage,
 };
 use kernels::{PipelineCache, PipelineKey};
+pub use measure::CopyProbe;
 /// The wgpu version this backend is built on (for adapter types and backends).
 pub use wgpu;
 use wgpu::util::DeviceExt;
