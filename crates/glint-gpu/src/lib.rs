@@ -25,6 +25,7 @@
 
 mod context;
 mod kernels;
+mod measure;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,7 @@ use glint_backend::{
     SharedBytes, Tensor, TensorDesc, Unary, Usage,
 };
 use kernels::{PipelineCache, PipelineKey, F16, SUBGROUPS};
+pub use measure::CopyProbe;
 /// The wgpu version this backend is built on (for adapter types and backends).
 pub use wgpu;
 use wgpu::util::DeviceExt;

@@ -524,3 +524,17 @@ fn unaligned_write_and_read() {
     gpu().read(&t, 1, &mut b).unwrap();
     assert_eq!(b, [1, 1, 9, 8, 7]);
 }
+
+/// The bench's copy-bandwidth probe times a copy; sizes wgpu cannot copy
+/// are typed errors, never a wgpu validation panic.
+#[test]
+fn copy_probe_times_copies_and_rejects_bad_sizes() {
+    let g = gpu();
+    let p = g.copy_probe(1 << 20).unwrap();
+    assert_eq!(p.bytes(), 1 << 20);
+    p.time().unwrap();
+    for bad in [0, 6, g.limits().max_buffer_size.saturating_add(4)] {
+        let e = g.copy_probe(bad).err().expect("a bad size is an error");
+        assert!(e.to_string().contains("copy_probe"), "{e}");
+    }
+}
