@@ -7,10 +7,18 @@ use glint::{Batch, Context, ContextParams, Model, ModelParams};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: greedy MODEL.gguf PROMPT")?;
-    let prompt = args.next().unwrap_or_else(|| "The capital of France is".into());
+    let prompt = args
+        .next()
+        .unwrap_or_else(|| "The capital of France is".into());
 
     let model = Model::load(&path, &ModelParams::default())?;
-    let mut ctx = Context::new(&model, ContextParams { n_ctx: 512, ..Default::default() })?;
+    let mut ctx = Context::new(
+        &model,
+        ContextParams {
+            n_ctx: 512,
+            ..Default::default()
+        },
+    )?;
     let tok = model.tokenizer();
     let ids = tok.encode(&prompt, true, true)?;
 
