@@ -67,7 +67,7 @@ fn context_shift_matches_the_reference() {
         .iter()
         .find(|l| l.starts_with("kv: cells"))
         .unwrap()
-        .split_once(": ")
+        .rsplit_once(": ")
         .unwrap()
         .1
         .split_whitespace()

@@ -71,7 +71,7 @@ fn self_extend_matches_the_divadd_reference() {
         .find(|l| l.starts_with("kv: cells"))
         .expect("the cell dump");
     let got: Vec<i32> = cells_line
-        .split_once(": ")
+        .rsplit_once(": ")
         .unwrap()
         .1
         .split_whitespace()
