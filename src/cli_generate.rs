@@ -4,7 +4,11 @@
 use std::io::Write;
 use std::time::Instant;
 
-use glint::generate::{generate, GenerateParams};
+use std::path::Path;
+
+use glint::generate::{generate_parallel, generate_with, GenerateParams, Hooks, KvEvent};
+use glint::kv::KvOp;
+use glint::prompt_cache;
 use glint::{CacheType, Context, ContextParams, Model, ModelParams};
 use glint_sample::SamplerParams;
 
@@ -18,12 +22,20 @@ macro_rules! flag {
 
 pub const FLAGS: &[Flag] = &[
     flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use)"),
-    flag!("prompt", ["-p"], Some("TEXT"), "prompt (or give it as the last argument)"),
-    flag!("file", ["-f"], Some("FILE"), "read the prompt from a file"),
+    flag!("prompt", ["-p"], Some("TEXT"), "prompt (or give it as the last argument); repeat it for --parallel"),
+    flag!("file", ["-f"], Some("FILE"), "read the prompt from a file (with --parallel: one prompt per line)"),
     flag!("n-predict", ["-n"], Some("N"), "tokens to generate (-1 = until end of generation; default -1)"),
     flag!("ctx-size", ["-c"], Some("N"), "context size (default 4096, at most the model's training context)"),
     flag!("batch-size", ["-b"], Some("N"), "logical batch size (default 2048)"),
     flag!("ubatch-size", ["-ub"], Some("N"), "physical batch size (default 512)"),
+    flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group factor (default 1 = off)"),
+    flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window, a multiple of -gan (default 512)"),
+    flag!("context-shift", [], None, "when the context is full, drop half of what follows --keep and go on (default: stop)"),
+    flag!("keep", [], Some("N"), "prompt tokens a context shift keeps (default 0; -1 = all; BOS added on top)"),
+    flag!("parallel", ["-np"], Some("N"), "sequences decoded together, one prompt each (default 1)"),
+    flag!("kv-unified", ["-kvu"], None, "one KV stream shared by all sequences (the default)"),
+    flag!("no-kv-unified", [], None, "one KV stream per sequence, each of ctx-size/parallel slots"),
+    flag!("prompt-cache", [], Some("FILE"), "reuse the prompt prefix saved in FILE, then save this prompt's state there"),
     flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
@@ -140,8 +152,20 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
             .parse()
             .map_err(|e: glint::Error| format!("--{flag}: {e}"))
     };
+    let n_seq = num::<u32>(p, "parallel")?.unwrap_or(1);
+    if n_seq == 0 {
+        return Err("--parallel must be >= 1".into());
+    }
+    if p.has("kv-unified") && p.has("no-kv-unified") {
+        return Err("give --kv-unified or --no-kv-unified, not both".into());
+    }
+    let kv_unified = !p.has("no-kv-unified");
+    // As llama.cpp: separate streams share the context size out.
+    let n_ctx = if kv_unified { n_ctx } else { n_ctx / n_seq };
     Ok(ContextParams {
         n_ctx,
+        n_seq_max: n_seq,
+        kv_unified,
         n_batch: num(p, "batch-size")?.unwrap_or(d.n_batch),
         n_ubatch: num(p, "ubatch-size")?.unwrap_or(d.n_ubatch),
         type_k: cache("cache-type-k")?,
@@ -150,7 +174,34 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
     })
 }
 
+/// The prompts of `--parallel`: one per line of `-f`, or each `-p`.
+pub fn prompt_list(p: &Parsed) -> Result<Vec<String>, String> {
+    let list: Vec<String> = match (p.all("prompt"), p.get("file"), p.positional.as_slice()) {
+        (ps, None, []) if !ps.is_empty() => ps.to_vec(),
+        ([], Some(f), []) => std::fs::read_to_string(f)
+            .map_err(|e| format!("--file {f}: {e}"))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect(),
+        ([], None, [t]) => vec![t.clone()],
+        ([], None, []) => {
+            return Err(
+                "generate: no prompt (give -p TEXT, -f FILE or the prompt as an argument)".into(),
+            )
+        }
+        _ => return Err("generate: give the prompts with -p (repeated) or -f, not both".into()),
+    };
+    if list.is_empty() {
+        return Err("generate: the prompt file has no non-empty line".into());
+    }
+    Ok(list)
+}
+
 pub fn prompt_text(p: &Parsed) -> Result<String, String> {
+    if p.all("prompt").len() > 1 {
+        return Err("generate: several -p prompts need --parallel N".into());
+    }
     match (p.get("prompt"), p.get("file"), p.positional.as_slice()) {
         (Some(t), None, []) => Ok(t.to_string()),
         (None, Some(f), []) => std::fs::read_to_string(f).map_err(|e| format!("--file {f}: {e}")),
@@ -162,16 +213,93 @@ pub fn prompt_text(p: &Parsed) -> Result<String, String> {
     }
 }
 
+/// One cache event as `--verbose` prints it: a summary line, then each call.
+fn kv_event_lines(ev: &KvEvent) -> Vec<String> {
+    let (head, calls): (String, Vec<KvOp>) = match ev {
+        KvEvent::SelfExtend(p) => (
+            format!(
+                "kv: self-extend n_past {} ga_i {} ib {} bd {} dd {} -> n_past {} ga_i {}",
+                p.n_past_before, p.ga_i_before, p.ib, p.bd, p.dd, p.n_past_after, p.ga_i_after
+            ),
+            p.calls.to_vec(),
+        ),
+        KvEvent::ContextShift {
+            n_past_before,
+            n_keep,
+            shift,
+        } => (
+            format!(
+                "kv: context-shift n_past {n_past_before} n_keep {n_keep} n_discard {} -> n_past {}",
+                shift.n_discard, shift.n_past
+            ),
+            shift.calls.to_vec(),
+        ),
+    };
+    let mut lines = vec![head];
+    for c in calls {
+        lines.push(match c {
+            KvOp::SeqRm { seq, p0, p1 } => format!("kv: seq_rm({seq}, {p0}, {p1})"),
+            KvOp::SeqAdd { seq, p0, p1, d } => format!("kv: seq_add({seq}, {p0}, {p1}, {d})"),
+            KvOp::SeqDiv { seq, p0, p1, n } => format!("kv: seq_div({seq}, {p0}, {p1}, {n})"),
+        });
+    }
+    lines
+}
+
+/// Restore the longest common prefix of `ids` and the tokens saved in
+/// `path` into sequence 0; returns how many prompt tokens were reused (at
+/// most all but the last, whose logits are needed).
+fn restore_prompt_cache(ctx: &mut Context, path: &Path, ids: &[u32]) -> Result<usize, String> {
+    if !path.exists() {
+        return Ok(0);
+    }
+    let (saved, state) = prompt_cache::load(path).map_err(|e| e.to_string())?;
+    let common = saved.iter().zip(ids).take_while(|(a, b)| a == b).count();
+    let n_reuse = common.min(ids.len() - 1);
+    if n_reuse == 0 {
+        return Ok(0);
+    }
+    ctx.state_seq_load(&state, 0)
+        .map_err(|e| format!("prompt cache {}: {e}", path.display()))?;
+    ctx.seq_rm(0, n_reuse as i32, -1)
+        .map_err(|e| e.to_string())?;
+    Ok(n_reuse)
+}
+
 pub fn run(rest: &[String]) -> Result<(), String> {
     let p = args::parse(rest, FLAGS)?;
     if p.has("help") {
         println!("{}", args::help("glint generate [options] [PROMPT]", FLAGS));
         return Ok(());
     }
-    let prompt = prompt_text(&p)?;
+    let n_parallel = num::<u32>(&p, "parallel")?.unwrap_or(1);
+    let prompts = if n_parallel > 1 {
+        let list = prompt_list(&p)?;
+        if list.len() > n_parallel as usize {
+            return Err(format!(
+                "generate: {} prompts, --parallel {n_parallel}",
+                list.len()
+            ));
+        }
+        list
+    } else {
+        vec![prompt_text(&p)?]
+    };
     let sampling = sampler_params(&p)?;
     let n_predict = num::<i32>(&p, "n-predict")?.unwrap_or(-1);
     let verbose = p.has("verbose");
+    let ga_n = num::<i32>(&p, "grp-attn-n")?.unwrap_or(1);
+    let ga_w = num::<i32>(&p, "grp-attn-w")?.unwrap_or(512);
+    glint::generate::validate_self_extend(ga_n, ga_w).map_err(|e| e.to_string())?;
+    let ctx_shift = p.has("context-shift");
+    if ctx_shift && ga_n > 1 {
+        return Err("--context-shift and --grp-attn-n > 1 cannot be combined".into());
+    }
+    let keep = num::<i32>(&p, "keep")?.unwrap_or(0);
+    let cache_path = p.get("prompt-cache").map(std::path::PathBuf::from);
+    if cache_path.is_some() && (ga_n > 1 || n_parallel > 1) {
+        return Err("--prompt-cache works without --grp-attn-n and --parallel".into());
+    }
 
     let path = model_path(&p)?;
     let t_load = Instant::now();
@@ -198,27 +326,70 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         );
     }
     let tok = model.tokenizer();
-    let ids = tok
-        .encode(&prompt, true, !p.has("no-special"))
-        .map_err(|e| e.to_string())?;
-    if p.has("verbose-prompt") {
-        eprintln!("glint: prompt: {} tokens", ids.len());
-        for &id in &ids {
-            eprintln!("{id:6} -> {:?}", tok.token_text(id).unwrap_or(""));
+    let mut all_ids = Vec::with_capacity(prompts.len());
+    for prompt in &prompts {
+        let ids = tok
+            .encode(prompt, true, !p.has("no-special"))
+            .map_err(|e| e.to_string())?;
+        if p.has("verbose-prompt") {
+            eprintln!("glint: prompt: {} tokens", ids.len());
+            for &id in &ids {
+                eprintln!("{id:6} -> {:?}", tok.token_text(id).unwrap_or(""));
+            }
         }
+        all_ids.push(ids);
+    }
+    let mut params = GenerateParams {
+        n_predict,
+        sampling,
+        stop_at_eog: !p.has("ignore-eos"),
+        ga_n,
+        ga_w,
+        ctx_shift,
+        ..Default::default()
+    };
+    if n_parallel > 1 {
+        return run_parallel(&mut ctx, &prompts, &all_ids, &params, &p, load_secs);
+    }
+    let (prompt, ids) = (&prompts[0], &all_ids[0]);
+    // As llama.cpp: --keep counts prompt tokens, the BOS comes on top.
+    let add_bos = tok.add_bos() && tok.bos().is_some_and(|b| ids.first() == Some(&b));
+    params.n_keep = if keep < 0 || keep as usize > ids.len() {
+        ids.len() as i32
+    } else {
+        keep + add_bos as i32
+    };
+    if let Some(cp) = &cache_path {
+        params.n_cached = restore_prompt_cache(&mut ctx, cp, ids)?;
+        eprintln!(
+            "glint: prompt cache {}: reused {} of {} prompt tokens",
+            cp.display(),
+            params.n_cached,
+            ids.len()
+        );
     }
     let mut out = std::io::stdout().lock();
     if p.has("echo") {
         let _ = write!(out, "{prompt}");
         let _ = out.flush();
     }
-    let params = GenerateParams {
-        n_predict,
-        sampling,
-        stop_at_eog: !p.has("ignore-eos"),
+    let mut on_kv = |ev: &KvEvent| {
+        for line in kv_event_lines(ev) {
+            eprintln!("{line}");
+        }
+    };
+    let mut save = |ctx: &mut Context| -> Result<(), glint::Error> {
+        match &cache_path {
+            Some(cp) => prompt_cache::save(cp, ctx, 0, ids),
+            None => Ok(()),
+        }
+    };
+    let mut hooks = Hooks {
+        on_kv: if verbose { Some(&mut on_kv) } else { None },
+        after_prompt: Some(&mut save),
     };
     let mut io_err = None;
-    let stats = generate(&mut ctx, &ids, &params, false, &mut |ev| {
+    let stats = generate_with(&mut ctx, ids, &params, false, &mut hooks, &mut |ev| {
         if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|()| out.flush()) {
             io_err = Some(e);
             return false;
@@ -232,6 +403,16 @@ pub fn run(rest: &[String]) -> Result<(), String> {
             return Err(format!("writing the output: {e}"));
         }
     }
+    if verbose {
+        let mut pos = ctx.cell_positions();
+        pos.sort_unstable();
+        let list: Vec<String> = pos.iter().map(|p| p.to_string()).collect();
+        eprintln!(
+            "kv: cells {} (positions, sorted): {}",
+            pos.len(),
+            list.join(" ")
+        );
+    }
     eprintln!(
         "glint: load {:.2} s | prompt {} tokens, {:.1} tokens/s | generation {} tokens, {:.1} tokens/s | {:?} | {}",
         load_secs,
@@ -244,9 +425,59 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     );
     if stats.stop == glint::generate::StopReason::ContextFull {
         eprintln!(
-            "glint: the context is full ({} tokens): stopped",
+            "glint: the context is full ({} tokens): stopped (--context-shift would go on)",
             ctx.n_ctx()
         );
+    }
+    Ok(())
+}
+
+/// `--parallel N`: every prompt its own sequence, decoded together; each
+/// sequence's text printed as a `[i] text` block at the end.
+fn run_parallel(
+    ctx: &mut Context,
+    prompts: &[String],
+    ids: &[Vec<u32>],
+    params: &GenerateParams,
+    p: &Parsed,
+    load_secs: f64,
+) -> Result<(), String> {
+    let mut texts = vec![String::new(); ids.len()];
+    let stats = generate_parallel(ctx, ids, params, &mut |s, ev| {
+        texts[s].push_str(ev.text);
+        true
+    })
+    .map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    for (i, t) in texts.iter().enumerate() {
+        let echo = if p.has("echo") {
+            prompts[i].as_str()
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "[{i}] {echo}{t}");
+    }
+    let _ = out.flush();
+    let n_gen: usize = stats.iter().map(|s| s.n_gen).sum();
+    let n_prompt: usize = stats.iter().map(|s| s.n_prompt).sum();
+    let (ps, gs) = stats
+        .first()
+        .map(|s| (s.prompt_secs, s.gen_secs))
+        .unwrap_or_default();
+    eprintln!(
+        "glint: load {:.2} s | {} sequences | prompt {} tokens, {:.1} tokens/s | generation {} tokens, {:.1} tokens/s | {}",
+        load_secs,
+        ids.len(),
+        n_prompt,
+        n_prompt as f64 / ps.max(1e-9),
+        n_gen,
+        n_gen as f64 / gs.max(1e-9),
+        ctx.model().backend_name()
+    );
+    for (i, s) in stats.iter().enumerate() {
+        if s.stop == glint::generate::StopReason::ContextFull {
+            eprintln!("glint: [{i}] the context is full: stopped");
+        }
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use glint_backend::{Backend, GgmlType, MemoryReport};
+use glint_backend::{Backend, GgmlType, MemoryReport, Tensor};
 use glint_gguf::GgufFile;
 use glint_kv::{KvCells, KvParams, MaskParams, Query, StreamLayout, SwaType, TokenMeta};
 use glint_model::{forward, HParams, UBatch, Weights};
@@ -640,6 +640,113 @@ impl<'m> Context<'m> {
         Ok(self.cells.seq_pos_max(seq)?)
     }
 
+    /// One self-extend step for `seq` before a decode (see
+    /// [`glint_kv::self_extend_step`]): the same `seq_add`/`seq_div` calls
+    /// as the seq ops, all or nothing; K is re-rotated at the next decode.
+    pub fn self_extend(
+        &mut self,
+        seq: i32,
+        n_past: i32,
+        ga_i: i32,
+        ga_n: i32,
+        ga_w: i32,
+    ) -> Result<glint_kv::SelfExtendOutcome, Error> {
+        Ok(glint_kv::self_extend_step(
+            &mut self.cells,
+            seq,
+            n_past,
+            ga_i,
+            ga_n,
+            ga_w,
+        )?)
+    }
+
+    /// Context shift of `seq` (see [`glint_kv::context_shift`]): keep the
+    /// first `n_keep` positions, drop half of the rest, slide the remainder
+    /// down; all or nothing, K re-rotated at the next decode.
+    pub fn context_shift(
+        &mut self,
+        seq: i32,
+        n_keep: i32,
+        n_past: i32,
+    ) -> Result<glint_kv::ContextShift, Error> {
+        Ok(glint_kv::context_shift(
+            &mut self.cells,
+            seq,
+            n_keep,
+            n_past,
+        )?)
+    }
+
+    /// Positions of every non-empty slot, all streams, in slot order.
+    pub fn cell_positions(&self) -> Vec<i32> {
+        let kv_size = self.params.n_ctx;
+        (0..self.cells.n_stream())
+            .flat_map(|st| (0..kv_size).map(move |slot| (st, slot)))
+            .filter_map(|(st, slot)| self.cells.cell(st, slot).map(|c| c.pos))
+            .filter(|&p| p >= 0)
+            .collect()
+    }
+
+    /// What a saved sequence must agree on with this context.
+    fn identity(&self) -> glint_kv::ModelIdentity {
+        let hp = &self.model.hparams;
+        let (tk, tv) = (self.params.type_k.ggml(), self.params.type_v.ggml());
+        let n = hp.n_embd_kv() as u64;
+        glint_kv::ModelIdentity {
+            arch: hp.arch.name.to_string(),
+            n_layer: hp.n_layer as u32,
+            n_embd_k_gqa: hp.n_embd_kv() as u32,
+            n_embd_v_gqa: hp.n_embd_kv() as u32,
+            type_k: tk.id(),
+            type_v: tv.id(),
+            k_row_bytes: tk.bytes_for(n).unwrap_or(0),
+            v_row_bytes: tv.bytes_for(n).unwrap_or(0),
+        }
+    }
+
+    /// Save sequence `seq`: its slots (positions, pending shifts) and their
+    /// K/V rows of every layer, in `glint_kv`'s state format (magic,
+    /// version, model identity, checksum). Restore with
+    /// [`Context::state_seq_load`], in this or another context or process.
+    pub fn state_seq_save(&mut self, seq: i32) -> Result<Vec<u8>, Error> {
+        let id = self.identity();
+        let w = self.cells.state_write(seq, &id)?;
+        let mut out = w.bytes;
+        let storage = usize::try_from(w.storage_bytes)
+            .map_err(|_| Error::Invalid(format!("{} bytes of state", w.storage_bytes)))?;
+        let start = out.len();
+        out.resize(start + storage, 0);
+        let rows = w.src_rows;
+        let model = self.model;
+        with_exec!(&model.engine, &mut self.exec, |l, x| read_kv_rows(
+            l,
+            x,
+            &rows,
+            &mut out[start..]
+        ))?;
+        Ok(out)
+    }
+
+    /// Restore a sequence saved by [`Context::state_seq_save`] into
+    /// `dst_seq` (whose current slots are dropped). The whole blob is
+    /// checked first (magic, version, model identity, lengths, checksum,
+    /// room): any failure is an error and the cache is as it was.
+    pub fn state_seq_load(&mut self, bytes: &[u8], dst_seq: i32) -> Result<(), Error> {
+        let id = self.identity();
+        let mut next = self.cells.clone();
+        let r = next.state_read(bytes, dst_seq, &id)?;
+        let model = self.model;
+        with_exec!(&model.engine, &mut self.exec, |l, x| write_kv_rows(
+            l,
+            x,
+            &r.dst_rows,
+            &bytes[r.storage.clone()]
+        ))?;
+        self.cells = next;
+        Ok(())
+    }
+
     /// Empty the cache.
     pub fn clear(&mut self) {
         self.cells.clear();
@@ -737,5 +844,73 @@ fn copy_rows<B: Backend>(
         be.set_rows(&tmp, &dst_idx, t)?;
     }
     be.sync()?;
+    Ok(())
+}
+
+/// Runs of consecutive rows, in order: `(first row, count)`.
+fn row_runs(rows: &[u64]) -> Vec<(u64, usize)> {
+    let mut runs: Vec<(u64, usize)> = Vec::new();
+    for &r in rows {
+        match runs.last_mut() {
+            Some((first, n)) if *first + *n as u64 == r => *n += 1,
+            _ => runs.push((r, 1)),
+        }
+    }
+    runs
+}
+
+/// Copy the K rows (every layer), then the V rows, of `rows` into `out`
+/// (`state_seq_save`'s storage layout). Consecutive rows are read at once.
+fn read_kv_rows<B: Backend>(
+    l: &Loaded<B>,
+    x: &mut Exec<B>,
+    rows: &[u64],
+    out: &mut [u8],
+) -> Result<(), Error> {
+    let runs = row_runs(rows);
+    let mut at = 0;
+    for t in x.kv.k.iter().chain(x.kv.v.iter()) {
+        let rb = t.desc().row_bytes();
+        for &(first, n) in &runs {
+            let len = n * rb;
+            l.be.read(t, first as usize * rb, &mut out[at..at + len])?;
+            at += len;
+        }
+    }
+    if at != out.len() {
+        return Err(Error::Internal(format!(
+            "state storage: {at} bytes read, {} expected",
+            out.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Write `data` (K rows of every layer, then V rows, in `rows` order) into
+/// the cache rows `rows`.
+fn write_kv_rows<B: Backend>(
+    l: &Loaded<B>,
+    x: &mut Exec<B>,
+    rows: &[u64],
+    data: &[u8],
+) -> Result<(), Error> {
+    let runs = row_runs(rows);
+    let mut at = 0;
+    for t in x.kv.k.iter().chain(x.kv.v.iter()) {
+        let rb = t.desc().row_bytes();
+        for &(first, n) in &runs {
+            let len = n * rb;
+            let src = data.get(at..at + len).ok_or_else(|| {
+                Error::Internal(format!(
+                    "state storage ends at {}, row needs {}",
+                    data.len(),
+                    at + len
+                ))
+            })?;
+            l.be.write(t, first as usize * rb, src)?;
+            at += len;
+        }
+    }
+    l.be.sync()?;
     Ok(())
 }

@@ -19,11 +19,13 @@ mod engine;
 pub mod generate;
 pub mod inspect;
 pub mod models;
+pub mod prompt_cache;
 
 pub use context::{BackendKind, Batch, CacheType, Context, ContextParams, Model, ModelParams};
 pub use glint_backend::MemoryReport;
 pub use glint_cpu::Precision as CpuPrecision;
 pub use glint_gguf as gguf;
+pub use glint_kv as kv;
 pub use glint_model::HParams;
 pub use glint_quant as quant;
 pub use glint_sample as sample;

@@ -93,3 +93,50 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0f32, f32::max)
 }
+
+/// Read a little-endian i32 `.npy` file (version 1 header, C order).
+pub fn read_npy_i32(path: &std::path::Path) -> Vec<i32> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&b[..6], b"\x93NUMPY", "{}: not an npy file", path.display());
+    let (hlen, hstart) = if b[6] == 1 {
+        (u16::from_le_bytes([b[8], b[9]]) as usize, 10)
+    } else {
+        (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
+    };
+    let header = std::str::from_utf8(&b[hstart..hstart + hlen]).unwrap();
+    assert!(header.contains("'descr': '<i4'"), "{header}");
+    b[hstart + hlen..]
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Parsed reference `result.json`.
+pub fn reference_json(rel: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(reference(rel)).unwrap()).unwrap()
+}
+
+/// Lines of `glint generate --verbose` stderr that are cache events or the
+/// final cell dump (they start with `kv: `).
+pub fn kv_lines(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("kv: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The event lines llama.cpp's run would print, from a reference `events` list
+/// (`calls` as `[name, seq, p0, p1, arg]`): one line per call.
+pub fn reference_calls(events: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for ev in events.as_array().unwrap() {
+        for c in ev["calls"].as_array().unwrap() {
+            let c = c.as_array().unwrap();
+            let name = c[0].as_str().unwrap();
+            let args: Vec<String> = c[1..].iter().map(|v| v.to_string()).collect();
+            out.push(format!("kv: {name}({})", args.join(", ")));
+        }
+    }
+    out
+}
