@@ -16,6 +16,7 @@
 //!   `read`/`sync`/`alloc`, never a panic.
 #![deny(unsafe_code)]
 
+mod bandwidth;
 mod context;
 mod kernels;
 
