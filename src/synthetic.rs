@@ -187,13 +187,15 @@ pub fn preset(name: &str) -> Result<&'static Preset, Error> {
 /// llama.cpp's `use_more_bits(i_layer, n_layer)`: the first and last eighth
 /// of the layers and every third one between.
 fn use_more_bits(il: usize, n_layer: usize) -> bool {
-    il < n_layer / 8 || il >= 7 * n_layer / 8 || (il >= n_layer / 8 && (il - n_layer / 8) % 3 == 2)
+    let (lo, hi) = (n_layer / 8, 7 * n_layer / 8);
+    // `il - lo` cannot underflow: `il < lo` short-circuits.
+    il < lo || il >= hi || (il - lo) % 3 == 2
 }
 
 /// A K-quant needs rows that are whole 256-blocks; llama.cpp falls back to
 /// these when they are not.
 fn fallback(ty: GgmlType, row: usize) -> GgmlType {
-    if row % ty.block_size() == 0 {
+    if row.is_multiple_of(ty.block_size()) {
         return ty;
     }
     match ty {
