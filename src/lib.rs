@@ -14,12 +14,14 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod bench;
 mod context;
 mod engine;
 pub mod generate;
 pub mod inspect;
 pub mod models;
 pub mod prompt_cache;
+pub mod synthetic;
 
 pub use context::{BackendKind, Batch, CacheType, Context, ContextParams, Model, ModelParams};
 pub use glint_backend::MemoryReport;

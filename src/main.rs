@@ -1,6 +1,7 @@
 //! The `glint` command line.
 
 mod args;
+mod cli_bench;
 mod cli_generate;
 
 use std::process::ExitCode;
@@ -15,6 +16,7 @@ usage: glint <command> [options]
 commands:
   inspect MODEL.gguf [--json]   what the file holds: header, metadata, tensors, totals per type
   generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
+  bench -m MODEL                speed as llama-bench: pp512, tg128 (see `glint bench --help`)
   pull [NAME]                   fetch a known model (smollm2, gemma3) into the model cache
   help                          this text
 
@@ -48,6 +50,7 @@ fn run(argv: &[String]) -> Result<(), String> {
     match cmd {
         "inspect" => inspect(rest),
         "generate" => generate(rest),
+        "bench" => cli_bench::run(rest),
         "pull" => pull(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");

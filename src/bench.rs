@@ -1,0 +1,304 @@
+//! What `glint bench` measures, as a library: llama-bench's test protocol,
+//! the bytes a test must read, the host's read bandwidth and peak RSS.
+//!
+//! Protocol (llama-bench's): before each repetition the cache is cleared and
+//! `n_depth` tokens are decoded untimed; then the timer covers
+//! - `pp N`: N random prompt tokens in batches of `n_batch` (split into
+//!   micro-batches of `n_ubatch`), logits for the last token only;
+//! - `tg N`: N single-token decodes, each waited for (`argmax` of its logits
+//!   reads 4 bytes, llama-bench's `llama_synchronize`);
+//! - `pp N + tg M`: both, one after the other.
+//!
+//! tokens/s = (N + M) / seconds. One untimed warm-up run comes first (the
+//! prompt, then one generated token), as llama-bench does.
+
+use std::time::Instant;
+
+use crate::{Batch, CacheType, Context, Error, Model};
+
+/// One test: `n_prompt` prompt tokens and `n_gen` generated ones after
+/// `n_depth` tokens already in the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Test {
+    /// Prompt tokens (one timed batch run).
+    pub n_prompt: u32,
+    /// Generated tokens (single-token decodes).
+    pub n_gen: u32,
+    /// Tokens in the cache before the timer starts.
+    pub n_depth: u32,
+}
+
+impl Test {
+    /// llama-bench's name: `pp512`, `tg128`, `pp512+tg128`, with `@d512`
+    /// for a depth.
+    pub fn name(&self) -> String {
+        let mut s = match (self.n_prompt, self.n_gen) {
+            (p, 0) => format!("pp{p}"),
+            (0, g) => format!("tg{g}"),
+            (p, g) => format!("pp{p}+tg{g}"),
+        };
+        if self.n_depth > 0 {
+            s.push_str(&format!(" @ d{}", self.n_depth));
+        }
+        s
+    }
+
+    /// Cache slots the test needs.
+    pub fn n_ctx(&self) -> u32 {
+        self.n_depth + self.n_prompt + self.n_gen
+    }
+
+    /// Tokens the timer covers.
+    pub fn n_tokens(&self) -> u32 {
+        self.n_prompt + self.n_gen
+    }
+}
+
+/// Random token ids below `n_vocab` (llama-bench: `std::rand() % n_vocab`).
+pub struct TokenRng(u64);
+
+impl TokenRng {
+    /// Seeded generator.
+    pub fn new(seed: u64) -> TokenRng {
+        TokenRng(seed | 1)
+    }
+    /// The next id in `0..n_vocab`.
+    pub fn token(&mut self, n_vocab: usize) -> u32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n_vocab.max(1) as u64) as u32
+    }
+}
+
+/// Decode `n` random tokens at positions `pos0..` in batches of `n_batch`,
+/// logits for the last one, and wait for them.
+fn prompt(ctx: &mut Context<'_>, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
+    let n_vocab = ctx.model().n_vocab();
+    let n_batch = ctx.params().n_batch;
+    let mut done = 0;
+    while done < n {
+        let len = n_batch.min(n - done);
+        let toks: Vec<u32> = (0..len).map(|_| rng.token(n_vocab)).collect();
+        ctx.decode(&Batch::from_tokens(&toks, (pos0 + done) as i32, 0))?;
+        done += len;
+        if done == n {
+            ctx.argmax(len as usize - 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// `n` single-token decodes at positions `pos0..`, each waited for.
+fn generate(ctx: &mut Context<'_>, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
+    let n_vocab = ctx.model().n_vocab();
+    for i in 0..n {
+        let t = rng.token(n_vocab);
+        ctx.decode(&Batch::from_tokens(&[t], (pos0 + i) as i32, 0))?;
+        ctx.argmax(0)?;
+    }
+    Ok(())
+}
+
+/// llama-bench's warm-up: the prompt (if any) and one generated token.
+pub fn warm_up(ctx: &mut Context<'_>, test: &Test, rng: &mut TokenRng) -> Result<(), Error> {
+    ctx.clear();
+    if test.n_prompt > 0 {
+        prompt(ctx, test.n_prompt, 0, rng)?;
+    }
+    if test.n_gen > 0 {
+        generate(ctx, 1, test.n_prompt, rng)?;
+    }
+    Ok(())
+}
+
+/// One timed repetition; returns seconds. The context needs
+/// `test.n_ctx()` slots.
+pub fn run_once(ctx: &mut Context<'_>, test: &Test, rng: &mut TokenRng) -> Result<f64, Error> {
+    ctx.clear();
+    if test.n_depth > 0 {
+        prompt(ctx, test.n_depth, 0, rng)?;
+    }
+    let t0 = Instant::now();
+    if test.n_prompt > 0 {
+        prompt(ctx, test.n_prompt, test.n_depth, rng)?;
+    }
+    if test.n_gen > 0 {
+        generate(ctx, test.n_gen, test.n_depth + test.n_prompt, rng)?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Bytes of weights one forward pass reads: every tensor, except that an
+/// untied `token_embd` is only gathered (a row per token) and not counted.
+pub fn weight_bytes_per_pass(model: &Model) -> u64 {
+    let f = model.gguf();
+    let untied = f.tensor("output.weight").is_some();
+    f.tensors()
+        .iter()
+        .filter(|t| !(untied && t.name == "token_embd.weight"))
+        .map(|t| t.n_bytes)
+        .sum()
+}
+
+/// Weight elements in the file (llama-bench's "params").
+pub fn n_params(model: &Model) -> u64 {
+    model.gguf().tensors().iter().map(|t| t.n_elements).sum()
+}
+
+/// Weight bytes in the file (llama-bench's "size").
+pub fn model_bytes(model: &Model) -> u64 {
+    model.gguf().tensors().iter().map(|t| t.n_bytes).sum()
+}
+
+/// The formula behind [`bytes_read`], for `--help` and reports.
+pub const BYTES_FORMULA: &str = "\
+bytes read = sum over forward passes (one per micro-batch of <= n_ubatch tokens; \
+a tg token is its own pass) of [weight bytes + K/V bytes of every cache cell the \
+pass's tokens attend]; weight bytes = all tensors (an untied token_embd is only \
+gathered and not counted); a cell is attended per layer from position 0 (or the \
+sliding window's start on SWA layers) to the pass's last token; GB/s = bytes read \
+/ median seconds / 1e9";
+
+/// Bytes `test` must read, by [`BYTES_FORMULA`]: weights once per forward
+/// pass plus the K/V rows each pass attends. Activations are not counted.
+pub fn bytes_read(
+    model: &Model,
+    test: &Test,
+    n_batch: u32,
+    n_ubatch: u32,
+    type_k: CacheType,
+    type_v: CacheType,
+) -> f64 {
+    let hp = model.hparams();
+    let w = weight_bytes_per_pass(model) as f64;
+    let el = |t: CacheType| match t {
+        CacheType::F16 => 2.0,
+        CacheType::F32 => 4.0,
+    };
+    // K and V of one cell in one layer.
+    let cell = hp.n_embd_kv() as f64 * (el(type_k) + el(type_v));
+    // Cells one pass over positions [a, b) attends, over all layers.
+    let pass_kv = |a: u32, b: u32| -> f64 {
+        (0..hp.n_layer)
+            .map(|il| {
+                let swa = hp.swa_layers.get(il).copied().unwrap_or(false) && hp.n_swa > 0;
+                let lo = if swa {
+                    (a + 1).saturating_sub(hp.n_swa as u32)
+                } else {
+                    0
+                };
+                (b - lo) as f64
+            })
+            .sum::<f64>()
+            * cell
+    };
+    let mut total = 0.0;
+    // The prompt: batches of n_batch, each split into micro-batches.
+    let n_ub = n_ubatch.min(n_batch).max(1);
+    let mut pos = test.n_depth;
+    let end = test.n_depth + test.n_prompt;
+    while pos < end {
+        let batch_end = (pos + n_batch).min(end);
+        while pos < batch_end {
+            let ub_end = (pos + n_ub).min(batch_end);
+            total += w + pass_kv(pos, ub_end);
+            pos = ub_end;
+        }
+    }
+    for p in end..end + test.n_gen {
+        total += w + pass_kv(p, p + 1);
+    }
+    total
+}
+
+/// The host's read bandwidth in bytes/s: `n_threads` threads summing their
+/// share of a `n_bytes` buffer (filled first, so every page is real), best
+/// of `reps` after one warm-up.
+pub fn cpu_read_bandwidth(n_bytes: usize, n_threads: usize, reps: usize) -> f64 {
+    let n = (n_bytes / 8).max(1024);
+    let buf: Vec<u64> = (0..n as u64).collect();
+    let n_threads = n_threads.max(1);
+    let chunk = n.div_ceil(n_threads);
+    let mut best = f64::INFINITY;
+    let mut sink = 0u64;
+    for i in 0..reps.max(1) + 1 {
+        let t0 = Instant::now();
+        let s: u64 = std::thread::scope(|sc| {
+            let hs: Vec<_> = buf
+                .chunks(chunk)
+                .map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
+        });
+        let t = t0.elapsed().as_secs_f64();
+        sink = sink.wrapping_add(s);
+        if i > 0 {
+            best = best.min(t);
+        }
+    }
+    std::hint::black_box(sink);
+    (n * 8) as f64 / best
+}
+
+/// Peak resident set size of this process (`VmHWM`), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Reset the peak RSS to the current RSS (Linux `clear_refs` 5), so the
+/// next [`peak_rss_bytes`] covers only what follows. Best effort.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Median, min and max (of a non-empty slice; NaN for an empty one).
+pub fn median_min_max(v: &[f64]) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    let med = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    (med, s[0], s[n - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_names_follow_llama_bench() {
+        let t = |p, g, d| Test {
+            n_prompt: p,
+            n_gen: g,
+            n_depth: d,
+        };
+        assert_eq!(t(512, 0, 0).name(), "pp512");
+        assert_eq!(t(0, 128, 0).name(), "tg128");
+        assert_eq!(t(512, 128, 0).name(), "pp512+tg128");
+        assert_eq!(t(0, 128, 512).name(), "tg128 @ d512");
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median_min_max(&[3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        assert_eq!(median_min_max(&[4.0, 1.0, 2.0, 3.0]), (2.5, 1.0, 4.0));
+    }
+
+    #[test]
+    fn tokens_stay_in_the_vocabulary() {
+        let mut r = TokenRng::new(7);
+        assert!((0..1000).all(|_| r.token(10) < 10));
+    }
+}

@@ -1,0 +1,641 @@
+//! `glint bench`: llama-bench's protocol and flags (`-p`, `-n`, `-pg`, `-d`,
+//! `-r`, `-b`, `-ub`, `-ctk`, `-ctv`, `-t` as comma-separated lists), with
+//! each row's effective GB/s set against the device's bandwidth measured in
+//! the same run. Rows on stdout (md, json or csv), progress on stderr.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+
+use glint::bench::{self, Test, TokenRng};
+use glint::{BackendKind, CacheType, Context, ContextParams, Model, ModelParams};
+use serde_json::{json, Value as Json};
+
+use crate::args::{self, Flag, Parsed};
+
+macro_rules! flag {
+    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
+        Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
+    };
+}
+
+pub const FLAGS: &[Flag] = &[
+    flag!("model", ["-m"], Some("FILE"), "GGUF model (repeatable)"),
+    flag!(
+        "synthetic",
+        [],
+        Some("NAME"),
+        "synthetic model, written once into <models>/synthetic/ (repeatable; see the list below)"
+    ),
+    flag!(
+        "n-prompt",
+        ["-p"],
+        Some("LIST"),
+        "prompt sizes, one ppN test each (default 512; 0 = none)"
+    ),
+    flag!(
+        "n-gen",
+        ["-n"],
+        Some("LIST"),
+        "generation lengths, one tgN test each (default 128; 0 = none)"
+    ),
+    flag!(
+        "pg",
+        ["-pg"],
+        Some("PP,TG"),
+        "a prompt then generation test ppPP+tgTG (repeatable)"
+    ),
+    flag!(
+        "n-depth",
+        ["-d"],
+        Some("LIST"),
+        "tokens in the cache before each test (default 0)"
+    ),
+    flag!(
+        "repetitions",
+        ["-r"],
+        Some("N"),
+        "timed runs per test (default 5)"
+    ),
+    flag!(
+        "batch-size",
+        ["-b"],
+        Some("LIST"),
+        "logical batch size (default 2048)"
+    ),
+    flag!(
+        "ubatch-size",
+        ["-ub"],
+        Some("LIST"),
+        "physical batch size (default 512)"
+    ),
+    flag!(
+        "cache-type-k",
+        ["-ctk"],
+        Some("LIST"),
+        "K cache type f16|f32 (default f16)"
+    ),
+    flag!(
+        "cache-type-v",
+        ["-ctv"],
+        Some("LIST"),
+        "V cache type f16|f32 (default f16)"
+    ),
+    flag!(
+        "threads",
+        ["-t"],
+        Some("LIST"),
+        "cpu threads (default: all cores)"
+    ),
+    flag!(
+        "backend",
+        [],
+        Some("LIST"),
+        "backends, e.g. cpu,wgpu (default auto)"
+    ),
+    flag!("adapter", [], Some("N"), "wgpu adapter index"),
+    flag!(
+        "output",
+        ["-o"],
+        Some("md|json|csv"),
+        "output format (default md)"
+    ),
+    flag!("help", ["-h"], None, "this text"),
+];
+
+fn help() -> String {
+    let names: Vec<&str> = glint::synthetic::PRESETS.iter().map(|p| p.name).collect();
+    format!(
+        "{}\nsynthetic models: {}\n\n\
+         Each test: one untimed warm-up, then -r timed runs from a cleared cache \
+         (after -d tokens, untimed). t/s = tokens / seconds: median, min, max over the runs.\n\
+         GB/s: {}.\n\
+         % bw: GB/s as a share of the device bandwidth measured at the start of the run \
+         (cpu: -t threads summing a 512 MiB buffer; wgpu: 2 x bytes / time of a 256 MiB \
+         buffer-to-buffer copy), best of 5.\n\
+         RSS: the process's peak resident set (VmHWM) since its model was loaded, \
+         mapped weights included; mem: what the backend holds (weights w, KV cache, scratch).",
+        args::help(
+            "glint bench [options] (-m FILE | --synthetic NAME)...",
+            FLAGS
+        ),
+        names.join(", "),
+        bench::BYTES_FORMULA
+    )
+}
+
+/// A comma-separated list; every item parsed, errors naming the flag.
+fn list<T: std::str::FromStr>(p: &Parsed, name: &str, default: &str) -> Result<Vec<T>, String> {
+    let mut out = Vec::new();
+    let given = p.all(name);
+    let items: Vec<&str> = if given.is_empty() {
+        vec![default]
+    } else {
+        given.iter().map(String::as_str).collect()
+    };
+    for s in items {
+        for item in s.split(',') {
+            let v = item
+                .trim()
+                .parse::<T>()
+                .map_err(|_| format!("--{name}: cannot parse `{item}` in `{s}`"))?;
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+struct Config {
+    models: Vec<std::path::PathBuf>,
+    backends: Vec<BackendKind>,
+    threads: Vec<Option<usize>>,
+    batch: Vec<u32>,
+    ubatch: Vec<u32>,
+    type_k: Vec<CacheType>,
+    type_v: Vec<CacheType>,
+    tests: Vec<Test>,
+    reps: usize,
+    adapter: Option<usize>,
+    format: Format,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Md,
+    Json,
+    Csv,
+}
+
+fn config(p: &Parsed) -> Result<Config, String> {
+    if !p.positional.is_empty() {
+        return Err(format!(
+            "bench: unexpected argument `{}` (models go after -m)",
+            p.positional[0]
+        ));
+    }
+    let format = match p.get("output").unwrap_or("md") {
+        "md" => Format::Md,
+        "json" => Format::Json,
+        "csv" => Format::Csv,
+        other => return Err(format!("--output: `{other}` (md, json, csv)")),
+    };
+    let cache = |name: &str| -> Result<Vec<CacheType>, String> {
+        list::<String>(p, name, "f16")?
+            .iter()
+            .map(|s| {
+                s.parse()
+                    .map_err(|e: glint::Error| format!("--{name}: {e}"))
+            })
+            .collect()
+    };
+    let backends = list::<String>(p, "backend", "auto")?
+        .iter()
+        .map(|s| {
+            s.parse()
+                .map_err(|e: glint::Error| format!("--backend: {e}"))
+        })
+        .collect::<Result<Vec<BackendKind>, String>>()?;
+    let threads = if p.has("threads") {
+        list::<usize>(p, "threads", "")?
+            .into_iter()
+            .map(|t| if t == 0 { None } else { Some(t) })
+            .collect()
+    } else {
+        vec![None]
+    };
+    let depths: Vec<u32> = list(p, "n-depth", "0")?;
+    let mut base = Vec::new();
+    for n in list::<u32>(p, "n-prompt", "512")? {
+        if n > 0 {
+            base.push((n, 0));
+        }
+    }
+    for n in list::<u32>(p, "n-gen", "128")? {
+        if n > 0 {
+            base.push((0, n));
+        }
+    }
+    for pg in p.all("pg") {
+        let bad = || format!("-pg: `{pg}` is not PP,TG (two numbers)");
+        let (a, b) = pg.split_once(',').ok_or_else(bad)?;
+        let a: u32 = a.trim().parse().map_err(|_| bad())?;
+        let b: u32 = b.trim().parse().map_err(|_| bad())?;
+        base.push((a, b));
+    }
+    let mut tests = Vec::new();
+    for &d in &depths {
+        for &(pp, tg) in &base {
+            tests.push(Test {
+                n_prompt: pp,
+                n_gen: tg,
+                n_depth: d,
+            });
+        }
+    }
+    if tests.is_empty() {
+        return Err("bench: no tests (-p 0 and -n 0 and no -pg)".into());
+    }
+    let reps = p.parse::<usize>("repetitions")?.unwrap_or(5).max(1);
+    let positive = |name: &str, default: &str| -> Result<Vec<u32>, String> {
+        let v: Vec<u32> = list(p, name, default)?;
+        if v.contains(&0) {
+            return Err(format!("--{name}: sizes must be > 0"));
+        }
+        Ok(v)
+    };
+    let mut models: Vec<std::path::PathBuf> = p.all("model").iter().map(Into::into).collect();
+    // Check every synthetic name before writing any (writing takes minutes).
+    for name in p.all("synthetic") {
+        glint::synthetic::preset(name).map_err(|e| e.to_string())?;
+    }
+    for name in p.all("synthetic") {
+        let path = glint::synthetic::ensure(name, &mut |l| eprintln!("glint bench: {l}"))
+            .map_err(|e| e.to_string())?;
+        models.push(path);
+    }
+    if models.is_empty() {
+        return Err("bench: no model (give -m FILE or --synthetic NAME)".into());
+    }
+    Ok(Config {
+        models,
+        backends,
+        threads,
+        batch: positive("batch-size", "2048")?,
+        ubatch: positive("ubatch-size", "512")?,
+        type_k: cache("cache-type-k")?,
+        type_v: cache("cache-type-v")?,
+        tests,
+        reps,
+        adapter: p.parse("adapter")?,
+        format,
+    })
+}
+
+fn cache_name(t: CacheType) -> &'static str {
+    match t {
+        CacheType::F16 => "f16",
+        CacheType::F32 => "f32",
+    }
+}
+
+/// The device bandwidth (bytes/s) for a loaded model's backend, measured
+/// once per backend and thread count.
+fn bandwidth(
+    cache: &mut HashMap<String, f64>,
+    model: &Model,
+    n_threads: Option<usize>,
+    adapter: Option<usize>,
+) -> Result<f64, String> {
+    let is_cpu = model.backend_name().starts_with("cpu");
+    let threads = n_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let key = if is_cpu {
+        format!("cpu:{threads}")
+    } else {
+        format!("wgpu:{adapter:?}")
+    };
+    if let Some(&b) = cache.get(&key) {
+        return Ok(b);
+    }
+    let b = if is_cpu {
+        bench::cpu_read_bandwidth(512 << 20, threads, 5)
+    } else {
+        let gpu = glint_gpu::GpuBackend::new(glint_gpu::GpuOptions {
+            adapter_index: adapter,
+            ..Default::default()
+        })
+        .map_err(|e| format!("measuring the wgpu copy bandwidth: {e}"))?;
+        gpu.copy_bandwidth(256 << 20, 5)
+            .map_err(|e| format!("measuring the wgpu copy bandwidth: {e}"))?
+    };
+    eprintln!(
+        "glint bench: {key} bandwidth {:.1} GB/s (measured)",
+        b / 1e9
+    );
+    cache.insert(key, b);
+    Ok(b)
+}
+
+pub fn run(rest: &[String]) -> Result<(), String> {
+    let p = args::parse(rest, FLAGS)?;
+    if p.has("help") {
+        println!("{}", help());
+        return Ok(());
+    }
+    let c = config(&p)?;
+    let per_model = c.batch.len() * c.ubatch.len() * c.type_k.len() * c.type_v.len();
+    let n_total = c.models.len() * c.backends.len() * c.threads.len() * per_model * c.tests.len();
+    let tty = std::io::stderr().is_terminal();
+    let mut bw_cache = HashMap::new();
+    let mut rows: Vec<Json> = Vec::new();
+    let mut i_test = 0;
+    for path in &c.models {
+        for &backend in &c.backends {
+            for &n_threads in &c.threads {
+                bench::reset_peak_rss();
+                let mp = ModelParams {
+                    backend,
+                    adapter: c.adapter,
+                    n_threads,
+                    ..Default::default()
+                };
+                let model = Model::load(path, &mp).map_err(|e| e.to_string())?;
+                let bw = bandwidth(&mut bw_cache, &model, n_threads, c.adapter)?;
+                let file = path
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                for &n_batch in &c.batch {
+                    for &n_ubatch in &c.ubatch {
+                        for &type_k in &c.type_k {
+                            for &type_v in &c.type_v {
+                                for test in &c.tests {
+                                    i_test += 1;
+                                    let label = format!(
+                                        "[{i_test}/{n_total}] {file} {} {}",
+                                        model.backend_name(),
+                                        test.name()
+                                    );
+                                    let cp = ContextParams {
+                                        n_ctx: test.n_ctx(),
+                                        n_batch,
+                                        n_ubatch,
+                                        type_k,
+                                        type_v,
+                                        ..Default::default()
+                                    };
+                                    let r = run_test(&model, cp, test, c.reps, &label, tty)
+                                        .map_err(|e| format!("{label}: {e}"))?;
+                                    let bytes = bench::bytes_read(
+                                        &model, test, n_batch, n_ubatch, type_k, type_v,
+                                    );
+                                    rows.push(row(
+                                        &model, path, &file, backend, n_threads, n_batch, n_ubatch,
+                                        type_k, type_v, test, &r, bytes, bw,
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    match c.format {
+        Format::Json => println!("{:#}", Json::Array(rows)),
+        Format::Csv => print!("{}", csv(&rows)),
+        Format::Md => print!("{}", markdown(&rows)),
+    }
+    Ok(())
+}
+
+struct Measured {
+    seconds: Vec<f64>,
+    memory: glint::MemoryReport,
+    peak_rss: Option<u64>,
+}
+
+fn run_test(
+    model: &Model,
+    cp: ContextParams,
+    test: &Test,
+    reps: usize,
+    label: &str,
+    tty: bool,
+) -> Result<Measured, glint::Error> {
+    let mut ctx = Context::new(model, cp)?;
+    let mut rng = TokenRng::new(0x5eed);
+    eprint!("glint bench: {label}: warm-up");
+    if !tty {
+        eprintln!();
+    }
+    bench::warm_up(&mut ctx, test, &mut rng)?;
+    let mut seconds = Vec::with_capacity(reps);
+    for r in 0..reps {
+        let s = bench::run_once(&mut ctx, test, &mut rng)?;
+        seconds.push(s);
+        let line = format!(
+            "glint bench: {label}: run {}/{reps} {:.2} t/s",
+            r + 1,
+            test.n_tokens() as f64 / s
+        );
+        if tty {
+            eprint!("\r\x1b[K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    Ok(Measured {
+        seconds,
+        memory: model.memory(),
+        peak_rss: bench::peak_rss_bytes(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row(
+    model: &Model,
+    path: &std::path::Path,
+    file: &str,
+    backend: BackendKind,
+    n_threads: Option<usize>,
+    n_batch: u32,
+    n_ubatch: u32,
+    type_k: CacheType,
+    type_v: CacheType,
+    test: &Test,
+    r: &Measured,
+    bytes: f64,
+    bw: f64,
+) -> Json {
+    let n = test.n_tokens() as f64;
+    let ts: Vec<f64> = r.seconds.iter().map(|s| n / s).collect();
+    let (ts_med, ts_min, ts_max) = bench::median_min_max(&ts);
+    let (s_med, _, _) = bench::median_min_max(&r.seconds);
+    let gbs = bytes / s_med / 1e9;
+    let size = bench::model_bytes(model);
+    json!({
+        "model": file,
+        "model_path": path.display().to_string(),
+        "size_bytes": size,
+        "size_gib": size as f64 / (1u64 << 30) as f64,
+        "n_params": bench::n_params(model),
+        "arch": model.hparams().arch.name,
+        "backend": match backend {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Auto => "auto",
+        },
+        "backend_name": model.backend_name(),
+        "n_threads": n_threads,
+        "n_batch": n_batch,
+        "n_ubatch": n_ubatch,
+        "type_k": cache_name(type_k),
+        "type_v": cache_name(type_v),
+        "test": test.name(),
+        "n_prompt": test.n_prompt,
+        "n_gen": test.n_gen,
+        "n_depth": test.n_depth,
+        "repetitions": r.seconds.len(),
+        "samples_seconds": r.seconds,
+        "samples_ts": ts,
+        "tokens_per_second": {"median": ts_med, "min": ts_min, "max": ts_max},
+        "bytes_read": bytes,
+        "gb_per_s": gbs,
+        "device_gb_per_s": bw / 1e9,
+        "pct_of_bandwidth": 100.0 * gbs / (bw / 1e9),
+        "peak_rss_bytes": r.peak_rss,
+        "backend_memory": {
+            "weights_bytes": r.memory.weights,
+            "kv_cache_bytes": r.memory.kv_cache,
+            "scratch_bytes": r.memory.scratch,
+        },
+    })
+}
+
+fn mib(v: &Json) -> String {
+    v.as_f64()
+        .map(|b| format!("{:.0}", b / 1048576.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn params_label(n: f64) -> String {
+    if n >= 1e9 {
+        format!("{:.2} B", n / 1e9)
+    } else {
+        format!("{:.2} M", n / 1e6)
+    }
+}
+
+fn markdown(rows: &[Json]) -> String {
+    let head = [
+        "model",
+        "size",
+        "params",
+        "backend",
+        "threads",
+        "test",
+        "t/s",
+        "min",
+        "max",
+        "GB/s",
+        "% bw",
+        "RSS MiB",
+        "mem w/kv/scratch MiB",
+    ];
+    let mut s = format!("| {} |\n", head.join(" | "));
+    s.push_str(&format!(
+        "|{}\n",
+        head.iter()
+            .enumerate()
+            .map(|(i, _)| if i < 6 { " --- |" } else { " ---: |" })
+            .collect::<String>()
+    ));
+    let mut devices: Vec<String> = Vec::new();
+    for r in rows {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let ts = &r["tokens_per_second"];
+        let m = &r["backend_memory"];
+        let cells = [
+            r["model"].as_str().unwrap_or("").to_string(),
+            format!("{:.2} GiB", f("size_gib")),
+            params_label(f("n_params")),
+            r["backend_name"].as_str().unwrap_or("").to_string(),
+            r["n_threads"]
+                .as_u64()
+                .map(|t| t.to_string())
+                .unwrap_or_else(|| "all".into()),
+            r["test"].as_str().unwrap_or("").to_string(),
+            format!("{:.2}", ts["median"].as_f64().unwrap_or(f64::NAN)),
+            format!("{:.2}", ts["min"].as_f64().unwrap_or(f64::NAN)),
+            format!("{:.2}", ts["max"].as_f64().unwrap_or(f64::NAN)),
+            format!("{:.1}", f("gb_per_s")),
+            format!("{:.0}%", f("pct_of_bandwidth")),
+            mib(&r["peak_rss_bytes"]),
+            format!(
+                "{}/{}/{}",
+                mib(&m["weights_bytes"]),
+                mib(&m["kv_cache_bytes"]),
+                mib(&m["scratch_bytes"])
+            ),
+        ];
+        s.push_str(&format!("| {} |\n", cells.join(" | ")));
+        let dev = format!(
+            "{}: {:.1} GB/s",
+            r["backend_name"].as_str().unwrap_or(""),
+            f("device_gb_per_s")
+        );
+        if !devices.contains(&dev) {
+            devices.push(dev);
+        }
+    }
+    s.push_str(&format!(
+        "\ndevice bandwidth (measured in this run): {}\nt/s: median, min, max over the runs. {}.\n",
+        devices.join("; "),
+        bench::BYTES_FORMULA
+    ));
+    s
+}
+
+const CSV_FIELDS: &[&str] = &[
+    "model",
+    "size_bytes",
+    "n_params",
+    "backend",
+    "backend_name",
+    "n_threads",
+    "n_batch",
+    "n_ubatch",
+    "type_k",
+    "type_v",
+    "test",
+    "n_prompt",
+    "n_gen",
+    "n_depth",
+    "repetitions",
+    "ts_median",
+    "ts_min",
+    "ts_max",
+    "bytes_read",
+    "gb_per_s",
+    "device_gb_per_s",
+    "pct_of_bandwidth",
+    "peak_rss_bytes",
+    "weights_bytes",
+    "kv_cache_bytes",
+    "scratch_bytes",
+];
+
+fn csv(rows: &[Json]) -> String {
+    let mut s = CSV_FIELDS.join(",");
+    s.push('\n');
+    for r in rows {
+        let cell = |k: &str| -> Json {
+            match k {
+                "ts_median" => r["tokens_per_second"]["median"].clone(),
+                "ts_min" => r["tokens_per_second"]["min"].clone(),
+                "ts_max" => r["tokens_per_second"]["max"].clone(),
+                "weights_bytes" | "kv_cache_bytes" | "scratch_bytes" => {
+                    r["backend_memory"][k].clone()
+                }
+                _ => r[k].clone(),
+            }
+        };
+        let line: Vec<String> = CSV_FIELDS
+            .iter()
+            .map(|k| match cell(k) {
+                Json::String(t) => format!("\"{}\"", t.replace('"', "\"\"")),
+                Json::Null => String::new(),
+                v => v.to_string(),
+            })
+            .collect();
+        s.push_str(&line.join(","));
+        s.push('\n');
+    }
+    s
+}

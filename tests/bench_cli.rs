@@ -1,0 +1,166 @@
+//! `glint bench` as a user runs it: JSON rows with every field, a markdown
+//! table, one-line errors.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn bench(extra: &[&str]) -> std::process::Output {
+    let m = common::model("smollm2");
+    let mut a = vec![
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "--backend",
+        "cpu",
+    ];
+    a.extend_from_slice(extra);
+    common::glint(&a)
+}
+
+#[test]
+fn json_rows_have_the_fields() {
+    let out = bench(&["-o", "json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("glint bench: [1/2]"),
+        "progress on stderr: {err}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+
+    // Python's json module reads it too (when python3 is there).
+    if let Ok(mut py) = Command::new("python3")
+        .args(["-c", "import json,sys; json.load(sys.stdin)"])
+        .stdin(Stdio::piped())
+        .spawn()
+    {
+        py.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        assert!(py.wait().unwrap().success(), "python3 rejects: {text}");
+    }
+
+    let rows: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let tests: Vec<&str> = rows.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["pp8", "tg4"]);
+    for r in rows {
+        assert_eq!(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert_eq!(r["backend"], "cpu");
+        assert_eq!(r["n_threads"], 2);
+        assert_eq!(r["n_params"].as_u64().unwrap(), 134_515_008);
+        assert_eq!(r["size_bytes"].as_u64().unwrap(), 96_576_768);
+        let ts = &r["tokens_per_second"];
+        let (med, min, max) = (
+            ts["median"].as_f64().unwrap(),
+            ts["min"].as_f64().unwrap(),
+            ts["max"].as_f64().unwrap(),
+        );
+        assert!(med > 0.0 && min <= med && med <= max, "{ts}");
+        assert!(r["gb_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["device_gb_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["pct_of_bandwidth"].as_f64().unwrap() > 0.0);
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0);
+        assert!(r["backend_memory"]["kv_cache_bytes"].as_u64().unwrap() > 0);
+    }
+    assert_eq!(
+        (rows[0]["n_prompt"].as_u64(), rows[0]["n_gen"].as_u64()),
+        (Some(8), Some(0))
+    );
+    assert_eq!(
+        (rows[1]["n_prompt"].as_u64(), rows[1]["n_gen"].as_u64()),
+        (Some(0), Some(4))
+    );
+    // tg4 reads the weights 4 times, pp8 (one micro-batch) once: the tied
+    // embedding is the head, so every tensor counts.
+    let w = 96_576_768.0;
+    let tg = rows[1]["bytes_read"].as_f64().unwrap();
+    let pp = rows[0]["bytes_read"].as_f64().unwrap();
+    assert!(tg > 4.0 * w && tg < 4.0 * w + 1e6, "{tg}");
+    assert!(pp > w && pp < w + 1e6, "{pp}");
+}
+
+#[test]
+fn markdown_table_has_a_header_row() {
+    let out = bench(&["-o", "md", "-pg", "4,2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("| model | size | params | backend |"),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("| --- |"), "{text}");
+    let tests: Vec<&str> = lines[2..5]
+        .iter()
+        .map(|l| l.split('|').nth(6).unwrap().trim())
+        .collect();
+    assert_eq!(tests, ["pp8", "tg4", "pp4+tg2"]);
+    assert!(
+        text.contains("device bandwidth (measured in this run)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn csv_has_a_header_and_one_line_per_test() {
+    let out = bench(&["-o", "csv"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("model,size_bytes,n_params,"));
+    assert_eq!(
+        lines[0].split(',').count(),
+        lines[1].split(',').count(),
+        "{text}"
+    );
+}
+
+fn one_line_error(args: &[&str], want: &str) {
+    let out = common::glint(args);
+    assert_eq!(out.status.code(), Some(1), "{args:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(want), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn errors_are_one_line() {
+    one_line_error(
+        &["bench", "--synthetic", "llama9-1t:q1"],
+        "no synthetic model `llama9-1t:q1` (known: llama2-7b:q4_0",
+    );
+    one_line_error(
+        &["bench", "-m", "x.gguf", "-p", "512,abc"],
+        "--n-prompt: cannot parse `abc` in `512,abc`",
+    );
+    one_line_error(
+        &["bench", "-m", "x.gguf", "-pg", "512"],
+        "-pg: `512` is not PP,TG",
+    );
+    one_line_error(&["bench", "-m", "x.gguf", "-o", "xml"], "--output: `xml`");
+    one_line_error(&["bench"], "no model");
+    one_line_error(
+        &["bench", "-m", "x.gguf", "-ub", "0"],
+        "--ubatch-size: sizes must be > 0",
+    );
+}
