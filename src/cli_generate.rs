@@ -170,7 +170,6 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
         n_ubatch: num(p, "ubatch-size")?.unwrap_or(d.n_ubatch),
         type_k: cache("cache-type-k")?,
         type_v: cache("cache-type-v")?,
-        ..d
     })
 }
 

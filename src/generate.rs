@@ -85,6 +85,9 @@ pub enum KvEvent {
     },
 }
 
+/// A hook run once the prompt is in the cache.
+pub type AfterPrompt<'a> = &'a mut dyn FnMut(&mut Context) -> Result<(), Error>;
+
 /// Optional hooks into [`generate_with`].
 #[derive(Default)]
 pub struct Hooks<'a> {
@@ -92,7 +95,7 @@ pub struct Hooks<'a> {
     pub on_kv: Option<&'a mut dyn FnMut(&KvEvent)>,
     /// Called once the whole prompt is in the cache, before the first token
     /// is sampled (e.g. to save the prompt's state).
-    pub after_prompt: Option<&'a mut dyn FnMut(&mut Context) -> Result<(), Error>>,
+    pub after_prompt: Option<AfterPrompt<'a>>,
 }
 
 /// Why generation stopped.
