@@ -23,7 +23,6 @@
 //!   `read`/`sync`/`alloc`, never a panic.
 #![deny(unsafe_code)]
 
-mod bandwidth;
 mod context;
 mod kernels;
 mod measure;

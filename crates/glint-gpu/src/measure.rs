@@ -92,3 +92,22 @@ impl CopyProbe<'_> {
         Ok(t)
     }
 }
+
+impl GpuBackend {
+    /// Bytes per second moved by `copy_buffer_to_buffer` of `n_bytes`
+    /// (rounded down to a multiple of 4, at most `max_buffer_size`), best of
+    /// `reps` timed copies of one [`CopyProbe`] (whose creation is the
+    /// warm-up). A copy reads `n` and writes `n` bytes: the figure counts both
+    /// (`2 n / t`), the traffic a memory-bound kernel also sees. Use a buffer
+    /// large enough (≥ 64 MiB) that the submit and wait are noise.
+    pub fn copy_bandwidth(&self, n_bytes: u64, reps: usize) -> Result<f64> {
+        let align = wgpu::COPY_BUFFER_ALIGNMENT;
+        let n = n_bytes.min(self.ctx.limits.max_buffer_size) / align * align;
+        let probe = self.copy_probe(n)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..reps.max(1) {
+            best = best.min(probe.time()?.as_secs_f64());
+        }
+        Ok(2.0 * probe.bytes() as f64 / best)
+    }
+}

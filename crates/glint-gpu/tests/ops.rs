@@ -532,7 +532,10 @@ fn copy_probe_times_copies_and_rejects_bad_sizes() {
     let g = gpu();
     let p = g.copy_probe(1 << 20).unwrap();
     assert_eq!(p.bytes(), 1 << 20);
-    p.time().unwrap();
+    assert!(p.time().unwrap() > std::time::Duration::ZERO);
+    // copy_bandwidth rounds an odd size down to a copyable one.
+    let bw = g.copy_bandwidth((1 << 20) + 3, 2).unwrap();
+    assert!(bw.is_finite() && bw > 0.0, "{bw}");
     for bad in [0, 6, g.limits().max_buffer_size.saturating_add(4)] {
         let e = g.copy_probe(bad).err().expect("a bad size is an error");
         assert!(e.to_string().contains("copy_probe"), "{e}");
