@@ -103,3 +103,35 @@ fn generate_errors_are_one_line() {
         assert!(!err.contains("panicked"));
     }
 }
+
+#[test]
+fn same_seed_same_text_other_seed_other_text() {
+    let m = common::model("smollm2");
+    let run = |seed: &str| {
+        let out = common::glint(&[
+            "generate",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "Once upon a time",
+            "-n",
+            "24",
+            "--temp",
+            "1.0",
+            "--seed",
+            seed,
+            "--backend",
+            "cpu",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (a, b, c) = (run("42"), run("42"), run("7"));
+    assert_eq!(a, b, "--seed 42 twice");
+    assert!(!a.trim().is_empty());
+    assert_ne!(a, c, "another seed samples another text");
+}
