@@ -14,6 +14,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod chat;
 mod context;
 mod engine;
 pub mod generate;
@@ -52,6 +53,9 @@ pub enum Error {
     /// The tokenizer could not be built or used.
     #[error(transparent)]
     Tokenizer(#[from] glint_tokenizer::TokenizerError),
+    /// A chat template failed to compile or render.
+    #[error(transparent)]
+    Chat(#[from] glint_chat::ChatError),
     /// A KV cache operation was refused.
     #[error(transparent)]
     Kv(#[from] glint_kv::KvError),
