@@ -9,6 +9,7 @@ use glint::{CacheType, Context, ContextParams, Model, ModelParams};
 use glint_sample::SamplerParams;
 
 use crate::args::{self, Flag, Parsed};
+use crate::logprobs_out;
 
 macro_rules! flag {
     ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
@@ -55,7 +56,11 @@ pub const FLAGS: &[Flag] = &[
     flag!("samplers", [], Some("LIST"), "sampler order, ';'-separated (default penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)"),
     flag!("sampling-seq", [], Some("LETTERS"), "sampler order as letters (e.g. edskypmxt)"),
     flag!("echo", [], None, "print the prompt before the generated text"),
-    flag!("verbose-prompt", [], None, "print the prompt's token ids to stderr"),
+    flag!("verbose-prompt", [], None, "print the prompt's token ids (and a chat prompt's text) to stderr"),
+    flag!("logprobs", [], Some("N"), "print one JSON object per token: its logprob and the N (<= 20) most likely"),
+    flag!("chat", [], None, "the prompt is a user message, rendered with the model's chat template"),
+    flag!("system", [], Some("TEXT"), "with --chat: a system message first"),
+    flag!("messages", [], Some("FILE"), "chat: the conversation as an OpenAI-style JSON array of messages"),
     flag!("no-special", [], None, "treat special-token text in the prompt as plain text"),
     flag!("ignore-eos", [], None, "keep generating after end-of-generation tokens"),
     flag!("verbose", ["-v"], None, "print load details and memory to stderr"),
@@ -168,7 +173,13 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         println!("{}", args::help("glint generate [options] [PROMPT]", FLAGS));
         return Ok(());
     }
-    let prompt = prompt_text(&p)?;
+    let chat = p.has("chat") || p.has("system") || p.has("messages");
+    let prompt = if p.has("messages") {
+        String::new()
+    } else {
+        prompt_text(&p)?
+    };
+    let logprobs = p.get("logprobs").map(logprobs_out::parse_n).transpose()?;
     let sampling = sampler_params(&p)?;
     let n_predict = num::<i32>(&p, "n-predict")?.unwrap_or(-1);
     let verbose = p.has("verbose");
@@ -198,17 +209,25 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         );
     }
     let tok = model.tokenizer();
-    let ids = tok
-        .encode(&prompt, true, !p.has("no-special"))
-        .map_err(|e| e.to_string())?;
+    let (prompt, ids) = if chat {
+        crate::cli_chat::chat_prompt(&p, &model, prompt)?
+    } else {
+        let ids = tok
+            .encode(&prompt, true, !p.has("no-special"))
+            .map_err(|e| e.to_string())?;
+        (prompt, ids)
+    };
     if p.has("verbose-prompt") {
+        if chat {
+            eprintln!("glint: chat prompt:\n{prompt}");
+        }
         eprintln!("glint: prompt: {} tokens", ids.len());
         for &id in &ids {
             eprintln!("{id:6} -> {:?}", tok.token_text(id).unwrap_or(""));
         }
     }
     let mut out = std::io::stdout().lock();
-    if p.has("echo") {
+    if p.has("echo") && logprobs.is_none() {
         let _ = write!(out, "{prompt}");
         let _ = out.flush();
     }
@@ -218,15 +237,32 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         stop_at_eog: !p.has("ignore-eos"),
     };
     let mut io_err = None;
-    let stats = generate(&mut ctx, &ids, &params, false, &mut |ev| {
-        if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|()| out.flush()) {
+    let mut lp_err = None;
+    let stats = generate(&mut ctx, &ids, &params, logprobs.is_some(), &mut |ev| {
+        let written = match (logprobs, ev.id, ev.logits) {
+            (Some(n), Some(id), Some(logits)) => match logprobs_out::line(tok, logits, id, n) {
+                Ok(v) => writeln!(out, "{v}"),
+                Err(e) => {
+                    lp_err = Some(e);
+                    return false;
+                }
+            },
+            (Some(_), _, _) => Ok(()),
+            (None, _, _) => out.write_all(ev.text.as_bytes()),
+        };
+        if let Err(e) = written.and_then(|()| out.flush()) {
             io_err = Some(e);
             return false;
         }
         true
     })
     .map_err(|e| e.to_string())?;
-    let _ = writeln!(out).and_then(|()| out.flush());
+    if let Some(e) = lp_err {
+        return Err(format!("--logprobs: {e}"));
+    }
+    if logprobs.is_none() {
+        let _ = writeln!(out).and_then(|()| out.flush());
+    }
     if let Some(e) = io_err {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(format!("writing the output: {e}"));

@@ -1,7 +1,9 @@
 //! The `glint` command line.
 
 mod args;
+mod cli_chat;
 mod cli_generate;
+mod logprobs_out;
 
 use std::process::ExitCode;
 
@@ -15,6 +17,7 @@ usage: glint <command> [options]
 commands:
   inspect MODEL.gguf [--json]   what the file holds: header, metadata, tensors, totals per type
   generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
+  chat [-m MODEL]               talk to a model, one line per turn (see `glint chat --help`)
   pull [NAME]                   fetch a known model (smollm2, gemma3) into the model cache
   help                          this text
 
@@ -48,6 +51,7 @@ fn run(argv: &[String]) -> Result<(), String> {
     match cmd {
         "inspect" => inspect(rest),
         "generate" => generate(rest),
+        "chat" => cli_chat::run(rest),
         "pull" => pull(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
