@@ -345,8 +345,7 @@ fn chat_in_a_terminal_decodes_only_each_turns_new_tokens() {
         (1, prompt_len(1), 0),
         "{err}"
     );
-    for t in 1..3 {
-        let (n, new, cached, generated) = turns[t];
+    for (t, &(n, new, cached, generated)) in turns.iter().enumerate().take(3).skip(1) {
         assert_eq!(n, t + 1);
         let total = prompt_len(t + 1);
         assert_eq!(new + cached, total, "turn {n}: {err}");
