@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 /// One flag of a command.
+#[derive(Clone, Copy)]
 pub struct Flag {
     /// Canonical name (the long form without dashes), the key in [`Parsed`].
     pub name: &'static str,

@@ -13,6 +13,7 @@ use glint::{CacheType, Context, ContextParams, Model, ModelParams};
 use glint_sample::SamplerParams;
 
 use crate::args::{self, Flag, Parsed};
+use crate::logprobs_out;
 
 macro_rules! flag {
     ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
@@ -67,7 +68,11 @@ pub const FLAGS: &[Flag] = &[
     flag!("samplers", [], Some("LIST"), "sampler order, ';'-separated (default penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)"),
     flag!("sampling-seq", [], Some("LETTERS"), "sampler order as letters (e.g. edskypmxt)"),
     flag!("echo", [], None, "print the prompt before the generated text"),
-    flag!("verbose-prompt", [], None, "print the prompt's token ids to stderr"),
+    flag!("verbose-prompt", [], None, "print the prompt's token ids (and a chat prompt's text) to stderr"),
+    flag!("logprobs", [], Some("N"), "print one JSON object per token: its logprob and the N (<= 20) most likely"),
+    flag!("chat", [], None, "the prompt is a user message, rendered with the model's chat template"),
+    flag!("system", [], Some("TEXT"), "with --chat: a system message first"),
+    flag!("messages", [], Some("FILE"), "chat: the conversation as an OpenAI-style JSON array of messages"),
     flag!("no-special", [], None, "treat special-token text in the prompt as plain text"),
     flag!("ignore-eos", [], None, "keep generating after end-of-generation tokens"),
     flag!("verbose", ["-v"], None, "print load details and memory to stderr"),
@@ -271,8 +276,15 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         println!("{}", args::help("glint generate [options] [PROMPT]", FLAGS));
         return Ok(());
     }
+    let chat = p.has("chat") || p.has("system") || p.has("messages");
+    let logprobs = p.get("logprobs").map(logprobs_out::parse_n).transpose()?;
     let n_parallel = num::<u32>(&p, "parallel")?.unwrap_or(1);
-    let prompts = if n_parallel > 1 {
+    if n_parallel > 1 && (chat || logprobs.is_some()) {
+        return Err("--parallel works without --chat and --logprobs".into());
+    }
+    let prompts = if p.has("messages") {
+        vec![String::new()]
+    } else if n_parallel > 1 {
         let list = prompt_list(&p)?;
         if list.len() > n_parallel as usize {
             return Err(format!(
@@ -326,10 +338,20 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     }
     let tok = model.tokenizer();
     let mut all_ids = Vec::with_capacity(prompts.len());
-    for prompt in &prompts {
-        let ids = tok
-            .encode(prompt, true, !p.has("no-special"))
-            .map_err(|e| e.to_string())?;
+    let mut prompts = prompts;
+    for prompt in prompts.iter_mut() {
+        let ids = if chat {
+            // The chat template renders the prompt; its text replaces the raw one.
+            let (text, ids) = crate::cli_chat::chat_prompt(&p, &model, std::mem::take(prompt))?;
+            if p.has("verbose-prompt") {
+                eprintln!("glint: chat prompt:\n{text}");
+            }
+            *prompt = text;
+            ids
+        } else {
+            tok.encode(prompt, true, !p.has("no-special"))
+                .map_err(|e| e.to_string())?
+        };
         if p.has("verbose-prompt") {
             eprintln!("glint: prompt: {} tokens", ids.len());
             for &id in &ids {
@@ -368,7 +390,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         );
     }
     let mut out = std::io::stdout().lock();
-    if p.has("echo") {
+    if p.has("echo") && logprobs.is_none() {
         let _ = write!(out, "{prompt}");
         let _ = out.flush();
     }
@@ -388,15 +410,33 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         after_prompt: Some(&mut save),
     };
     let mut io_err = None;
-    let stats = generate_with(&mut ctx, ids, &params, false, &mut hooks, &mut |ev| {
-        if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|()| out.flush()) {
+    let mut lp_err = None;
+    let want_logits = logprobs.is_some();
+    let stats = generate_with(&mut ctx, ids, &params, want_logits, &mut hooks, &mut |ev| {
+        let written = match (logprobs, ev.id, ev.logits) {
+            (Some(n), Some(id), Some(logits)) => match logprobs_out::line(tok, logits, id, n) {
+                Ok(v) => writeln!(out, "{v}"),
+                Err(e) => {
+                    lp_err = Some(e);
+                    return false;
+                }
+            },
+            (Some(_), _, _) => Ok(()),
+            (None, _, _) => out.write_all(ev.text.as_bytes()),
+        };
+        if let Err(e) = written.and_then(|()| out.flush()) {
             io_err = Some(e);
             return false;
         }
         true
     })
     .map_err(|e| e.to_string())?;
-    let _ = writeln!(out).and_then(|()| out.flush());
+    if let Some(e) = lp_err {
+        return Err(format!("--logprobs: {e}"));
+    }
+    if logprobs.is_none() {
+        let _ = writeln!(out).and_then(|()| out.flush());
+    }
     if let Some(e) = io_err {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(format!("writing the output: {e}"));

@@ -152,7 +152,7 @@ pub struct TokenEvent<'a> {
 
 /// True when greedy decoding can take the device argmax: nothing in the chain
 /// would change which token is largest.
-fn plain_greedy(s: &SamplerParams) -> bool {
+pub(crate) fn plain_greedy(s: &SamplerParams) -> bool {
     s.temp <= 0.0
         && s.mirostat == 0
         && s.logit_bias.is_empty()

@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod chat;
 mod context;
 mod engine;
 pub mod generate;
@@ -56,6 +57,9 @@ pub enum Error {
     /// The tokenizer could not be built or used.
     #[error(transparent)]
     Tokenizer(#[from] glint_tokenizer::TokenizerError),
+    /// A chat template failed to compile or render.
+    #[error(transparent)]
+    Chat(#[from] glint_chat::ChatError),
     /// A KV cache operation was refused.
     #[error(transparent)]
     Kv(#[from] glint_kv::KvError),

@@ -2,7 +2,9 @@
 
 mod args;
 mod cli_bench;
+mod cli_chat;
 mod cli_generate;
+mod logprobs_out;
 
 use std::process::ExitCode;
 
@@ -17,6 +19,7 @@ commands:
   inspect MODEL.gguf [--json]   what the file holds: header, metadata, tensors, totals per type
   generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
   bench -m MODEL                speed as llama-bench: pp512, tg128 (see `glint bench --help`)
+  chat [-m MODEL]               talk to a model, one line per turn (see `glint chat --help`)
   pull [NAME]                   fetch a known model (smollm2, gemma3) into the model cache
   help                          this text
 
@@ -51,6 +54,7 @@ fn run(argv: &[String]) -> Result<(), String> {
         "inspect" => inspect(rest),
         "generate" => generate(rest),
         "bench" => cli_bench::run(rest),
+        "chat" => cli_chat::run(rest),
         "pull" => pull(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");

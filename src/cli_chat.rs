@@ -1,0 +1,208 @@
+//! `glint chat`: a conversation on stdin/stdout, one user line per turn, the
+//! KV cache kept between turns; and the chat prompt of `glint generate
+//! --chat`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Instant;
+
+use glint::chat::{message, Chat, Conversation};
+use glint::{Context, Model};
+use serde_json::Value;
+
+use crate::args::{self, Flag, Parsed};
+use crate::cli_generate::{context_params, model_params, model_path, sampler_params, FLAGS};
+
+/// `generate`'s flags that make no sense in a conversation.
+const NOT_IN_CHAT: &[&str] = &[
+    "prompt",
+    "file",
+    "echo",
+    "logprobs",
+    "chat",
+    "messages",
+    "no-special",
+];
+
+const COMMANDS: &str = "\
+commands: /reset (clear the conversation and the cache), /system TEXT (set the system message \
+and start over; /system alone drops it), /exit (or end of input)";
+
+/// The chat prompt of `generate --chat`: `--messages FILE`, else `prompt` as
+/// one user message after an optional `--system`. Returns the rendered text
+/// and its ids.
+pub(crate) fn chat_prompt(
+    p: &Parsed,
+    model: &Model,
+    prompt: String,
+) -> Result<(String, Vec<u32>), String> {
+    let messages: Vec<Value> = match p.get("messages") {
+        Some(file) => {
+            if p.has("system") {
+                return Err("--system with --messages: put the system message in the file".into());
+            }
+            if p.has("prompt") || p.has("file") || !p.positional.is_empty() {
+                return Err("--messages: the file is the whole prompt (no -p/-f/argument)".into());
+            }
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("--messages {file}: {e}"))?;
+            match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Array(m)) if !m.is_empty() => m,
+                Ok(_) => {
+                    return Err(format!(
+                        "--messages {file}: not a non-empty JSON array of messages"
+                    ))
+                }
+                Err(e) => return Err(format!("--messages {file}: {e}")),
+            }
+        }
+        None => {
+            let mut m = Vec::new();
+            if let Some(s) = p.get("system") {
+                m.push(message("system", s));
+            }
+            m.push(message("user", &prompt));
+            m
+        }
+    };
+    let chat = Chat::for_model(model).map_err(|e| e.to_string())?;
+    if p.has("verbose") {
+        eprintln!("glint: chat template: {}", chat.origin());
+    }
+    chat.prompt(model.tokenizer(), &messages, true)
+        .map_err(|e| e.to_string())
+}
+
+fn chat_flags() -> Vec<Flag> {
+    FLAGS
+        .iter()
+        .filter(|f| !NOT_IN_CHAT.contains(&f.name))
+        .copied()
+        .collect()
+}
+
+pub fn run(rest: &[String]) -> Result<(), String> {
+    let flags = chat_flags();
+    let p = args::parse(rest, &flags)?;
+    if p.has("help") {
+        println!(
+            "{}\n{COMMANDS}",
+            args::help("glint chat [options]  (then one message per line)", &flags)
+        );
+        return Ok(());
+    }
+    if let Some(a) = p.positional.first() {
+        return Err(format!(
+            "chat: unexpected argument `{a}` (messages come on stdin)"
+        ));
+    }
+    let sampling = sampler_params(&p)?;
+    let n_predict = p.parse::<i32>("n-predict")?.unwrap_or(-1);
+    let verbose = p.has("verbose");
+
+    let path = model_path(&p)?;
+    let t_load = Instant::now();
+    let model = Model::load(&path, &model_params(&p)?).map_err(|e| e.to_string())?;
+    let mut ctx = Context::new(&model, context_params(&p, &model)?).map_err(|e| e.to_string())?;
+    let chat = Chat::for_model(&model).map_err(|e| e.to_string())?;
+    if verbose {
+        eprintln!(
+            "glint: {} ({}) on {}, context {} tokens, loaded in {:.2} s",
+            path.display(),
+            model.hparams().arch.name,
+            model.backend_name(),
+            ctx.n_ctx(),
+            t_load.elapsed().as_secs_f64()
+        );
+        eprintln!("glint: chat template: {}", chat.origin());
+    }
+    let mut conv = Conversation::new(chat, sampling, n_predict).map_err(|e| e.to_string())?;
+    if let Some(s) = p.get("system") {
+        conv.set_system(&mut ctx, Some(s.to_string()));
+    }
+
+    let stdin = std::io::stdin();
+    // The `> ` prompt only for a person at a terminal: piped output stays
+    // just the replies.
+    let interactive = stdin.is_terminal();
+    let mut out = std::io::stdout().lock();
+    let mut turn = 0usize;
+    let mut line = String::new();
+    loop {
+        if interactive {
+            write!(out, "> ")
+                .and_then(|()| out.flush())
+                .map_err(|e| format!("writing the output: {e}"))?;
+        }
+        line.clear();
+        let n = stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| format!("reading stdin: {e}"))?;
+        if n == 0 {
+            if interactive {
+                let _ = writeln!(out);
+            }
+            return Ok(());
+        }
+        let text = line.trim_end_matches(['\n', '\r']);
+        let cmd = text.trim();
+        let (head, arg) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+        match head {
+            "" => continue,
+            "/exit" | "/quit" => return Ok(()),
+            "/reset" => {
+                conv.reset(&mut ctx);
+                turn = 0;
+                eprintln!("glint: conversation cleared");
+                continue;
+            }
+            "/system" => {
+                let arg = arg.trim();
+                conv.set_system(&mut ctx, (!arg.is_empty()).then(|| arg.to_string()));
+                turn = 0;
+                eprintln!("glint: system message set; conversation cleared");
+                continue;
+            }
+            "/help" => {
+                eprintln!("glint: {COMMANDS}");
+                continue;
+            }
+            h if h.starts_with('/') => {
+                eprintln!("glint: unknown command `{h}` (/help)");
+                continue;
+            }
+            _ => {}
+        }
+        turn += 1;
+        let mut io_err = None;
+        let result = conv.reply(&mut ctx, text, &mut |ev| {
+            if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|()| out.flush()) {
+                io_err = Some(e);
+                return false;
+            }
+            true
+        });
+        let _ = writeln!(out).and_then(|()| out.flush());
+        if let Some(e) = io_err {
+            return match e.kind() {
+                std::io::ErrorKind::BrokenPipe => Ok(()),
+                _ => Err(format!("writing the output: {e}")),
+            };
+        }
+        match result {
+            Ok(s) => eprintln!(
+                "glint: turn {turn}: {} new prompt tokens (cached {}), {} generated, {:.1} tokens/s",
+                s.n_new,
+                s.n_cached,
+                s.n_gen,
+                s.gen_tps()
+            ),
+            Err(e) => {
+                // The conversation dropped the message and its cache: the
+                // next line starts a clean turn.
+                turn -= 1;
+                eprintln!("glint: {e}");
+            }
+        }
+    }
+}
