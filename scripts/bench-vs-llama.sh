@@ -7,7 +7,10 @@
 #   scripts/bench-vs-llama.sh [MODEL.gguf ...]
 #   env: LLAMA_BENCH (default /tmp/oracle/llama.cpp/build/bin/llama-bench),
 #        GLINT (default: target/release/glint under $CARGO_TARGET_DIR or ./target),
-#        THREADS (2), REPS (3), OUT (bench_out)
+#        THREADS (2), REPS (3), OUT (bench_out),
+#        LLAMA_ARGS (extra llama-bench flags, e.g. "--repack 0": on CPUs that
+#        advertise AMX inside a VM, llama.cpp's AMX buffer type can segfault;
+#        --repack 0 turns extra buffer types, AMX and CPU repacking, off)
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -40,7 +43,7 @@ for m in "$@"; do
     "$GLINT" bench -m "$m" -p 512 -n 128 -t "$THREADS" -r "$REPS" --backend cpu -o json \
         > "$OUT/$stem.glint.json"
     echo "bench-vs-llama: llama-bench $stem" >&2
-    "$LLAMA_BENCH" -m "$m" -p 512 -n 128 -t "$THREADS" -r "$REPS" -fa 0 -o json \
+    "$LLAMA_BENCH" -m "$m" -p 512 -n 128 -t "$THREADS" -r "$REPS" -fa 0 ${LLAMA_ARGS:-} -o json \
         > "$OUT/$stem.llama.json" 2> "$OUT/$stem.llama.log"
 done
 

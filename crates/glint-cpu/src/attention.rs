@@ -53,8 +53,28 @@ pub fn attention(
     }
     let row = hd * p.n_head_kv; // elements of one cache row
     let group = p.n_head / p.n_head_kv; // query heads per kv head
-                                        // scores: [n_kv] f32; kv: [head_dim] f32, one widened cache row
-                                        // head; qr: [head_dim] f32, the query (rounded to f16 if asked)
+
+    // Prefill: every query token reads the same window of cache rows, so an
+    // f16 window is widened to f32 once (exact) instead of once per token.
+    // kw, vw: [n_kv, row] f32.
+    let m = q.len() / (hd * p.n_head);
+    let (kw, vw);
+    let mut pw = *p;
+    let (k, v) = if m > 1 && (matches!(k, Cache::F16(_)) || matches!(v, Cache::F16(_))) {
+        let widen = |c: Cache| {
+            let mut w = vec![0f32; p.n_kv * row];
+            c.load(p.kv_start * row, &mut w);
+            w
+        };
+        (kw, vw) = (widen(k), widen(v));
+        pw.kv_start = 0;
+        (Cache::F32(&kw), Cache::F32(&vw))
+    } else {
+        (k, v)
+    };
+    let p = &pw;
+    // scores: [n_kv] f32; kv: [head_dim] f32, one widened cache row
+    // head; qr: [head_dim] f32, the query (rounded to f16 if asked)
     let init = || (vec![0f32; p.n_kv], vec![0f32; hd], vec![0f32; hd]);
     let head = |(scores, kv, qr): &mut (Vec<f32>, Vec<f32>, Vec<f32>),
                 (ih, (o, qh)): (usize, (&mut [f32], &[f32]))| {
