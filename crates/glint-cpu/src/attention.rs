@@ -5,7 +5,7 @@ use glint_backend::AttnParams;
 use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
-use crate::weights::dot;
+use crate::weights::dot_inline as dot;
 
 /// A K or V cache: `[head_dim * n_head_kv, n_rows]` of f32 or f16.
 #[derive(Clone, Copy)]
@@ -16,12 +16,25 @@ pub enum Cache<'a> {
 
 impl Cache<'_> {
     /// Elements `at..at + dst.len()` as f32.
-    #[inline]
+    #[inline(always)]
     fn load(&self, at: usize, dst: &mut [f32]) {
         let end = at + dst.len();
         match self {
             Cache::F32(c) => dst.copy_from_slice(&c[at..end]),
             Cache::F16(c) => c[at..end].convert_to_f32_slice(dst),
+        }
+    }
+
+    /// Elements `at..at + buf.len()` as f32: borrowed from an F32 cache,
+    /// widened into `buf` from an F16 one.
+    #[inline(always)]
+    fn row<'b>(&'b self, at: usize, buf: &'b mut [f32]) -> &'b [f32] {
+        match self {
+            Cache::F32(c) => &c[at..at + buf.len()],
+            Cache::F16(_) => {
+                self.load(at, buf);
+                buf
+            }
         }
     }
 }
@@ -73,13 +86,79 @@ pub fn attention(
         (k, v)
     };
     let p = &pw;
-    // scores: [n_kv] f32; kv: [head_dim] f32, one widened cache row
-    // head; qr: [head_dim] f32, the query (rounded to f16 if asked)
-    let init = || (vec![0f32; p.n_kv], vec![0f32; hd], vec![0f32; hd]);
-    let head = |(scores, kv, qr): &mut (Vec<f32>, Vec<f32>, Vec<f32>),
-                (ih, (o, qh)): (usize, (&mut [f32], &[f32]))| {
+    let ctx = Heads {
+        k,
+        v,
+        mask,
+        p,
+        round_q,
+        round_p,
+        row,
+        group,
+    };
+    let init = || Scratch {
+        scores: vec![0f32; p.n_kv],
+        kv: vec![0f32; hd],
+        qr: vec![0f32; hd],
+    };
+    let head =
+        |s: &mut Scratch, (ih, (o, qh)): (usize, (&mut [f32], &[f32]))| ctx.head(s, ih, o, qh);
+    if par {
+        out.par_chunks_mut(hd)
+            .zip(q.par_chunks(hd))
+            .enumerate()
+            .for_each_init(init, head);
+    } else {
+        let mut state = init();
+        for item in out.chunks_mut(hd).zip(q.chunks(hd)).enumerate() {
+            head(&mut state, item);
+        }
+    }
+}
+
+/// What every (query token, head) of one attention call shares.
+struct Heads<'a> {
+    k: Cache<'a>,
+    v: Cache<'a>,
+    mask: &'a [f32],
+    p: &'a AttnParams,
+    /// Round Q to f16 before `Q·K` (ggml over an F16 K cache).
+    round_q: bool,
+    /// Round the normalized weights to f16 before weighting V.
+    round_p: bool,
+    /// Elements of one cache row (`head_dim * n_head_kv`).
+    row: usize,
+    /// Query heads per kv head.
+    group: usize,
+}
+
+/// Per-task buffers. scores: `[n_kv]`; kv: `[head_dim]`, one widened cache
+/// row; qr: `[head_dim]`, the query rounded to f16.
+struct Scratch {
+    scores: Vec<f32>,
+    kv: Vec<f32>,
+    qr: Vec<f32>,
+}
+
+impl Heads<'_> {
+    /// Query head `ih % n_head` of token `ih / n_head` into `o`. On x86_64
+    /// with AVX2 the same code compiled for AVX2 (wider vectors, no fused
+    /// multiply-adds: the same numbers as the baseline build).
+    fn head(&self, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::qdot::has_avx2() {
+            return wide::head(self, s, ih, o, qh);
+        }
+        self.head_body(s, ih, o, qh)
+    }
+
+    #[inline(always)]
+    fn head_body(&self, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
+        let (p, k, v, row) = (self.p, self.k, self.v, self.row);
+        let hd = p.head_dim;
+        let Scratch { scores, kv, qr } = s;
         let (i, h) = (ih / p.n_head, ih % p.n_head);
-        let qh: &[f32] = if round_q {
+        let qh: &[f32] = if self.round_q {
             for (d, &s) in qr.iter_mut().zip(qh) {
                 *d = f16::from_f32(s).to_f32();
             }
@@ -87,16 +166,15 @@ pub fn attention(
         } else {
             qh
         };
-        let at_head = (h / group) * hd;
-        let mask_i = &mask[i * p.n_kv..(i + 1) * p.n_kv];
+        let at_head = (h / self.group) * hd;
+        let mask_i = &self.mask[i * p.n_kv..(i + 1) * p.n_kv];
         let mut max = f32::NEG_INFINITY;
         for (j, s) in scores.iter_mut().enumerate() {
             if mask_i[j] == f32::NEG_INFINITY {
                 *s = f32::NEG_INFINITY;
                 continue;
             }
-            k.load((p.kv_start + j) * row + at_head, kv);
-            let mut x = dot(qh, kv);
+            let mut x = dot(qh, k.row((p.kv_start + j) * row + at_head, kv));
             if p.softcap > 0.0 {
                 x = p.softcap * (x / p.softcap).tanh();
             }
@@ -115,7 +193,7 @@ pub fn attention(
             *s = (*s - max).exp();
             sum += *s;
         }
-        if round_p {
+        if self.round_p {
             // ggml normalizes first, then rounds the weights to f16.
             let inv = 1.0 / sum;
             for (j, s) in scores.iter().enumerate() {
@@ -123,8 +201,8 @@ pub fn attention(
                     continue;
                 }
                 let w = f16::from_f32(s * inv).to_f32();
-                v.load((p.kv_start + j) * row + at_head, kv);
-                for (o, &vv) in o.iter_mut().zip(kv.iter()) {
+                let vr = v.row((p.kv_start + j) * row + at_head, kv);
+                for (o, &vv) in o.iter_mut().zip(vr) {
                     *o += w * vv;
                 }
             }
@@ -134,8 +212,8 @@ pub fn attention(
             if *s == f32::NEG_INFINITY {
                 continue;
             }
-            v.load((p.kv_start + j) * row + at_head, kv);
-            for (o, &vv) in o.iter_mut().zip(kv.iter()) {
+            let vr = v.row((p.kv_start + j) * row + at_head, kv);
+            for (o, &vv) in o.iter_mut().zip(vr) {
                 *o += s * vv;
             }
         }
@@ -143,16 +221,20 @@ pub fn attention(
         for o in o.iter_mut() {
             *o *= inv;
         }
-    };
-    if par {
-        out.par_chunks_mut(hd)
-            .zip(q.par_chunks(hd))
-            .enumerate()
-            .for_each_init(init, head);
-    } else {
-        let mut state = init();
-        for item in out.chunks_mut(hd).zip(q.chunks(hd)).enumerate() {
-            head(&mut state, item);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod wide {
+    use super::*;
+
+    pub(super) fn head(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn tf(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
+            h.head_body(s, ih, o, qh)
         }
+        // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
+        unsafe { tf(h, s, ih, o, qh) }
     }
 }

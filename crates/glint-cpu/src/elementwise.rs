@@ -98,6 +98,34 @@ pub fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
 }
 
+/// ggml's cpu GELU (`GGML_GELU_FP16`, on by default): `x` rounded to f16
+/// indexes a table of `f16(gelu(x))`; below -10 it is 0, from 10 up `x`.
+/// What llama.cpp computes, and a lookup instead of a `tanh`.
+pub fn gelu_ggml(x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        let t = gelu_table();
+        f16::from_bits(t[f16::from_f32(x).to_bits() as usize]).to_f32()
+    }
+}
+
+/// `table[h] = f16(gelu(f32(h)))` for every f16 bit pattern `h`: 128 KiB,
+/// built once.
+fn gelu_table() -> &'static [u16; 1 << 16] {
+    static TABLE: std::sync::OnceLock<Box<[u16; 1 << 16]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([0u16; 1 << 16]);
+        for (h, v) in t.iter_mut().enumerate() {
+            *v = f16::from_f32(gelu(f16::from_bits(h as u16).to_f32())).to_bits();
+        }
+        t
+    })
+}
+
+/// The activation of `op` in f32 (the oracle's, and the WGSL kernels').
 pub fn unary_fn(op: Unary) -> fn(f32) -> f32 {
     match op {
         Unary::Silu => silu,
@@ -105,10 +133,27 @@ pub fn unary_fn(op: Unary) -> fn(f32) -> f32 {
     }
 }
 
+/// The gate activation of `op` in f32.
 pub fn glu_fn(op: Glu) -> fn(f32) -> f32 {
     match op {
         Glu::SwiGlu => silu,
         Glu::GeGlu => gelu,
+    }
+}
+
+/// The activation of `op` as ggml's cpu computes it (GELU by table).
+pub fn unary_fn_ggml(op: Unary) -> fn(f32) -> f32 {
+    match op {
+        Unary::Silu => silu,
+        Unary::Gelu => gelu_ggml,
+    }
+}
+
+/// The gate activation of `op` as ggml's cpu computes it (GELU by table).
+pub fn glu_fn_ggml(op: Glu) -> fn(f32) -> f32 {
+    match op {
+        Glu::SwiGlu => silu,
+        Glu::GeGlu => gelu_ggml,
     }
 }
 

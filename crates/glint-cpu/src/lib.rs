@@ -15,6 +15,7 @@
 // The workspace MSRV is 1.85; `is_multiple_of` is 1.87.
 #![allow(clippy::manual_is_multiple_of)]
 
+pub mod act;
 mod attention;
 mod check;
 mod elementwise;
@@ -358,11 +359,18 @@ impl Backend for CpuBackend {
     }
 
     fn unary(&self, op: Unary, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
-        self.map("unary", x, out, elementwise::unary_fn(op))
+        let f = match self.precision {
+            Precision::Ggml => elementwise::unary_fn_ggml(op),
+            Precision::F32 => elementwise::unary_fn(op),
+        };
+        self.map("unary", x, out, f)
     }
 
     fn glu(&self, op: Glu, gate: &CpuTensor, up: &CpuTensor, out: &CpuTensor) -> Result<()> {
-        let act = elementwise::glu_fn(op);
+        let act = match self.precision {
+            Precision::Ggml => elementwise::glu_fn_ggml(op),
+            Precision::F32 => elementwise::glu_fn(op),
+        };
         self.binary_same("glu", gate, up, out, move |g, u| act(g) * u)
     }
 

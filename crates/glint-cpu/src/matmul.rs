@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use std::cell::RefCell;
 
+use crate::act;
 use crate::elementwise;
 use crate::qdot::{self, DotFn};
 use crate::weights::{dequant_row, dot, row_dot};
@@ -220,12 +221,12 @@ pub(crate) fn mul_mat_ggml_par(
         act.resize(act_bytes * m, 0);
         let act = &mut act[..act_bytes * m];
         if m == 1 {
-            glint_quant::quantize_row(vt, &x[..k], act).map_err(err)?;
+            act::quantize_row(vt, &x[..k], act).map_err(err)?;
         } else {
             // quantize_row cannot fail here: x has m columns of k, and
             // act_bytes is vt.bytes_for(k) (checked above).
             elementwise::rows(par, act, act_bytes, |c, a| {
-                let _ = glint_quant::quantize_row(vt, &x[c * k..(c + 1) * k], a);
+                let _ = act::quantize_row(vt, &x[c * k..(c + 1) * k], a);
             });
         }
         let act: &[u8] = act;
@@ -241,19 +242,59 @@ pub(crate) fn mul_mat_ggml_par(
             });
             return Ok(());
         }
-        // by_row: [m, n] as in mul_mat. A task owns a tile of weight rows
-        // (a few KiB, stays in L1) and passes every column over it.
-        let rows = rows_per_task(n, row_bytes).min(tile_rows(row_bytes));
-        let mut by_row = vec![0f32; n * m];
         let dot_cols = match kernels {
             Kernels::Fast => qdot::fast_dot_cols(ty),
             _ => None,
         };
+        let threads = if par {
+            rayon::current_num_threads().max(1)
+        } else {
+            1
+        };
+        if m >= 2 * threads * MIN_COL_BLOCK {
+            // Prefill: a task owns a block of output columns (contiguous in
+            // out) and passes every weight row over them, a tile of rows at
+            // a time (a few KiB, stays in L1).
+            let cb = col_block(m, threads);
+            let tile = tile_rows(row_bytes);
+            elementwise::rows(par, out, n * cb, |t, o| {
+                let c0 = t * cb;
+                let mc = o.len() / n;
+                for r0 in (0..n).step_by(tile) {
+                    let rs = r0..(r0 + tile).min(n);
+                    let mut c = 0;
+                    if let Some(dot_cols) = dot_cols {
+                        // COLS columns at a time: each weight block unpacked once.
+                        while c + qdot::COLS <= mc {
+                            let acts: [&[u8]; qdot::COLS] =
+                                std::array::from_fn(|i| act_col(c0 + c + i));
+                            for r in rs.clone() {
+                                let v = dot_cols(w_row(r), acts);
+                                for (i, v) in v.into_iter().enumerate() {
+                                    o[(c + i) * n + r] = v;
+                                }
+                            }
+                            c += qdot::COLS;
+                        }
+                    }
+                    for c in c..mc {
+                        let a = act_col(c0 + c);
+                        for r in rs.clone() {
+                            o[c * n + r] = dot(w_row(r), a);
+                        }
+                    }
+                }
+            });
+            return Ok(());
+        }
+        // A few columns: by_row: [m, n] as in mul_mat. A task owns a tile of
+        // weight rows and passes every column over it; out is its transpose.
+        let rows = rows_per_task(n, row_bytes).min(tile_rows(row_bytes));
+        let mut by_row = vec![0f32; n * m];
         elementwise::rows(par, &mut by_row, m * rows, |t, chunk| {
             let nr = chunk.len() / m;
             let mut c = 0;
             if let Some(dot_cols) = dot_cols {
-                // COLS columns at a time: each weight block unpacked once.
                 while c + qdot::COLS <= m {
                     let acts: [&[u8]; qdot::COLS] = std::array::from_fn(|i| act_col(c + i));
                     for rr in 0..nr {
@@ -291,6 +332,17 @@ fn rows_per_task(n: usize, row_bytes: usize) -> usize {
     let min_rows = 64.max((32 << 10) / row_bytes.max(1));
     let per_thread = n.div_ceil(4 * rayon::current_num_threads().max(1));
     min_rows.max(per_thread).min(n).max(1)
+}
+
+/// The smallest block of output columns a prefill task owns.
+const MIN_COL_BLOCK: usize = 16;
+
+/// Output columns per prefill task: about 4 tasks per thread, at least
+/// [`MIN_COL_BLOCK`], a multiple of [`qdot::COLS`]. Every task reads all the
+/// weights once (from L2 for small models), so fewer, wider blocks read less.
+fn col_block(m: usize, threads: usize) -> usize {
+    let per = m.div_ceil(4 * threads).max(MIN_COL_BLOCK);
+    per.div_ceil(qdot::COLS) * qdot::COLS
 }
 
 /// Weight rows per prefill tile: ~16 KiB of weights, so the tile stays in

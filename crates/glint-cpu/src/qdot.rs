@@ -47,6 +47,18 @@ pub fn fast_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
     None
 }
 
+/// Whether this cpu has AVX2, FMA and F16C (detected once).
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        simd::has_avx2()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// The fastest dot for `ty` on this cpu, or `None`: use `glint_quant::vec_dot`.
 pub fn fast_dot(ty: GgmlType) -> Option<DotFn> {
     avx2_dot(ty).or_else(|| plain_dot(ty))
@@ -361,6 +373,8 @@ mod simd {
             T::Q5_0 => q5_0_cols,
             T::Q5_1 => q5_1_cols,
             T::Q8_0 => q8_0_cols,
+            T::Q4_K => q4_k_cols,
+            T::Q6_K => q6_k_cols,
             _ => return None,
         })
     }
@@ -383,6 +397,8 @@ mod simd {
     entry_cols!(q5_0_cols, kernels::q5_0_cols);
     entry_cols!(q5_1_cols, kernels::q5_1_cols);
     entry_cols!(q8_0_cols, kernels::q8_0_cols);
+    entry_cols!(q4_k_cols, kernels::q4_k_cols);
+    entry_cols!(q6_k_cols, kernels::q6_k_cols);
 
     /// A safe entry for each AVX2 kernel; they are handed out only by
     /// [`dot`], which runs only after [`has_avx2`] confirmed AVX2 and FMA.
@@ -421,6 +437,15 @@ mod simd {
             let b: &[u8; 32] = arr(b, at);
             // SAFETY: `b` is 32 readable bytes; loadu has no alignment need.
             unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+        }
+
+        /// One 16-byte vector from `b[at..at + 16]`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn load16(b: &[u8], at: usize) -> __m128i {
+            let b: &[u8; 16] = arr(b, at);
+            // SAFETY: `b` is 16 readable bytes; loadu has no alignment need.
+            unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
         }
 
         /// The 32 4-bit levels of `b[at..at + 16]` in element order: low
@@ -710,6 +735,14 @@ mod simd {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         fn k4_scales_and_mins(xb: &[u8], yb: &[u8]) -> ([u8; 8], i32) {
+            let (sc, mins) = k4_scales_mins(xb);
+            (sc, k4_min_sum(mins, yb))
+        }
+
+        /// A Q4_K block's 8 scales, and its 8 mins as i16 lanes.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn k4_scales_mins(xb: &[u8]) -> ([u8; 8], __m128i) {
             const K1: u32 = 0x3f3f_3f3f;
             const K2: u32 = 0x0f0f_0f0f;
             const K3: u32 = 0x0303_0303;
@@ -722,17 +755,145 @@ mod simd {
             let mut sc = [0u8; 8];
             sc[..4].copy_from_slice(&scales_lo.to_le_bytes());
             sc[4..].copy_from_slice(&scales_hi.to_le_bytes());
+            let mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mins_hi as i32, mins_lo as i32));
+            (sc, mins)
+        }
+
+        /// `sum(bsums[j] * mins[j / 2])` of a Q8_K block `yb` (exact).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn k4_min_sum(mins: __m128i, yb: &[u8]) -> i32 {
             // bsums: 16 i16; pairs share a min.
             let bsums = load32(yb, 4 + 256);
             let pairs = _mm_hadd_epi16(
                 _mm256_castsi256_si128(bsums),
                 _mm256_extracti128_si256(bsums, 1),
             );
-            let mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mins_hi as i32, mins_lo as i32));
             let p = _mm_madd_epi16(pairs, mins);
             let p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0b01_00_11_10));
             let p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0b10_11_00_01));
-            (sc, _mm_cvtsi128_si32(p))
+            _mm_cvtsi128_si32(p)
+        }
+
+        /// [`q4_k_q8_k`] for [`COLS`] activation rows: each weight block's
+        /// nibbles and scales are unpacked once; every column's float
+        /// operations are those of the one-column kernel, in its order.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q4_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            let m4 = _mm256_set1_epi8(0x0f);
+            let mut acc = [_mm256_setzero_ps(); COLS];
+            let mut sumf = [0.0f32; COLS];
+            for (b, xb) in x.chunks_exact(Q4_K).enumerate() {
+                prefetch(xb);
+                let yb: [&[u8]; COLS] = std::array::from_fn(|c| &ys[c][b * Q8_K..(b + 1) * Q8_K]);
+                let (sc, mins) = k4_scales_mins(xb);
+                let mut sumi = [_mm256_setzero_si256(); COLS];
+                for h in 0..4 {
+                    let q4 = load32(xb, 16 + 32 * h);
+                    let lo = _mm256_and_si256(q4, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                    let s_lo = _mm256_set1_epi16(sc[2 * h] as i16);
+                    let s_hi = _mm256_set1_epi16(sc[2 * h + 1] as i16);
+                    for c in 0..COLS {
+                        let p_lo = _mm256_maddubs_epi16(lo, load32(yb[c], 4 + 64 * h));
+                        let p_hi = _mm256_maddubs_epi16(hi, load32(yb[c], 4 + 64 * h + 32));
+                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(s_lo, p_lo));
+                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(s_hi, p_hi));
+                    }
+                }
+                let dd = f16x2(xb, 0); // [d, dmin]
+                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                for c in 0..COLS {
+                    let yd = f32_at(yb[c], 0);
+                    let sumi_m = k4_min_sum(mins, yb[c]);
+                    acc[c] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(d * yd),
+                        _mm256_cvtepi32_ps(sumi[c]),
+                        acc[c],
+                    );
+                    sumf[c] -= dmin * yd * sumi_m as f32;
+                }
+            }
+            std::array::from_fn(|c| sumf[c] + hsum_f32(acc[c]))
+        }
+
+        /// The 6-bit levels (0..64) of Q6_K elements `128h + 32s + l`
+        /// (s = 0..4) of block `xb`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn q6_levels(xb: &[u8], h: usize) -> [__m256i; 4] {
+            let m4 = _mm256_set1_epi8(0x0f);
+            let m30 = _mm256_set1_epi8(0x30);
+            let (qa, qb) = (load32(xb, 64 * h), load32(xb, 64 * h + 32));
+            let qh = load32(xb, 128 + 32 * h);
+            [
+                _mm256_or_si256(
+                    _mm256_and_si256(qa, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(qb, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                    _mm256_and_si256(qh, m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                ),
+            ]
+        }
+
+        /// The sub-block scales of groups `g`, `g + 1` of a Q6_K block, as
+        /// i16 lanes (low half `g`, high half `g + 1`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn q6_scales(scales: &[u8; 16], g: usize) -> __m256i {
+            _mm256_set_m128i(
+                _mm_set1_epi16(scales[g + 1] as i8 as i16),
+                _mm_set1_epi16(scales[g] as i8 as i16),
+            )
+        }
+
+        /// [`q6_k_q8_k`] for [`COLS`] activation rows. The `- 32` offset is
+        /// taken out through the activation's block sums:
+        /// `sum(sc * (q - 32) * y) = sum(sc * q * y) - 32 * sum(sc * bsum)`,
+        /// the same exact integer per block (spread over the 8 lanes
+        /// differently, so the f32 sums round differently).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn q6_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            let mut acc = [_mm256_setzero_ps(); COLS];
+            for (b, xb) in x.chunks_exact(Q6_K).enumerate() {
+                prefetch(xb);
+                let yb: [&[u8]; COLS] = std::array::from_fn(|c| &ys[c][b * Q8_K..(b + 1) * Q8_K]);
+                let scales: &[u8; 16] = arr(xb, 192);
+                // sc16: the 16 scales as i16, to meet the 16 bsums.
+                let sc16 = _mm256_cvtepi8_epi16(load16(xb, 192));
+                let mut sumi = [_mm256_setzero_si256(); COLS];
+                for h in 0..2 {
+                    let q = q6_levels(xb, h);
+                    for (s, &qs) in q.iter().enumerate() {
+                        let sc = q6_scales(scales, 8 * h + 2 * s);
+                        for c in 0..COLS {
+                            let p = _mm256_maddubs_epi16(qs, load32(yb[c], 4 + 128 * h + 32 * s));
+                            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sc));
+                        }
+                    }
+                }
+                let d = _mm_cvtss_f32(_mm_movehdup_ps(f16x2(xb, 206)));
+                for c in 0..COLS {
+                    // 32 * sum(sc * bsum), spread over the lanes before the sum
+                    let off = _mm256_madd_epi16(load32(yb[c], 4 + 256), sc16);
+                    let si = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(off, 5));
+                    let dc = d * f32_at(yb[c], 0);
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dc), _mm256_cvtepi32_ps(si), acc[c]);
+                }
+            }
+            std::array::from_fn(|c| hsum_f32(acc[c]))
         }
 
         /// A hint to fetch the weights [`PREFETCH`] bytes past `xb` (never

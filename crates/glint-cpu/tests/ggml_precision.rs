@@ -44,7 +44,7 @@ fn mul_mat_quantizes_activations_like_ggml() {
             .unwrap();
         }
         let w = from_bytes(&be, ty, [k, n, 1, 1], &wb);
-        for m in [1usize, 3, 9] {
+        for m in [1usize, 3, 9, 70] {
             let x = rng.vec(k * m);
             let xt = f32s(&be, [k, m, 1, 1], &x);
             let out = zeros(&be, GgmlType::F32, [n, m, 1, 1]);
@@ -55,7 +55,7 @@ fn mul_mat_quantizes_activations_like_ggml() {
                 let xc = &x[c * k..(c + 1) * k];
                 // The activation as ggml sees it.
                 let mut act = vec![0u8; act_bytes];
-                glint_quant::quantize_row(vt, xc, &mut act).unwrap();
+                glint_cpu::act::quantize_row(vt, xc, &mut act).unwrap();
                 for r in 0..n {
                     let row = &wb[r * row_bytes..(r + 1) * row_bytes];
                     let want = glint_quant::vec_dot(ty, row, &act).unwrap();
@@ -148,4 +148,49 @@ fn attention_rounds_q_and_weights_to_f16_over_an_f16_cache() {
             }
         }
     }
+}
+
+/// ggml's `ggml_vec_gelu_f32` / `ggml_vec_geglu_f32` under `GGML_GELU_FP16`
+/// (its default): 0 at or below -10, `x` at or above 10, else the f16 table
+/// entry `f16(gelu(f16(x)))`. The f32 oracle keeps the exact formula.
+#[test]
+fn gelu_and_geglu_use_ggmls_f16_table() {
+    let be = ggml_backend();
+    let oracle = backend();
+    let mut rng = Rng(0x6e1);
+    let n = 4096;
+    let mut xv: Vec<f32> = rng.vec(n).iter().map(|v| v * 12.0).collect();
+    xv[..6].copy_from_slice(&[-10.0, 10.0, -10.5, 11.0, 0.0, -0.0]);
+    let gv: Vec<f32> = rng.vec(n).iter().map(|v| v * 3.0 + 0.5).collect();
+    let tanh_gelu = |x: f32| 0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh());
+    let table = |x: f32| {
+        if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x
+        } else {
+            let h = f16::from_f32(x).to_f32();
+            f16::from_f32(tanh_gelu(h)).to_f32()
+        }
+    };
+    let x = f32s(&be, [n, 1, 1, 1], &xv);
+    let g = f32s(&be, [n, 1, 1, 1], &gv);
+    let out = zeros(&be, GgmlType::F32, [n, 1, 1, 1]);
+    be.unary(glint_backend::Unary::Gelu, &x, &out).unwrap();
+    let got = read_f32(&be, &out, n);
+    for i in 0..n {
+        assert_eq!(got[i].to_bits(), table(xv[i]).to_bits(), "gelu({})", xv[i]);
+    }
+    be.glu(glint_backend::Glu::GeGlu, &x, &g, &out).unwrap();
+    let got = read_f32(&be, &out, n);
+    for i in 0..n {
+        assert_eq!(got[i], table(xv[i]) * gv[i], "geglu({}, {})", xv[i], gv[i]);
+    }
+    // The oracle is not the table: somewhere the two differ.
+    let xo = f32s(&oracle, [n, 1, 1, 1], &xv);
+    let oo = zeros(&oracle, GgmlType::F32, [n, 1, 1, 1]);
+    oracle.unary(glint_backend::Unary::Gelu, &xo, &oo).unwrap();
+    let exact = read_f32(&oracle, &oo, n);
+    let differ = (0..n).filter(|&i| exact[i] != table(xv[i])).count();
+    assert!(differ > n / 4, "only {differ} of {n} differ from the table");
 }

@@ -145,7 +145,7 @@ fn multi_column_kernels_match_ggml_reference() {
         let vt = ty.vec_dot_type();
         for seed in 0..30 {
             let mut rng = Rng(5000 + seed);
-            let k = [1, 3, 20][seed as usize % 3] * 32;
+            let k = [1, 3, 20][seed as usize % 3] * ty.block_size();
             let row = random_row(ty, k, &mut rng);
             let acts: Vec<Vec<u8>> = (0..qdot::COLS)
                 .map(|_| {
@@ -169,7 +169,7 @@ fn multi_column_kernels_match_ggml_reference() {
         }
     }
     if std::env::consts::ARCH == "x86_64" && std::is_x86_feature_detected!("avx2") {
-        assert_eq!(n, 5 * 30 * qdot::COLS, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0");
+        assert_eq!(n, 7 * 30 * qdot::COLS, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K");
     }
 }
 
