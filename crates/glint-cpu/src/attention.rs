@@ -5,8 +5,6 @@ use glint_backend::AttnParams;
 use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
-use crate::weights::dot_inline as dot;
-
 /// A K or V cache: `[head_dim * n_head_kv, n_rows]` of f32 or f16.
 #[derive(Clone, Copy)]
 pub enum Cache<'a> {
@@ -174,7 +172,7 @@ impl Heads<'_> {
                 *s = f32::NEG_INFINITY;
                 continue;
             }
-            let mut x = dot(qh, k.row((p.kv_start + j) * row + at_head, kv));
+            let mut x = dot32(qh, k.row((p.kv_start + j) * row + at_head, kv));
             if p.softcap > 0.0 {
                 x = p.softcap * (x / p.softcap).tanh();
             }
@@ -196,26 +194,28 @@ impl Heads<'_> {
         if self.round_p {
             // ggml normalizes first, then rounds the weights to f16.
             let inv = 1.0 / sum;
-            for (j, s) in scores.iter().enumerate() {
-                if *s == f32::NEG_INFINITY {
-                    continue;
-                }
-                let w = f16::from_f32(s * inv).to_f32();
-                let vr = v.row((p.kv_start + j) * row + at_head, kv);
-                for (o, &vv) in o.iter_mut().zip(vr) {
-                    *o += w * vv;
+            for s in scores.iter_mut() {
+                if *s != f32::NEG_INFINITY {
+                    *s = f16::from_f32(*s * inv).to_f32();
                 }
             }
-            return;
         }
-        for (j, s) in scores.iter().enumerate() {
-            if *s == f32::NEG_INFINITY {
-                continue;
+        match v {
+            Cache::F32(c) => weigh_v(o, scores, &c[p.kv_start * row + at_head..], row),
+            Cache::F16(_) => {
+                for (j, s) in scores.iter().enumerate() {
+                    if *s == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    let vr = v.row((p.kv_start + j) * row + at_head, kv);
+                    for (o, &vv) in o.iter_mut().zip(vr) {
+                        *o += s * vv;
+                    }
+                }
             }
-            let vr = v.row((p.kv_start + j) * row + at_head, kv);
-            for (o, &vv) in o.iter_mut().zip(vr) {
-                *o += s * vv;
-            }
+        }
+        if self.round_p {
+            return;
         }
         let inv = 1.0 / sum;
         for o in o.iter_mut() {
@@ -236,5 +236,74 @@ mod wide {
         }
         // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
         unsafe { tf(h, s, ih, o, qh) }
+    }
+}
+
+/// `sum(a[i] * b[i])` over 32 independent f32 lanes (four vectors' worth),
+/// so a long dot is not one chain of dependent adds.
+#[inline(always)]
+fn dot32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 32];
+    let ca = a.chunks_exact(32);
+    let cb = b.chunks_exact(32);
+    let (ta, tb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..32 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ta.iter().zip(tb) {
+        tail += x * y;
+    }
+    // pairwise: 32 -> 16 -> 8 -> 4 -> 2 -> 1
+    let mut w = 16;
+    while w > 0 {
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+        w /= 2;
+    }
+    acc[0] + tail
+}
+
+/// `o += sum_j w[j] * V[j]` over the rows `j` whose weight is not -inf, in
+/// order of `j` for each element (the plain loop's order, so the same
+/// numbers). V[j] is `v[j * row..][..o.len()]`. `o` is walked a chunk of
+/// [`CHUNK`] elements at a time, held in registers across all rows instead
+/// of being reloaded and stored once per row.
+#[inline(always)]
+fn weigh_v(o: &mut [f32], w: &[f32], v: &[f32], row: usize) {
+    const CHUNK: usize = 64;
+    let hd = o.len();
+    let mut c0 = 0;
+    while c0 + CHUNK <= hd {
+        let oc: &mut [f32; CHUNK] = (&mut o[c0..c0 + CHUNK]).try_into().expect("chunk");
+        let mut acc = *oc;
+        for (j, &wj) in w.iter().enumerate() {
+            if wj == f32::NEG_INFINITY {
+                continue;
+            }
+            let at = j * row + c0;
+            let vr: &[f32; CHUNK] = v[at..at + CHUNK].try_into().expect("chunk");
+            for e in 0..CHUNK {
+                acc[e] += wj * vr[e];
+            }
+        }
+        *oc = acc;
+        c0 += CHUNK;
+    }
+    if c0 < hd {
+        for (j, &wj) in w.iter().enumerate() {
+            if wj == f32::NEG_INFINITY {
+                continue;
+            }
+            let at = j * row + c0;
+            for (o, &vv) in o[c0..].iter_mut().zip(&v[at..at + hd - c0]) {
+                *o += wj * vv;
+            }
+        }
     }
 }

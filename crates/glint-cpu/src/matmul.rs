@@ -257,34 +257,74 @@ pub(crate) fn mul_mat_ggml_par(
             // a time (a few KiB, stays in L1).
             let cb = col_block(m, threads);
             let tile = tile_rows(row_bytes);
-            elementwise::rows(par, out, n * cb, |t, o| {
-                let c0 = t * cb;
-                let mc = o.len() / n;
-                for r0 in (0..n).step_by(tile) {
-                    let rs = r0..(r0 + tile).min(n);
-                    let mut c = 0;
-                    if let Some(dot_cols) = dot_cols {
-                        // COLS columns at a time: each weight block unpacked once.
-                        while c + qdot::COLS <= mc {
-                            let acts: [&[u8]; qdot::COLS] =
-                                std::array::from_fn(|i| act_col(c0 + c + i));
-                            for r in rs.clone() {
-                                let v = dot_cols(w_row(r), acts);
-                                for (i, v) in v.into_iter().enumerate() {
-                                    o[(c + i) * n + r] = v;
-                                }
-                            }
-                            c += qdot::COLS;
-                        }
-                    }
-                    for c in c..mc {
-                        let a = act_col(c0 + c);
-                        for r in rs.clone() {
-                            o[c * n + r] = dot(w_row(r), a);
-                        }
-                    }
+            // With a tile kernel (AVX-512 VNNI) each activation column is
+            // prepared once: prep: [m] columns of prep_bytes.
+            let tile_fn = match kernels {
+                Kernels::Fast => qdot::fast_tile(ty).filter(|_| dot_cols.is_some()),
+                _ => None,
+            };
+            let prep_bytes = (k / 32) * qdot::TILE_BLOCK;
+            PREP.with(|cell| -> Result<()> {
+                let mut own = Vec::new();
+                let mut cached = cell.try_borrow_mut();
+                let prep: &mut Vec<u8> = match cached.as_deref_mut() {
+                    Ok(v) => v,
+                    Err(_) => &mut own,
+                };
+                if tile_fn.is_some() {
+                    prep.resize(prep_bytes * m, 0);
+                    elementwise::rows(par, &mut prep[..prep_bytes * m], prep_bytes, |c, p| {
+                        qdot::prepare_tile_col(ty, act_col(c), p)
+                    });
                 }
-            });
+                let prep: &[u8] = prep;
+                let prep_col = |c: usize| &prep[c * prep_bytes..(c + 1) * prep_bytes];
+                elementwise::rows(par, out, n * cb, |t, o| {
+                    let c0 = t * cb;
+                    let mc = o.len() / n;
+                    for r0 in (0..n).step_by(tile) {
+                        let rs = r0..(r0 + tile).min(n);
+                        let mut c = 0;
+                        if let Some(dot_cols) = dot_cols {
+                            // COLS columns at a time: each weight block unpacked once.
+                            while c + qdot::COLS <= mc {
+                                let acts: [&[u8]; qdot::COLS] =
+                                    std::array::from_fn(|i| act_col(c0 + c + i));
+                                let mut r = rs.start;
+                                if let Some(tile_fn) = tile_fn {
+                                    // TILE rows x TILE columns a call.
+                                    let ys: [&[u8]; qdot::TILE] =
+                                        std::array::from_fn(|i| prep_col(c0 + c + i));
+                                    while r + qdot::TILE <= rs.end {
+                                        let xs = std::array::from_fn(|j| w_row(r + j));
+                                        let v = tile_fn(xs, ys);
+                                        for (j, v) in v.into_iter().enumerate() {
+                                            for (i, v) in v.into_iter().enumerate() {
+                                                o[(c + i) * n + r + j] = v;
+                                            }
+                                        }
+                                        r += qdot::TILE;
+                                    }
+                                }
+                                for r in r..rs.end {
+                                    let v = dot_cols(w_row(r), acts);
+                                    for (i, v) in v.into_iter().enumerate() {
+                                        o[(c + i) * n + r] = v;
+                                    }
+                                }
+                                c += qdot::COLS;
+                            }
+                        }
+                        for c in c..mc {
+                            let a = act_col(c0 + c);
+                            for r in rs.clone() {
+                                o[c * n + r] = dot(w_row(r), a);
+                            }
+                        }
+                    }
+                });
+                Ok(())
+            })?;
             return Ok(());
         }
         // A few columns: by_row: [m, n] as in mul_mat. A task owns a tile of
@@ -321,6 +361,8 @@ pub(crate) fn mul_mat_ggml_par(
 }
 
 thread_local! {
+    /// Activation columns prepared for the tile kernels ([`qdot::fast_tile`]).
+    static PREP: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// Quantized activations of the current `mul_mat_ggml` call, reused
     /// across calls on the same thread: `[m]` rows of `vec_dot_type` bytes.
     static ACT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };

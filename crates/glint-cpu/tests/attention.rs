@@ -234,3 +234,29 @@ fn attention_rejects_bad_shapes() {
         Err(BackendError::Shape { .. })
     ));
 }
+
+/// Gemma-like heads (head_dim 256, one KV head) and an odd one (136: two
+/// 64-element chunks and a tail), prefill and one token, F32 and F16
+/// caches, a window starting at kv_start > 0.
+#[test]
+fn wide_heads_prefill_and_decode() {
+    for (hd, m) in [(256usize, 7usize), (136, 5), (136, 1), (256, 1)] {
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            let n_kv = 70;
+            let mut c = Case {
+                p: params(4, 1, hd, n_kv),
+                m,
+                n_rows: n_kv + 3,
+                cache_ty: ty,
+                mask: causal(n_kv, m),
+            };
+            c.p.kv_start = 3;
+            c.p.scale = 0.5 / (hd as f32).sqrt(); // logits of order 1
+            run(
+                &format!("wide hd {hd} m {m} {ty}"),
+                &c,
+                40 + hd as u64 + m as u64,
+            );
+        }
+    }
+}

@@ -259,3 +259,67 @@ fn mul_mat_ggml_rejects_rows_of_the_wrong_length() {
     .unwrap_err();
     assert!(e.to_string().contains("Q4_1"), "{e}");
 }
+
+/// The AVX-512 VNNI prefill tiles: each of the TILE x TILE results is
+/// bit-identical to the multi-column AVX2 kernel's for the same row and
+/// columns (the lanes hold the same exact integers; the float steps are the
+/// same), on rows whose levels reach their extremes.
+#[test]
+fn tile_kernels_equal_the_multi_column_kernels_bit_for_bit() {
+    let mut n = 0;
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ];
+    for ty in types {
+        let Some(tile) = qdot::fast_tile(ty) else {
+            eprintln!("no AVX-512 VNNI on this cpu: {ty} tile not checked");
+            continue;
+        };
+        let cols = qdot::fast_dot_cols(ty).expect("a tile type has a cols kernel");
+        let vt = ty.vec_dot_type();
+        for seed in 0..20 {
+            let mut rng = Rng(7000 + seed);
+            let k = [1, 3, 20][seed as usize % 3] * 32;
+            let rows: Vec<Vec<u8>> = (0..qdot::TILE)
+                .map(|_| random_row(ty, k, &mut rng))
+                .collect();
+            let acts: Vec<Vec<u8>> = (0..qdot::TILE)
+                .map(|c| {
+                    let mut x = rng.vec(k);
+                    if c == 1 {
+                        x[0] = 40.0; // an outlier: levels at -127/127 elsewhere small
+                    }
+                    let mut a = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+                    glint_cpu::act::quantize_row(vt, &x, &mut a).unwrap();
+                    a
+                })
+                .collect();
+            let prep: Vec<Vec<u8>> = acts
+                .iter()
+                .map(|a| {
+                    let mut p = vec![0u8; k / 32 * qdot::TILE_BLOCK];
+                    qdot::prepare_tile_col(ty, a, &mut p);
+                    p
+                })
+                .collect();
+            let got = tile(
+                std::array::from_fn(|r| &rows[r][..]),
+                std::array::from_fn(|c| &prep[c][..]),
+            );
+            for r in 0..qdot::TILE {
+                let want = cols(&rows[r], std::array::from_fn(|c| &acts[c][..]));
+                for c in 0..qdot::TILE {
+                    assert_eq!(got[r][c], want[c], "{ty} k={k} seed {seed} row {r} col {c}");
+                    n += 1;
+                }
+            }
+        }
+    }
+    if std::env::consts::ARCH == "x86_64" && std::is_x86_feature_detected!("avx512vnni") {
+        assert_eq!(n, 5 * 20 * qdot::TILE * qdot::TILE);
+    }
+}
