@@ -147,11 +147,18 @@ impl Heads<'_> {
         if crate::qdot::has_avx2() {
             return wide::head(self, s, ih, o, qh);
         }
-        self.head_body(s, ih, o, qh)
+        self.head_body(s, ih, o, qh, dot32)
     }
 
     #[inline(always)]
-    fn head_body(&self, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
+    fn head_body(
+        &self,
+        s: &mut Scratch,
+        ih: usize,
+        o: &mut [f32],
+        qh: &[f32],
+        dot32: impl Fn(&[f32], &[f32]) -> f32,
+    ) {
         let (p, k, v, row) = (self.p, self.k, self.v, self.row);
         let hd = p.head_dim;
         let Scratch { scores, kv, qr } = s;
@@ -232,41 +239,76 @@ mod wide {
     pub(super) fn head(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
         #[target_feature(enable = "avx2,fma,f16c")]
         fn tf(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
-            h.head_body(s, ih, o, qh)
+            h.head_body(s, ih, o, qh, |a, b| dot32_avx2(a, b))
         }
         // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
         unsafe { tf(h, s, ih, o, qh) }
     }
+
+    /// [`dot32`] in AVX2 registers: the same products and sums in the same
+    /// order (multiply, then add: no fusing), so the same number.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn dot32_avx2(a: &[f32], b: &[f32]) -> f32 {
+        use std::arch::x86_64::*;
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let load = |c: &[f32], at: usize| {
+            let c: &[f32; 8] = c[at..at + 8].try_into().expect("8 floats");
+            // SAFETY: `c` is 8 readable floats; loadu has no alignment need.
+            unsafe { _mm256_loadu_ps(c.as_ptr()) }
+        };
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let ca = a.chunks_exact(32);
+        let cb = b.chunks_exact(32);
+        let (ta, tb) = (ca.remainder(), cb.remainder());
+        for (x, y) in ca.zip(cb) {
+            for (v, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(load(x, 8 * v), load(y, 8 * v)));
+            }
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut s = [0f32; 8];
+        // SAFETY: `s` is 8 writable floats; storeu has no alignment need.
+        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), sum) };
+        finish_dot32(s, ta, tb)
+    }
 }
 
-/// `sum(a[i] * b[i])` over 32 independent f32 lanes (four vectors' worth),
+/// `sum(a[i] * b[i])` over 32 independent f32 lanes (four 8-lane vectors),
 /// so a long dot is not one chain of dependent adds.
 #[inline(always)]
 fn dot32(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0f32; 32];
+    // acc[v][l]: elements 32i + 8v + l.
+    let mut acc = [[0f32; 8]; 4];
     let ca = a.chunks_exact(32);
     let cb = b.chunks_exact(32);
     let (ta, tb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for l in 0..32 {
-            acc[l] += x[l] * y[l];
+        for (v, acc) in acc.iter_mut().enumerate() {
+            for l in 0..8 {
+                acc[l] += x[8 * v + l] * y[8 * v + l];
+            }
         }
     }
+    let mut s = [0f32; 8];
+    for l in 0..8 {
+        s[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+    }
+    finish_dot32(s, ta, tb)
+}
+
+/// The lanes of [`dot32`] summed, plus the tail: the order both versions share.
+#[inline(always)]
+fn finish_dot32(s: [f32; 8], ta: &[f32], tb: &[f32]) -> f32 {
     let mut tail = 0f32;
     for (x, y) in ta.iter().zip(tb) {
         tail += x * y;
     }
-    // pairwise: 32 -> 16 -> 8 -> 4 -> 2 -> 1
-    let mut w = 16;
-    while w > 0 {
-        for l in 0..w {
-            acc[l] += acc[l + w];
-        }
-        w /= 2;
-    }
-    acc[0] + tail
+    let s = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    s + tail
 }
 
 /// `o += sum_j w[j] * V[j]` over the rows `j` whose weight is not -inf, in
@@ -303,6 +345,38 @@ fn weigh_v(o: &mut [f32], w: &[f32], v: &[f32], row: usize) {
             let at = j * row + c0;
             for (o, &vv) in o[c0..].iter_mut().zip(&v[at..at + hd - c0]) {
                 *o += wj * vv;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX2 dot is the plain one in registers: equal bit for bit, on
+    /// lengths with and without a tail.
+    #[test]
+    fn dot32_avx2_equals_the_plain_loop() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        for n in [1usize, 31, 32, 64, 136, 256, 1000] {
+            let a: Vec<f32> = (0..n).map(|_| next()).collect();
+            let b: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
+            let plain = dot32(&a, &b);
+            let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            assert!((plain as f64 - exact).abs() < 1e-5 * n as f64, "n {n}");
+            #[cfg(target_arch = "x86_64")]
+            if crate::qdot::has_avx2() {
+                #[allow(unsafe_code)]
+                // SAFETY: AVX2, FMA and F16C were just detected.
+                let wide = unsafe { wide::dot32_avx2(&a, &b) };
+                assert_eq!(wide.to_bits(), plain.to_bits(), "n {n}");
             }
         }
     }

@@ -883,7 +883,11 @@ mod simd {
             let mut sumf = [0.0f32; COLS];
             for (b, xb) in x.chunks_exact(Q4_K).enumerate() {
                 prefetch(xb);
-                let yb: [&[u8]; COLS] = std::array::from_fn(|c| &ys[c][b * Q8_K..(b + 1) * Q8_K]);
+                // (a loop, not `array::from_fn`: its closure would stay out of line)
+                let mut yb: [&[u8]; COLS] = [&[]; COLS];
+                for c in 0..COLS {
+                    yb[c] = &ys[c][b * Q8_K..(b + 1) * Q8_K];
+                }
                 let (sc, mins) = k4_scales_mins(xb);
                 let mut sumi = [_mm256_setzero_si256(); COLS];
                 for h in 0..4 {
@@ -912,7 +916,11 @@ mod simd {
                     sumf[c] -= dmin * yd * sumi_m as f32;
                 }
             }
-            std::array::from_fn(|c| sumf[c] + hsum_f32(acc[c]))
+            let mut out = [0.0f32; COLS];
+            for c in 0..COLS {
+                out[c] = sumf[c] + hsum_f32(acc[c]);
+            }
+            out
         }
 
         /// The 6-bit levels (0..64) of Q6_K elements `128h + 32s + l`
@@ -966,7 +974,11 @@ mod simd {
             let mut acc = [_mm256_setzero_ps(); COLS];
             for (b, xb) in x.chunks_exact(Q6_K).enumerate() {
                 prefetch(xb);
-                let yb: [&[u8]; COLS] = std::array::from_fn(|c| &ys[c][b * Q8_K..(b + 1) * Q8_K]);
+                // (a loop, not `array::from_fn`: its closure would stay out of line)
+                let mut yb: [&[u8]; COLS] = [&[]; COLS];
+                for c in 0..COLS {
+                    yb[c] = &ys[c][b * Q8_K..(b + 1) * Q8_K];
+                }
                 let scales: &[u8; 16] = arr(xb, 192);
                 // sc16: the 16 scales as i16, to meet the 16 bsums.
                 let sc16 = _mm256_cvtepi8_epi16(load16(xb, 192));
@@ -990,7 +1002,11 @@ mod simd {
                     acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dc), _mm256_cvtepi32_ps(si), acc[c]);
                 }
             }
-            std::array::from_fn(|c| hsum_f32(acc[c]))
+            let mut out = [0.0f32; COLS];
+            for c in 0..COLS {
+                out[c] = hsum_f32(acc[c]);
+            }
+            out
         }
 
         /// A hint to fetch the weights [`PREFETCH`] bytes past `xb` (never
@@ -1039,14 +1055,16 @@ mod simd {
                     acc[c] = _mm256_fmadd_ps(d, lanes_u8_i8(ux, yv), acc[c]);
                 }
             }
-            std::array::from_fn(|c| {
+            let mut out = [0.0f32; COLS];
+            for c in 0..COLS {
                 let s = hsum_f32(acc[c]);
-                if min {
+                out[c] = if min {
                     s + _mm_cvtss_f32(_mm_movehdup_ps(summs[c]))
                 } else {
                     s
-                }
-            })
+                };
+            }
+            out
         }
 
         #[inline]
