@@ -47,6 +47,20 @@ pub fn fast_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
     None
 }
 
+/// The AVX2-only multi-column kernels (no VNNI), or `None` where the cpu
+/// lacks AVX2: what [`fast_dot_cols`] gives on AVX2 cpus without AVX-512
+/// VNNI (the tests hold the two equal).
+pub fn avx2_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd::has_avx2() {
+            return simd::dot_cols_avx2(ty);
+        }
+    }
+    let _ = ty;
+    None
+}
+
 /// Weight rows and activation columns of one [`TileFn`] call.
 pub const TILE: usize = 4;
 
@@ -456,6 +470,21 @@ mod simd {
         };
     }
     entry_tile!(q4_0_tile, kernels::q4_0_tile);
+
+    macro_rules! entry_cols_vnni {
+        ($name:ident, $body:path) => {
+            fn $name(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+                #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+                fn tf(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+                    $body(x, ys)
+                }
+                // SAFETY: reachable only through `dot_cols`, after `has_vnni()`.
+                unsafe { tf(x, ys) }
+            }
+        };
+    }
+    entry_cols_vnni!(q4_k_cols_vnni, kernels::q4_k_cols_vnni);
+    entry_cols_vnni!(q6_k_cols_vnni, kernels::q6_k_cols_vnni);
     entry_tile!(q4_1_tile, kernels::q4_1_tile);
     entry_tile!(q5_0_tile, kernels::q5_0_tile);
     entry_tile!(q5_1_tile, kernels::q5_1_tile);
@@ -463,6 +492,16 @@ mod simd {
 
     /// Only called after [`has_avx2`] said yes.
     pub(super) fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+        use GgmlType as T;
+        Some(match ty {
+            T::Q4_K if has_vnni() => q4_k_cols_vnni,
+            T::Q6_K if has_vnni() => q6_k_cols_vnni,
+            _ => return dot_cols_avx2(ty),
+        })
+    }
+
+    /// Only called after [`has_avx2`] said yes.
+    pub(super) fn dot_cols_avx2(ty: GgmlType) -> Option<DotColsFn> {
         use GgmlType as T;
         Some(match ty {
             T::Q4_0 => q4_0_cols,
@@ -878,6 +917,29 @@ mod simd {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q4_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            q4_k_cols_with(x, ys, |acc, a, b| {
+                _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+            })
+        }
+
+        /// [`q4_k_cols`] with `vpdpwssd` for each multiply-add of i16
+        /// pairs into i32 lanes (one instruction for `madd` + `add`; the
+        /// same exact integers).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn q4_k_cols_vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            q4_k_cols_with(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
+        }
+
+        /// The body of [`q4_k_cols`]; `madd_acc(acc, a, b)` is
+        /// `acc + madd(a, b)` (i16 pairs into i32 lanes).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn q4_k_cols_with(
+            x: &[u8],
+            ys: [&[u8]; COLS],
+            madd_acc: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+        ) -> [f32; COLS] {
             let m4 = _mm256_set1_epi8(0x0f);
             let mut acc = [_mm256_setzero_ps(); COLS];
             let mut sumf = [0.0f32; COLS];
@@ -899,8 +961,8 @@ mod simd {
                     for c in 0..COLS {
                         let p_lo = _mm256_maddubs_epi16(lo, load32(yb[c], 4 + 64 * h));
                         let p_hi = _mm256_maddubs_epi16(hi, load32(yb[c], 4 + 64 * h + 32));
-                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(s_lo, p_lo));
-                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(s_hi, p_hi));
+                        sumi[c] = madd_acc(sumi[c], s_lo, p_lo);
+                        sumi[c] = madd_acc(sumi[c], s_hi, p_hi);
                     }
                 }
                 let dd = f16x2(xb, 0); // [d, dmin]
@@ -971,6 +1033,26 @@ mod simd {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn q6_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            q6_k_cols_with(x, ys, |acc, a, b| {
+                _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+            })
+        }
+
+        /// [`q6_k_cols`] with `vpdpwssd` (see [`q4_k_cols_vnni`]).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn q6_k_cols_vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            q6_k_cols_with(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
+        }
+
+        /// The body of [`q6_k_cols`], `madd_acc` as in [`q4_k_cols_with`].
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn q6_k_cols_with(
+            x: &[u8],
+            ys: [&[u8]; COLS],
+            madd_acc: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+        ) -> [f32; COLS] {
             let mut acc = [_mm256_setzero_ps(); COLS];
             for (b, xb) in x.chunks_exact(Q6_K).enumerate() {
                 prefetch(xb);
@@ -989,7 +1071,7 @@ mod simd {
                         let sc = q6_scales(scales, 8 * h + 2 * s);
                         for c in 0..COLS {
                             let p = _mm256_maddubs_epi16(qs, load32(yb[c], 4 + 128 * h + 32 * s));
-                            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, sc));
+                            sumi[c] = madd_acc(sumi[c], p, sc);
                         }
                     }
                 }

@@ -323,3 +323,50 @@ fn tile_kernels_equal_the_multi_column_kernels_bit_for_bit() {
         assert_eq!(n, 5 * 20 * qdot::TILE * qdot::TILE);
     }
 }
+
+/// The AVX2-only multi-column kernels (what cpus without AVX-512 VNNI run)
+/// against the reference too, and equal bit for bit to the kernels
+/// [`qdot::fast_dot_cols`] picks here (the VNNI K-quant ones use
+/// `vpdpwssd` for `madd` + `add`: the same integers).
+#[test]
+fn avx2_multi_column_kernels_match_the_reference_and_the_fast_ones() {
+    let mut n = 0;
+    for ty in FAST {
+        let (Some(avx2), Some(fast)) = (qdot::avx2_dot_cols(ty), qdot::fast_dot_cols(ty)) else {
+            continue;
+        };
+        let vt = ty.vec_dot_type();
+        for seed in 0..12 {
+            let mut rng = Rng(9000 + seed);
+            let k = [1, 2, 5][seed as usize % 3] * ty.block_size();
+            let row = random_row(ty, k, &mut rng);
+            let acts: Vec<Vec<u8>> = (0..qdot::COLS)
+                .map(|_| {
+                    let mut a = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+                    glint_quant::quantize_row(vt, &rng.vec(k), &mut a).unwrap();
+                    a
+                })
+                .collect();
+            let ys = std::array::from_fn(|c| &acts[c][..]);
+            let (got, fast) = (avx2(&row, ys), fast(&row, ys));
+            for (c, act) in acts.iter().enumerate() {
+                let want = glint_quant::vec_dot(ty, &row, act).unwrap();
+                let diff = (got[c] as f64 - want as f64).abs();
+                assert!(
+                    diff <= tolerance("avx2", ty) * abs_terms(ty, &row, act, k),
+                    "avx2 cols {ty} k={k} seed {seed} col {c}: got {}, want {want}",
+                    got[c]
+                );
+                assert_eq!(
+                    got[c].to_bits(),
+                    fast[c].to_bits(),
+                    "{ty} seed {seed} col {c}"
+                );
+                n += 1;
+            }
+        }
+    }
+    if std::env::consts::ARCH == "x86_64" && std::is_x86_feature_detected!("avx2") {
+        assert_eq!(n, 7 * 12 * qdot::COLS);
+    }
+}
