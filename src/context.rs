@@ -770,7 +770,8 @@ fn run_ubatch<B: Backend>(
     x: &mut Exec<B>,
     ub: &UBatch,
 ) -> Result<bool, Error> {
-    let out = forward(&l.be, hp, &l.w, &x.kv, &x.scratch, ub)?;
+    let (kv, scratch) = (&x.kv, &x.scratch);
+    let out = l.be.enter(|| forward(&l.be, hp, &l.w, kv, scratch, ub))?;
     let has = out.is_some();
     x.pending = out;
     Ok(has)

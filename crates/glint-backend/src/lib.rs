@@ -212,6 +212,18 @@ pub trait Backend: Send + Sync {
     /// Wait for all queued work.
     fn sync(&self) -> Result<()>;
 
+    /// Run `f`, which issues a run of ops (a forward pass), where they are
+    /// cheapest to issue from. The cpu backend runs it on one of its own
+    /// workers, so each op's parallel loop starts right there instead of
+    /// handing off to the pool and waking the caller when it is done.
+    /// Default: on the calling thread.
+    fn enter<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R
+    where
+        Self: Sized,
+    {
+        f()
+    }
+
     /// What the backend holds now.
     fn memory(&self) -> MemoryReport;
 

@@ -236,6 +236,10 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn enter<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
     fn memory(&self) -> MemoryReport {
         MemoryReport {
             weights: self.weights_bytes.load(Ordering::Relaxed),
