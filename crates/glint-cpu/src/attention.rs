@@ -99,6 +99,33 @@ pub fn attention(
         kv: vec![0f32; hd],
         qr: vec![0f32; hd],
     };
+    #[cfg(target_arch = "x86_64")]
+    if crate::qdot::has_avx2() && matches!((k, v), (Cache::F32(_), Cache::F32(_))) {
+        // All query heads of one kv head per task: each K and V row is
+        // loaded once for the whole group (AVX2 + FMA; see `wide::group`).
+        let gw = group * hd;
+        let init = || GroupScratch {
+            scores: vec![0f32; group * p.n_kv],
+            max: vec![0f32; group],
+            sum: vec![0f32; group],
+            qr: vec![0f32; gw],
+        };
+        let task = |s: &mut GroupScratch, (ig, (o, qg)): (usize, (&mut [f32], &[f32]))| {
+            wide::group(&ctx, s, ig, o, qg)
+        };
+        if par {
+            out.par_chunks_mut(gw)
+                .zip(q.par_chunks(gw))
+                .enumerate()
+                .for_each_init(init, task);
+        } else {
+            let mut state = init();
+            for item in out.chunks_mut(gw).zip(q.chunks(gw)).enumerate() {
+                task(&mut state, item);
+            }
+        }
+        return;
+    }
     let head =
         |s: &mut Scratch, (ih, (o, qh)): (usize, (&mut [f32], &[f32]))| ctx.head(s, ih, o, qh);
     if par {
@@ -128,6 +155,16 @@ struct Heads<'a> {
     row: usize,
     /// Query heads per kv head.
     group: usize,
+}
+
+/// Per-task buffers of the grouped path. scores: `[group, n_kv]`; max,
+/// sum: `[group]`; qr: `[head_dim, group]`, the queries rounded to f16.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct GroupScratch {
+    scores: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    qr: Vec<f32>,
 }
 
 /// Per-task buffers. scores: `[n_kv]`; kv: `[head_dim]`, one widened cache
@@ -243,6 +280,227 @@ mod wide {
         }
         // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
         unsafe { tf(h, s, ih, o, qh) }
+    }
+
+    /// Query heads `g * group..(g + 1) * group` of token `i` (`ig = i *
+    /// n_head_kv + g`) over F32 K and V windows, all heads of the group at
+    /// once: each K and V row is loaded once for the group, and products
+    /// are fused multiply-adds. The same formula as the per-head path, with
+    /// its sums in another order and fused: they differ by f32 rounding
+    /// (the tests name the tolerance).
+    pub(super) fn group(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn tf(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
+            group_body(h, s, ig, o, q)
+        }
+        // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
+        unsafe { tf(h, s, ig, o, q) }
+    }
+
+    /// 8 floats of `s` from `at`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn ld(s: &[f32], at: usize) -> std::arch::x86_64::__m256 {
+        let c: &[f32; 8] = s[at..at + 8].try_into().expect("8 floats");
+        // SAFETY: `c` is 8 readable floats; loadu has no alignment need.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(c.as_ptr()) }
+    }
+
+    /// Stores 8 floats into `s` at `at`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn st(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
+        let c: &mut [f32; 8] = (&mut s[at..at + 8]).try_into().expect("8 floats");
+        // SAFETY: `c` is 8 writable floats; storeu has no alignment need.
+        unsafe { std::arch::x86_64::_mm256_storeu_ps(c.as_mut_ptr(), v) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(v: std::arch::x86_64::__m256) -> f32 {
+        use std::arch::x86_64::*;
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// `q[t] · k` for the `N` heads `q[t * hd..(t + 1) * hd]`, two
+    /// 8-lane accumulators each.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dots<const N: usize>(q: &[f32], k: &[f32], hd: usize) -> [f32; N] {
+        use std::arch::x86_64::*;
+        let mut a0 = [_mm256_setzero_ps(); N];
+        let mut a1 = [_mm256_setzero_ps(); N];
+        let mut d = 0;
+        while d + 16 <= hd {
+            let (k0, k1) = (ld(k, d), ld(k, d + 8));
+            for t in 0..N {
+                a0[t] = _mm256_fmadd_ps(ld(q, t * hd + d), k0, a0[t]);
+                a1[t] = _mm256_fmadd_ps(ld(q, t * hd + d + 8), k1, a1[t]);
+            }
+            d += 16;
+        }
+        let mut out = [0f32; N];
+        for t in 0..N {
+            let mut x = hsum(_mm256_add_ps(a0[t], a1[t]));
+            for e in d..hd {
+                x += q[t * hd + e] * k[e];
+            }
+            out[t] = x;
+        }
+        out
+    }
+
+    /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
+    /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps; V[j] is
+    /// `v[j * row..][..hd]`. A 16-element chunk of every head's output
+    /// stays in registers across all rows.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn weigh<const N: usize>(
+        o: &mut [f32],
+        w: &[f32],
+        live: &[f32],
+        v: &[f32],
+        row: usize,
+        hd: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let n_kv = live.len();
+        let mut d = 0;
+        while d + 16 <= hd {
+            let mut a0 = [_mm256_setzero_ps(); N];
+            let mut a1 = [_mm256_setzero_ps(); N];
+            for j in 0..n_kv {
+                if live[j] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let (v0, v1) = (ld(v, j * row + d), ld(v, j * row + d + 8));
+                for t in 0..N {
+                    let wj = _mm256_set1_ps(w[t * n_kv + j]);
+                    a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
+                    a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
+                }
+            }
+            for t in 0..N {
+                st(o, t * hd + d, a0[t]);
+                st(o, t * hd + d + 8, a1[t]);
+            }
+            d += 16;
+        }
+        for t in 0..N {
+            for e in d..hd {
+                let mut x = 0f32;
+                for j in 0..n_kv {
+                    if live[j] != f32::NEG_INFINITY {
+                        x += w[t * n_kv + j] * v[j * row + e];
+                    }
+                }
+                o[t * hd + e] = x;
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn group_body(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
+        let p = h.p;
+        let (hd, n_kv, gsz) = (p.head_dim, p.n_kv, h.group);
+        let (i, g) = (ig / p.n_head_kv, ig % p.n_head_kv);
+        let at_head = g * hd;
+        let live = &h.mask[i * n_kv..(i + 1) * n_kv];
+        let (Cache::F32(kc), Cache::F32(vc)) = (h.k, h.v) else {
+            return; // the caller sends F32 windows only
+        };
+        let kw = &kc[p.kv_start * h.row + at_head..];
+        let vw = &vc[p.kv_start * h.row + at_head..];
+        let q: &[f32] = if h.round_q {
+            for (d, &x) in s.qr.iter_mut().zip(q) {
+                *d = f16::from_f32(x).to_f32();
+            }
+            &s.qr
+        } else {
+            q
+        };
+        let GroupScratch {
+            scores, max, sum, ..
+        } = s;
+        max.fill(f32::NEG_INFINITY);
+        for j in 0..n_kv {
+            if live[j] == f32::NEG_INFINITY {
+                for t in 0..gsz {
+                    scores[t * n_kv + j] = f32::NEG_INFINITY;
+                }
+                continue;
+            }
+            let krow = &kw[j * h.row..j * h.row + hd];
+            let mut h0 = 0;
+            while h0 < gsz {
+                let qs = &q[h0 * hd..];
+                let mut xs = [0f32; 4];
+                let nh = (gsz - h0).min(4);
+                match nh {
+                    4 => xs = dots::<4>(qs, krow, hd),
+                    3 => xs[..3].copy_from_slice(&dots::<3>(qs, krow, hd)),
+                    2 => xs[..2].copy_from_slice(&dots::<2>(qs, krow, hd)),
+                    _ => xs[..1].copy_from_slice(&dots::<1>(qs, krow, hd)),
+                }
+                for (t, &x) in xs[..nh].iter().enumerate() {
+                    let mut x = x;
+                    if p.softcap > 0.0 {
+                        x = p.softcap * (x / p.softcap).tanh();
+                    }
+                    let sc = x * p.scale + live[j];
+                    scores[(h0 + t) * n_kv + j] = sc;
+                    max[h0 + t] = max[h0 + t].max(sc);
+                }
+                h0 += nh;
+            }
+        }
+        for t in 0..gsz {
+            let mut total = 0f32;
+            for sc in scores[t * n_kv..(t + 1) * n_kv].iter_mut() {
+                if *sc == f32::NEG_INFINITY {
+                    *sc = 0.0;
+                    continue;
+                }
+                *sc = (*sc - max[t]).exp();
+                total += *sc;
+            }
+            sum[t] = total;
+            if h.round_p && total > 0.0 {
+                // ggml normalizes first, then rounds the weights to f16.
+                let inv = 1.0 / total;
+                for sc in scores[t * n_kv..(t + 1) * n_kv].iter_mut() {
+                    *sc = f16::from_f32(*sc * inv).to_f32();
+                }
+            }
+        }
+        let mut h0 = 0;
+        while h0 < gsz {
+            let nh = (gsz - h0).min(4);
+            let (oh, wh) = (&mut o[h0 * hd..], &scores[h0 * n_kv..]);
+            match nh {
+                4 => weigh::<4>(oh, wh, live, vw, h.row, hd),
+                3 => weigh::<3>(oh, wh, live, vw, h.row, hd),
+                2 => weigh::<2>(oh, wh, live, vw, h.row, hd),
+                _ => weigh::<1>(oh, wh, live, vw, h.row, hd),
+            }
+            h0 += nh;
+        }
+        for t in 0..gsz {
+            let ot = &mut o[t * hd..(t + 1) * hd];
+            if max[t] == f32::NEG_INFINITY {
+                ot.fill(0.0); // fully masked: zeros
+            } else if !h.round_p {
+                let inv = 1.0 / sum[t];
+                for x in ot.iter_mut() {
+                    *x *= inv;
+                }
+            }
+        }
     }
 
     /// [`dot32`] in AVX2 registers: the same products and sums in the same

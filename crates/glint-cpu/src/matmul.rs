@@ -388,9 +388,11 @@ fn col_block(m: usize, threads: usize) -> usize {
 }
 
 /// Weight rows per prefill tile: ~16 KiB of weights, so the tile stays in
-/// L1 while every activation column passes over it.
+/// L1 while every activation column passes over it; a multiple of
+/// [`qdot::TILE`], so the tile kernels leave no odd rows but at the end.
 fn tile_rows(row_bytes: usize) -> usize {
-    ((16 << 10) / row_bytes.max(1)).clamp(4, 64)
+    let rows = ((16 << 10) / row_bytes.max(1)).clamp(qdot::TILE, 64);
+    rows / qdot::TILE * qdot::TILE
 }
 
 /// `out[:, i] = dequantize(table[:, ids[i]])`; an id outside the table gives zeros.
