@@ -102,7 +102,7 @@ pub fn attention(
     #[cfg(target_arch = "x86_64")]
     if crate::qdot::has_avx2() && matches!((k, v), (Cache::F32(_), Cache::F32(_))) {
         // All query heads of one kv head per task: each K and V row is
-        // loaded once for the whole group (AVX2 + FMA; see `wide::group`).
+        // loaded once for the whole group (AVX2; see `wide::group`).
         let gw = group * hd;
         let init = || GroupScratch {
             scores: vec![0f32; group * p.n_kv],
@@ -184,7 +184,7 @@ impl Heads<'_> {
         if crate::qdot::has_avx2() {
             return wide::head(self, s, ih, o, qh);
         }
-        self.head_body(s, ih, o, qh, dot32)
+        self.head_body(s, ih, o, qh, dot16)
     }
 
     #[inline(always)]
@@ -194,7 +194,7 @@ impl Heads<'_> {
         ih: usize,
         o: &mut [f32],
         qh: &[f32],
-        dot32: impl Fn(&[f32], &[f32]) -> f32,
+        dot: impl Fn(&[f32], &[f32]) -> f32,
     ) {
         let (p, k, v, row) = (self.p, self.k, self.v, self.row);
         let hd = p.head_dim;
@@ -216,7 +216,7 @@ impl Heads<'_> {
                 *s = f32::NEG_INFINITY;
                 continue;
             }
-            let mut x = dot32(qh, k.row((p.kv_start + j) * row + at_head, kv));
+            let mut x = dot(qh, k.row((p.kv_start + j) * row + at_head, kv));
             if p.softcap > 0.0 {
                 x = p.softcap * (x / p.softcap).tanh();
             }
@@ -276,7 +276,7 @@ mod wide {
     pub(super) fn head(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
         #[target_feature(enable = "avx2,fma,f16c")]
         fn tf(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
-            h.head_body(s, ih, o, qh, |a, b| dot32_avx2(a, b))
+            h.head_body(s, ih, o, qh, |a, b| dot16_avx2(a, b))
         }
         // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
         unsafe { tf(h, s, ih, o, qh) }
@@ -284,10 +284,10 @@ mod wide {
 
     /// Query heads `g * group..(g + 1) * group` of token `i` (`ig = i *
     /// n_head_kv + g`) over F32 K and V windows, all heads of the group at
-    /// once: each K and V row is loaded once for the group, and products
-    /// are fused multiply-adds. The same formula as the per-head path, with
-    /// its sums in another order and fused: they differ by f32 rounding
-    /// (the tests name the tolerance).
+    /// once: each K and V row is loaded once for the group. Every product
+    /// and sum is the per-head path's, in its order ([`dot16`], then
+    /// [`weigh_v`]'s order per element), so the two give the same numbers:
+    /// a batch gives what its tokens give one at a time.
     pub(super) fn group(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
         #[target_feature(enable = "avx2,fma,f16c")]
         fn tf(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
@@ -295,112 +295,6 @@ mod wide {
         }
         // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
         unsafe { tf(h, s, ig, o, q) }
-    }
-
-    /// 8 floats of `s` from `at`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn ld(s: &[f32], at: usize) -> std::arch::x86_64::__m256 {
-        let c: &[f32; 8] = s[at..at + 8].try_into().expect("8 floats");
-        // SAFETY: `c` is 8 readable floats; loadu has no alignment need.
-        unsafe { std::arch::x86_64::_mm256_loadu_ps(c.as_ptr()) }
-    }
-
-    /// Stores 8 floats into `s` at `at`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn st(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
-        let c: &mut [f32; 8] = (&mut s[at..at + 8]).try_into().expect("8 floats");
-        // SAFETY: `c` is 8 writable floats; storeu has no alignment need.
-        unsafe { std::arch::x86_64::_mm256_storeu_ps(c.as_mut_ptr(), v) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum(v: std::arch::x86_64::__m256) -> f32 {
-        use std::arch::x86_64::*;
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
-
-    /// `q[t] · k` for the `N` heads `q[t * hd..(t + 1) * hd]`, two
-    /// 8-lane accumulators each.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn dots<const N: usize>(q: &[f32], k: &[f32], hd: usize) -> [f32; N] {
-        use std::arch::x86_64::*;
-        let mut a0 = [_mm256_setzero_ps(); N];
-        let mut a1 = [_mm256_setzero_ps(); N];
-        let mut d = 0;
-        while d + 16 <= hd {
-            let (k0, k1) = (ld(k, d), ld(k, d + 8));
-            for t in 0..N {
-                a0[t] = _mm256_fmadd_ps(ld(q, t * hd + d), k0, a0[t]);
-                a1[t] = _mm256_fmadd_ps(ld(q, t * hd + d + 8), k1, a1[t]);
-            }
-            d += 16;
-        }
-        let mut out = [0f32; N];
-        for t in 0..N {
-            let mut x = hsum(_mm256_add_ps(a0[t], a1[t]));
-            for e in d..hd {
-                x += q[t * hd + e] * k[e];
-            }
-            out[t] = x;
-        }
-        out
-    }
-
-    /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
-    /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps; V[j] is
-    /// `v[j * row..][..hd]`. A 16-element chunk of every head's output
-    /// stays in registers across all rows.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn weigh<const N: usize>(
-        o: &mut [f32],
-        w: &[f32],
-        live: &[f32],
-        v: &[f32],
-        row: usize,
-        hd: usize,
-    ) {
-        use std::arch::x86_64::*;
-        let n_kv = live.len();
-        let mut d = 0;
-        while d + 16 <= hd {
-            let mut a0 = [_mm256_setzero_ps(); N];
-            let mut a1 = [_mm256_setzero_ps(); N];
-            for j in 0..n_kv {
-                if live[j] == f32::NEG_INFINITY {
-                    continue;
-                }
-                let (v0, v1) = (ld(v, j * row + d), ld(v, j * row + d + 8));
-                for t in 0..N {
-                    let wj = _mm256_set1_ps(w[t * n_kv + j]);
-                    a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
-                    a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
-                }
-            }
-            for t in 0..N {
-                st(o, t * hd + d, a0[t]);
-                st(o, t * hd + d + 8, a1[t]);
-            }
-            d += 16;
-        }
-        for t in 0..N {
-            for e in d..hd {
-                let mut x = 0f32;
-                for j in 0..n_kv {
-                    if live[j] != f32::NEG_INFINITY {
-                        x += w[t * n_kv + j] * v[j * row + e];
-                    }
-                }
-                o[t * hd + e] = x;
-            }
-        }
     }
 
     #[inline]
@@ -503,46 +397,136 @@ mod wide {
         }
     }
 
-    /// [`dot32`] in AVX2 registers: the same products and sums in the same
+    /// [`dot16`] in AVX2 registers: the same products and sums in the same
     /// order (multiply, then add: no fusing), so the same number.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dot32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    pub(super) fn dot16_avx2(a: &[f32], b: &[f32]) -> f32 {
         use std::arch::x86_64::*;
         let n = a.len().min(b.len());
         let (a, b) = (&a[..n], &b[..n]);
-        let load = |c: &[f32], at: usize| {
-            let c: &[f32; 8] = c[at..at + 8].try_into().expect("8 floats");
-            // SAFETY: `c` is 8 readable floats; loadu has no alignment need.
-            unsafe { _mm256_loadu_ps(c.as_ptr()) }
-        };
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let ca = a.chunks_exact(32);
-        let cb = b.chunks_exact(32);
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let ca = a.chunks_exact(16);
+        let cb = b.chunks_exact(16);
         let (ta, tb) = (ca.remainder(), cb.remainder());
         for (x, y) in ca.zip(cb) {
             for (v, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(load(x, 8 * v), load(y, 8 * v)));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(ld(x, 8 * v), ld(y, 8 * v)));
             }
         }
-        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
         let mut s = [0f32; 8];
-        // SAFETY: `s` is 8 writable floats; storeu has no alignment need.
-        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), sum) };
-        finish_dot32(s, ta, tb)
+        st(&mut s, 0, _mm256_add_ps(acc[0], acc[1]));
+        finish_dot(s, ta, tb)
+    }
+
+    /// 8 floats of `s` from `at`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn ld(s: &[f32], at: usize) -> std::arch::x86_64::__m256 {
+        let c: &[f32; 8] = s[at..at + 8].try_into().expect("8 floats");
+        // SAFETY: `c` is 8 readable floats; loadu has no alignment need.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(c.as_ptr()) }
+    }
+
+    /// Stores 8 floats into `s` at `at`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn st(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
+        let c: &mut [f32; 8] = (&mut s[at..at + 8]).try_into().expect("8 floats");
+        // SAFETY: `c` is 8 writable floats; storeu has no alignment need.
+        unsafe { std::arch::x86_64::_mm256_storeu_ps(c.as_mut_ptr(), v) }
+    }
+
+    /// `q[t] · k` for the `N` heads `q[t * hd..(t + 1) * hd]`: [`dot16`]
+    /// for each, sharing the loads of `k`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dots<const N: usize>(q: &[f32], k: &[f32], hd: usize) -> [f32; N] {
+        use std::arch::x86_64::*;
+        let mut a0 = [_mm256_setzero_ps(); N];
+        let mut a1 = [_mm256_setzero_ps(); N];
+        let mut d = 0;
+        while d + 16 <= hd {
+            let (k0, k1) = (ld(k, d), ld(k, d + 8));
+            for t in 0..N {
+                a0[t] = _mm256_add_ps(a0[t], _mm256_mul_ps(ld(q, t * hd + d), k0));
+                a1[t] = _mm256_add_ps(a1[t], _mm256_mul_ps(ld(q, t * hd + d + 8), k1));
+            }
+            d += 16;
+        }
+        let mut out = [0f32; N];
+        for t in 0..N {
+            let mut s = [0f32; 8];
+            st(&mut s, 0, _mm256_add_ps(a0[t], a1[t]));
+            out[t] = finish_dot(s, &q[t * hd + d..(t + 1) * hd], &k[d..hd]);
+        }
+        out
+    }
+
+    /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
+    /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps, in order of
+    /// `j` for each element (as [`weigh_v`]); V[j] is `v[j * row..][..hd]`.
+    /// A 16-element chunk of every head's output stays in registers across
+    /// all rows, and each V row is loaded once for the group.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn weigh<const N: usize>(
+        o: &mut [f32],
+        w: &[f32],
+        live: &[f32],
+        v: &[f32],
+        row: usize,
+        hd: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let n_kv = live.len();
+        let mut d = 0;
+        while d + 16 <= hd {
+            let mut a0 = [_mm256_setzero_ps(); N];
+            let mut a1 = [_mm256_setzero_ps(); N];
+            for j in 0..n_kv {
+                if live[j] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let (v0, v1) = (ld(v, j * row + d), ld(v, j * row + d + 8));
+                for t in 0..N {
+                    let wj = _mm256_set1_ps(w[t * n_kv + j]);
+                    a0[t] = _mm256_add_ps(a0[t], _mm256_mul_ps(wj, v0));
+                    a1[t] = _mm256_add_ps(a1[t], _mm256_mul_ps(wj, v1));
+                }
+            }
+            for t in 0..N {
+                st(o, t * hd + d, a0[t]);
+                st(o, t * hd + d + 8, a1[t]);
+            }
+            d += 16;
+        }
+        for t in 0..N {
+            for e in d..hd {
+                let mut x = 0f32;
+                for j in 0..n_kv {
+                    if live[j] != f32::NEG_INFINITY {
+                        x += w[t * n_kv + j] * v[j * row + e];
+                    }
+                }
+                o[t * hd + e] = x;
+            }
+        }
     }
 }
 
-/// `sum(a[i] * b[i])` over 32 independent f32 lanes (four 8-lane vectors),
-/// so a long dot is not one chain of dependent adds.
+/// `sum(a[i] * b[i])` over 16 independent f32 lanes (two 8-lane vectors,
+/// 16 elements a step), so a long dot is not one chain of dependent adds.
+/// The AVX2 twins (`wide::dot16_avx2`, `wide::dots`) multiply and add in
+/// exactly this order, so every attention path gives the same numbers.
 #[inline(always)]
-fn dot32(a: &[f32], b: &[f32]) -> f32 {
+fn dot16(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    // acc[v][l]: elements 32i + 8v + l.
-    let mut acc = [[0f32; 8]; 4];
-    let ca = a.chunks_exact(32);
-    let cb = b.chunks_exact(32);
+    // acc[v][l]: elements 16i + 8v + l.
+    let mut acc = [[0f32; 8]; 2];
+    let ca = a.chunks_exact(16);
+    let cb = b.chunks_exact(16);
     let (ta, tb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for (v, acc) in acc.iter_mut().enumerate() {
@@ -553,19 +537,20 @@ fn dot32(a: &[f32], b: &[f32]) -> f32 {
     }
     let mut s = [0f32; 8];
     for l in 0..8 {
-        s[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
+        s[l] = acc[0][l] + acc[1][l];
     }
-    finish_dot32(s, ta, tb)
+    finish_dot(s, ta, tb)
 }
 
-/// The lanes of [`dot32`] summed, plus the tail: the order both versions share.
+/// The 8 lanes of a dot summed as a vector's halves fold (4, 2, 1), plus
+/// the tail: the order every version shares.
 #[inline(always)]
-fn finish_dot32(s: [f32; 8], ta: &[f32], tb: &[f32]) -> f32 {
+fn finish_dot(s: [f32; 8], ta: &[f32], tb: &[f32]) -> f32 {
     let mut tail = 0f32;
     for (x, y) in ta.iter().zip(tb) {
         tail += x * y;
     }
-    let s = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    let s = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
     s + tail
 }
 
@@ -615,7 +600,7 @@ mod tests {
     /// The AVX2 dot is the plain one in registers: equal bit for bit, on
     /// lengths with and without a tail.
     #[test]
-    fn dot32_avx2_equals_the_plain_loop() {
+    fn dot16_avx2_equals_the_plain_loop() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             state ^= state << 13;
@@ -626,14 +611,14 @@ mod tests {
         for n in [1usize, 31, 32, 64, 136, 256, 1000] {
             let a: Vec<f32> = (0..n).map(|_| next()).collect();
             let b: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
-            let plain = dot32(&a, &b);
+            let plain = dot16(&a, &b);
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             assert!((plain as f64 - exact).abs() < 1e-5 * n as f64, "n {n}");
             #[cfg(target_arch = "x86_64")]
             if crate::qdot::has_avx2() {
                 #[allow(unsafe_code)]
                 // SAFETY: AVX2, FMA and F16C were just detected.
-                let wide = unsafe { wide::dot32_avx2(&a, &b) };
+                let wide = unsafe { wide::dot16_avx2(&a, &b) };
                 assert_eq!(wide.to_bits(), plain.to_bits(), "n {n}");
             }
         }

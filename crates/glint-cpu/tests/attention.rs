@@ -260,3 +260,28 @@ fn wide_heads_prefill_and_decode() {
         }
     }
 }
+
+/// Four sequences in one unified cache: each token sees only its own
+/// sequence's cells, scattered through the window (SmolLM2's 9/3 heads).
+#[test]
+fn scattered_sequences_in_one_window() {
+    let (n_kv, m) = (40usize, 4usize);
+    let mut mask = vec![f32::NEG_INFINITY; n_kv * m];
+    for i in 0..m {
+        for j in 0..n_kv {
+            if j % m == i && j <= 36 + i {
+                mask[i * n_kv + j] = 0.0;
+            }
+        }
+    }
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let c = Case {
+            p: params(9, 3, 64, n_kv),
+            m,
+            n_rows: n_kv,
+            cache_ty: ty,
+            mask: mask.clone(),
+        };
+        run(&format!("scattered {ty}"), &c, 77);
+    }
+}
