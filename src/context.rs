@@ -770,6 +770,7 @@ fn run_ubatch<B: Backend>(
     x: &mut Exec<B>,
     ub: &UBatch,
 ) -> Result<bool, Error> {
+    x.scratch.reserve_outputs(&l.be, hp, ub.outputs.len())?;
     let (kv, scratch) = (&x.kv, &x.scratch);
     let out = l.be.enter(|| forward(&l.be, hp, &l.w, kv, scratch, ub))?;
     let has = out.is_some();

@@ -116,13 +116,22 @@ pub struct Scratch<T> {
     act: T,      // [n_ff, T] f32
     xo: T,       // [n_embd, T] f32, rows that want logits
     xn: T,       // [n_embd, T] f32, normed
-    logits: T,   // [n_vocab, T] f32
+    logits: T,   // [n_vocab, n_out_cap] f32: grown on demand ([`Scratch::reserve_outputs`])
     argmax: T,   // [T] i32
+    /// Rows `logits` holds now.
+    n_out_cap: usize,
 }
+
+/// Logits rows a scratch holds before a micro-batch asks for more: one per
+/// sequence of a parallel decode is the common case. A prompt that wants
+/// every position's logits grows the buffer (a 262144-token vocabulary
+/// makes it 1 MiB a row).
+pub const OUTPUTS_AT_FIRST: usize = 8;
 
 impl<T: glint_backend::Tensor> Scratch<T> {
     /// Buffers for micro-batches of up to `n_tokens_max` tokens attending to
-    /// up to `n_kv_max` cache rows, logits for up to `n_tokens_max` rows.
+    /// up to `n_kv_max` cache rows; logits for [`OUTPUTS_AT_FIRST`] rows,
+    /// grown by [`Scratch::reserve_outputs`] up to `n_tokens_max`.
     pub fn new<B: Backend<Tensor = T>>(
         backend: &B,
         hp: &HParams,
@@ -174,9 +183,36 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             act: a(f, n_ff * t, "ffn_act")?,
             xo: a(f, n_embd * t, "x_out")?,
             xn: a(f, n_embd * t, "x_out_norm")?,
-            logits: a(f, hp.n_vocab * t, "logits")?,
+            logits: a(f, hp.n_vocab * t.min(OUTPUTS_AT_FIRST), "logits")?,
             argmax: a(i, t, "argmax")?,
+            n_out_cap: t.min(OUTPUTS_AT_FIRST),
         })
+    }
+
+    /// Make room for `n_out` logits rows (at most `n_tokens_max`): a new,
+    /// larger buffer when needed (twice the old, or `n_out`). An [`Output`]
+    /// of an earlier pass keeps the old buffer alive until it is dropped.
+    pub fn reserve_outputs<B: Backend<Tensor = T>>(
+        &mut self,
+        backend: &B,
+        hp: &HParams,
+        n_out: usize,
+    ) -> Result<(), ModelError> {
+        if n_out <= self.n_out_cap {
+            return Ok(());
+        }
+        let cap = n_out
+            .max(2 * self.n_out_cap)
+            .min(self.n_tokens_max)
+            .max(n_out);
+        self.logits = backend.alloc(TensorDesc {
+            ty: GgmlType::F32,
+            ne: [hp.n_vocab * cap, 1, 1, 1],
+            label: "logits".to_string(),
+            usage: Usage::Scratch,
+        })?;
+        self.n_out_cap = cap;
+        Ok(())
     }
 }
 
@@ -256,6 +292,12 @@ pub fn forward<B: Backend>(
     }
     if let Some(&r) = ub.rows.iter().find(|&&r| r < 0 || r as usize >= kv.n_rows) {
         return bad(format!("cache row {r} outside 0..{}", kv.n_rows));
+    }
+    if n_out > s.n_out_cap {
+        return bad(format!(
+            "{n_out} logits rows wanted but the scratch holds {} (call Scratch::reserve_outputs first)",
+            s.n_out_cap
+        ));
     }
     if n_out > t || ub.outputs.iter().any(|&o| o < 0 || o as usize >= t) {
         return bad(format!(
