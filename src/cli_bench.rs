@@ -112,8 +112,9 @@ fn help() -> String {
          % bw: GB/s as a share of the device bandwidth measured at the start of the run \
          (cpu: -t threads summing a 512 MiB buffer; wgpu: 2 x bytes / time of a 256 MiB \
          buffer-to-buffer copy), best of 5.\n\
-         RSS: the process's peak resident set (VmHWM) since its model was loaded, \
-         mapped weights included; mem: what the backend holds (weights w, KV cache, scratch).",
+         RSS: the process's peak resident set (VmHWM) over the model's tests, counted from \
+         the loaded model (mapped weights as resident as they are, tokenizer), not the \
+         bandwidth probe's buffer; mem: what the backend holds (weights w, KV cache, scratch).",
         args::help(
             "glint bench [options] (-m FILE | --synthetic NAME)...",
             FLAGS
@@ -334,7 +335,6 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     for path in &c.models {
         for &backend in &c.backends {
             for &n_threads in &c.threads {
-                bench::reset_peak_rss();
                 let mp = ModelParams {
                     backend,
                     adapter: c.adapter,
@@ -343,6 +343,10 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                 };
                 let model = Model::load(path, &mp).map_err(|e| e.to_string())?;
                 let bw = bandwidth(&mut bw_cache, &model, n_threads, c.adapter)?;
+                // The peak from here: the loaded model (its mapped pages as
+                // resident as they are) and the tests, not the bandwidth
+                // probe's 512 MiB buffer (freed by now).
+                bench::reset_peak_rss();
                 let file = path
                     .file_name()
                     .map(|f| f.to_string_lossy().into_owned())
