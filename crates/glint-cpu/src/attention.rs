@@ -5,6 +5,8 @@ use glint_backend::AttnParams;
 use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
+use crate::matmul::Kernels;
+
 /// A K or V cache: `[head_dim * n_head_kv, n_rows]` of f32 or f16.
 #[derive(Clone, Copy)]
 pub enum Cache<'a> {
@@ -38,15 +40,43 @@ impl Cache<'_> {
 }
 
 /// `q`: `[head_dim, n_head, m]`; `mask`: `[n_kv, m]`; `out`: `[head_dim * n_head, m]`.
-/// One rayon task per (query token, head) when `par`, else all on the
-/// calling thread.
+/// Tasks on the current rayon pool when `par`, else all on the calling
+/// thread.
 ///
 /// `ggml_f16`: round as ggml's non-flash attention does over an F16 cache
 /// (its `mul_mat`s convert the f32 operand to the cache's f16): Q is rounded
 /// to f16 before `Q·K` when K is F16, and the normalized softmax weights are
 /// rounded to f16 before weighting V when V is F16.
+///
+/// Two implementations of one formula. On x86_64 with AVX2, FMA and F16C:
+/// one task per (token, kv head) runs every query head of the group
+/// against each K and V row as it is loaded (F16 rows widened in
+/// registers), with fused multiply-adds (`wide::group`). Elsewhere: one
+/// task per (token, head) in plain loops (`Heads::head`). Each path
+/// computes a token the same way whatever else is in its batch, so a batch
+/// gives, bit for bit, what its tokens give one at a time; the two paths
+/// differ from each other by f32 rounding (the tests name the tolerance).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
+    par: bool,
+    q: &[f32],
+    k: Cache,
+    v: Cache,
+    mask: &[f32],
+    p: &AttnParams,
+    out: &mut [f32],
+    ggml_f16: bool,
+) {
+    attention_with(Kernels::Fast, par, q, k, v, mask, p, out, ggml_f16)
+}
+
+/// [`attention`] with a choice of path: [`Kernels::Fast`] takes the AVX2
+/// path where the cpu has it; [`Kernels::Plain`] and
+/// [`Kernels::Reference`] always take the plain loops (for tests and
+/// benchmarks).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_with(
+    kernels: Kernels,
     par: bool,
     q: &[f32],
     k: Cache,
@@ -65,9 +95,56 @@ pub fn attention(
     let row = hd * p.n_head_kv; // elements of one cache row
     let group = p.n_head / p.n_head_kv; // query heads per kv head
 
-    // Prefill: every query token reads the same window of cache rows, so an
-    // f16 window is widened to f32 once (exact) instead of once per token.
-    // kw, vw: [n_kv, row] f32.
+    #[cfg(target_arch = "x86_64")]
+    if kernels == Kernels::Fast && crate::qdot::has_avx2() {
+        // A task takes a whole group, unless that leaves threads idle (a
+        // decode step of a model with one or two kv heads): then a head.
+        // Either way each head's sums are the same.
+        let m = q.len() / (hd * p.n_head);
+        let threads = if par { rayon::current_num_threads() } else { 1 };
+        let per_task = if m * p.n_head_kv < 2 * threads {
+            1
+        } else {
+            group
+        };
+        let ctx = Heads {
+            k,
+            v,
+            mask,
+            p,
+            round_q,
+            round_p,
+            row,
+            group,
+            per_task,
+        };
+        let gw = per_task * hd;
+        let init = || GroupScratch {
+            scores: vec![0f32; per_task * p.n_kv],
+            max: vec![0f32; per_task],
+            sum: vec![0f32; per_task],
+            qr: vec![0f32; gw],
+        };
+        let task = |s: &mut GroupScratch, (ig, (o, qg)): (usize, (&mut [f32], &[f32]))| {
+            wide::group(&ctx, s, ig, o, qg)
+        };
+        if par {
+            out.par_chunks_mut(gw)
+                .zip(q.par_chunks(gw))
+                .enumerate()
+                .for_each_init(init, task);
+        } else {
+            let mut state = init();
+            for item in out.chunks_mut(gw).zip(q.chunks(gw)).enumerate() {
+                task(&mut state, item);
+            }
+        }
+        return;
+    }
+
+    // Plain loops. Prefill: every query token reads the same window of
+    // cache rows, so an f16 window is widened to f32 once (exact) instead
+    // of once per token. kw, vw: [n_kv, row] f32.
     let m = q.len() / (hd * p.n_head);
     let (kw, vw);
     let mut pw = *p;
@@ -93,39 +170,13 @@ pub fn attention(
         round_p,
         row,
         group,
+        per_task: 1,
     };
     let init = || Scratch {
         scores: vec![0f32; p.n_kv],
         kv: vec![0f32; hd],
         qr: vec![0f32; hd],
     };
-    #[cfg(target_arch = "x86_64")]
-    if crate::qdot::has_avx2() && matches!((k, v), (Cache::F32(_), Cache::F32(_))) {
-        // All query heads of one kv head per task: each K and V row is
-        // loaded once for the whole group (AVX2; see `wide::group`).
-        let gw = group * hd;
-        let init = || GroupScratch {
-            scores: vec![0f32; group * p.n_kv],
-            max: vec![0f32; group],
-            sum: vec![0f32; group],
-            qr: vec![0f32; gw],
-        };
-        let task = |s: &mut GroupScratch, (ig, (o, qg)): (usize, (&mut [f32], &[f32]))| {
-            wide::group(&ctx, s, ig, o, qg)
-        };
-        if par {
-            out.par_chunks_mut(gw)
-                .zip(q.par_chunks(gw))
-                .enumerate()
-                .for_each_init(init, task);
-        } else {
-            let mut state = init();
-            for item in out.chunks_mut(gw).zip(q.chunks(gw)).enumerate() {
-                task(&mut state, item);
-            }
-        }
-        return;
-    }
     let head =
         |s: &mut Scratch, (ih, (o, qh)): (usize, (&mut [f32], &[f32]))| ctx.head(s, ih, o, qh);
     if par {
@@ -141,7 +192,7 @@ pub fn attention(
     }
 }
 
-/// What every (query token, head) of one attention call shares.
+/// What every task of one attention call shares.
 struct Heads<'a> {
     k: Cache<'a>,
     v: Cache<'a>,
@@ -155,6 +206,8 @@ struct Heads<'a> {
     row: usize,
     /// Query heads per kv head.
     group: usize,
+    /// Query heads per task of the grouped path: `group`, or 1.
+    per_task: usize,
 }
 
 /// Per-task buffers of the grouped path. scores: `[group, n_kv]`; max,
@@ -167,8 +220,8 @@ struct GroupScratch {
     qr: Vec<f32>,
 }
 
-/// Per-task buffers. scores: `[n_kv]`; kv: `[head_dim]`, one widened cache
-/// row; qr: `[head_dim]`, the query rounded to f16.
+/// Per-task buffers of the plain path. scores: `[n_kv]`; kv: `[head_dim]`,
+/// one widened cache row; qr: `[head_dim]`, the query rounded to f16.
 struct Scratch {
     scores: Vec<f32>,
     kv: Vec<f32>,
@@ -176,26 +229,8 @@ struct Scratch {
 }
 
 impl Heads<'_> {
-    /// Query head `ih % n_head` of token `ih / n_head` into `o`. On x86_64
-    /// with AVX2 the same code compiled for AVX2 (wider vectors, no fused
-    /// multiply-adds: the same numbers as the baseline build).
+    /// Query head `ih % n_head` of token `ih / n_head` into `o`, in plain loops.
     fn head(&self, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if crate::qdot::has_avx2() {
-            return wide::head(self, s, ih, o, qh);
-        }
-        self.head_body(s, ih, o, qh, dot16)
-    }
-
-    #[inline(always)]
-    fn head_body(
-        &self,
-        s: &mut Scratch,
-        ih: usize,
-        o: &mut [f32],
-        qh: &[f32],
-        dot: impl Fn(&[f32], &[f32]) -> f32,
-    ) {
         let (p, k, v, row) = (self.p, self.k, self.v, self.row);
         let hd = p.head_dim;
         let Scratch { scores, kv, qr } = s;
@@ -216,7 +251,7 @@ impl Heads<'_> {
                 *s = f32::NEG_INFINITY;
                 continue;
             }
-            let mut x = dot(qh, k.row((p.kv_start + j) * row + at_head, kv));
+            let mut x = dot16(qh, k.row((p.kv_start + j) * row + at_head, kv));
             if p.softcap > 0.0 {
                 x = p.softcap * (x / p.softcap).tanh();
             }
@@ -272,42 +307,175 @@ impl Heads<'_> {
 #[allow(unsafe_code)]
 mod wide {
     use super::*;
+    use std::arch::x86_64::*;
 
-    pub(super) fn head(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        fn tf(h: &Heads, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
-            h.head_body(s, ih, o, qh, |a, b| dot16_avx2(a, b))
-        }
-        // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
-        unsafe { tf(h, s, ih, o, qh) }
-    }
-
-    /// Query heads `g * group..(g + 1) * group` of token `i` (`ig = i *
-    /// n_head_kv + g`) over F32 K and V windows, all heads of the group at
-    /// once: each K and V row is loaded once for the group. Every product
-    /// and sum is the per-head path's, in its order ([`dot16`], then
-    /// [`weigh_v`]'s order per element), so the two give the same numbers:
-    /// a batch gives what its tokens give one at a time.
+    /// Task `ig`: the `per_task` query heads from `(ig % tasks_per_token) *
+    /// per_task` of token `ig / tasks_per_token`, all of one kv head and
+    /// computed at once: each K and V row is loaded once for them (an F16
+    /// row widened in registers), and the products are fused multiply-adds.
     pub(super) fn group(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
         #[target_feature(enable = "avx2,fma,f16c")]
         fn tf(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
-            group_body(h, s, ig, o, q)
+            match (h.k, h.v) {
+                (Cache::F32(k), Cache::F32(v)) => group_body(h, s, ig, o, q, k, v),
+                (Cache::F16(k), Cache::F16(v)) => group_body(h, s, ig, o, q, k, v),
+                (Cache::F32(k), Cache::F16(v)) => group_body(h, s, ig, o, q, k, v),
+                (Cache::F16(k), Cache::F32(v)) => group_body(h, s, ig, o, q, k, v),
+            }
         }
         // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
         unsafe { tf(h, s, ig, o, q) }
     }
 
+    /// A cache element type: 8 of them from `at`, or one, as f32.
+    trait Elem: Copy {
+        fn ld8(s: &[Self], at: usize) -> __m256;
+        fn get(s: &[Self], i: usize) -> f32;
+    }
+
+    impl Elem for f32 {
+        #[inline(always)]
+        fn get(s: &[f32], i: usize) -> f32 {
+            s[i]
+        }
+
+        #[inline(always)]
+        fn ld8(s: &[f32], at: usize) -> __m256 {
+            let c: &[f32; 8] = s[at..at + 8].try_into().expect("8 floats");
+            // SAFETY: `c` is 8 readable floats; loadu has no alignment need;
+            // reached only from `group`, after `has_avx2()`.
+            unsafe { _mm256_loadu_ps(c.as_ptr()) }
+        }
+    }
+
+    impl Elem for f16 {
+        #[inline(always)]
+        fn get(s: &[f16], i: usize) -> f32 {
+            s[i].to_f32()
+        }
+
+        #[inline(always)]
+        fn ld8(s: &[f16], at: usize) -> __m256 {
+            let c: &[f16; 8] = s[at..at + 8].try_into().expect("8 halves");
+            // SAFETY: `c` is 16 readable bytes (f16 is a u16); loadu has no
+            // alignment need; F16C confirmed by `has_avx2()` before `group`.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(c.as_ptr().cast())) }
+        }
+    }
+
+    /// Stores 8 floats into `s` at `at`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn group_body(h: &Heads, s: &mut GroupScratch, ig: usize, o: &mut [f32], q: &[f32]) {
+    fn st(s: &mut [f32], at: usize, v: __m256) {
+        let c: &mut [f32; 8] = (&mut s[at..at + 8]).try_into().expect("8 floats");
+        // SAFETY: `c` is 8 writable floats; storeu has no alignment need.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), v) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// `q[t] · k[..hd]` for the `N` heads `q[t * hd..(t + 1) * hd]`, two
+    /// 8-lane accumulators each, one load of `k` for all of them.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dots<E: Elem, const N: usize>(q: &[f32], k: &[E], hd: usize) -> [f32; N] {
+        let mut a0 = [_mm256_setzero_ps(); N];
+        let mut a1 = [_mm256_setzero_ps(); N];
+        let mut d = 0;
+        while d + 16 <= hd {
+            let (k0, k1) = (E::ld8(k, d), E::ld8(k, d + 8));
+            for t in 0..N {
+                a0[t] = _mm256_fmadd_ps(f32::ld8(q, t * hd + d), k0, a0[t]);
+                a1[t] = _mm256_fmadd_ps(f32::ld8(q, t * hd + d + 8), k1, a1[t]);
+            }
+            d += 16;
+        }
+        let mut out = [0f32; N];
+        for t in 0..N {
+            let mut x = hsum(_mm256_add_ps(a0[t], a1[t]));
+            for e in d..hd {
+                x += q[t * hd + e] * E::get(k, e);
+            }
+            out[t] = x;
+        }
+        out
+    }
+
+    /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
+    /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps; V[j] is
+    /// `v[j * row..][..hd]`. A 16-element chunk of every head's output
+    /// stays in registers across all rows, and each V chunk is loaded
+    /// once for the group.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn weigh<E: Elem, const N: usize>(
+        o: &mut [f32],
+        w: &[f32],
+        live: &[f32],
+        v: &[E],
+        row: usize,
+        hd: usize,
+    ) {
+        let n_kv = live.len();
+        let mut d = 0;
+        while d + 16 <= hd {
+            let mut a0 = [_mm256_setzero_ps(); N];
+            let mut a1 = [_mm256_setzero_ps(); N];
+            for j in 0..n_kv {
+                if live[j] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let (v0, v1) = (E::ld8(v, j * row + d), E::ld8(v, j * row + d + 8));
+                for t in 0..N {
+                    let wj = _mm256_set1_ps(w[t * n_kv + j]);
+                    a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
+                    a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
+                }
+            }
+            for t in 0..N {
+                st(o, t * hd + d, a0[t]);
+                st(o, t * hd + d + 8, a1[t]);
+            }
+            d += 16;
+        }
+        for t in 0..N {
+            for e in d..hd {
+                let mut x = 0f32;
+                for j in 0..n_kv {
+                    if live[j] != f32::NEG_INFINITY {
+                        x += w[t * n_kv + j] * E::get(v, j * row + e);
+                    }
+                }
+                o[t * hd + e] = x;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn group_body<K: Elem, V: Elem>(
+        h: &Heads,
+        s: &mut GroupScratch,
+        ig: usize,
+        o: &mut [f32],
+        q: &[f32],
+        kc: &[K],
+        vc: &[V],
+    ) {
         let p = h.p;
-        let (hd, n_kv, gsz) = (p.head_dim, p.n_kv, h.group);
-        let (i, g) = (ig / p.n_head_kv, ig % p.n_head_kv);
-        let at_head = g * hd;
+        let (hd, n_kv, gsz) = (p.head_dim, p.n_kv, h.per_task);
+        let tasks_per_token = p.n_head / gsz;
+        let (i, first_head) = (ig / tasks_per_token, (ig % tasks_per_token) * gsz);
+        let at_head = (first_head / h.group) * hd;
         let live = &h.mask[i * n_kv..(i + 1) * n_kv];
-        let (Cache::F32(kc), Cache::F32(vc)) = (h.k, h.v) else {
-            return; // the caller sends F32 windows only
-        };
         let kw = &kc[p.kv_start * h.row + at_head..];
         let vw = &vc[p.kv_start * h.row + at_head..];
         let q: &[f32] = if h.round_q {
@@ -336,10 +504,10 @@ mod wide {
                 let mut xs = [0f32; 4];
                 let nh = (gsz - h0).min(4);
                 match nh {
-                    4 => xs = dots::<4>(qs, krow, hd),
-                    3 => xs[..3].copy_from_slice(&dots::<3>(qs, krow, hd)),
-                    2 => xs[..2].copy_from_slice(&dots::<2>(qs, krow, hd)),
-                    _ => xs[..1].copy_from_slice(&dots::<1>(qs, krow, hd)),
+                    4 => xs = dots::<K, 4>(qs, krow, hd),
+                    3 => xs[..3].copy_from_slice(&dots::<K, 3>(qs, krow, hd)),
+                    2 => xs[..2].copy_from_slice(&dots::<K, 2>(qs, krow, hd)),
+                    _ => xs[..1].copy_from_slice(&dots::<K, 1>(qs, krow, hd)),
                 }
                 for (t, &x) in xs[..nh].iter().enumerate() {
                     let mut x = x;
@@ -377,10 +545,10 @@ mod wide {
             let nh = (gsz - h0).min(4);
             let (oh, wh) = (&mut o[h0 * hd..], &scores[h0 * n_kv..]);
             match nh {
-                4 => weigh::<4>(oh, wh, live, vw, h.row, hd),
-                3 => weigh::<3>(oh, wh, live, vw, h.row, hd),
-                2 => weigh::<2>(oh, wh, live, vw, h.row, hd),
-                _ => weigh::<1>(oh, wh, live, vw, h.row, hd),
+                4 => weigh::<V, 4>(oh, wh, live, vw, h.row, hd),
+                3 => weigh::<V, 3>(oh, wh, live, vw, h.row, hd),
+                2 => weigh::<V, 2>(oh, wh, live, vw, h.row, hd),
+                _ => weigh::<V, 1>(oh, wh, live, vw, h.row, hd),
             }
             h0 += nh;
         }
@@ -396,129 +564,10 @@ mod wide {
             }
         }
     }
-
-    /// [`dot16`] in AVX2 registers: the same products and sums in the same
-    /// order (multiply, then add: no fusing), so the same number.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dot16_avx2(a: &[f32], b: &[f32]) -> f32 {
-        use std::arch::x86_64::*;
-        let n = a.len().min(b.len());
-        let (a, b) = (&a[..n], &b[..n]);
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let ca = a.chunks_exact(16);
-        let cb = b.chunks_exact(16);
-        let (ta, tb) = (ca.remainder(), cb.remainder());
-        for (x, y) in ca.zip(cb) {
-            for (v, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(ld(x, 8 * v), ld(y, 8 * v)));
-            }
-        }
-        let mut s = [0f32; 8];
-        st(&mut s, 0, _mm256_add_ps(acc[0], acc[1]));
-        finish_dot(s, ta, tb)
-    }
-
-    /// 8 floats of `s` from `at`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn ld(s: &[f32], at: usize) -> std::arch::x86_64::__m256 {
-        let c: &[f32; 8] = s[at..at + 8].try_into().expect("8 floats");
-        // SAFETY: `c` is 8 readable floats; loadu has no alignment need.
-        unsafe { std::arch::x86_64::_mm256_loadu_ps(c.as_ptr()) }
-    }
-
-    /// Stores 8 floats into `s` at `at`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn st(s: &mut [f32], at: usize, v: std::arch::x86_64::__m256) {
-        let c: &mut [f32; 8] = (&mut s[at..at + 8]).try_into().expect("8 floats");
-        // SAFETY: `c` is 8 writable floats; storeu has no alignment need.
-        unsafe { std::arch::x86_64::_mm256_storeu_ps(c.as_mut_ptr(), v) }
-    }
-
-    /// `q[t] · k` for the `N` heads `q[t * hd..(t + 1) * hd]`: [`dot16`]
-    /// for each, sharing the loads of `k`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn dots<const N: usize>(q: &[f32], k: &[f32], hd: usize) -> [f32; N] {
-        use std::arch::x86_64::*;
-        let mut a0 = [_mm256_setzero_ps(); N];
-        let mut a1 = [_mm256_setzero_ps(); N];
-        let mut d = 0;
-        while d + 16 <= hd {
-            let (k0, k1) = (ld(k, d), ld(k, d + 8));
-            for t in 0..N {
-                a0[t] = _mm256_add_ps(a0[t], _mm256_mul_ps(ld(q, t * hd + d), k0));
-                a1[t] = _mm256_add_ps(a1[t], _mm256_mul_ps(ld(q, t * hd + d + 8), k1));
-            }
-            d += 16;
-        }
-        let mut out = [0f32; N];
-        for t in 0..N {
-            let mut s = [0f32; 8];
-            st(&mut s, 0, _mm256_add_ps(a0[t], a1[t]));
-            out[t] = finish_dot(s, &q[t * hd + d..(t + 1) * hd], &k[d..hd]);
-        }
-        out
-    }
-
-    /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
-    /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps, in order of
-    /// `j` for each element (as [`weigh_v`]); V[j] is `v[j * row..][..hd]`.
-    /// A 16-element chunk of every head's output stays in registers across
-    /// all rows, and each V row is loaded once for the group.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn weigh<const N: usize>(
-        o: &mut [f32],
-        w: &[f32],
-        live: &[f32],
-        v: &[f32],
-        row: usize,
-        hd: usize,
-    ) {
-        use std::arch::x86_64::*;
-        let n_kv = live.len();
-        let mut d = 0;
-        while d + 16 <= hd {
-            let mut a0 = [_mm256_setzero_ps(); N];
-            let mut a1 = [_mm256_setzero_ps(); N];
-            for j in 0..n_kv {
-                if live[j] == f32::NEG_INFINITY {
-                    continue;
-                }
-                let (v0, v1) = (ld(v, j * row + d), ld(v, j * row + d + 8));
-                for t in 0..N {
-                    let wj = _mm256_set1_ps(w[t * n_kv + j]);
-                    a0[t] = _mm256_add_ps(a0[t], _mm256_mul_ps(wj, v0));
-                    a1[t] = _mm256_add_ps(a1[t], _mm256_mul_ps(wj, v1));
-                }
-            }
-            for t in 0..N {
-                st(o, t * hd + d, a0[t]);
-                st(o, t * hd + d + 8, a1[t]);
-            }
-            d += 16;
-        }
-        for t in 0..N {
-            for e in d..hd {
-                let mut x = 0f32;
-                for j in 0..n_kv {
-                    if live[j] != f32::NEG_INFINITY {
-                        x += w[t * n_kv + j] * v[j * row + e];
-                    }
-                }
-                o[t * hd + e] = x;
-            }
-        }
-    }
 }
 
 /// `sum(a[i] * b[i])` over 16 independent f32 lanes (two 8-lane vectors,
 /// 16 elements a step), so a long dot is not one chain of dependent adds.
-/// The AVX2 twins (`wide::dot16_avx2`, `wide::dots`) multiply and add in
-/// exactly this order, so every attention path gives the same numbers.
 #[inline(always)]
 fn dot16(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -588,38 +637,6 @@ fn weigh_v(o: &mut [f32], w: &[f32], v: &[f32], row: usize) {
             let at = j * row + c0;
             for (o, &vv) in o[c0..].iter_mut().zip(&v[at..at + hd - c0]) {
                 *o += wj * vv;
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The AVX2 dot is the plain one in registers: equal bit for bit, on
-    /// lengths with and without a tail.
-    #[test]
-    fn dot16_avx2_equals_the_plain_loop() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        };
-        for n in [1usize, 31, 32, 64, 136, 256, 1000] {
-            let a: Vec<f32> = (0..n).map(|_| next()).collect();
-            let b: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
-            let plain = dot16(&a, &b);
-            let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-            assert!((plain as f64 - exact).abs() < 1e-5 * n as f64, "n {n}");
-            #[cfg(target_arch = "x86_64")]
-            if crate::qdot::has_avx2() {
-                #[allow(unsafe_code)]
-                // SAFETY: AVX2, FMA and F16C were just detected.
-                let wide = unsafe { wide::dot16_avx2(&a, &b) };
-                assert_eq!(wide.to_bits(), plain.to_bits(), "n {n}");
             }
         }
     }

@@ -34,7 +34,7 @@ use glint_backend::{
     SharedBytes, TensorDesc, Unary, Usage,
 };
 
-pub use attention::Cache;
+pub use attention::{attention_with, Cache};
 pub use matmul::{mul_mat_ggml, mul_mat_ggml_with, Kernels, DECODE_MAX_M};
 pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;

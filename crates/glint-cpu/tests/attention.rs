@@ -5,12 +5,17 @@ mod common;
 
 use common::*;
 use glint_backend::{AttnParams, Backend, BackendError, GgmlType};
-use glint_cpu::{Cache, CpuTensor};
+use glint_cpu::{Cache, CpuTensor, Kernels};
 use half::f16;
 
 /// Output of attention vs f64: a convex combination of V rows (|v| <= 1)
 /// after an f32 softmax over <= 64 logits: 1e-5 absolute.
 const ATTN_TOL: f64 = 1e-5;
+
+/// Fast vs plain path with ggml's f16 rounding of the softmax weights: a
+/// weight that rounding puts on the other side of an f16 step moves the
+/// output by up to one step (2^-11 relative, weights <= 1) times |v| <= 1.
+const F16_WEIGHTS_TOL: f64 = 6e-4;
 
 struct Case {
     p: AttnParams,
@@ -112,6 +117,28 @@ fn run(name: &str, c: &Case, seed: u64) {
     glint_cpu::reference::attention(&qv, kc, vc, &c.mask, p, c.m, &mut reference);
     let r64: Vec<f64> = reference.iter().map(|&x| x as f64).collect();
     assert_close(&format!("{name} vs reference"), &got, &r64, |_| ATTN_TOL);
+
+    // Both paths (the AVX2 one the backend took where the cpu has it, and
+    // the plain loops), with and without ggml's f16 rounding, against each
+    // other.
+    for ggml_f16 in [false, true] {
+        let mut fast = vec![0f32; got.len()];
+        let mut plain = vec![0f32; got.len()];
+        for (kernels, o) in [(Kernels::Fast, &mut fast), (Kernels::Plain, &mut plain)] {
+            glint_cpu::attention_with(kernels, true, &qv, kc, vc, &c.mask, p, o, ggml_f16);
+        }
+        let p64: Vec<f64> = plain.iter().map(|&x| x as f64).collect();
+        let tol = if ggml_f16 { F16_WEIGHTS_TOL } else { ATTN_TOL };
+        assert_close(
+            &format!("{name} fast vs plain, f16 rounding {ggml_f16}"),
+            &fast,
+            &p64,
+            |_| tol,
+        );
+        if !ggml_f16 {
+            assert_close(&format!("{name} plain vs f64"), &plain, &want, |_| ATTN_TOL);
+        }
+    }
 }
 
 /// Causal mask for `m` new tokens at the end of `n_kv` rows: token i sees rows 0..=n_kv-m+i.
