@@ -94,30 +94,31 @@ pub fn attention_with(
     }
     let row = hd * p.n_head_kv; // elements of one cache row
     let group = p.n_head / p.n_head_kv; // query heads per kv head
+    let m = q.len() / (hd * p.n_head);
+    let ctx = Heads {
+        k,
+        v,
+        mask,
+        p,
+        round_q,
+        round_p,
+        row,
+        group,
+        per_task: 1,
+    };
 
     #[cfg(target_arch = "x86_64")]
     if kernels == Kernels::Fast && crate::qdot::has_avx2() {
         // A task takes a whole group, unless that leaves threads idle (a
         // decode step of a model with one or two kv heads): then a head.
         // Either way each head's sums are the same.
-        let m = q.len() / (hd * p.n_head);
         let threads = if par { rayon::current_num_threads() } else { 1 };
         let per_task = if m * p.n_head_kv < 2 * threads {
             1
         } else {
             group
         };
-        let ctx = Heads {
-            k,
-            v,
-            mask,
-            p,
-            round_q,
-            round_p,
-            row,
-            group,
-            per_task,
-        };
+        let ctx = Heads { per_task, ..ctx };
         let gw = per_task * hd;
         let init = || GroupScratch {
             scores: vec![0f32; per_task * p.n_kv],
@@ -145,7 +146,6 @@ pub fn attention_with(
     // Plain loops. Prefill: every query token reads the same window of
     // cache rows, so an f16 window is widened to f32 once (exact) instead
     // of once per token. kw, vw: [n_kv, row] f32.
-    let m = q.len() / (hd * p.n_head);
     let (kw, vw);
     let mut pw = *p;
     let (k, v) = if m > 1 && (matches!(k, Cache::F16(_)) || matches!(v, Cache::F16(_))) {
@@ -161,17 +161,7 @@ pub fn attention_with(
         (k, v)
     };
     let p = &pw;
-    let ctx = Heads {
-        k,
-        v,
-        mask,
-        p,
-        round_q,
-        round_p,
-        row,
-        group,
-        per_task: 1,
-    };
+    let ctx = Heads { k, v, p, ..ctx };
     let init = || Scratch {
         scores: vec![0f32; p.n_kv],
         kv: vec![0f32; hd],
