@@ -14,8 +14,24 @@ use rayon::prelude::*;
 /// `theta_i(pos)` is linear in `pos`, so the K-shift by `delta` uses
 /// `theta_i(delta) = theta_i(q) - theta_i(p)` with `magnitude = false`.
 pub fn cos_sin(p: &RopeParams, pos: f64, magnitude: bool, cs: &mut [(f32, f32)]) {
-    let n_rot = p.n_rot as f64;
-    let base = p.freq_base as f64;
+    cos_sin_with(p, &inv_freqs(p, cs.len()), pos, magnitude, cs)
+}
+
+/// `base^(-2i / n_rot)` for the first `n` pairs: the part of every angle
+/// that does not depend on the position, computed once per op.
+fn inv_freqs(p: &RopeParams, n: usize) -> Vec<f64> {
+    let (n_rot, base) = (p.n_rot as f64, p.freq_base as f64);
+    (0..n).map(|i| base.powf(-2.0 * i as f64 / n_rot)).collect()
+}
+
+/// [`cos_sin`] with the pairs' inverse frequencies from [`inv_freqs`].
+fn cos_sin_with(
+    p: &RopeParams,
+    inv_freq: &[f64],
+    pos: f64,
+    magnitude: bool,
+    cs: &mut [(f32, f32)],
+) {
     let freq_scale = p.freq_scale as f64;
     let ext_factor = p.ext_factor as f64;
     let [lo, hi] = p.yarn_corr_dims().map(|v| v as f64);
@@ -26,8 +42,8 @@ pub fn cos_sin(p: &RopeParams, pos: f64, magnitude: bool, cs: &mut [(f32, f32)])
     if !magnitude {
         mscale = 1.0;
     }
-    for (i, c) in cs.iter_mut().enumerate() {
-        let theta_extrap = pos * base.powf(-2.0 * i as f64 / n_rot);
+    for (i, (c, &f)) in cs.iter_mut().zip(inv_freq).enumerate() {
+        let theta_extrap = pos * f;
         let theta_interp = freq_scale * theta_extrap;
         let theta = if ext_factor != 0.0 {
             let y = (i as f64 - lo) / (hi - lo).max(0.001);
@@ -68,10 +84,11 @@ pub fn rope(par: bool, x: &[f32], pos: &[i32], p: &RopeParams, out: &mut [f32]) 
     if tok == 0 {
         return;
     }
+    let inv_freq = inv_freqs(p, p.n_rot / 2);
     crate::elementwise::rows(par, out, tok, |j, o| {
         let (xt, ps) = (&x[j * tok..(j + 1) * tok], pos[j]);
         let mut cs = vec![(0f32, 0f32); p.n_rot / 2]; // cs: [n_rot/2] (cos, sin)
-        cos_sin(p, ps as f64, true, &mut cs);
+        cos_sin_with(p, &inv_freq, ps as f64, true, &mut cs);
         for (oh, xh) in o.chunks_mut(p.head_dim).zip(xt.chunks(p.head_dim)) {
             rotate_head(p, &cs, xh, oh);
         }
@@ -84,13 +101,14 @@ pub fn kshift_f32(k: &mut [f32], shift: &[i32], p: &RopeParams) {
     if row == 0 {
         return;
     }
+    let inv_freq = inv_freqs(p, p.n_rot / 2);
     k.par_chunks_mut(row).zip(shift.par_iter()).for_each_init(
         || (vec![(0f32, 0f32); p.n_rot / 2], vec![0f32; p.head_dim]),
         |(cs, tmp), (kr, &d)| {
             if d == 0 {
                 return;
             }
-            cos_sin(p, d as f64, false, cs);
+            cos_sin_with(p, &inv_freq, d as f64, false, cs);
             for kh in kr.chunks_mut(p.head_dim) {
                 tmp.copy_from_slice(kh);
                 rotate_head(p, cs, tmp, kh);
@@ -105,6 +123,7 @@ pub fn kshift_f16(k: &mut [f16], shift: &[i32], p: &RopeParams) {
     if row == 0 {
         return;
     }
+    let inv_freq = inv_freqs(p, p.n_rot / 2);
     k.par_chunks_mut(row).zip(shift.par_iter()).for_each_init(
         || {
             let hd = p.head_dim;
@@ -118,7 +137,7 @@ pub fn kshift_f16(k: &mut [f16], shift: &[i32], p: &RopeParams) {
             if d == 0 {
                 return;
             }
-            cos_sin(p, d as f64, false, cs);
+            cos_sin_with(p, &inv_freq, d as f64, false, cs);
             for kh in kr.chunks_mut(p.head_dim) {
                 for (s, h) in src.iter_mut().zip(kh.iter()) {
                     *s = h.to_f32();
