@@ -73,7 +73,10 @@ pub fn attention(
 /// [`attention`] with a choice of path: [`Kernels::Fast`] takes the AVX2
 /// path where the cpu has it; [`Kernels::Plain`] and
 /// [`Kernels::Reference`] always take the plain loops (for tests and
-/// benchmarks).
+/// benchmarks). Shapes as the backend's `attention` checks them: `q` is
+/// `[head_dim, n_head, m]`, the caches hold `kv_start + n_kv` rows of
+/// `head_dim * n_head_kv`, `n_head` is a multiple of `n_head_kv`; with
+/// `n_kv == 0` or heads that do not group, `out` is zeros.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_with(
     kernels: Kernels,
@@ -90,6 +93,12 @@ pub fn attention_with(
     let round_p = ggml_f16 && matches!(v, Cache::F16(_));
     let hd = p.head_dim;
     if hd == 0 || p.n_head == 0 {
+        return;
+    }
+    // The backend checks these before calling; a direct caller that breaks
+    // them gets zeros, not a panic or another head's keys.
+    if p.n_kv == 0 || p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 {
+        out.fill(0.0);
         return;
     }
     let row = hd * p.n_head_kv; // elements of one cache row

@@ -12,7 +12,7 @@
 //! Ops run immediately on the calling thread's behalf; `sync` has nothing to wait for.
 //! Each op takes read locks on its inputs and the write lock on its output.
 #![deny(unsafe_code)]
-// The workspace MSRV is 1.85; `is_multiple_of` is 1.87.
+// Kept as written before `is_multiple_of` (1.87) was in reach.
 #![allow(clippy::manual_is_multiple_of)]
 
 pub mod act;

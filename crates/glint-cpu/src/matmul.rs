@@ -111,7 +111,9 @@ pub fn mul_mat_ggml(
     mul_mat_ggml_with(Kernels::Fast, ty, w, row_bytes, k, n, x, m, out)
 }
 
-/// Which integer dots [`mul_mat_ggml_with`] uses; all give the same numbers.
+/// Which integer dots [`mul_mat_ggml_with`] uses: the same integer sums
+/// per block; the float sums differ by rounding only (the tests name the
+/// tolerance per type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
     /// [`qdot::fast_dot`]: AVX2 where the cpu has it, else the plain kernels.

@@ -15,8 +15,9 @@
 //! prefill variant: one weight row against several activation columns.
 //!
 //! Callers guarantee that `x` and `y` hold the same number of whole blocks
-//! (`mul_mat_ggml` checks the row lengths once per call); a short row would
-//! only be truncated, never read out of bounds.
+//! (`mul_mat_ggml` checks the row lengths once per call). A short row is
+//! never read out of bounds: the one-column kernels truncate it, the
+//! multi-column and tile kernels panic on the bounds-checked slice.
 
 use glint_backend::GgmlType;
 use glint_quant::kquants::get_scale_min_k4;
@@ -99,7 +100,7 @@ pub fn fast_tile(ty: GgmlType) -> Option<TileFn> {
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if simd::has_vnni() {
+        if simd::has_vnni() && simd::tile(ty).is_some() {
             simd::prepare(ty, act, out);
         }
     }

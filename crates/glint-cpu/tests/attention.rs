@@ -312,3 +312,25 @@ fn scattered_sequences_in_one_window() {
         run(&format!("scattered {ty}"), &c, 77);
     }
 }
+
+/// Called directly with an empty window at the end of the cache, or heads
+/// that do not group over the kv heads: zeros on both paths, no panic.
+#[test]
+fn empty_windows_and_ungrouped_heads_give_zeros() {
+    let (hd, rows) = (16usize, 5usize);
+    let kv = vec![0.5f32; hd * 2 * rows];
+    let q = vec![1.0f32; hd * 4];
+    for kernels in [Kernels::Fast, Kernels::Plain] {
+        let mut p = params(4, 2, hd, 0);
+        p.kv_start = rows;
+        let mut out = vec![7.0f32; hd * 4];
+        let c = Cache::F32(&kv);
+        glint_cpu::attention_with(kernels, false, &q, c, c, &[], &p, &mut out, false);
+        assert!(out.iter().all(|&x| x == 0.0), "{kernels:?} empty window");
+        let p = params(4, 3, hd, 2);
+        let mut out = vec![7.0f32; hd * 4];
+        let mask = [0.0f32; 2];
+        glint_cpu::attention_with(kernels, false, &q, c, c, &mask, &p, &mut out, false);
+        assert!(out.iter().all(|&x| x == 0.0), "{kernels:?} 4 heads over 3");
+    }
+}

@@ -201,10 +201,13 @@ impl<T: glint_backend::Tensor> Scratch<T> {
         if n_out <= self.n_out_cap {
             return Ok(());
         }
-        let cap = n_out
-            .max(2 * self.n_out_cap)
-            .min(self.n_tokens_max)
-            .max(n_out);
+        if n_out > self.n_tokens_max {
+            return Err(ModelError::Batch(format!(
+                "{n_out} logits rows wanted, but a micro-batch has at most {} tokens",
+                self.n_tokens_max
+            )));
+        }
+        let cap = n_out.max(2 * self.n_out_cap).min(self.n_tokens_max);
         self.logits = backend.alloc(TensorDesc {
             ty: GgmlType::F32,
             ne: [hp.n_vocab * cap, 1, 1, 1],
@@ -293,15 +296,15 @@ pub fn forward<B: Backend>(
     if let Some(&r) = ub.rows.iter().find(|&&r| r < 0 || r as usize >= kv.n_rows) {
         return bad(format!("cache row {r} outside 0..{}", kv.n_rows));
     }
+    if n_out > t || ub.outputs.iter().any(|&o| o < 0 || o as usize >= t) {
+        return bad(format!(
+            "outputs must be at most {t} indices into the micro-batch"
+        ));
+    }
     if n_out > s.n_out_cap {
         return bad(format!(
             "{n_out} logits rows wanted but the scratch holds {} (call Scratch::reserve_outputs first)",
             s.n_out_cap
-        ));
-    }
-    if n_out > t || ub.outputs.iter().any(|&o| o < 0 || o as usize >= t) {
-        return bad(format!(
-            "outputs must be at most {t} indices into the micro-batch"
         ));
     }
 
