@@ -210,15 +210,7 @@ pub(crate) fn mul_mat_ggml_par(
             None => glint_quant::vec_dot(ty, row, act).unwrap_or(f32::NAN),
         }
     };
-    ACT.with(|cell| -> Result<()> {
-        // A worker waiting inside one product can steal the start of another
-        // (two contexts sharing a backend): that one gets its own buffer.
-        let mut own = Vec::new();
-        let mut cached = cell.try_borrow_mut();
-        let act: &mut Vec<u8> = match cached.as_deref_mut() {
-            Ok(v) => v,
-            Err(_) => &mut own,
-        };
+    with_buffer(&ACT, |act| -> Result<()> {
         // act: [m] rows of act_bytes, each column of x quantized once.
         act.resize(act_bytes * m, 0);
         let act = &mut act[..act_bytes * m];
@@ -266,13 +258,7 @@ pub(crate) fn mul_mat_ggml_par(
                 _ => None,
             };
             let prep_bytes = (k / 32) * qdot::TILE_BLOCK;
-            PREP.with(|cell| -> Result<()> {
-                let mut own = Vec::new();
-                let mut cached = cell.try_borrow_mut();
-                let prep: &mut Vec<u8> = match cached.as_deref_mut() {
-                    Ok(v) => v,
-                    Err(_) => &mut own,
-                };
+            with_buffer(&PREP, |prep| -> Result<()> {
                 if tile_fn.is_some() {
                     prep.resize(prep_bytes * m, 0);
                     elementwise::rows(par, &mut prep[..prep_bytes * m], prep_bytes, |c, p| {
@@ -359,6 +345,19 @@ pub(crate) fn mul_mat_ggml_par(
             }
         });
         Ok(())
+    })
+}
+
+/// `f` with this thread's cached buffer from `key`; with a fresh one when
+/// the cached one is in use (a worker waiting inside one product can steal
+/// the start of another: two contexts sharing a backend).
+fn with_buffer<R>(
+    key: &'static std::thread::LocalKey<RefCell<Vec<u8>>>,
+    f: impl FnOnce(&mut Vec<u8>) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut cached) => f(&mut cached),
+        Err(_) => f(&mut Vec::new()),
     })
 }
 
