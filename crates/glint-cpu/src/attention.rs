@@ -306,6 +306,7 @@ impl Heads<'_> {
 #[allow(unsafe_code)]
 mod wide {
     use super::*;
+    use crate::qdot::simd::kernels::hsum_f32;
     use std::arch::x86_64::*;
 
     /// Task `ig`: the `per_task` query heads from `(ig % tasks_per_token) *
@@ -371,15 +372,6 @@ mod wide {
         unsafe { _mm256_storeu_ps(c.as_mut_ptr(), v) }
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
-
     /// `q[t] · k[..hd]` for the `N` heads `q[t * hd..(t + 1) * hd]`, two
     /// 8-lane accumulators each, one load of `k` for all of them.
     #[inline]
@@ -398,7 +390,7 @@ mod wide {
         }
         let mut out = [0f32; N];
         for t in 0..N {
-            let mut x = hsum(_mm256_add_ps(a0[t], a1[t]));
+            let mut x = hsum_f32(_mm256_add_ps(a0[t], a1[t]));
             for e in d..hd {
                 x += q[t * hd + e] * E::get(k, e);
             }

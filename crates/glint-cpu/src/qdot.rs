@@ -395,7 +395,7 @@ pub mod plain {
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-mod simd {
+pub(crate) mod simd {
     use super::*;
     use std::sync::OnceLock;
 
@@ -563,7 +563,7 @@ mod simd {
     /// The kernels with AVX2 intrinsics: each block's integer products in
     /// registers (`maddubs` + `madd`, exact: no i16 pair can saturate for
     /// levels in -127..=127, which ggml's quantizers keep to).
-    mod kernels {
+    pub(crate) mod kernels {
         use super::super::*;
         use std::arch::x86_64::*;
 
@@ -671,9 +671,10 @@ mod simd {
             lanes_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
         }
 
+        /// The sum of `v`'s 8 lanes: halves folded (4, 2, 1).
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        fn hsum_f32(v: __m256) -> f32 {
+        pub(crate) fn hsum_f32(v: __m256) -> f32 {
             let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
             let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             let s = _mm_add_ss(s, _mm_movehdup_ps(s));
