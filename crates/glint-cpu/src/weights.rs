@@ -14,12 +14,6 @@ const CHUNK: usize = 256;
 /// `sum(a[i] * b[i])` with 8 independent accumulators, so the compiler keeps
 /// them in one SIMD register and the adds do not serialize.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    dot_inline(a, b)
-}
-
-/// [`dot`], always inlined: compiled for the caller's target features.
-#[inline(always)]
-pub(crate) fn dot_inline(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
