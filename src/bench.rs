@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use crate::{Batch, CacheType, Context, Error, Model};
+use glint::{Batch, CacheType, Context, Error, Model};
 
 /// One test: `n_prompt` prompt tokens and `n_gen` generated ones after
 /// `n_depth` tokens already in the cache.
@@ -73,7 +73,7 @@ impl TokenRng {
 
 /// Decode `n` random tokens at positions `pos0..` in batches of `n_batch`,
 /// logits for the last one, and wait for them.
-fn prompt(ctx: &mut Context<'_>, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
+fn prompt(ctx: &mut Context, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
     let n_vocab = ctx.model().n_vocab();
     let n_batch = ctx.params().n_batch;
     let mut done = 0;
@@ -90,7 +90,7 @@ fn prompt(ctx: &mut Context<'_>, n: u32, pos0: u32, rng: &mut TokenRng) -> Resul
 }
 
 /// `n` single-token decodes at positions `pos0..`, each waited for.
-fn generate(ctx: &mut Context<'_>, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
+fn generate(ctx: &mut Context, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
     let n_vocab = ctx.model().n_vocab();
     for i in 0..n {
         let t = rng.token(n_vocab);
@@ -101,7 +101,7 @@ fn generate(ctx: &mut Context<'_>, n: u32, pos0: u32, rng: &mut TokenRng) -> Res
 }
 
 /// llama-bench's warm-up: the prompt (if any) and one generated token.
-pub fn warm_up(ctx: &mut Context<'_>, test: &Test, rng: &mut TokenRng) -> Result<(), Error> {
+pub fn warm_up(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<(), Error> {
     ctx.clear();
     if test.n_prompt > 0 {
         prompt(ctx, test.n_prompt, 0, rng)?;
@@ -114,7 +114,7 @@ pub fn warm_up(ctx: &mut Context<'_>, test: &Test, rng: &mut TokenRng) -> Result
 
 /// One timed repetition; returns seconds. The context needs
 /// `test.n_ctx()` slots.
-pub fn run_once(ctx: &mut Context<'_>, test: &Test, rng: &mut TokenRng) -> Result<f64, Error> {
+pub fn run_once(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<f64, Error> {
     ctx.clear();
     if test.n_depth > 0 {
         prompt(ctx, test.n_depth, 0, rng)?;
@@ -210,37 +210,6 @@ pub fn bytes_read(
         total += w + pass_kv(p, p + 1);
     }
     total
-}
-
-/// The host's read bandwidth in bytes/s: `n_threads` threads summing their
-/// share of a `n_bytes` buffer (filled first, so every page is real), best
-/// of `reps` after one warm-up.
-pub fn cpu_read_bandwidth(n_bytes: usize, n_threads: usize, reps: usize) -> f64 {
-    let n = (n_bytes / 8).max(1024);
-    let buf: Vec<u64> = (0..n as u64).collect();
-    let n_threads = n_threads.max(1);
-    let chunk = n.div_ceil(n_threads);
-    let mut best = f64::INFINITY;
-    let mut sink = 0u64;
-    for i in 0..reps.max(1) + 1 {
-        let t0 = Instant::now();
-        let s: u64 = std::thread::scope(|sc| {
-            let hs: Vec<_> = buf
-                .chunks(chunk)
-                .map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().unwrap_or(0))
-                .fold(0u64, u64::wrapping_add)
-        });
-        let t = t0.elapsed().as_secs_f64();
-        sink = sink.wrapping_add(s);
-        if i > 0 {
-            best = best.min(t);
-        }
-    }
-    std::hint::black_box(sink);
-    (n * 8) as f64 / best
 }
 
 /// Peak resident set size of this process (`VmHWM`), in bytes.

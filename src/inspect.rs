@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use glint_gguf::{Array, GgufFile, Value};
+use glint::gguf::{Array, GgufFile, Value};
 use serde_json::{json, Value as Json};
 
 /// Arrays longer than this are summarized: type, length, first items.
@@ -13,8 +13,8 @@ const ARRAY_HEAD: usize = 3;
 const TEXT_STRING_MAX: usize = 96;
 
 /// Per-type totals of the tensor table, in type-table order.
-pub fn totals_per_type(f: &GgufFile) -> Vec<(glint_quant::GgmlType, usize, u64)> {
-    let mut m: BTreeMap<glint_quant::GgmlType, (usize, u64)> = BTreeMap::new();
+pub fn totals_per_type(f: &GgufFile) -> Vec<(glint::quant::GgmlType, usize, u64)> {
+    let mut m: BTreeMap<glint::quant::GgmlType, (usize, u64)> = BTreeMap::new();
     for t in f.tensors() {
         let e = m.entry(t.ty).or_default();
         e.0 += 1;

@@ -1,29 +1,6 @@
-//! The `glint` command line.
-
-mod args;
-mod cli_bench;
-mod cli_chat;
-mod cli_generate;
-mod logprobs_out;
+//! The `glint` command line: a thin binary over `glint_cli`.
 
 use std::process::ExitCode;
-
-use args::Flag;
-
-const USAGE: &str = "\
-glint — a pure-Rust LLM inference engine (GGUF, WGSL through wgpu, a rayon cpu backend)
-
-usage: glint <command> [options]
-
-commands:
-  inspect MODEL.gguf [--json]   what the file holds: header, metadata, tensors, totals per type
-  generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
-  bench -m MODEL                speed as llama-bench: pp512, tg128 (see `glint bench --help`)
-  chat [-m MODEL]               talk to a model, one line per turn (see `glint chat --help`)
-  pull [NAME]                   fetch a known model (smollm2, gemma3) into the model cache
-  help                          this text
-
-Run `glint <command> --help` for a command's options.";
 
 fn main() -> ExitCode {
     // Mesa's device-select Vulkan layer prints XDG_RUNTIME_DIR noise when
@@ -33,108 +10,11 @@ fn main() -> ExitCode {
         std::env::set_var("NODEVICE_SELECT", "1");
     }
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    match run(&argv) {
+    match glint_cli::cli::run(&argv) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("glint: {e}");
             ExitCode::FAILURE
         }
     }
-}
-
-fn run(argv: &[String]) -> Result<(), String> {
-    let (cmd, rest) = match argv.split_first() {
-        Some((c, r)) => (c.as_str(), r),
-        None => {
-            println!("{USAGE}");
-            return Ok(());
-        }
-    };
-    match cmd {
-        "inspect" => inspect(rest),
-        "generate" => generate(rest),
-        "bench" => cli_bench::run(rest),
-        "chat" => cli_chat::run(rest),
-        "pull" => pull(rest),
-        "help" | "-h" | "--help" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => Err(format!("unknown command `{other}` (try `glint help`)")),
-    }
-}
-
-const INSPECT_FLAGS: &[Flag] = &[
-    Flag {
-        name: "json",
-        aliases: &[],
-        value: None,
-        help: "print JSON instead of text",
-    },
-    Flag {
-        name: "full",
-        aliases: &[],
-        value: None,
-        help: "with --json: every array item, not the first few",
-    },
-    Flag {
-        name: "help",
-        aliases: &["-h"],
-        value: None,
-        help: "this text",
-    },
-];
-
-fn inspect(rest: &[String]) -> Result<(), String> {
-    let p = args::parse(rest, INSPECT_FLAGS)?;
-    if p.has("help") {
-        println!(
-            "{}",
-            args::help("glint inspect MODEL.gguf [--json [--full]]", INSPECT_FLAGS)
-        );
-        return Ok(());
-    }
-    let path = match p.positional.as_slice() {
-        [one] => one,
-        [] => return Err("inspect: which file? (glint inspect MODEL.gguf)".into()),
-        more => return Err(format!("inspect: one file at a time, got {}", more.len())),
-    };
-    let f = glint::gguf::GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
-    if p.has("json") {
-        let doc = glint::inspect::render_json(path, &f, p.has("full"));
-        println!("{doc:#}");
-    } else {
-        print!("{}", glint::inspect::render_text(path, &f));
-    }
-    Ok(())
-}
-
-fn generate(rest: &[String]) -> Result<(), String> {
-    cli_generate::run(rest)
-}
-
-fn pull(rest: &[String]) -> Result<(), String> {
-    let name = match rest {
-        [] => glint::models::DEFAULT_MODEL,
-        [n] if n == "-h" || n == "--help" => {
-            println!("usage: glint pull [NAME]\n\nknown models:");
-            for m in glint::models::KNOWN_MODELS {
-                println!("  {:<8} {} ({} bytes)", m.name, m.file, m.size);
-            }
-            return Ok(());
-        }
-        [n] => n.as_str(),
-        _ => return Err("pull: one model at a time".into()),
-    };
-    let m = glint::models::known_model(name).ok_or_else(|| {
-        let names: Vec<&str> = glint::models::KNOWN_MODELS.iter().map(|m| m.name).collect();
-        format!(
-            "pull: no known model `{name}` (known: {})",
-            names.join(", ")
-        )
-    })?;
-    let path = glint::models::pull(m, &mut |line| eprintln!("glint: {line}"))
-        .map_err(|e| e.to_string())?;
-    println!("{}", path.display());
-    Ok(())
 }

@@ -21,10 +21,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use glint_gguf::{Array, GgufFile, GgufWriter, Value};
-use glint_quant::GgmlType;
+use glint::gguf::{Array, GgufFile, GgufWriter, Value};
+use glint::quant::GgmlType;
 
-use crate::Error;
+use glint::Error;
 
 /// Bumped whenever a preset or the generator changes, so cached files are
 /// rewritten.
@@ -416,7 +416,7 @@ fn write_tensor(out: &mut dyn Write, t: &TensorPlan, seed: u64) -> std::io::Resu
             Some(c) => src.fill(c),
             None => src.iter_mut().for_each(|x| *x = rng.next_f32() * 0.0346),
         }
-        glint_quant::quantize_row(t.ty, &src, row).map_err(std::io::Error::other)?;
+        glint::quant::quantize_row(t.ty, &src, row).map_err(std::io::Error::other)?;
     }
     for _ in 0..n_rows {
         let k = (rng.next_u64() % n_pool as u64) as usize;

@@ -22,7 +22,7 @@ fn load() -> Model {
     Model::load(common::model("smollm2"), &p).unwrap()
 }
 
-fn context(model: &Model) -> Context<'_> {
+fn context(model: &Model) -> Context {
     Context::new(
         model,
         ContextParams {

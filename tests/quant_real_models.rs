@@ -19,7 +19,7 @@ fn dequantize_real_tensors_bit_identical_to_gguf_py() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let entries = doc["tensors"].as_array().unwrap();
     let mut covered = BTreeSet::new();
-    for model in glint::models::KNOWN_MODELS {
+    for model in glint_cli::models::KNOWN_MODELS {
         let f = GgufFile::open(common::model(model.name)).unwrap();
         for e in entries.iter().filter(|e| e["model"] == model.file) {
             let name = e["tensor"].as_str().unwrap();

@@ -10,7 +10,7 @@ use glint::{Batch, Context, ContextParams, Model, ModelParams};
 fn synthetic_smollm2_has_the_real_files_hparams_and_tensor_types() {
     let dir = std::env::temp_dir().join(format!("glint-synth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let preset = glint::synthetic::preset("smollm2-135m:q4_1").unwrap();
+    let preset = glint_cli::synthetic::preset("smollm2-135m:q4_1").unwrap();
     let path = dir.join("smollm2.gguf");
     preset.writer().unwrap().write_to_path(&path).unwrap();
 
@@ -50,8 +50,8 @@ fn synthetic_smollm2_has_the_real_files_hparams_and_tensor_types() {
     assert_eq!((a.rms_eps, a.rope_freq_base), (b.rms_eps, b.rope_freq_base));
     assert_eq!(a.swa_layers, b.swa_layers);
     assert_eq!(
-        glint::bench::model_bytes(&m),
-        glint::bench::model_bytes(&m_real)
+        glint_cli::bench::model_bytes(&m),
+        glint_cli::bench::model_bytes(&m_real)
     );
 
     // It runs: a prompt, then a few greedy tokens, all inside the vocabulary.
@@ -78,7 +78,7 @@ fn synthetic_smollm2_has_the_real_files_hparams_and_tensor_types() {
 
 #[test]
 fn synthetic_gemma3_mirrors_the_real_type_mix() {
-    let preset = glint::synthetic::preset("gemma3-270m:q4_k").unwrap();
+    let preset = glint_cli::synthetic::preset("gemma3-270m:q4_k").unwrap();
     let real = GgufFile::open(common::model("gemma3")).unwrap();
     let mut want: Vec<(String, Vec<u64>, String)> = real
         .tensors()

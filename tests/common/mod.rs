@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 /// Path of a real test model; panics (failing the test) with how to fetch it.
 pub fn model(name: &str) -> PathBuf {
-    glint::models::test_model(name).unwrap_or_else(|e| panic!("{e}"))
+    glint_cli::models::test_model(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `../shared/reference/<rel>` beside the project root, or a failure saying where it looked.

@@ -5,12 +5,11 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Instant;
 
-use glint::chat::{message, Chat, Conversation};
+use glint::chat::{Chat, Conversation};
 use glint::{Context, Model};
-use serde_json::Value;
 
-use crate::args::{self, Flag, Parsed};
-use crate::cli_generate::{context_params, model_params, model_path, sampler_params, FLAGS};
+use super::args::{self, Flag};
+use super::options::{context_params, model_params, model_path, sampler_params, FLAGS};
 
 /// `generate`'s flags that make no sense in a conversation.
 const NOT_IN_CHAT: &[&str] = &[
@@ -26,51 +25,6 @@ const NOT_IN_CHAT: &[&str] = &[
 const COMMANDS: &str = "\
 commands: /reset (clear the conversation and the cache), /system TEXT (set the system message \
 and start over; /system alone drops it), /exit (or end of input)";
-
-/// The chat prompt of `generate --chat`: `--messages FILE`, else `prompt` as
-/// one user message after an optional `--system`. Returns the rendered text
-/// and its ids.
-pub(crate) fn chat_prompt(
-    p: &Parsed,
-    model: &Model,
-    prompt: String,
-) -> Result<(String, Vec<u32>), String> {
-    let messages: Vec<Value> = match p.get("messages") {
-        Some(file) => {
-            if p.has("system") {
-                return Err("--system with --messages: put the system message in the file".into());
-            }
-            if p.has("prompt") || p.has("file") || !p.positional.is_empty() {
-                return Err("--messages: the file is the whole prompt (no -p/-f/argument)".into());
-            }
-            let text =
-                std::fs::read_to_string(file).map_err(|e| format!("--messages {file}: {e}"))?;
-            match serde_json::from_str::<Value>(&text) {
-                Ok(Value::Array(m)) if !m.is_empty() => m,
-                Ok(_) => {
-                    return Err(format!(
-                        "--messages {file}: not a non-empty JSON array of messages"
-                    ))
-                }
-                Err(e) => return Err(format!("--messages {file}: {e}")),
-            }
-        }
-        None => {
-            let mut m = Vec::new();
-            if let Some(s) = p.get("system") {
-                m.push(message("system", s));
-            }
-            m.push(message("user", &prompt));
-            m
-        }
-    };
-    let chat = Chat::for_model(model).map_err(|e| e.to_string())?;
-    if p.has("verbose") {
-        eprintln!("glint: chat template: {}", chat.origin());
-    }
-    chat.prompt(model.tokenizer(), &messages, true)
-        .map_err(|e| e.to_string())
-}
 
 fn chat_flags() -> Vec<Flag> {
     FLAGS

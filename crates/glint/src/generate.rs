@@ -209,7 +209,7 @@ impl Positions {
                     f(&KvEvent::SelfExtend(pass));
                 }
             }
-        } else if params.ctx_shift && self.n_past as usize + n_new >= ctx.n_ctx() as usize {
+        } else if params.ctx_shift && self.n_past as usize + n_new >= ctx.n_ctx_stream() as usize {
             // llama.cpp's condition: it shifts with one slot still free.
             let n_keep = params.n_keep.clamp(0, self.n_past);
             let n_past_before = self.n_past;
@@ -240,17 +240,17 @@ pub fn generate_with(
     hooks: &mut Hooks,
     on_token: &mut dyn FnMut(&TokenEvent) -> bool,
 ) -> Result<GenerateStats, Error> {
-    let model = ctx.model();
+    let model = ctx.model().clone();
     let tok = model.tokenizer();
     if prompt.is_empty() {
         return Err(Error::Invalid("the prompt has no tokens".into()));
     }
-    let n_ctx = ctx.n_ctx() as usize;
+    let n_ctx = ctx.n_ctx_stream() as usize;
     if prompt.len() >= n_ctx {
-        return Err(Error::Invalid(format!(
-            "the prompt has {} tokens, the context holds {n_ctx} (raise -c/--ctx-size)",
-            prompt.len()
-        )));
+        return Err(Error::PromptTooLong {
+            n_prompt: prompt.len(),
+            n_ctx,
+        });
     }
     validate_self_extend(params.ga_n, params.ga_w)?;
     if params.ga_n > 1 && params.ctx_shift {
@@ -265,15 +265,19 @@ pub fn generate_with(
             prompt.len()
         )));
     }
-    params
-        .sampling
-        .validate()
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    let mut chain = params
-        .sampling
-        .build_chain(model.n_vocab(), n_ctx)
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+    params.sampling.validate()?;
+    let mut chain = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
     let greedy = plain_greedy(&params.sampling) && !want_logits;
+    // The cache must hold exactly the restored prefix of sequence 0: any
+    // other cell would be attended to as if it were part of this prompt.
+    let held = ctx.seq_pos_max(0)? + 1;
+    if held != params.n_cached as i32 {
+        return Err(Error::Invalid(format!(
+            "sequence 0 holds positions 0..{held} but {} prompt tokens are said to be cached \
+             (clear the context, or seq_rm the rest, first)",
+            params.n_cached
+        )));
+    }
 
     // Prompt, in n_batch chunks; logits for its last token only.
     let t0 = Instant::now();
@@ -317,9 +321,7 @@ pub fn generate_with(
             (ctx.argmax(last_idx)?, None)
         } else {
             let l = ctx.logits(last_idx)?.to_vec();
-            let id = chain
-                .sample(&l)
-                .map_err(|e| Error::Invalid(e.to_string()))?;
+            let id = chain.sample(&l)?;
             (id, Some(l))
         };
         if greedy {
@@ -379,7 +381,7 @@ pub fn generate_parallel(
     params: &GenerateParams,
     on_token: &mut dyn FnMut(usize, &TokenEvent) -> bool,
 ) -> Result<Vec<GenerateStats>, Error> {
-    let model = ctx.model();
+    let model = ctx.model().clone();
     let tok = model.tokenizer();
     let n_seq = prompts.len();
     if n_seq == 0 || n_seq > ctx.params().n_seq_max as usize {
@@ -394,8 +396,13 @@ pub fn generate_parallel(
                 .into(),
         ));
     }
-    let n_ctx = ctx.n_ctx() as usize;
+    let n_ctx = ctx.n_ctx_stream() as usize;
     for (i, p) in prompts.iter().enumerate() {
+        if ctx.seq_pos_max(i as i32)? >= 0 {
+            return Err(Error::Invalid(format!(
+                "sequence {i} is not empty: clear the context first"
+            )));
+        }
         if p.is_empty() || p.len() >= n_ctx {
             return Err(Error::Invalid(format!(
                 "prompt {i} has {} tokens, a sequence holds 1..{n_ctx} (raise -c/--ctx-size)",
@@ -403,17 +410,11 @@ pub fn generate_parallel(
             )));
         }
     }
-    params
-        .sampling
-        .validate()
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+    params.sampling.validate()?;
     let greedy = plain_greedy(&params.sampling);
     let mut chains = Vec::with_capacity(n_seq);
     for p in prompts {
-        let mut c = params
-            .sampling
-            .build_chain(model.n_vocab(), n_ctx)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let mut c = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
         for &t in p {
             c.accept(t);
         }
@@ -424,9 +425,7 @@ pub fn generate_parallel(
             ctx.argmax(idx)?
         } else {
             let l = ctx.logits(idx)?.to_vec();
-            chains[seq]
-                .sample(&l)
-                .map_err(|e| Error::Invalid(e.to_string()))?
+            chains[seq].sample(&l)?
         };
         if greedy {
             chains[seq].accept(id);

@@ -183,9 +183,7 @@ impl Conversation {
     /// An empty conversation with `chat`'s template. `n_predict` caps each
     /// reply (`< 0`: until an end-of-generation token or a full context).
     pub fn new(chat: Chat, sampling: SamplerParams, n_predict: i32) -> Result<Self, Error> {
-        sampling
-            .validate()
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        sampling.validate()?;
         Ok(Conversation {
             chat,
             system: None,
@@ -261,9 +259,9 @@ impl Conversation {
         ctx: &mut Context,
         on_token: &mut dyn FnMut(&TokenEvent) -> bool,
     ) -> Result<TurnStats, Error> {
-        let model = ctx.model();
+        let model = ctx.model().clone();
         let tok = model.tokenizer();
-        let n_ctx = ctx.n_ctx() as usize;
+        let n_ctx = ctx.n_ctx_stream() as usize;
         let (_, ids) = self.chat.prompt(tok, &self.messages, true)?;
         if ids.len() >= n_ctx {
             return Err(Error::Invalid(format!(
@@ -283,11 +281,9 @@ impl Conversation {
 
         let chain = match &mut self.chain {
             Some(c) => c,
-            None => self.chain.insert(
-                self.sampling
-                    .build_chain(model.n_vocab(), n_ctx)
-                    .map_err(|e| Error::Invalid(e.to_string()))?,
-            ),
+            None => self
+                .chain
+                .insert(self.sampling.build_chain(model.n_vocab(), n_ctx)?),
         };
         // History samplers (penalties, DRY) see the prompt as generate() lets
         // them; tokens dropped from the cache stay in their history, as in
@@ -328,9 +324,7 @@ impl Conversation {
                 (id, None)
             } else {
                 let l = ctx.logits(last_idx)?.to_vec();
-                let id = chain
-                    .sample(&l)
-                    .map_err(|e| Error::Invalid(e.to_string()))?;
+                let id = chain.sample(&l)?;
                 (id, Some(l))
             };
             n_gen += 1;

@@ -2,8 +2,8 @@
 //! log-probability of the token and of the `N` most likely ones, from the
 //! raw logits (before any sampler changed them).
 
+use glint::sample::MAX_TOP_LOGPROBS;
 use glint::Tokenizer;
-use glint_sample::MAX_TOP_LOGPROBS;
 use serde_json::{json, Value};
 
 /// `--logprobs N`, checked: `0..=20` (OpenAI's `top_logprobs` cap).
@@ -27,7 +27,7 @@ fn piece(tok: &Tokenizer, id: u32) -> String {
 /// `{"token", "text", "logprob", "top": [{"token", "text", "logprob"}, ...]}`
 /// for `token` sampled from `logits`.
 pub fn line(tok: &Tokenizer, logits: &[f32], token: u32, n_top: usize) -> Result<Value, String> {
-    let lp = glint_sample::logprobs(logits, token, n_top).map_err(|e| e.to_string())?;
+    let lp = glint::sample::logprobs(logits, token, n_top).map_err(|e| e.to_string())?;
     let top: Vec<Value> = lp
         .top
         .iter()

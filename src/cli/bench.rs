@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 use std::io::IsTerminal;
 
-use glint::bench::{self, Test, TokenRng};
+use crate::bench::{self, Test, TokenRng};
 use glint::{BackendKind, CacheType, Context, ContextParams, Model, ModelParams};
 use serde_json::{json, Value as Json};
 
-use crate::args::{self, Flag, Parsed};
+use super::args::{self, Flag, Parsed};
 
 macro_rules! flag {
     ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
@@ -103,7 +103,7 @@ pub const FLAGS: &[Flag] = &[
 ];
 
 fn help() -> String {
-    let names: Vec<&str> = glint::synthetic::PRESETS.iter().map(|p| p.name).collect();
+    let names: Vec<&str> = crate::synthetic::PRESETS.iter().map(|p| p.name).collect();
     format!(
         "{}\nsynthetic models: {}\n\n\
          Each test: one untimed warm-up, then -r timed runs from a cleared cache \
@@ -246,10 +246,10 @@ fn config(p: &Parsed) -> Result<Config, String> {
     let mut models: Vec<std::path::PathBuf> = p.all("model").iter().map(Into::into).collect();
     // Check every synthetic name before writing any (writing takes minutes).
     for name in p.all("synthetic") {
-        glint::synthetic::preset(name).map_err(|e| e.to_string())?;
+        crate::synthetic::preset(name).map_err(|e| e.to_string())?;
     }
     for name in p.all("synthetic") {
-        let path = glint::synthetic::ensure(name, &mut |l| eprintln!("glint bench: {l}"))
+        let path = crate::synthetic::ensure(name, &mut |l| eprintln!("glint bench: {l}"))
             .map_err(|e| e.to_string())?;
         models.push(path);
     }
@@ -300,17 +300,10 @@ fn bandwidth(
     if let Some(&b) = cache.get(&key) {
         return Ok(b);
     }
-    let b = if is_cpu {
-        bench::cpu_read_bandwidth(512 << 20, threads, 5)
-    } else {
-        let gpu = glint_gpu::GpuBackend::new(glint_gpu::GpuOptions {
-            adapter_index: adapter,
-            ..Default::default()
-        })
-        .map_err(|e| format!("measuring the wgpu copy bandwidth: {e}"))?;
-        gpu.copy_bandwidth(256 << 20, 5)
-            .map_err(|e| format!("measuring the wgpu copy bandwidth: {e}"))?
-    };
+    let n_bytes = if is_cpu { 512 << 20 } else { 256 << 20 };
+    let b = model
+        .measure_bandwidth(n_bytes, 5)
+        .map_err(|e| format!("measuring the {key} bandwidth: {e}"))?;
     eprintln!(
         "glint bench: {key} bandwidth {:.1} GB/s (measured)",
         b / 1e9

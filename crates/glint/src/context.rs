@@ -1,0 +1,520 @@
+//! [`Context`]: decodes [`Batch`]es of tokens at explicit positions and
+//! sequence ids into its memory, keeping logits only for the tokens that
+//! ask.
+
+use glint_backend::Backend;
+use glint_kv::{KvCells, KvParams, MaskParams, Query, StreamLayout, SwaType, TokenMeta};
+use glint_model::{forward, HParams, UBatch};
+
+use crate::backend::{on_exec, with_exec, Exec, ExecState, Loaded};
+use crate::memory::{KvCacheParams, SeqMemory};
+use crate::{Batch, ContextParams, Error, Model};
+
+/// Logits of the last `decode`, by batch index.
+#[derive(Default)]
+struct Outputs {
+    /// `[n_tokens]`: output row of each batch token, or -1.
+    row_of: Vec<i32>,
+    /// `[n_rows, n_vocab]` rows read back so far (`None` until read).
+    host: Vec<Option<Vec<f32>>>,
+    /// Output rows that are still on the device, in the last micro-batch's
+    /// output (`first row`, count).
+    pending: Option<(usize, usize)>,
+}
+
+/// One memory (a KV cache) and the state to decode into it.
+///
+/// A context owns a handle to its [`Model`], so both can live in one struct
+/// and move to another thread together.
+pub struct Context {
+    model: Model,
+    params: ContextParams,
+    exec: ExecState,
+    out: Outputs,
+}
+
+impl Context {
+    /// A context for `model`. Sizes are checked (`n_ubatch <= n_batch`,
+    /// `n_seq_max` within the cache's limit, every stream at least one
+    /// cell, …). `params.n_ctx` is the total over all streams.
+    pub fn new(model: &Model, params: ContextParams) -> Result<Context, Error> {
+        let p = &params;
+        if p.n_ctx == 0 || p.n_batch == 0 || p.n_ubatch == 0 || p.n_seq_max == 0 {
+            return Err(Error::Invalid(format!(
+                "n_ctx {}, n_batch {}, n_ubatch {} and n_seq_max {} must all be > 0",
+                p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max
+            )));
+        }
+        let params = ContextParams {
+            n_ubatch: p.n_ubatch.min(p.n_batch),
+            ..params
+        };
+        let (layout, kv_size) = if params.kv_unified {
+            (StreamLayout::Unified, params.n_ctx)
+        } else {
+            (StreamLayout::PerSeq, params.n_ctx / params.n_seq_max)
+        };
+        if kv_size == 0 {
+            return Err(Error::Invalid(format!(
+                "n_ctx {} shared out over {} streams leaves none a cell",
+                params.n_ctx, params.n_seq_max
+            )));
+        }
+        let kvp = KvCacheParams {
+            cells: KvParams {
+                kv_size,
+                n_seq_max: params.n_seq_max,
+                layout,
+                // Attention looks at whole multiples of 256 cells (as
+                // llama.cpp), but never more than the stream has.
+                n_pad: 256.min(kv_size),
+            },
+            type_k: params.type_k.ggml(),
+            type_v: params.type_v.ggml(),
+        };
+        let exec = model
+            .backend()
+            .new_exec(model.hparams(), &kvp, params.n_ubatch as usize)?;
+        Ok(Context {
+            model: model.clone(),
+            params,
+            exec,
+            out: Outputs::default(),
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The parameters (with `n_ubatch` clamped to `n_batch`).
+    pub fn params(&self) -> &ContextParams {
+        &self.params
+    }
+
+    /// The context size: cells in total, over all streams (`-c`).
+    pub fn n_ctx(&self) -> u32 {
+        self.params.n_ctx
+    }
+
+    /// Cells in one stream: what one sequence can hold at most (`n_ctx`
+    /// when all sequences share one stream, `n_ctx / n_seq_max` otherwise).
+    pub fn n_ctx_stream(&self) -> u32 {
+        self.cells().params().kv_size
+    }
+
+    /// The KV cells (read-only view: positions, sequences, pending shifts).
+    pub fn cells(&self) -> &KvCells {
+        on_exec!(&self.exec, |x| &x.kv.cells)
+    }
+
+    fn cells_mut(&mut self) -> &mut KvCells {
+        on_exec!(&mut self.exec, |x| &mut x.kv.cells)
+    }
+
+    /// Check a batch against the context: sizes, vocabulary, sequence ids,
+    /// positions increasing within each sequence.
+    fn check_batch(&self, batch: &Batch) -> Result<Vec<TokenMeta>, Error> {
+        let n = batch.len();
+        if n == 0 {
+            return Err(Error::Batch("empty batch".into()));
+        }
+        if n > self.params.n_batch as usize {
+            return Err(Error::BatchTooLarge {
+                n_tokens: n,
+                n_batch: self.params.n_batch as usize,
+            });
+        }
+        let n_vocab = self.model.n_vocab();
+        let mut last_pos: std::collections::HashMap<i32, i32> = Default::default();
+        let mut metas = Vec::with_capacity(n);
+        for i in 0..n {
+            let (tok, pos, seqs) = (batch.tokens[i], batch.pos[i], &batch.seq_ids[i]);
+            if tok < 0 || tok as usize >= n_vocab {
+                return Err(Error::Batch(format!(
+                    "token {i}: id {tok} outside the vocabulary (0..{n_vocab})"
+                )));
+            }
+            if seqs.is_empty() {
+                return Err(Error::Batch(format!("token {i}: no sequence id")));
+            }
+            for &s in seqs {
+                if s < 0 || s as u32 >= self.params.n_seq_max {
+                    return Err(Error::Batch(format!(
+                        "token {i}: sequence id {s} outside 0..{} (n_seq_max)",
+                        self.params.n_seq_max
+                    )));
+                }
+                // Micro-batches run in batch order: a token must not attend to
+                // a later token of its sequence that is not computed yet.
+                if let Some(&prev) = last_pos.get(&s) {
+                    if pos <= prev {
+                        return Err(Error::Batch(format!(
+                            "token {i}: position {pos} of sequence {s} after position {prev}: \
+                             positions must increase within a batch"
+                        )));
+                    }
+                }
+                last_pos.insert(s, pos);
+            }
+            metas.push(TokenMeta {
+                pos,
+                seq_ids: seqs.clone(),
+            });
+        }
+        Ok(metas)
+    }
+
+    /// Run `batch` through the model. All or nothing: a batch that does not
+    /// fit, names an unknown sequence, a token outside the vocabulary, or
+    /// gives one sequence non-increasing positions is an error and changes
+    /// nothing; a decode that fails later is rolled back cell by cell.
+    pub fn decode(&mut self, batch: &Batch) -> Result<(), Error> {
+        let metas = self.check_batch(batch)?;
+        let model = self.model.clone();
+        let (undo, plan) = with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .kv
+            .begin(&l.be, &metas))?;
+        let result = self.decode_planned(batch, &plan);
+        if result.is_err() {
+            on_exec!(&mut self.exec, |x| x.kv.rollback(undo));
+            self.out = Outputs::default();
+        }
+        result
+    }
+
+    /// Output rows in batch order: each token's row, or -1.
+    fn start_outputs(&mut self, batch: &Batch) {
+        let mut row_of = vec![-1i32; batch.len()];
+        let mut n_rows = 0;
+        for (i, r) in row_of.iter_mut().enumerate() {
+            if batch.logits[i] {
+                *r = n_rows;
+                n_rows += 1;
+            }
+        }
+        self.out = Outputs {
+            row_of,
+            host: vec![None; n_rows as usize],
+            pending: None,
+        };
+    }
+
+    fn decode_planned(&mut self, batch: &Batch, plan: &glint_kv::SlotPlan) -> Result<(), Error> {
+        let n = batch.len();
+        let cells = plan.slots();
+        let rows: Vec<i32> = plan.rows().iter().map(|&r| r as i32).collect();
+        self.start_outputs(batch);
+
+        // Micro-batches: runs of at most n_ubatch tokens of one stream.
+        let n_ubatch = self.params.n_ubatch as usize;
+        let mut start = 0;
+        while start < n {
+            let stream = cells[start].stream;
+            let mut end = start + 1;
+            while end < n && end - start < n_ubatch && cells[end].stream == stream {
+                end += 1;
+            }
+            self.run_ubatch(batch, &rows, stream, start..end)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// One micro-batch: the tokens `range` of `batch`, all in `stream`.
+    fn run_ubatch(
+        &mut self,
+        batch: &Batch,
+        rows: &[i32],
+        stream: u32,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), Error> {
+        let (start, end) = (range.start, range.end);
+        let hp = self.model.hparams().clone();
+        let queries: Vec<Query> = range
+            .clone()
+            .map(|i| Query {
+                seq_id: batch.seq_ids[i][0],
+                pos: batch.pos[i],
+            })
+            .collect();
+        let cells = self.cells();
+        let n_kv = cells.n_kv(stream);
+        // mask, mask_swa: [n_kv, n_tokens] f32, 0 or -inf
+        let mask = cells.mask(&queries, n_kv, &MaskParams::causal())?;
+        let mask_swa = if hp.swa_layers.iter().any(|&x| x) {
+            let p = MaskParams {
+                swa_type: SwaType::Standard,
+                n_swa: hp.n_swa as u32,
+                ..MaskParams::causal()
+            };
+            Some(cells.mask(&queries, n_kv, &p)?)
+        } else {
+            None
+        };
+        let kv_size = cells.params().kv_size;
+        let outputs: Vec<i32> = range
+            .clone()
+            .filter(|&i| batch.logits[i])
+            .map(|i| (i - start) as i32)
+            .collect();
+        let first_row = self.out.row_of[range].iter().copied().find(|&r| r >= 0);
+        let ub = UBatch {
+            tokens: &batch.tokens[start..end],
+            pos: &batch.pos[start..end],
+            rows: &rows[start..end],
+            kv_start: (stream * kv_size) as usize,
+            n_kv: n_kv as usize,
+            mask: &mask,
+            mask_swa: mask_swa.as_deref(),
+            outputs: &outputs,
+        };
+        // Logits still on the device from the previous micro-batch are
+        // read before its scratch is reused.
+        self.read_pending()?;
+        let model = self.model.clone();
+        let has_out = with_exec!(model.backend(), &mut self.exec, |l, x| forward_ubatch(
+            l, &hp, x, &ub
+        ))?;
+        if has_out {
+            if let Some(r) = first_row {
+                self.out.pending = Some((r as usize, outputs.len()));
+            }
+        }
+        Ok(())
+    }
+
+    fn read_pending(&mut self) -> Result<(), Error> {
+        let Some((first, count)) = self.out.pending.take() else {
+            return Ok(());
+        };
+        let n_vocab = self.model.n_vocab();
+        let model = self.model.clone();
+        let all = with_exec!(model.backend(), &mut self.exec, |l, x| read_logits(
+            l, x, count, n_vocab
+        ))?;
+        let cap = self.model.hparams().final_softcap;
+        for (k, row) in all.chunks_exact(n_vocab).enumerate() {
+            let mut row = row.to_vec();
+            if cap > 0.0 {
+                for v in &mut row {
+                    *v = cap * (*v / cap).tanh();
+                }
+            }
+            self.out.host[first + k] = Some(row);
+        }
+        Ok(())
+    }
+
+    fn out_row(&self, i: usize) -> Result<usize, Error> {
+        match self.out.row_of.get(i) {
+            Some(&r) if r >= 0 => Ok(r as usize),
+            _ => Err(Error::Invalid(format!(
+                "no logits for batch token {i}: the last batch had {} tokens and it did not ask",
+                self.out.row_of.len()
+            ))),
+        }
+    }
+
+    /// Logits `[n_vocab]` of batch token `i` of the last `decode` (which must
+    /// have asked for them).
+    pub fn logits(&mut self, i: usize) -> Result<&[f32], Error> {
+        let r = self.out_row(i)?;
+        if self.out.host[r].is_none() {
+            self.read_pending()?;
+        }
+        self.out.host[r]
+            .as_deref()
+            .ok_or_else(|| Error::Internal(format!("logits row {r} was never computed")))
+    }
+
+    /// The most likely next token after batch token `i` (first index on ties).
+    /// Reads 4 bytes from the device when the logits have not been read.
+    pub fn argmax(&mut self, i: usize) -> Result<u32, Error> {
+        let r = self.out_row(i)?;
+        if let Some(row) = &self.out.host[r] {
+            return Ok(argmax(row));
+        }
+        match self.out.pending {
+            Some((first, count)) if r >= first && r < first + count => {
+                let model = self.model.clone();
+                with_exec!(model.backend(), &mut self.exec, |l, x| read_argmax(
+                    l,
+                    x,
+                    r - first
+                ))
+            }
+            _ => Err(Error::Internal(format!(
+                "logits row {r} is neither read nor pending"
+            ))),
+        }
+    }
+
+    /// Drop sequence `seq` (< 0: all) from positions `[p0, p1)`.
+    pub fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<(), Error> {
+        on_exec!(&mut self.exec, |x| x.kv.seq_rm(seq, p0, p1))
+    }
+
+    /// Add `dst` to every cell of `src` in `[p0, p1)` (across streams the
+    /// K/V rows are copied).
+    pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error> {
+        let model = self.model.clone();
+        with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .kv
+            .seq_cp(&l.be, src, dst, p0, p1))
+    }
+
+    /// Keep only sequence `seq`.
+    pub fn seq_keep(&mut self, seq: i32) -> Result<(), Error> {
+        on_exec!(&mut self.exec, |x| x.kv.seq_keep(seq))
+    }
+
+    /// Shift positions `[p0, p1)` of `seq` by `d` (K is re-rotated before the
+    /// next decode).
+    pub fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        on_exec!(&mut self.exec, |x| x.kv.seq_add(seq, p0, p1, d))
+    }
+
+    /// Divide positions `[p0, p1)` of `seq` by `n` (floor).
+    pub fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, n: i32) -> Result<(), Error> {
+        on_exec!(&mut self.exec, |x| x.kv.seq_div(seq, p0, p1, n))
+    }
+
+    /// Smallest position of `seq`, or -1.
+    pub fn seq_pos_min(&self, seq: i32) -> Result<i32, Error> {
+        on_exec!(&self.exec, |x| x.kv.seq_pos_min(seq))
+    }
+
+    /// Largest position of `seq`, or -1.
+    pub fn seq_pos_max(&self, seq: i32) -> Result<i32, Error> {
+        on_exec!(&self.exec, |x| x.kv.seq_pos_max(seq))
+    }
+
+    /// One self-extend step for `seq` before a decode (see
+    /// [`glint_kv::self_extend_step`]): the same `seq_add`/`seq_div` calls
+    /// as the seq ops, all or nothing; K is re-rotated at the next decode.
+    pub fn self_extend(
+        &mut self,
+        seq: i32,
+        n_past: i32,
+        ga_i: i32,
+        ga_n: i32,
+        ga_w: i32,
+    ) -> Result<glint_kv::SelfExtendOutcome, Error> {
+        Ok(glint_kv::self_extend_step(
+            self.cells_mut(),
+            seq,
+            n_past,
+            ga_i,
+            ga_n,
+            ga_w,
+        )?)
+    }
+
+    /// Context shift of `seq` (see [`glint_kv::context_shift`]): keep the
+    /// first `n_keep` positions, drop half of the rest, slide the remainder
+    /// down; all or nothing, K re-rotated at the next decode.
+    pub fn context_shift(
+        &mut self,
+        seq: i32,
+        n_keep: i32,
+        n_past: i32,
+    ) -> Result<glint_kv::ContextShift, Error> {
+        Ok(glint_kv::context_shift(
+            self.cells_mut(),
+            seq,
+            n_keep,
+            n_past,
+        )?)
+    }
+
+    /// Positions of every non-empty cell, all streams, in cell order.
+    pub fn cell_positions(&self) -> Vec<i32> {
+        let cells = self.cells();
+        let kv_size = cells.params().kv_size;
+        (0..cells.n_stream())
+            .flat_map(|st| (0..kv_size).map(move |c| (st, c)))
+            .filter_map(|(st, c)| cells.cell(st, c).map(|c| c.pos))
+            .filter(|&p| p >= 0)
+            .collect()
+    }
+
+    /// Save sequence `seq`: its cells (positions, pending shifts) and their
+    /// K/V rows of every layer, in the sequence state format (magic,
+    /// version, model identity, checksum; see [`crate::state`]). Restore
+    /// with [`Context::state_seq_load`], in this or another context or
+    /// process.
+    pub fn state_seq_save(&mut self, seq: i32) -> Result<Vec<u8>, Error> {
+        let model = self.model.clone();
+        with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .kv
+            .state_write(&l.be, seq))
+    }
+
+    /// Restore a sequence saved by [`Context::state_seq_save`] into
+    /// `dst_seq` (whose current cells are dropped). The whole blob is
+    /// checked first (magic, version, model identity, lengths, checksum,
+    /// room): any failure is an error and the cache is as it was.
+    pub fn state_seq_load(&mut self, bytes: &[u8], dst_seq: i32) -> Result<(), Error> {
+        let model = self.model.clone();
+        with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .kv
+            .state_read(&l.be, bytes, dst_seq))
+    }
+
+    /// Empty the cache.
+    pub fn clear(&mut self) {
+        on_exec!(&mut self.exec, |x| SeqMemory::clear(&mut x.kv));
+        self.out = Outputs::default();
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn forward_ubatch<B: Backend>(
+    l: &Loaded<B>,
+    hp: &HParams,
+    x: &mut Exec<B>,
+    ub: &UBatch,
+) -> Result<bool, Error> {
+    x.scratch.reserve_outputs(&l.be, hp, ub.outputs.len())?;
+    let (kv, scratch) = (&x.kv.storage, &x.scratch);
+    let out = l.be.enter(|| forward(&l.be, hp, &l.w, kv, scratch, ub))?;
+    let has = out.is_some();
+    x.pending = out;
+    Ok(has)
+}
+
+fn read_logits<B: Backend>(
+    l: &Loaded<B>,
+    x: &mut Exec<B>,
+    count: usize,
+    n_vocab: usize,
+) -> Result<Vec<f32>, Error> {
+    let out = x
+        .pending
+        .as_ref()
+        .ok_or_else(|| Error::Internal("no pending logits on the device".into()))?;
+    let mut buf = vec![0u8; count * n_vocab * 4];
+    l.be.read(&out.logits, 0, &mut buf)?;
+    Ok(bytemuck::cast_slice::<u8, f32>(&buf).to_vec())
+}
+
+fn read_argmax<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>, r: usize) -> Result<u32, Error> {
+    let out = x
+        .pending
+        .as_ref()
+        .ok_or_else(|| Error::Internal("no pending logits on the device".into()))?;
+    let mut buf = [0u8; 4];
+    l.be.read(&out.argmax, r * 4, &mut buf)?;
+    Ok(i32::from_le_bytes(buf).max(0) as u32)
+}

@@ -1,0 +1,34 @@
+//! Measurements of the machine the bench sets its figures against.
+
+use std::time::Instant;
+
+/// The host's read bandwidth in bytes/s: `n_threads` threads summing their
+/// share of a `n_bytes` buffer (filled first, so every page is real), best
+/// of `reps` after one warm-up.
+pub fn cpu_read_bandwidth(n_bytes: usize, n_threads: usize, reps: usize) -> f64 {
+    let n = (n_bytes / 8).max(1024);
+    let buf: Vec<u64> = (0..n as u64).collect();
+    let n_threads = n_threads.max(1);
+    let chunk = n.div_ceil(n_threads);
+    let mut best = f64::INFINITY;
+    let mut sink = 0u64;
+    for i in 0..reps.max(1) + 1 {
+        let t0 = Instant::now();
+        let s: u64 = std::thread::scope(|sc| {
+            let hs: Vec<_> = buf
+                .chunks(chunk)
+                .map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
+        });
+        let t = t0.elapsed().as_secs_f64();
+        sink = sink.wrapping_add(s);
+        if i > 0 {
+            best = best.min(t);
+        }
+    }
+    std::hint::black_box(sink);
+    (n * 8) as f64 / best
+}

@@ -1,0 +1,292 @@
+//! What a context remembers between decodes.
+//!
+//! [`SeqMemory`] is the interface the context talks to: llama.cpp's
+//! sequence operations (`seq_rm`, `seq_cp`, `seq_keep`, `seq_add`,
+//! `seq_div`), positions, state save/restore, and the begin/rollback pair
+//! around a decode. [`KvCache`] is its first implementation: the cells
+//! (`glint-kv`: which token of which sequences sits in which cell, at what
+//! position) and the K/V rows on the backend, owned together so they can
+//! never disagree. A per-sequence recurrent state (LFM2's short
+//! convolutions, Mamba's SSM state) implements the same trait, and a hybrid
+//! memory holds both and forwards each call to each.
+//!
+//! A failed decode is undone without copying the whole cell state: `begin`
+//! returns an [`Undo`] holding what the batch changed, and `rollback`
+//! restores it. A pending K-shift that was applied is *not* undone: the K
+//! rows were rotated, so the positions they were rotated to stay.
+
+use glint_backend::{Backend, GgmlType, Tensor, TensorDesc, Usage};
+use glint_kv::{KvCells, KvParams, ModelIdentity, TokenMeta};
+use glint_model::{HParams, KvStorage};
+
+use crate::Error;
+
+/// Sizes of a KV cache.
+#[derive(Clone, Debug)]
+pub(crate) struct KvCacheParams {
+    /// Cells per stream, streams, layout.
+    pub(crate) cells: KvParams,
+    /// K cache element type.
+    pub(crate) type_k: GgmlType,
+    /// V cache element type.
+    pub(crate) type_v: GgmlType,
+}
+
+/// What [`SeqMemory::begin`] changed, for [`SeqMemory::rollback`].
+pub(crate) struct Undo(KvCells);
+
+/// The sequence operations of a memory. Sequence ids are `0..n_seq_max`;
+/// `seq < 0` means every sequence where an op allows it; `p0 < 0` means from
+/// the start and `p1 < 0` to the end.
+pub(crate) trait SeqMemory<B: Backend> {
+    /// Drop the positions `[p0, p1)` of `seq` (< 0: of every sequence).
+    fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<(), Error>;
+    /// Make `dst` share the positions `[p0, p1)` of `src`.
+    fn seq_cp(&mut self, be: &B, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error>;
+    /// Keep only sequence `seq`.
+    fn seq_keep(&mut self, seq: i32) -> Result<(), Error>;
+    /// Shift the positions `[p0, p1)` of `seq` by `d`.
+    fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error>;
+    /// Divide the positions `[p0, p1)` of `seq` by `d` (floor).
+    fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error>;
+    /// Smallest position of `seq`, or -1.
+    fn seq_pos_min(&self, seq: i32) -> Result<i32, Error>;
+    /// Largest position of `seq`, or -1.
+    fn seq_pos_max(&self, seq: i32) -> Result<i32, Error>;
+    /// Forget everything.
+    fn clear(&mut self);
+    /// Make room for a batch of tokens (apply pending position edits, take
+    /// the cells): all or nothing.
+    fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, glint_kv::SlotPlan), Error>;
+    /// Undo a [`SeqMemory::begin`] whose decode failed.
+    fn rollback(&mut self, undo: Undo);
+    /// Sequence `seq`'s state, in [`crate::state`]'s sequence format.
+    fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error>;
+    /// Restore a sequence saved by `state_write` into `dst`; all or nothing.
+    fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32) -> Result<(), Error>;
+}
+
+/// The KV cache: cells and their K/V rows.
+pub(crate) struct KvCache<B: Backend> {
+    hp: HParams,
+    /// Which token sits in which cell.
+    pub(crate) cells: KvCells,
+    /// Per layer, K and V rows: `[n_embd_kv, n_stream * kv_size]`.
+    pub(crate) storage: KvStorage<B::Tensor>,
+    /// `[n_stream * kv_size]` i32: the K-shift of each cell, uploaded before
+    /// the K-shift kernel runs.
+    shifts: B::Tensor,
+}
+
+impl<B: Backend> KvCache<B> {
+    pub(crate) fn new(be: &B, hp: &HParams, p: &KvCacheParams) -> Result<Self, Error> {
+        let cells = KvCells::new(p.cells.clone())?;
+        let n_rows = (cells.n_stream() * p.cells.kv_size) as usize;
+        let storage = KvStorage::new(be, hp, n_rows, p.type_k, p.type_v)?;
+        let shifts = be.alloc(TensorDesc {
+            ty: GgmlType::I32,
+            ne: [n_rows, 1, 1, 1],
+            label: "kshift".into(),
+            usage: Usage::Scratch,
+        })?;
+        Ok(KvCache {
+            hp: hp.clone(),
+            cells,
+            storage,
+            shifts,
+        })
+    }
+
+    /// What a saved sequence must agree on with this cache.
+    fn identity(&self) -> ModelIdentity {
+        let hp = &self.hp;
+        let (tk, tv) = (self.storage.type_k, self.storage.type_v);
+        let n = hp.n_embd_kv() as u64;
+        ModelIdentity {
+            arch: hp.arch.name.to_string(),
+            n_layer: hp.n_layer as u32,
+            n_embd_k_gqa: hp.n_embd_kv() as u32,
+            n_embd_v_gqa: hp.n_embd_kv() as u32,
+            type_k: tk.id(),
+            type_v: tv.id(),
+            k_row_bytes: tk.bytes_for(n).unwrap_or(0),
+            v_row_bytes: tv.bytes_for(n).unwrap_or(0),
+        }
+    }
+
+    /// Rotate cached K by the pending shifts (K-shift), if any.
+    pub(crate) fn apply_kshift(&mut self, be: &B) -> Result<(), Error> {
+        let Some(plan) = self.cells.take_shifts() else {
+            return Ok(());
+        };
+        be.write(&self.shifts, 0, bytemuck::cast_slice(&plan.shifts))?;
+        for (il, k) in self.storage.k.iter().enumerate() {
+            be.kshift(k, &self.shifts, &self.hp.rope(il, self.hp.n_head_kv))?;
+        }
+        Ok(())
+    }
+
+    /// Copy whole K/V rows (every layer) from `src` rows to `dst` rows: read
+    /// as f32 with `get_rows`, written back with `set_rows` (exact for f16
+    /// and f32).
+    fn copy_rows(&self, be: &B, pairs: &[(i32, i32)]) -> Result<(), Error> {
+        let n = pairs.len();
+        let alloc = |ty: GgmlType, ne: [usize; 4], label: &str| {
+            be.alloc(TensorDesc {
+                ty,
+                ne,
+                label: label.into(),
+                usage: Usage::Scratch,
+            })
+        };
+        // src_idx, dst_idx: [n] i32 rows; tmp: [n_embd_kv, n] f32
+        let src_idx = alloc(GgmlType::I32, [n, 1, 1, 1], "copy_src")?;
+        let dst_idx = alloc(GgmlType::I32, [n, 1, 1, 1], "copy_dst")?;
+        let tmp = alloc(GgmlType::F32, [self.hp.n_embd_kv(), n, 1, 1], "copy_rows")?;
+        let src: Vec<i32> = pairs.iter().map(|p| p.0).collect();
+        let dst: Vec<i32> = pairs.iter().map(|p| p.1).collect();
+        be.write(&src_idx, 0, bytemuck::cast_slice(&src))?;
+        be.write(&dst_idx, 0, bytemuck::cast_slice(&dst))?;
+        for t in self.storage.k.iter().chain(self.storage.v.iter()) {
+            be.get_rows(t, &src_idx, &tmp)?;
+            be.set_rows(&tmp, &dst_idx, t)?;
+        }
+        be.sync()?;
+        Ok(())
+    }
+
+    /// Copy the K rows (every layer), then the V rows, of `rows` into `out`
+    /// (the sequence state's storage layout). Consecutive rows are read at
+    /// once.
+    fn read_rows(&self, be: &B, rows: &[u64], out: &mut [u8]) -> Result<(), Error> {
+        let runs = row_runs(rows);
+        let mut at = 0;
+        for t in self.storage.k.iter().chain(self.storage.v.iter()) {
+            let rb = t.desc().row_bytes();
+            for &(first, n) in &runs {
+                let len = n * rb;
+                be.read(t, first as usize * rb, &mut out[at..at + len])?;
+                at += len;
+            }
+        }
+        if at != out.len() {
+            return Err(Error::Internal(format!(
+                "state storage: {at} bytes read, {} expected",
+                out.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Write `data` (K rows of every layer, then V rows, in `rows` order)
+    /// into the cache rows `rows`.
+    fn write_rows(&self, be: &B, rows: &[u64], data: &[u8]) -> Result<(), Error> {
+        let runs = row_runs(rows);
+        let mut at = 0;
+        for t in self.storage.k.iter().chain(self.storage.v.iter()) {
+            let rb = t.desc().row_bytes();
+            for &(first, n) in &runs {
+                let len = n * rb;
+                let src = data.get(at..at + len).ok_or_else(|| {
+                    Error::Internal(format!(
+                        "state storage ends at {}, row needs {}",
+                        data.len(),
+                        at + len
+                    ))
+                })?;
+                be.write(t, first as usize * rb, src)?;
+                at += len;
+            }
+        }
+        be.sync()?;
+        Ok(())
+    }
+}
+
+impl<B: Backend> SeqMemory<B> for KvCache<B> {
+    fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<(), Error> {
+        Ok(self.cells.seq_rm(seq, p0, p1)?)
+    }
+
+    fn seq_cp(&mut self, be: &B, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error> {
+        let copies = self.cells.seq_cp(src, dst, p0, p1)?;
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let pairs: Vec<(i32, i32)> = copies
+            .iter()
+            .map(|c| (c.src_row as i32, c.dst_row as i32))
+            .collect();
+        self.copy_rows(be, &pairs)
+    }
+
+    fn seq_keep(&mut self, seq: i32) -> Result<(), Error> {
+        Ok(self.cells.seq_keep(seq)?)
+    }
+
+    fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        Ok(self.cells.seq_add(seq, p0, p1, d)?)
+    }
+
+    fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        Ok(self.cells.seq_div(seq, p0, p1, d)?)
+    }
+
+    fn seq_pos_min(&self, seq: i32) -> Result<i32, Error> {
+        Ok(self.cells.seq_pos_min(seq)?)
+    }
+
+    fn seq_pos_max(&self, seq: i32) -> Result<i32, Error> {
+        Ok(self.cells.seq_pos_max(seq)?)
+    }
+
+    fn clear(&mut self) {
+        self.cells.clear();
+    }
+
+    fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, glint_kv::SlotPlan), Error> {
+        let plan = self.cells.find_slots(batch)?;
+        // Applied shifts stay applied (see the module docs): the undo point
+        // is after the K-shift.
+        self.apply_kshift(be)?;
+        let undo = Undo(self.cells.clone());
+        self.cells.apply(&plan)?;
+        Ok((undo, plan))
+    }
+
+    fn rollback(&mut self, undo: Undo) {
+        self.cells = undo.0;
+    }
+
+    fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error> {
+        let w = self.cells.state_write(seq, &self.identity())?;
+        let mut out = w.bytes;
+        let storage = usize::try_from(w.storage_bytes)
+            .map_err(|_| Error::State(format!("{} bytes of state", w.storage_bytes)))?;
+        let start = out.len();
+        out.resize(start + storage, 0);
+        self.read_rows(be, &w.src_rows, &mut out[start..])?;
+        Ok(out)
+    }
+
+    fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32) -> Result<(), Error> {
+        let id = self.identity();
+        let mut next = self.cells.clone();
+        let r = next.state_read(bytes, dst, &id)?;
+        self.write_rows(be, &r.dst_rows, &bytes[r.storage.clone()])?;
+        self.cells = next;
+        Ok(())
+    }
+}
+
+/// Runs of consecutive rows, in order: `(first row, count)`.
+fn row_runs(rows: &[u64]) -> Vec<(u64, usize)> {
+    let mut runs: Vec<(u64, usize)> = Vec::new();
+    for &r in rows {
+        match runs.last_mut() {
+            Some((first, n)) if *first + *n as u64 == r => *n += 1,
+            _ => runs.push((r, 1)),
+        }
+    }
+    runs
+}

@@ -1,0 +1,117 @@
+//! [`Model`]: a mapped GGUF file with its weights on a backend.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use glint_backend::MemoryReport;
+use glint_gguf::GgufFile;
+use glint_model::HParams;
+
+use crate::backend::LoadedBackend;
+use crate::{Error, ModelParams};
+
+/// A loaded model: the mapped GGUF file, its hyperparameters and its weights
+/// on a backend.
+///
+/// A `Model` is a handle: cloning it is cheap (an `Arc`) and every clone
+/// shares the one copy of the weights. It is `Send + Sync`, so an
+/// application can keep it beside the [`Context`](crate::Context)s made from
+/// it, or hand it to a thread that owns them.
+#[derive(Clone)]
+pub struct Model {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    file: GgufFile,
+    hparams: HParams,
+    tokenizer: glint_tokenizer::Tokenizer,
+    backend: LoadedBackend,
+}
+
+// The engine and the server hand a model to other threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Model>();
+};
+
+impl Model {
+    /// Map `path`, read its hyperparameters and hand its weights to the
+    /// backend. An unsupported architecture or tensor type is an error
+    /// naming it.
+    pub fn load(path: impl AsRef<Path>, params: &ModelParams) -> Result<Model, Error> {
+        let path = path.as_ref();
+        let file = GgufFile::open(path).map_err(|e| Error::Load {
+            path: path.display().to_string(),
+            err: Box::new(e.into()),
+        })?;
+        Model::from_gguf(file, params).map_err(|e| Error::Load {
+            path: path.display().to_string(),
+            err: Box::new(e),
+        })
+    }
+
+    /// A model from an already opened GGUF file.
+    pub fn from_gguf(file: GgufFile, params: &ModelParams) -> Result<Model, Error> {
+        let hparams = HParams::from_gguf(&file)?;
+        let tokenizer = glint_tokenizer::Tokenizer::from_gguf(&file)?;
+        if tokenizer.n_vocab() != hparams.n_vocab {
+            return Err(Error::Invalid(format!(
+                "the tokenizer has {} tokens, the output head {}",
+                tokenizer.n_vocab(),
+                hparams.n_vocab
+            )));
+        }
+        let backend = LoadedBackend::load(&file, &hparams, params)?;
+        Ok(Model {
+            inner: Arc::new(Inner {
+                file,
+                hparams,
+                tokenizer,
+                backend,
+            }),
+        })
+    }
+
+    /// The tokenizer built from the file's metadata.
+    pub fn tokenizer(&self) -> &glint_tokenizer::Tokenizer {
+        &self.inner.tokenizer
+    }
+
+    /// Hyperparameters.
+    pub fn hparams(&self) -> &HParams {
+        &self.inner.hparams
+    }
+
+    /// The GGUF file (metadata, tokenizer data).
+    pub fn gguf(&self) -> &GgufFile {
+        &self.inner.file
+    }
+
+    /// Vocabulary size.
+    pub fn n_vocab(&self) -> usize {
+        self.inner.hparams.n_vocab
+    }
+
+    /// The backend's name, e.g. `cpu (2 threads)`.
+    pub fn backend_name(&self) -> String {
+        self.inner.backend.name()
+    }
+
+    /// What the backend holds now (weights, KV caches, scratch of live contexts).
+    pub fn memory(&self) -> MemoryReport {
+        self.inner.backend.memory()
+    }
+
+    /// The backend's measured bandwidth in bytes/s: on wgpu the adapter's
+    /// buffer-to-buffer copy rate (`n_bytes` copied `reps` times, best run),
+    /// on the cpu the read bandwidth of all its threads. The yardstick the
+    /// bench sets its figures against.
+    pub fn measure_bandwidth(&self, n_bytes: usize, reps: usize) -> Result<f64, Error> {
+        self.inner.backend.measure_bandwidth(n_bytes, reps)
+    }
+
+    pub(crate) fn backend(&self) -> &LoadedBackend {
+        &self.inner.backend
+    }
+}

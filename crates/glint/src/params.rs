@@ -1,0 +1,112 @@
+//! How to load a model and how to size a context.
+
+use glint_backend::GgmlType;
+
+use crate::Error;
+
+/// Which compute backend runs the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// The cpu backend (plain Rust + rayon).
+    Cpu,
+    /// The wgpu backend (WGSL on Vulkan, Metal or DX12).
+    Wgpu,
+    /// wgpu on a real GPU adapter, else cpu (a software adapter is for
+    /// checking shaders, not for speed).
+    #[default]
+    Auto,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "cpu" => Ok(BackendKind::Cpu),
+            "wgpu" | "gpu" => Ok(BackendKind::Wgpu),
+            "auto" => Ok(BackendKind::Auto),
+            other => Err(Error::Invalid(format!(
+                "backend `{other}` (cpu, wgpu, auto)"
+            ))),
+        }
+    }
+}
+
+/// How to load a model.
+#[derive(Clone, Debug, Default)]
+pub struct ModelParams {
+    /// Backend choice.
+    pub backend: BackendKind,
+    /// wgpu adapter index (see `glint devices`); `None` = the default one.
+    pub adapter: Option<usize>,
+    /// cpu threads; `None` = all cores.
+    pub n_threads: Option<usize>,
+    /// cpu numerics: ggml's (default; follows llama.cpp) or plain f32 (what
+    /// the WGSL kernels compute).
+    #[cfg(feature = "cpu")]
+    pub cpu_precision: glint_cpu::Precision,
+}
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CacheType {
+    /// Half precision (llama.cpp's default).
+    #[default]
+    F16,
+    /// Single precision.
+    F32,
+}
+
+impl CacheType {
+    pub(crate) fn ggml(self) -> GgmlType {
+        match self {
+            CacheType::F16 => GgmlType::F16,
+            CacheType::F32 => GgmlType::F32,
+        }
+    }
+}
+
+impl std::str::FromStr for CacheType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(CacheType::F16),
+            "f32" => Ok(CacheType::F32),
+            other => Err(Error::Invalid(format!("cache type `{other}` (f16, f32)"))),
+        }
+    }
+}
+
+/// How to size a context.
+#[derive(Clone, Debug)]
+pub struct ContextParams {
+    /// The context size: KV cells in total, over every stream (llama.cpp's
+    /// `-c`). One stream shared by all sequences (`kv_unified`) has them
+    /// all; one stream per sequence has `n_ctx / n_seq_max` each.
+    pub n_ctx: u32,
+    /// Most tokens one `decode` may carry.
+    pub n_batch: u32,
+    /// Most tokens one forward pass carries (a batch is split into these).
+    pub n_ubatch: u32,
+    /// Sequence ids are `0..n_seq_max`.
+    pub n_seq_max: u32,
+    /// K cache type.
+    pub type_k: CacheType,
+    /// V cache type.
+    pub type_v: CacheType,
+    /// One stream shared by all sequences (true), or one per sequence.
+    pub kv_unified: bool,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        ContextParams {
+            n_ctx: 4096,
+            n_batch: 2048,
+            n_ubatch: 512,
+            n_seq_max: 1,
+            type_k: CacheType::F16,
+            type_v: CacheType::F16,
+            kv_unified: true,
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! What `generate` and `chat` share: their flags, and how the flags become
+//! the library's parameters (model, context, sampler chain, prompt).
+
+use glint::chat::{message, Chat};
+use glint::sample::SamplerParams;
+use glint::{CacheType, ContextParams, Model, ModelParams};
+use serde_json::Value;
+
+use super::args::{Flag, Parsed};
+
+macro_rules! flag {
+    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
+        Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
+    };
+}
+
+pub const FLAGS: &[Flag] = &[
+    flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use)"),
+    flag!("prompt", ["-p"], Some("TEXT"), "prompt (or give it as the last argument); repeat it for --parallel"),
+    flag!("file", ["-f"], Some("FILE"), "read the prompt from a file (with --parallel: one prompt per line)"),
+    flag!("n-predict", ["-n"], Some("N"), "tokens to generate (-1 = until end of generation; default -1)"),
+    flag!("ctx-size", ["-c"], Some("N"), "context size (default 4096, at most the model's training context)"),
+    flag!("batch-size", ["-b"], Some("N"), "logical batch size (default 2048)"),
+    flag!("ubatch-size", ["-ub"], Some("N"), "physical batch size (default 512)"),
+    flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group factor (default 1 = off)"),
+    flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window, a multiple of -gan (default 512)"),
+    flag!("context-shift", [], None, "when the context is full, drop half of what follows --keep and go on (default: stop)"),
+    flag!("keep", [], Some("N"), "prompt tokens a context shift keeps (default 0; -1 = all; BOS added on top)"),
+    flag!("parallel", ["-np"], Some("N"), "sequences decoded together, one prompt each (default 1)"),
+    flag!("kv-unified", ["-kvu"], None, "one KV stream shared by all sequences (the default)"),
+    flag!("no-kv-unified", [], None, "one KV stream per sequence, each of ctx-size/parallel slots"),
+    flag!("prompt-cache", [], Some("FILE"), "reuse the prompt prefix saved in FILE, then save this prompt's state there"),
+    flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
+    flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
+    flag!("adapter", [], Some("N"), "wgpu adapter index"),
+    flag!("cache-type-k", ["-ctk"], Some("f16|f32"), "K cache type (default f16)"),
+    flag!("cache-type-v", ["-ctv"], Some("f16|f32"), "V cache type (default f16)"),
+    flag!("seed", ["-s"], Some("N"), "sampling seed (default random)"),
+    flag!("temp", [], Some("T"), "temperature; 0 = greedy (default 0.8)"),
+    flag!("top-k", [], Some("N"), "top-k (default 40; 0 = off)"),
+    flag!("top-p", [], Some("P"), "top-p (default 0.95; 1 = off)"),
+    flag!("min-p", [], Some("P"), "min-p (default 0.05; 0 = off)"),
+    flag!("typical", [], Some("P"), "locally typical sampling (default 1 = off)"),
+    flag!("top-n-sigma", [], Some("N"), "top-n-sigma (default -1 = off)"),
+    flag!("repeat-penalty", [], Some("X"), "repetition penalty (default 1 = off)"),
+    flag!("repeat-last-n", [], Some("N"), "penalty window (default 64; -1 = context)"),
+    flag!("presence-penalty", [], Some("X"), "presence penalty (default 0)"),
+    flag!("frequency-penalty", [], Some("X"), "frequency penalty (default 0)"),
+    flag!("dynatemp-range", [], Some("X"), "dynamic temperature range (default 0 = off)"),
+    flag!("dynatemp-exp", [], Some("X"), "dynamic temperature exponent (default 1)"),
+    flag!("mirostat", [], Some("0|1|2"), "Mirostat (default 0 = off)"),
+    flag!("mirostat-lr", [], Some("ETA"), "Mirostat learning rate (default 0.1)"),
+    flag!("mirostat-ent", [], Some("TAU"), "Mirostat target entropy (default 5)"),
+    flag!("xtc-probability", [], Some("P"), "XTC probability (default 0 = off)"),
+    flag!("xtc-threshold", [], Some("P"), "XTC threshold (default 0.1)"),
+    flag!("dry-multiplier", [], Some("X"), "DRY multiplier (default 0 = off)"),
+    flag!("dry-base", [], Some("X"), "DRY base (default 1.75)"),
+    flag!("dry-allowed-length", [], Some("N"), "DRY allowed length (default 2)"),
+    flag!("dry-penalty-last-n", [], Some("N"), "DRY window (default -1 = context)"),
+    flag!("logit-bias", ["-l"], Some("TOKEN(+|-)BIAS"), "logit bias, e.g. 15043+1 (repeatable)"),
+    flag!("samplers", [], Some("LIST"), "sampler order, ';'-separated (default penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)"),
+    flag!("sampling-seq", [], Some("LETTERS"), "sampler order as letters (e.g. edskypmxt)"),
+    flag!("echo", [], None, "print the prompt before the generated text"),
+    flag!("verbose-prompt", [], None, "print the prompt's token ids (and a chat prompt's text) to stderr"),
+    flag!("logprobs", [], Some("N"), "print one JSON object per token: its logprob and the N (<= 20) most likely"),
+    flag!("chat", [], None, "the prompt is a user message, rendered with the model's chat template"),
+    flag!("system", [], Some("TEXT"), "with --chat: a system message first"),
+    flag!("messages", [], Some("FILE"), "chat: the conversation as an OpenAI-style JSON array of messages"),
+    flag!("no-special", [], None, "treat special-token text in the prompt as plain text"),
+    flag!("ignore-eos", [], None, "keep generating after end-of-generation tokens"),
+    flag!("verbose", ["-v"], None, "print load details and memory to stderr"),
+    flag!("help", ["-h"], None, "this text"),
+];
+
+pub fn num<T: std::str::FromStr>(p: &Parsed, name: &str) -> Result<Option<T>, String> {
+    p.parse::<T>(name)
+}
+
+/// Sampler parameters from the flags, on top of llama.cpp's defaults.
+pub fn sampler_params(p: &Parsed) -> Result<SamplerParams, String> {
+    let mut s = SamplerParams::default();
+    if let Some(v) = num(p, "seed")? {
+        s.seed = v;
+    }
+    macro_rules! set {
+        ($($flag:literal => $field:ident),* $(,)?) => {
+            $(if let Some(v) = num(p, $flag)? { s.$field = v; })*
+        };
+    }
+    set!(
+        "temp" => temp, "top-k" => top_k, "top-p" => top_p, "min-p" => min_p,
+        "typical" => typ_p, "top-n-sigma" => top_n_sigma, "repeat-penalty" => penalty_repeat,
+        "repeat-last-n" => penalty_last_n, "presence-penalty" => penalty_present,
+        "frequency-penalty" => penalty_freq, "dynatemp-range" => dynatemp_range,
+        "dynatemp-exp" => dynatemp_exponent, "mirostat" => mirostat,
+        "mirostat-lr" => mirostat_eta, "mirostat-ent" => mirostat_tau,
+        "xtc-probability" => xtc_probability, "xtc-threshold" => xtc_threshold,
+        "dry-multiplier" => dry_multiplier, "dry-base" => dry_base,
+        "dry-allowed-length" => dry_allowed_length, "dry-penalty-last-n" => dry_penalty_last_n,
+    );
+    for lb in p.all("logit-bias") {
+        let mut v =
+            glint::sample::parse_logit_bias(lb).map_err(|e| format!("--logit-bias: {e}"))?;
+        s.logit_bias.append(&mut v);
+    }
+    if let Some(list) = p.get("samplers") {
+        s.samplers =
+            glint::sample::parse_sampler_list(list).map_err(|e| format!("--samplers: {e}"))?;
+    }
+    if let Some(seq) = p.get("sampling-seq") {
+        s.samplers =
+            glint::sample::parse_sampler_seq(seq).map_err(|e| format!("--sampling-seq: {e}"))?;
+    }
+    s.validate().map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// The model file: `-m`, else the default model, fetched when missing.
+pub fn model_path(p: &Parsed) -> Result<std::path::PathBuf, String> {
+    if let Some(m) = p.get("model") {
+        return Ok(m.into());
+    }
+    let known = crate::models::known_model(crate::models::DEFAULT_MODEL)
+        .ok_or("no default model is known")?;
+    crate::models::pull(known, &mut |line| eprintln!("glint: {line}")).map_err(|e| e.to_string())
+}
+
+pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
+    Ok(ModelParams {
+        backend: p
+            .get("backend")
+            .unwrap_or("auto")
+            .parse()
+            .map_err(|e: glint::Error| e.to_string())?,
+        adapter: num(p, "adapter")?,
+        n_threads: num(p, "threads")?,
+        ..Default::default()
+    })
+}
+
+pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String> {
+    let d = ContextParams::default();
+    let n_ctx_train = model.hparams().n_ctx_train as u32;
+    let n_ctx = match num::<u32>(p, "ctx-size")? {
+        Some(0) | None => d.n_ctx.min(n_ctx_train),
+        Some(n) => n,
+    };
+    let cache = |flag: &str| -> Result<CacheType, String> {
+        p.get(flag)
+            .unwrap_or("f16")
+            .parse()
+            .map_err(|e: glint::Error| format!("--{flag}: {e}"))
+    };
+    let n_seq = num::<u32>(p, "parallel")?.unwrap_or(1);
+    if n_seq == 0 {
+        return Err("--parallel must be >= 1".into());
+    }
+    if p.has("kv-unified") && p.has("no-kv-unified") {
+        return Err("give --kv-unified or --no-kv-unified, not both".into());
+    }
+    let kv_unified = !p.has("no-kv-unified");
+    // n_ctx is the total: separate streams share it out (as llama.cpp).
+    Ok(ContextParams {
+        n_ctx,
+        n_seq_max: n_seq,
+        kv_unified,
+        n_batch: num(p, "batch-size")?.unwrap_or(d.n_batch),
+        n_ubatch: num(p, "ubatch-size")?.unwrap_or(d.n_ubatch),
+        type_k: cache("cache-type-k")?,
+        type_v: cache("cache-type-v")?,
+    })
+}
+
+/// The prompts of `--parallel`: one per line of `-f`, or each `-p`.
+pub fn prompt_list(p: &Parsed) -> Result<Vec<String>, String> {
+    let list: Vec<String> = match (p.all("prompt"), p.get("file"), p.positional.as_slice()) {
+        (ps, None, []) if !ps.is_empty() => ps.to_vec(),
+        ([], Some(f), []) => std::fs::read_to_string(f)
+            .map_err(|e| format!("--file {f}: {e}"))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect(),
+        ([], None, [t]) => vec![t.clone()],
+        ([], None, []) => {
+            return Err(
+                "generate: no prompt (give -p TEXT, -f FILE or the prompt as an argument)".into(),
+            )
+        }
+        _ => return Err("generate: give the prompts with -p (repeated) or -f, not both".into()),
+    };
+    if list.is_empty() {
+        return Err("generate: the prompt file has no non-empty line".into());
+    }
+    Ok(list)
+}
+
+pub fn prompt_text(p: &Parsed) -> Result<String, String> {
+    if p.all("prompt").len() > 1 {
+        return Err("generate: several -p prompts need --parallel N".into());
+    }
+    match (p.get("prompt"), p.get("file"), p.positional.as_slice()) {
+        (Some(t), None, []) => Ok(t.to_string()),
+        (None, Some(f), []) => std::fs::read_to_string(f).map_err(|e| format!("--file {f}: {e}")),
+        (None, None, [t]) => Ok(t.clone()),
+        (None, None, []) => {
+            Err("generate: no prompt (give -p TEXT, -f FILE or the prompt as an argument)".into())
+        }
+        _ => Err("generate: give the prompt once (-p, -f or an argument)".into()),
+    }
+}
+
+/// The chat prompt of `generate --chat`: `--messages FILE`, else `prompt` as
+/// one user message after an optional `--system`. Returns the rendered text
+/// and its ids.
+pub fn chat_prompt(
+    p: &Parsed,
+    model: &Model,
+    prompt: String,
+) -> Result<(String, Vec<u32>), String> {
+    let messages: Vec<Value> = match p.get("messages") {
+        Some(file) => {
+            if p.has("system") {
+                return Err("--system with --messages: put the system message in the file".into());
+            }
+            if p.has("prompt") || p.has("file") || !p.positional.is_empty() {
+                return Err("--messages: the file is the whole prompt (no -p/-f/argument)".into());
+            }
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("--messages {file}: {e}"))?;
+            match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Array(m)) if !m.is_empty() => m,
+                Ok(_) => {
+                    return Err(format!(
+                        "--messages {file}: not a non-empty JSON array of messages"
+                    ))
+                }
+                Err(e) => return Err(format!("--messages {file}: {e}")),
+            }
+        }
+        None => {
+            let mut m = Vec::new();
+            if let Some(s) = p.get("system") {
+                m.push(message("system", s));
+            }
+            m.push(message("user", &prompt));
+            m
+        }
+    };
+    let chat = Chat::for_model(model).map_err(|e| e.to_string())?;
+    if p.has("verbose") {
+        eprintln!("glint: chat template: {}", chat.origin());
+    }
+    chat.prompt(model.tokenizer(), &messages, true)
+        .map_err(|e| e.to_string())
+}
