@@ -43,7 +43,7 @@ impl Test {
         s
     }
 
-    /// Cache slots the test needs.
+    /// Cache cells the test needs.
     pub fn n_ctx(&self) -> u32 {
         self.n_depth + self.n_prompt + self.n_gen
     }
@@ -113,7 +113,7 @@ pub fn warm_up(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<(),
 }
 
 /// One timed repetition; returns seconds. The context needs
-/// `test.n_ctx()` slots.
+/// `test.n_ctx()` cells.
 pub fn run_once(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<f64, Error> {
     ctx.clear();
     if test.n_depth > 0 {

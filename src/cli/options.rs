@@ -28,7 +28,7 @@ pub const FLAGS: &[Flag] = &[
     flag!("keep", [], Some("N"), "prompt tokens a context shift keeps (default 0; -1 = all; BOS added on top)"),
     flag!("parallel", ["-np"], Some("N"), "sequences decoded together, one prompt each (default 1)"),
     flag!("kv-unified", ["-kvu"], None, "one KV stream shared by all sequences (the default)"),
-    flag!("no-kv-unified", [], None, "one KV stream per sequence, each of ctx-size/parallel slots"),
+    flag!("no-kv-unified", [], None, "one KV stream per sequence, each of ctx-size/parallel cells"),
     flag!("prompt-cache", [], Some("FILE"), "reuse the prompt prefix saved in FILE, then save this prompt's state there"),
     flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),

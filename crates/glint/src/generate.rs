@@ -314,7 +314,7 @@ impl Positions {
                 }
             }
         } else if params.ctx_shift && self.n_past as usize + n_new >= ctx.n_ctx_stream() as usize {
-            // llama.cpp's condition: it shifts with one slot still free.
+            // llama.cpp's condition: it shifts with one cell still free.
             let n_keep = params.n_keep.clamp(0, self.n_past);
             let n_past_before = self.n_past;
             let shift = ctx.context_shift(0, n_keep, self.n_past)?;

@@ -1,6 +1,6 @@
 //! Greedy generation with the library API: load, tokenize, decode, stream.
 //!
-//! cargo run --release --example greedy -- MODEL.gguf "The capital of France is"
+//! cargo run --release -p glint --example greedy -- MODEL.gguf "The capital of France is"
 
 use glint::{Batch, Context, ContextParams, Model, ModelParams};
 
