@@ -14,10 +14,10 @@
 //! type_v         u32      ggml type id of the V cache
 //! k_row_bytes    u64      bytes of one K row of one layer
 //! v_row_bytes    u64      bytes of one V row of one layer
-//! kv_size        u32      slots per stream of the saving cache (informational:
+//! kv_size        u32      cells per stream of the saving cache (informational:
 //!                         restoring into another size is fine if it fits)
 //! cell_count     u32
-//! cells          cell_count x (pos i32, shift i32), in the saver's slot order
+//! cells          cell_count x (pos i32, shift i32), in the saver's cell order
 //! storage_bytes  u64      = cell_count * n_layer * (k_row_bytes + v_row_bytes)
 //! checksum       u64      FNV-1a 64 of every byte above
 //! storage        storage_bytes bytes, appended by the context:
@@ -136,7 +136,7 @@ impl<'a> Reader<'a> {
 }
 
 impl KvCells {
-    /// Saves the cell part of `seq_id`: every slot holding it, in slot order,
+    /// Saves the cell part of `seq_id`: every cell holding it, in cell order,
     /// with position and pending shift, under `id`'s header.
     ///
     /// Precondition: a known `seq_id`; `id`'s sizes multiply within `u64`.
@@ -151,9 +151,9 @@ impl KvCells {
         let st = self.stream_idx(s) as u32;
         let kv_size = self.params().kv_size;
         let mut cells = Vec::new();
-        for slot in 0..kv_size {
-            if let Some(c) = self.cell(st, slot).filter(|c| c.seqs.contains(seq_id)) {
-                cells.push((slot, c.pos, c.shift));
+        for cell in 0..kv_size {
+            if let Some(c) = self.cell(st, cell).filter(|c| c.seqs.contains(seq_id)) {
+                cells.push((cell, c.pos, c.shift));
             }
         }
         let storage_bytes = id
@@ -186,7 +186,7 @@ impl KvCells {
         b.extend_from_slice(&sum.to_le_bytes());
         let src_rows = cells
             .iter()
-            .map(|&(slot, _, _)| st as u64 * kv_size as u64 + slot as u64)
+            .map(|&(cell, _, _)| st as u64 * kv_size as u64 + cell as u64)
             .collect();
         Ok(SeqStateWrite {
             bytes: b,
@@ -195,7 +195,7 @@ impl KvCells {
         })
     }
 
-    /// Restores a saved sequence into `dst_seq`: its current slots are
+    /// Restores a saved sequence into `dst_seq`: its current cells are
     /// dropped, the saved cells placed (contiguous if possible) with their
     /// positions and pending shifts.
     ///
@@ -323,7 +323,7 @@ impl KvCells {
             .iter()
             .map(|&(pos, _)| TokenMeta::new(pos, dst_seq))
             .collect();
-        let plan = next.find_slots(&batch).map_err(|e| match e {
+        let plan = next.find_cells(&batch).map_err(|e| match e {
             KvError::NoRoom {
                 stream,
                 needed,
@@ -340,8 +340,8 @@ impl KvCells {
             e => e,
         })?;
         next.apply(&plan)?;
-        for (p, &(_, shift)) in plan.slots().iter().zip(&cells) {
-            next.restore_shift(p.stream as usize, p.slot as usize, shift);
+        for (p, &(_, shift)) in plan.cells().iter().zip(&cells) {
+            next.restore_shift(p.stream as usize, p.cell as usize, shift);
         }
         next.debug_check();
         *self = next;

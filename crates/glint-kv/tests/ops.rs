@@ -64,10 +64,10 @@ fn seq_rm_half_open_and_negative_bounds() {
 }
 
 #[test]
-fn seq_rm_of_a_shared_slot_keeps_it_for_the_other_sequence() {
+fn seq_rm_of_a_shared_cell_keeps_it_for_the_other_sequence() {
     let mut c = unified(8, 3);
     decode(&mut c, 0, 0, 4);
-    c.seq_cp(0, 1, 0, 2).unwrap(); // slots 0, 1 shared by 0 and 1
+    c.seq_cp(0, 1, 0, 2).unwrap(); // cells 0, 1 shared by 0 and 1
     assert_eq!(c.cell(0, 1).unwrap().seqs, [0, 1].into_iter().collect());
     c.seq_rm(0, -1, -1).unwrap();
     assert_eq!(positions(&c, 4), vec![0, 1, -1, -1]);
@@ -80,7 +80,7 @@ fn seq_rm_of_a_shared_slot_keeps_it_for_the_other_sequence() {
         (c.seq_pos_min(1).unwrap(), c.seq_pos_max(1).unwrap()),
         (0, 1)
     );
-    // the slot becomes empty when its last sequence leaves
+    // the cell becomes empty when its last sequence leaves
     c.seq_rm(1, 1, 2).unwrap();
     assert_eq!(
         c.cell(0, 1).unwrap(),
@@ -124,10 +124,10 @@ fn seq_cp_same_stream_is_metadata_only() {
 fn seq_cp_across_streams_copies_rows_and_shifts() {
     let mut c = per_seq(4, 2);
     decode(&mut c, 0, 0, 3);
-    decode(&mut c, 1, 10, 1); // slot 0 of stream 1 is taken
-    c.seq_add(0, 2, 3, 5).unwrap(); // pending shift on slot 2
+    decode(&mut c, 1, 10, 1); // cell 0 of stream 1 is taken
+    c.seq_add(0, 2, 3, 5).unwrap(); // pending shift on cell 2
     let copies = c.seq_cp(0, 1, -1, -1).unwrap();
-    // slot 0 taken: goes to the lowest free slot not wanted by another copy (3)
+    // cell 0 taken: goes to the lowest free cell not wanted by another copy (3)
     assert_eq!(
         copies,
         vec![
@@ -219,12 +219,12 @@ fn seq_add_shifts_pos_and_shift_and_empties_below_zero() {
     let mut c = unified(8, 1);
     decode(&mut c, 0, 0, 5);
     c.seq_add(0, 2, -1, -3).unwrap();
-    // 2 -> -1 and 3 -> 0 ... slot 2 drops below 0: empty, shift 0
+    // 2 -> -1 and 3 -> 0 ... cell 2 drops below 0: empty, shift 0
     assert_eq!(positions(&c, 5), vec![0, 1, -1, 0, 1]);
     assert_eq!(shifts(&c, 5), vec![0, 0, 0, -3, -3]);
     assert!(c.has_shift());
     assert_eq!(c.seq_pos_max(0).unwrap(), 1);
-    // slots 0 and 3 share position 0: removing one keeps the other
+    // cells 0 and 3 share position 0: removing one keeps the other
     c.seq_rm(0, 0, 1).unwrap();
     assert_eq!(positions(&c, 5), vec![-1, 1, -1, -1, 1]);
     assert_eq!(
@@ -252,7 +252,7 @@ fn seq_add_zero_is_a_noop_and_shifts_compose() {
 }
 
 #[test]
-fn seq_add_moves_a_shared_slot_for_every_sequence() {
+fn seq_add_moves_a_shared_cell_for_every_sequence() {
     let mut c = unified(4, 2);
     decode(&mut c, 0, 0, 2);
     c.seq_cp(0, 1, -1, -1).unwrap();
@@ -290,7 +290,7 @@ fn seq_div_floor_and_shift_new_minus_old() {
     c.seq_div(0, 2, 6, 3).unwrap();
     assert_eq!(positions(&c, 7), vec![0, 1, 0, 1, 1, 1, 6]);
     assert_eq!(shifts(&c, 7), vec![0, 0, -2, -2, -3, -4, 0]);
-    // four slots share position 1, two share 0
+    // four cells share position 1, two share 0
     assert_eq!(c.seq_n_cells(0).unwrap(), 7);
     c.seq_rm(0, 1, 2).unwrap();
     assert_eq!(positions(&c, 7), vec![0, -1, 0, -1, -1, -1, 6]);
@@ -368,36 +368,36 @@ fn clear_and_take_shifts() {
 }
 
 #[test]
-fn find_slots_contiguous_from_head_then_any() {
+fn find_cells_contiguous_from_head_then_any() {
     let mut c = unified(8, 2);
     decode(&mut c, 0, 0, 6);
     c.seq_rm(0, 1, 2).unwrap();
     c.seq_rm(0, 3, 4).unwrap();
-    // head moved back to slot 1; contiguous 2-run exists at 6..8
+    // head moved back to cell 1; contiguous 2-run exists at 6..8
     let b: Vec<TokenMeta> = (6..8).map(|p| TokenMeta::new(p, 0)).collect();
-    let plan = c.find_slots(&b).unwrap();
+    let plan = c.find_cells(&b).unwrap();
     assert_eq!(
-        plan.slots().iter().map(|s| s.slot).collect::<Vec<_>>(),
+        plan.cells().iter().map(|p| p.cell).collect::<Vec<_>>(),
         vec![6, 7]
     );
-    // three tokens: no run of 3 -> the first empty slots from the head
+    // three tokens: no run of 3 -> the first empty cells from the head
     let b: Vec<TokenMeta> = (6..9).map(|p| TokenMeta::new(p, 1)).collect();
-    let plan = c.find_slots(&b).unwrap();
+    let plan = c.find_cells(&b).unwrap();
     assert_eq!(
-        plan.slots().iter().map(|s| s.slot).collect::<Vec<_>>(),
+        plan.cells().iter().map(|p| p.cell).collect::<Vec<_>>(),
         vec![1, 3, 6]
     );
     assert_eq!(plan.rows(), vec![1, 3, 6]);
     c.apply(&plan).unwrap();
     assert_eq!(positions(&c, 8), vec![0, 6, 2, 7, 4, 5, 8, -1]);
-    // the plan is now stale: its slots are taken
+    // the plan is now stale: its cells are taken
     let before = c.clone();
     assert!(matches!(c.apply(&plan), Err(KvError::StalePlan(_))));
     assert_eq!(c, before);
 }
 
 #[test]
-fn find_slots_no_room_is_all_or_nothing() {
+fn find_cells_no_room_is_all_or_nothing() {
     let mut c = per_seq(4, 2);
     decode(&mut c, 0, 0, 3);
     let before = c.clone();
@@ -406,23 +406,23 @@ fn find_slots_no_room_is_all_or_nothing() {
         TokenMeta::new(3, 0),
         TokenMeta::new(4, 0),
     ];
-    let e = c.find_slots(&b).unwrap_err();
+    let e = c.find_cells(&b).unwrap_err();
     assert_eq!(
         e,
         KvError::NoRoom {
-            op: "find_slots",
+            op: "find_cells",
             stream: 0,
             needed: 2,
             free: 1,
             kv_size: 4
         }
     );
-    assert!(e.to_string().contains("2 slots needed, 1 free"), "{e}");
+    assert!(e.to_string().contains("2 cells needed, 1 free"), "{e}");
     assert_eq!(c, before);
 }
 
 #[test]
-fn find_slots_rejects_bad_tokens() {
+fn find_cells_rejects_bad_tokens() {
     let c = per_seq(4, 2);
     let bad = [
         TokenMeta {
@@ -444,14 +444,14 @@ fn find_slots_rejects_bad_tokens() {
     ];
     for t in bad {
         assert!(matches!(
-            c.find_slots(&[TokenMeta::new(0, 0), t]),
+            c.find_cells(&[TokenMeta::new(0, 0), t]),
             Err(KvError::BadBatch { index: 1, .. })
         ));
     }
-    // unified: one token may belong to several sequences (one shared slot)
+    // unified: one token may belong to several sequences (one shared cell)
     let mut u = unified(4, 2);
     let plan = u
-        .find_slots(&[TokenMeta {
+        .find_cells(&[TokenMeta {
             pos: 0,
             seq_ids: vec![0, 1],
         }])
@@ -473,7 +473,7 @@ fn batch_positions_need_not_continue_seq_pos_max_but_can_be_checked() {
     assert!(c
         .check_continues(&[TokenMeta::new(3, 0), TokenMeta::new(4, 0)])
         .is_ok());
-    let plan = c.find_slots(&gap).unwrap(); // allowed by the cells
+    let plan = c.find_cells(&gap).unwrap(); // allowed by the cells
     c.apply(&plan).unwrap();
     assert_eq!(c.seq_pos_max(0).unwrap(), 7);
 }
@@ -481,8 +481,8 @@ fn batch_positions_need_not_continue_seq_pos_max_but_can_be_checked() {
 #[test]
 fn mask_empty_other_sequence_causal_swa_alibi() {
     let mut c = unified(8, 2);
-    decode(&mut c, 0, 0, 4); // slots 0..4: seq 0 at 0..3
-    decode(&mut c, 1, 0, 2); // slots 4, 5: seq 1 at 0, 1
+    decode(&mut c, 0, 0, 4); // cells 0..4: seq 0 at 0..3
+    decode(&mut c, 1, 0, 2); // cells 4, 5: seq 1 at 0, 1
     let q = [Query { seq_id: 0, pos: 2 }, Query { seq_id: 1, pos: 1 }];
     let m = c.mask(&q, 8, &MaskParams::causal()).unwrap();
     let i = f32::NEG_INFINITY;

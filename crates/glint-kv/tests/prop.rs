@@ -98,7 +98,7 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
             assert_eq!(
                 (c.pos, c.shift, &seqs),
                 (n.pos, shift, &n.seqs),
-                "{ctx}: slot {st}/{i}"
+                "{ctx}: cell {st}/{i}"
             );
         }
         assert_eq!(
@@ -158,7 +158,7 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
         };
         assert_eq!(
             m[j], want,
-            "{ctx}: mask seq {s} pos {p1} slot {j} {params:?}"
+            "{ctx}: mask seq {s} pos {p1} cell {j} {params:?}"
         );
     }
 }
@@ -254,17 +254,17 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                     }
                 }
                 let full = need.iter().enumerate().any(|(st, &k)| k > naive.free(st));
-                let r = real.find_slots(&batch);
-                assert_eq!(real, before, "{ctx}: find_slots changed the cells");
+                let r = real.find_cells(&batch);
+                assert_eq!(real, before, "{ctx}: find_cells changed the cells");
                 if let Some(plan) = check_err(&mut real, &before, r, bad || full, &ctx) {
                     let mut seen = BTreeSet::new();
-                    for (t, p) in batch.iter().zip(plan.slots()) {
+                    for (t, p) in batch.iter().zip(plan.cells()) {
                         assert_eq!(p.stream as usize, naive.stream(t.seq_ids[0]), "{ctx}");
                         assert!(
-                            naive.streams[p.stream as usize][p.slot as usize].pos < 0,
+                            naive.streams[p.stream as usize][p.cell as usize].pos < 0,
                             "{ctx}"
                         );
-                        assert!(seen.insert((p.stream, p.slot)), "{ctx}: slot twice");
+                        assert!(seen.insert((p.stream, p.cell)), "{ctx}: cell twice");
                     }
                     // a single-stream batch takes a contiguous run if one exists
                     if need.iter().filter(|&&k| k > 0).count() == 1 {
@@ -273,14 +273,14 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                         let cells = &naive.streams[st];
                         let run_exists = (0..=cells.len() - k)
                             .any(|a| cells[a..a + k].iter().all(|c| c.pos < 0));
-                        let mut slots: Vec<u32> = plan.slots().iter().map(|p| p.slot).collect();
-                        slots.sort();
-                        let contiguous = slots.windows(2).all(|w| w[1] == w[0] + 1);
-                        assert_eq!(run_exists, contiguous, "{ctx}: contiguity {slots:?}");
+                        let mut planned: Vec<u32> = plan.cells().iter().map(|p| p.cell).collect();
+                        planned.sort();
+                        let contiguous = planned.windows(2).all(|w| w[1] == w[0] + 1);
+                        assert_eq!(run_exists, contiguous, "{ctx}: contiguity {planned:?}");
                     }
                     real.apply(&plan).unwrap();
-                    for (t, p) in batch.iter().zip(plan.slots()) {
-                        naive.streams[p.stream as usize][p.slot as usize] = NCell {
+                    for (t, p) in batch.iter().zip(plan.cells()) {
+                        naive.streams[p.stream as usize][p.cell as usize] = NCell {
                             pos: t.pos,
                             rotated_for: t.pos,
                             seqs: t.seq_ids.iter().copied().collect(),
@@ -333,18 +333,18 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                     } else {
                         let k = kv_size as u64;
                         let (ss, ds) = (naive.stream(src), naive.stream(dst));
-                        let mut src_slots: Vec<u64> = copies.iter().map(|c| c.src_row).collect();
-                        src_slots.sort();
+                        let mut src_cells: Vec<u64> = copies.iter().map(|c| c.src_row).collect();
+                        src_cells.sort();
                         let want: Vec<u64> = (0..k)
                             .filter(|&i| naive.streams[ss][i as usize].seqs.contains(&src))
                             .map(|i| ss as u64 * k + i)
                             .collect();
-                        assert_eq!(src_slots, want, "{ctx}: copies cover src");
+                        assert_eq!(src_cells, want, "{ctx}: copies cover src");
                         for c in &copies {
                             assert_eq!(c.dst_row / k, ds as u64, "{ctx}");
                             let from = naive.streams[ss][(c.src_row % k) as usize].clone();
                             let to = &mut naive.streams[ds][(c.dst_row % k) as usize];
-                            assert!(to.pos < 0, "{ctx}: copy into a used slot");
+                            assert!(to.pos < 0, "{ctx}: copy into a used cell");
                             *to = NCell {
                                 seqs: [dst].into_iter().collect(),
                                 ..from
@@ -445,7 +445,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                     for (row, c) in res.dst_rows.iter().zip(saved) {
                         assert_eq!(row / kv_size as u64, st as u64, "{ctx}");
                         let to = &mut naive.streams[st][(row % kv_size as u64) as usize];
-                        assert!(to.pos < 0, "{ctx}: restore into a used slot");
+                        assert!(to.pos < 0, "{ctx}: restore into a used cell");
                         *to = NCell {
                             seqs: [b].into(),
                             ..c

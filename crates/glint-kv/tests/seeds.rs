@@ -34,7 +34,7 @@ fn seed000_ga_n2_ga_w4_two_passes() {
     assert_eq!((out.n_past, out.ga_i), (3, 2));
     assert_eq!(positions(&c, 5), vec![0, 0, 1, 1, 2]);
     assert_eq!(shifts(&c, 5), vec![0, -1, -1, -2, -2]);
-    // after the div alone (trace "$24..$28"): slot 4 still at 4, delta 0
+    // after the div alone (trace "$24..$28"): cell 4 still at 4, delta 0
     let mut mid = unified(8192, 1);
     decode(&mut mid, 0, 0, 5);
     mid.apply_ops(&p.calls[..2]).unwrap();
@@ -57,7 +57,7 @@ fn seed000_ga_n2_ga_w4_two_passes() {
     // "$117..$124"
     assert_eq!(positions(&c, 8), vec![0, 0, 1, 1, 2, 2, 3, 3]);
     assert_eq!(shifts(&c, 8), vec![0, 0, 0, 0, 0, -1, -1, -2]);
-    // after the first add alone ("$88..$91": slots 4..7 at 4..7, delta 2)
+    // after the first add alone ("$88..$91": cells 4..7 at 4..7, delta 2)
     // and after the div ("$103..$110")
     before_pass.apply_op(&p.calls[0]).unwrap();
     assert_eq!(positions(&before_pass, 8), vec![0, 0, 1, 1, 4, 5, 6, 7]);
@@ -91,7 +91,7 @@ fn contract_ga_n4_ga_w256_2048_tokens() {
     assert_eq!(cell(&c, 2047), (511, -1536));
     let last = out.passes.last().unwrap();
     assert_eq!((last.n_past_after, last.ga_i_after), (512, 512));
-    // n_past and positions agree: every slot of the 2048 holds < 512
+    // n_past and positions agree: every cell of the 2048 holds < 512
     assert_eq!(c.seq_pos_max(0).unwrap(), 511);
     for pass in &out.passes {
         assert!(pass.n_past_before >= pass.ga_i_before + 256);
@@ -230,13 +230,13 @@ fn self_extend_rejects_bad_parameters_and_changes_nothing() {
     assert_eq!(c, before);
 }
 
-/// Seed 001: 36 tokens of one sequence in a unified cache of 32768 slots:
-/// sinfo idxs 0..35 (k_idxs = stream * kv_size + slot), kq_mask ne {256, 36}.
+/// Seed 001: 36 tokens of one sequence in a unified cache of 32768 cells:
+/// sinfo idxs 0..35 (k_idxs = stream * kv_size + cell), kq_mask ne {256, 36}.
 #[test]
 fn seed001_unified_36_tokens_idxs_and_mask_shape() {
     let mut c = KvCells::new(KvParams::unified(32768, 1)).unwrap();
     let batch: Vec<TokenMeta> = (0..36).map(|p| TokenMeta::new(p, 0)).collect();
-    let plan = c.find_slots(&batch).unwrap();
+    let plan = c.find_cells(&batch).unwrap();
     assert_eq!(plan.rows(), (0..36).collect::<Vec<u64>>());
     c.apply(&plan).unwrap();
     let n_kv = c.n_kv(0);
@@ -246,14 +246,14 @@ fn seed001_unified_36_tokens_idxs_and_mask_shape() {
     assert_eq!(m.len(), 256 * 36);
     for (t, row) in m.chunks(256).enumerate() {
         for (j, &v) in row.iter().enumerate() {
-            assert_eq!(v == 0.0, j <= t, "token {t} slot {j}");
+            assert_eq!(v == 0.0, j <= t, "token {t} cell {j}");
             assert!(v == 0.0 || v == f32::NEG_INFINITY);
         }
     }
 }
 
 /// Seed 001: two sequences, not unified: sequence s uses stream s, rows
-/// s * kv_size + slot ("the first sequence would use 0-511 and the second
+/// s * kv_size + cell ("the first sequence would use 0-511 and the second
 /// 512-1023").
 #[test]
 fn seed001_per_seq_streams_rows() {
@@ -261,14 +261,14 @@ fn seed001_per_seq_streams_rows() {
     let batch: Vec<TokenMeta> = (0..3)
         .flat_map(|p| [TokenMeta::new(p, 0), TokenMeta::new(p, 1)])
         .collect();
-    let plan = c.find_slots(&batch).unwrap();
+    let plan = c.find_cells(&batch).unwrap();
     assert_eq!(plan.rows(), vec![0, 512, 1, 513, 2, 514]);
     c.apply(&plan).unwrap();
     assert_eq!((c.used(0), c.used(1)), (3, 3));
     assert_eq!(c.stream_of(1).unwrap(), 1);
     // the same requests in a unified cache share one stream, masks agree
     let mut u = KvCells::new(KvParams::unified(512, 2)).unwrap();
-    u.apply(&u.find_slots(&batch).unwrap()).unwrap();
+    u.apply(&u.find_cells(&batch).unwrap()).unwrap();
     for s in 0..2 {
         let q = [Query { seq_id: s, pos: 2 }];
         let a = c.mask(&q, 512, &MaskParams::causal()).unwrap();
@@ -283,13 +283,13 @@ fn seed001_per_seq_streams_rows() {
     }
 }
 
-/// Seed 001's full-cache story: 4 slots "The cat sat on" at 0..3; "The" is
-/// evicted, the rest rotated back by one, "mat" goes to slot 0 at pos 3.
+/// Seed 001's full-cache story: 4 cells "The cat sat on" at 0..3; "The" is
+/// evicted, the rest rotated back by one, "mat" goes to cell 0 at pos 3.
 #[test]
-fn seed001_evict_and_reuse_slot() {
+fn seed001_evict_and_reuse_cell() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 4);
-    assert!(c.find_slots(&[TokenMeta::new(4, 0)]).is_err());
+    assert!(c.find_cells(&[TokenMeta::new(4, 0)]).is_err());
     c.seq_rm(0, 0, 1).unwrap();
     c.seq_add(0, 1, 4, -1).unwrap();
     let plan = c.take_shifts().unwrap();

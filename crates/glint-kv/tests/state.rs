@@ -174,7 +174,7 @@ fn no_room_or_bad_sequence_changes_nothing() {
     let mut small = unified(4, 2);
     decode(&mut small, 0, 0, 1); // freed by the restore, still not enough
     let e = rejects(&mut small, &blob, &id(), "room");
-    assert!(e.contains("5 slots needed, 4 free"), "{e}");
+    assert!(e.contains("5 cells needed, 4 free"), "{e}");
     let mut dst = unified(8, 1);
     let before = dst.clone();
     assert!(matches!(

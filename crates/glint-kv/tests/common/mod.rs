@@ -21,24 +21,24 @@ pub fn per_seq(kv_size: u32, n_seq_max: u32) -> KvCells {
     .unwrap()
 }
 
-/// Places `n` tokens of `seq` at positions `p0..p0 + n` (find_slots + apply).
+/// Places `n` tokens of `seq` at positions `p0..p0 + n` (find_cells + apply).
 pub fn decode(cells: &mut KvCells, seq: SeqId, p0: Pos, n: Pos) {
     let batch: Vec<TokenMeta> = (p0..p0 + n).map(|p| TokenMeta::new(p, seq)).collect();
-    let plan = cells.find_slots(&batch).unwrap();
+    let plan = cells.find_cells(&batch).unwrap();
     cells.apply(&plan).unwrap();
 }
 
-/// Positions of stream 0's first `n` slots.
+/// Positions of stream 0's first `n` cells.
 pub fn positions(cells: &KvCells, n: u32) -> Vec<Pos> {
     (0..n).map(|i| cells.cell(0, i).unwrap().pos).collect()
 }
 
-/// Shifts of stream 0's first `n` slots.
+/// Shifts of stream 0's first `n` cells.
 pub fn shifts(cells: &KvCells, n: u32) -> Vec<Pos> {
     (0..n).map(|i| cells.cell(0, i).unwrap().shift).collect()
 }
 
-/// Positions of every slot of `seq` in its stream, in slot order.
+/// Positions of every cell of `seq` in its stream, in cell order.
 pub fn seq_positions_in_order(cells: &KvCells, seq: SeqId) -> Vec<Pos> {
     let st = cells.stream_of(seq).unwrap();
     (0..cells.params().kv_size)
