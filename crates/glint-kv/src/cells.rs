@@ -126,6 +126,45 @@ impl CellPlan {
     }
 }
 
+/// What [`KvCells::apply`] changed, so that [`KvCells::rollback`] can undo
+/// one batch without a copy of the whole cache (a decode that fails after
+/// `apply` must leave the cells as they were).
+///
+/// It holds the batch's cells, with what `apply` wrote there, and each
+/// touched stream's head before the batch: one entry per token plus one per
+/// stream. The cells held nothing before (`apply` only fills empty cells),
+/// and the per-stream and per-sequence counts (`used`, the position
+/// multisets behind `seq_pos_min/max`, `n_kv`) follow from the cells, so
+/// that is all an undo needs.
+///
+/// Keep the batch by dropping the log or calling [`CellLog::commit`].
+#[must_use = "keep the batch with `.commit()`, or undo it with `KvCells::rollback`"]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellLog {
+    kv_size: u32,
+    n_stream: u32,
+    // [n_tokens], batch order: the cells apply filled, with what it wrote
+    cells: Vec<PlannedCell>,
+    // (stream, head before apply), each touched stream once
+    heads: Vec<(u32, u32)>,
+}
+
+impl CellLog {
+    /// Cells the batch took (one per token).
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The batch was empty.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// Keeps the batch: the log is no longer needed. (The same as dropping
+    /// it; spelled out where a decode succeeded.)
+    pub fn commit(self) {}
+}
+
 /// One K/V row the storage must copy (all layers, K and V) after a
 /// cross-stream [`KvCells::seq_cp`], before the next K-shift or decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -653,7 +692,8 @@ impl KvCells {
     /// pass), after applying any [`RowCopy`]s.
     ///
     /// Precondition: none; but the storage must then rotate K as the plan
-    /// says, since the cells now take it as done.
+    /// says, since the cells now take it as done (a [`KvCells::rollback`]
+    /// does not give the shifts back).
     pub fn take_shifts(&mut self) -> Option<ShiftPlan> {
         if !self.has_shift() {
             return None;
@@ -752,12 +792,13 @@ impl KvCells {
 
     /// Commits a plan from [`KvCells::find_cells`]: the cells get their
     /// positions and sequences (shift 0: K is computed at that position), and
-    /// each stream's head moves past its last new cell.
+    /// each stream's head moves past its last new cell. Returns the log that
+    /// [`KvCells::rollback`] takes to undo the batch.
     ///
     /// Precondition: the planned cells are still empty and distinct, in this
     /// cache's shape (else error, nothing changed). The storage must write
     /// the batch's K/V rows at [`CellPlan::rows`].
-    pub fn apply(&mut self, plan: &CellPlan) -> Result<()> {
+    pub fn apply(&mut self, plan: &CellPlan) -> Result<CellLog> {
         if plan.kv_size != self.params.kv_size || plan.n_stream != self.n_stream() {
             return Err(KvError::StalePlan(format!(
                 "plan for kv_size {} x {} streams, cache is {} x {}",
@@ -793,9 +834,69 @@ impl KvCells {
                 ));
             }
         }
+        let mut log = CellLog {
+            kv_size: plan.kv_size,
+            n_stream: plan.n_stream,
+            cells: plan.cells.clone(),
+            heads: Vec::new(),
+        };
         for p in &plan.cells {
-            self.fill_cell(p.stream as usize, p.cell as usize, p.pos, p.seqs, 0);
-            self.streams[p.stream as usize].head = p.cell + 1;
+            let st = p.stream as usize;
+            if !log.heads.iter().any(|&(s, _)| s == p.stream) {
+                log.heads.push((p.stream, self.streams[st].head));
+            }
+            self.fill_cell(st, p.cell as usize, p.pos, p.seqs, 0);
+            self.streams[st].head = p.cell + 1;
+        }
+        self.debug_check();
+        Ok(log)
+    }
+
+    /// Undoes the batch that `log` records (from [`KvCells::apply`] on this
+    /// cache): its cells are emptied and its streams' heads move back, so
+    /// every cell, `used`, `free`, `n_kv`, `seq_pos_min/max`, `seq_n_cells`
+    /// and `has_shift` are as before `apply`.
+    ///
+    /// Pending K-shifts taken by [`KvCells::take_shifts`] since `apply` are
+    /// *not* given back: once the storage has run the K-shift, restoring
+    /// them would rotate K twice. (So a decode may take the shifts, apply
+    /// its batch, fail, and roll back: the cells then say "no shift
+    /// pending", as the rotated K rows do.)
+    ///
+    /// Precondition: every cell of the log still holds what `apply` wrote
+    /// (position, sequences, no pending shift), that is no sequence
+    /// operation has touched the batch's cells since; a log of a cache of
+    /// another shape is refused too (else error, nothing changed). Sequence
+    /// operations since `apply` on other cells stay.
+    pub fn rollback(&mut self, log: CellLog) -> Result<()> {
+        if log.kv_size != self.params.kv_size || log.n_stream != self.n_stream() {
+            return Err(KvError::StaleLog(format!(
+                "log for kv_size {} x {} streams, cache is {} x {}",
+                log.kv_size,
+                log.n_stream,
+                self.params.kv_size,
+                self.n_stream()
+            )));
+        }
+        for (k, p) in log.cells.iter().enumerate() {
+            let wrote = Cell {
+                pos: p.pos,
+                shift: 0,
+                seqs: p.seqs,
+            };
+            let now = self.cell(p.stream, p.cell);
+            if now != Some(wrote) {
+                return Err(KvError::StaleLog(format!(
+                    "token {k}: cell {} of stream {} holds {now:?}, the batch wrote {wrote:?}",
+                    p.cell, p.stream
+                )));
+            }
+        }
+        for p in &log.cells {
+            self.empty_cell(p.stream as usize, p.cell as usize);
+        }
+        for &(st, head) in &log.heads {
+            self.streams[st as usize].head = head;
         }
         self.debug_check();
         Ok(())

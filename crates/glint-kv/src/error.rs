@@ -81,6 +81,10 @@ pub enum KvError {
     /// A cell plan that no longer fits the cells (made for another state or cache).
     #[error("apply: stale cell plan: {0}")]
     StalePlan(String),
+    /// A cell log that no longer fits the cells: the batch's cells were
+    /// changed since `apply`, or the log is of another cache.
+    #[error("rollback: stale cell log: {0}")]
+    StaleLog(String),
     /// A query token of a mask request that cannot be served.
     #[error("mask: query {index}: {detail}")]
     BadQuery {

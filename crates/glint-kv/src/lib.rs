@@ -18,6 +18,11 @@
 //! (as llama.cpp's `n_ctx_seq`). Every count here ([`KvCells::used`],
 //! [`KvCells::free`], [`KvCells::n_kv`], [`KvError::NoRoom`]) is per stream.
 //!
+//! A batch is placed in two steps, [`KvCells::find_cells`] (changes nothing)
+//! and [`KvCells::apply`], which returns a [`CellLog`]: if the forward pass
+//! then fails, [`KvCells::rollback`] undoes exactly that batch's cells
+//! without a copy of the whole cache.
+//!
 //! The behaviour is the contract in `design/kv-cache.md`. Where it differs
 //! from llama.cpp it does so on purpose:
 //! - `shift` is always `new_pos - old_pos`, for `seq_add` and `seq_div`
@@ -42,7 +47,7 @@ mod seqset;
 mod state;
 
 pub use cells::{
-    Cell, CellPlan, KvCells, KvParams, MaskParams, PlannedCell, Query, RowCopy, ShiftPlan,
+    Cell, CellLog, CellPlan, KvCells, KvParams, MaskParams, PlannedCell, Query, RowCopy, ShiftPlan,
     StreamLayout, SwaType, TokenMeta,
 };
 pub use error::{KvError, Result};

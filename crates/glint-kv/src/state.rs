@@ -339,7 +339,7 @@ impl KvCells {
             },
             e => e,
         })?;
-        next.apply(&plan)?;
+        next.apply(&plan)?.commit();
         for (p, &(_, shift)) in plan.cells().iter().zip(&cells) {
             next.restore_shift(p.stream as usize, p.cell as usize, shift);
         }

@@ -388,11 +388,73 @@ fn find_cells_contiguous_from_head_then_any() {
         vec![1, 3, 6]
     );
     assert_eq!(plan.rows(), vec![1, 3, 6]);
-    c.apply(&plan).unwrap();
+    c.apply(&plan).unwrap().commit();
     assert_eq!(positions(&c, 8), vec![0, 6, 2, 7, 4, 5, 8, -1]);
     // the plan is now stale: its cells are taken
     let before = c.clone();
     assert!(matches!(c.apply(&plan), Err(KvError::StalePlan(_))));
+    assert_eq!(c, before);
+}
+
+#[test]
+fn rollback_undoes_a_batch_exactly() {
+    let mut c = unified(8, 2);
+    decode(&mut c, 0, 0, 4);
+    c.seq_rm(0, 1, 2).unwrap(); // head back to cell 1
+    c.seq_add(0, 2, -1, 3).unwrap(); // pending shifts on cells 2, 3
+    let before = c.clone();
+    let b = [TokenMeta::new(9, 0), TokenMeta::new(0, 1)];
+    let plan = c.find_cells(&b).unwrap();
+    let log = c.apply(&plan).unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!((c.used(0), c.seq_pos_max(1).unwrap()), (5, 0));
+    c.rollback(log).unwrap();
+    assert_eq!(c, before);
+    assert_eq!(positions(&c, 8), vec![0, -1, 5, 6, -1, -1, -1, -1]);
+    assert_eq!(shifts(&c, 4), vec![0, 0, 3, 3]);
+    assert_eq!((c.used(0), c.n_kv(0), c.seq_pos_max(0).unwrap()), (3, 4, 6));
+    assert_eq!(c.seq_pos_max(1).unwrap(), -1);
+    // the head moved back too: the same batch finds the same cells
+    assert_eq!(c.find_cells(&b).unwrap(), plan);
+}
+
+#[test]
+fn rollback_after_the_k_shift_keeps_the_shift_taken() {
+    let mut c = per_seq(4, 2);
+    decode(&mut c, 0, 0, 2);
+    c.seq_add(0, -1, -1, 2).unwrap();
+    let plan = c.find_cells(&[TokenMeta::new(4, 0)]).unwrap();
+    let log = c.apply(&plan).unwrap();
+    // the decode runs the K-shift, then fails: K is rotated by now
+    assert_eq!(
+        c.take_shifts().unwrap().shifts,
+        vec![2, 2, 0, 0, 0, 0, 0, 0]
+    );
+    c.rollback(log).unwrap();
+    assert_eq!(positions(&c, 4), vec![2, 3, -1, -1]);
+    assert_eq!(shifts(&c, 4), vec![0, 0, 0, 0]);
+    assert!(!c.has_shift());
+    assert_eq!(c.take_shifts(), None);
+}
+
+#[test]
+fn rollback_refuses_a_stale_log_and_changes_nothing() {
+    let mut c = unified(4, 2);
+    decode(&mut c, 0, 0, 1);
+    let log = c
+        .apply(&c.find_cells(&[TokenMeta::new(1, 0)]).unwrap())
+        .unwrap();
+    c.seq_add(0, 1, 2, 1).unwrap(); // the batch's cell moved
+    let before = c.clone();
+    let e = c.rollback(log).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
+    assert_eq!(c, before);
+    // a log of a cache of another shape
+    let mut other = unified(8, 2);
+    let log = other
+        .apply(&other.find_cells(&[TokenMeta::new(0, 1)]).unwrap())
+        .unwrap();
+    assert!(matches!(c.rollback(log), Err(KvError::StaleLog(_))));
     assert_eq!(c, before);
 }
 
@@ -456,7 +518,7 @@ fn find_cells_rejects_bad_tokens() {
             seq_ids: vec![0, 1],
         }])
         .unwrap();
-    u.apply(&plan).unwrap();
+    u.apply(&plan).unwrap().commit();
     assert_eq!(u.cell(0, 0).unwrap().seqs, [0, 1].into_iter().collect());
     assert_eq!(u.seq_pos_max(1).unwrap(), 0);
 }
@@ -474,7 +536,7 @@ fn batch_positions_need_not_continue_seq_pos_max_but_can_be_checked() {
         .check_continues(&[TokenMeta::new(3, 0), TokenMeta::new(4, 0)])
         .is_ok());
     let plan = c.find_cells(&gap).unwrap(); // allowed by the cells
-    c.apply(&plan).unwrap();
+    c.apply(&plan).unwrap().commit();
     assert_eq!(c.seq_pos_max(0).unwrap(), 7);
 }
 

@@ -2,7 +2,8 @@
 //! on a deliberately naive model (a Vec of (pos, rotated_for, BTreeSet<seq>)
 //! per stream, everything recomputed by brute force); every observable is
 //! compared after every step, and every error must leave the real cells
-//! exactly as they were.
+//! exactly as they were. Every batch is also undone on a copy: the rollback
+//! must give back the cells before it.
 
 use std::collections::BTreeSet;
 
@@ -183,7 +184,27 @@ fn check_err<T: std::fmt::Debug>(
     }
 }
 
-fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) {
+/// Undoing a batch on a copy of `after` gives `before` back exactly; and so
+/// it does when the K-shift ran between the batch and the undo, except that
+/// the taken shifts stay taken (`before` with its shifts taken: the K rows
+/// are rotated by then).
+fn check_rollback(after: &KvCells, before: &KvCells, log: &CellLog, ctx: &str) {
+    let mut undone = after.clone();
+    undone.rollback(log.clone()).unwrap();
+    assert_eq!(&undone, before, "{ctx}: rollback");
+    let (mut shifted, mut want) = (after.clone(), before.clone());
+    assert_eq!(
+        shifted.take_shifts(),
+        want.take_shifts(),
+        "{ctx}: a batch changes no pending shift"
+    );
+    shifted.rollback(log.clone()).unwrap();
+    assert_eq!(shifted, want, "{ctx}: rollback after take_shifts");
+}
+
+/// Runs `steps` random operations; returns how many rollbacks were checked
+/// on a cache with a pending K-shift.
+fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) -> usize {
     let mut rng = Rng(seed);
     let params = KvParams {
         kv_size,
@@ -210,6 +231,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         v_row_bytes: 4,
     };
     let n = n_seq as i64;
+    let mut rollbacks_with_shift = 0;
     for step in 0..steps {
         let before = real.clone();
         // mostly valid ids, sometimes -1 or out of range
@@ -278,7 +300,10 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                         let contiguous = planned.windows(2).all(|w| w[1] == w[0] + 1);
                         assert_eq!(run_exists, contiguous, "{ctx}: contiguity {planned:?}");
                     }
-                    real.apply(&plan).unwrap();
+                    let log = real.apply(&plan).unwrap();
+                    assert_eq!(log.len(), batch.len(), "{ctx}");
+                    check_rollback(&real, &before, &log, &ctx);
+                    rollbacks_with_shift += before.has_shift() as usize;
                     for (t, p) in batch.iter().zip(plan.cells()) {
                         naive.streams[p.stream as usize][p.cell as usize] = NCell {
                             pos: t.pos,
@@ -462,13 +487,15 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         }
         compare(&real, &naive, &mut rng, &ctx);
     }
+    rollbacks_with_shift
 }
 
 #[test]
 fn random_ops_match_the_naive_model_unified() {
+    let mut rollbacks_with_shift = 0;
     for seed in 1..=4 {
         for (kv_size, n_seq) in [(1, 1), (7, 1), (16, 3), (33, 5), (64, 64)] {
-            run(
+            rollbacks_with_shift += run(
                 seed * 7919 + kv_size as u64,
                 kv_size,
                 n_seq,
@@ -477,13 +504,15 @@ fn random_ops_match_the_naive_model_unified() {
             );
         }
     }
+    assert!(rollbacks_with_shift > 100, "{rollbacks_with_shift}");
 }
 
 #[test]
 fn random_ops_match_the_naive_model_per_seq() {
+    let mut rollbacks_with_shift = 0;
     for seed in 1..=4 {
         for (kv_size, n_seq) in [(1, 2), (8, 2), (16, 3), (12, 5)] {
-            run(
+            rollbacks_with_shift += run(
                 seed * 104_729 + kv_size as u64,
                 kv_size,
                 n_seq,
@@ -492,4 +521,5 @@ fn random_ops_match_the_naive_model_per_seq() {
             );
         }
     }
+    assert!(rollbacks_with_shift > 100, "{rollbacks_with_shift}");
 }

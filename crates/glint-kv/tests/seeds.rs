@@ -238,7 +238,7 @@ fn seed001_unified_36_tokens_idxs_and_mask_shape() {
     let batch: Vec<TokenMeta> = (0..36).map(|p| TokenMeta::new(p, 0)).collect();
     let plan = c.find_cells(&batch).unwrap();
     assert_eq!(plan.rows(), (0..36).collect::<Vec<u64>>());
-    c.apply(&plan).unwrap();
+    c.apply(&plan).unwrap().commit();
     let n_kv = c.n_kv(0);
     assert_eq!(n_kv, 256);
     let q: Vec<Query> = (0..36).map(|p| Query { seq_id: 0, pos: p }).collect();
@@ -263,12 +263,12 @@ fn seed001_per_seq_streams_rows() {
         .collect();
     let plan = c.find_cells(&batch).unwrap();
     assert_eq!(plan.rows(), vec![0, 512, 1, 513, 2, 514]);
-    c.apply(&plan).unwrap();
+    c.apply(&plan).unwrap().commit();
     assert_eq!((c.used(0), c.used(1)), (3, 3));
     assert_eq!(c.stream_of(1).unwrap(), 1);
     // the same requests in a unified cache share one stream, masks agree
     let mut u = KvCells::new(KvParams::unified(512, 2)).unwrap();
-    u.apply(&u.find_cells(&batch).unwrap()).unwrap();
+    u.apply(&u.find_cells(&batch).unwrap()).unwrap().commit();
     for s in 0..2 {
         let q = [Query { seq_id: s, pos: 2 }];
         let a = c.mask(&q, 512, &MaskParams::causal()).unwrap();

@@ -25,7 +25,7 @@ pub fn per_seq(kv_size: u32, n_seq_max: u32) -> KvCells {
 pub fn decode(cells: &mut KvCells, seq: SeqId, p0: Pos, n: Pos) {
     let batch: Vec<TokenMeta> = (p0..p0 + n).map(|p| TokenMeta::new(p, seq)).collect();
     let plan = cells.find_cells(&batch).unwrap();
-    cells.apply(&plan).unwrap();
+    cells.apply(&plan).unwrap().commit();
 }
 
 /// Positions of stream 0's first `n` cells.
