@@ -27,7 +27,7 @@
 //!
 //! The blob must end exactly after `storage`.
 
-use crate::{KvCells, KvError, Pos, Result, SeqId, TokenMeta};
+use crate::{CellPlan, KvCells, KvError, Pos, Result, SeqId, TokenMeta};
 
 /// Leading bytes of a saved sequence.
 pub const STATE_MAGIC: [u8; 8] = *b"GLINTKV\0";
@@ -211,112 +211,17 @@ impl KvCells {
         id: &ModelIdentity,
     ) -> Result<SeqStateRead> {
         self.check_seq("state_read", dst_seq)?;
-        let mut r = Reader { b: bytes, at: 0 };
-        if r.take(8, "magic")? != STATE_MAGIC {
-            return Err(KvError::State(
-                "wrong magic: not a glint sequence state".into(),
-            ));
-        }
-        let version = r.u32("version")?;
-        if version != STATE_VERSION {
-            return Err(KvError::State(format!(
-                "version {version}, this build reads {STATE_VERSION}"
-            )));
-        }
-        let arch_len = r.u32("arch_len")?;
-        if arch_len > MAX_ARCH_BYTES {
-            return Err(KvError::State(format!(
-                "architecture name of {arch_len} bytes > {MAX_ARCH_BYTES}"
-            )));
-        }
-        let arch = r.take(arch_len as usize, "arch")?;
-        let arch = std::str::from_utf8(arch)
-            .map_err(|_| KvError::State("architecture name is not UTF-8".into()))?
-            .to_string();
-        let saved = ModelIdentity {
-            arch,
-            n_layer: r.u32("n_layer")?,
-            n_embd_k_gqa: r.u32("n_embd_k_gqa")?,
-            n_embd_v_gqa: r.u32("n_embd_v_gqa")?,
-            type_k: r.u32("type_k")?,
-            type_v: r.u32("type_v")?,
-            k_row_bytes: r.u64("k_row_bytes")?,
-            v_row_bytes: r.u64("v_row_bytes")?,
-        };
-        let _src_kv_size = r.u32("kv_size")?;
-        let cell_count = r.u32("cell_count")? as usize;
-        let cells_bytes = r.take(
-            cell_count
-                .checked_mul(8)
-                .ok_or_else(|| KvError::State("cell count overflows".into()))?,
-            "cells",
-        )?;
-        let storage_bytes = r.u64("storage_bytes")?;
-        let summed = r.at;
-        let sum = r.u64("checksum")?;
-        if fnv1a(&bytes[..summed]) != sum {
-            return Err(KvError::State(
-                "checksum mismatch: header or cells corrupt".into(),
-            ));
-        }
-        let mismatch = |what: &str, a: String, b: String| {
-            Err(KvError::State(format!(
-                "saved by a different model: {what} {a} in the blob, {b} here"
-            )))
-        };
-        macro_rules! same {
-            ($f:ident) => {
-                if saved.$f != id.$f {
-                    return mismatch(
-                        stringify!($f),
-                        format!("{:?}", saved.$f),
-                        format!("{:?}", id.$f),
-                    );
-                }
-            };
-        }
-        same!(arch);
-        same!(n_layer);
-        same!(n_embd_k_gqa);
-        same!(n_embd_v_gqa);
-        same!(type_k);
-        same!(type_v);
-        same!(k_row_bytes);
-        same!(v_row_bytes);
-        let expect = id.storage_bytes(cell_count as u64);
-        if expect != Some(storage_bytes) {
-            return Err(KvError::State(format!(
-                "storage_bytes {storage_bytes} does not match {cell_count} cells x {} layers x ({} + {}) bytes",
-                id.n_layer, id.k_row_bytes, id.v_row_bytes
-            )));
-        }
-        let start = r.at;
-        let have = (bytes.len() - start) as u64;
-        if have != storage_bytes {
-            return Err(KvError::State(format!(
-                "{} K/V bytes after the header, {storage_bytes} expected",
-                have
-            )));
-        }
-        let mut cells = Vec::with_capacity(cell_count);
-        let mut cr = Reader {
-            b: cells_bytes,
-            at: 0,
-        };
-        for k in 0..cell_count {
-            let pos: Pos = cr.i32("pos")?;
-            let shift: Pos = cr.i32("shift")?;
-            if pos < 0
-                || (pos as i64 - shift as i64) < 0
-                || (pos as i64 - shift as i64) > i32::MAX as i64
-            {
-                return Err(KvError::State(format!(
-                    "cell {k}: position {pos} with shift {shift}"
-                )));
-            }
-            cells.push((pos, shift));
-        }
-        // place on a copy, keep it only if everything fits
+        let saved = SavedSeq::parse(bytes, id)?;
+        let plan = self.place_saved(dst_seq, &saved.cells)?;
+        Ok(SeqStateRead {
+            dst_rows: plan.rows(),
+            storage: saved.storage,
+        })
+    }
+
+    /// Replaces `dst_seq`'s cells by `cells` (position, shift), all or
+    /// nothing: placed on a copy, kept only if everything fits.
+    fn place_saved(&mut self, dst_seq: SeqId, cells: &[(Pos, Pos)]) -> Result<CellPlan> {
         let mut next = self.clone();
         next.seq_rm(dst_seq, -1, -1)?;
         let batch: Vec<TokenMeta> = cells
@@ -340,14 +245,152 @@ impl KvCells {
             e => e,
         })?;
         next.apply(&plan)?.commit();
-        for (p, &(_, shift)) in plan.cells().iter().zip(&cells) {
+        for (p, &(_, shift)) in plan.cells().iter().zip(cells) {
             next.restore_shift(p.stream as usize, p.cell as usize, shift);
         }
         next.debug_check();
         *self = next;
-        Ok(SeqStateRead {
-            dst_rows: plan.rows(),
+        Ok(plan)
+    }
+}
+
+/// A blob that passed every check: its cells and where its K/V rows are.
+struct SavedSeq {
+    /// (pos, shift) per saved cell, in the blob's order.
+    cells: Vec<(Pos, Pos)>,
+    /// The K/V rows inside the blob.
+    storage: std::ops::Range<usize>,
+}
+
+impl SavedSeq {
+    /// Reads and checks a blob against `id`, in the order the checks have
+    /// always run (so a blob wrong in two ways names the same fault): the
+    /// header as far as the checksum (truncation, magic, version, arch),
+    /// the checksum, the identity, the lengths, then the cells.
+    fn parse(bytes: &[u8], id: &ModelIdentity) -> Result<SavedSeq> {
+        let mut r = Reader { b: bytes, at: 0 };
+        let saved = read_identity(&mut r)?;
+        let _src_kv_size = r.u32("kv_size")?;
+        let cell_count = r.u32("cell_count")? as usize;
+        let cells_bytes = r.take(
+            cell_count
+                .checked_mul(8)
+                .ok_or_else(|| KvError::State("cell count overflows".into()))?,
+            "cells",
+        )?;
+        let storage_bytes = r.u64("storage_bytes")?;
+        let summed = r.at;
+        let sum = r.u64("checksum")?;
+        if fnv1a(&bytes[..summed]) != sum {
+            return Err(KvError::State(
+                "checksum mismatch: header or cells corrupt".into(),
+            ));
+        }
+        check_same_model(&saved, id)?;
+        let expect = id.storage_bytes(cell_count as u64);
+        if expect != Some(storage_bytes) {
+            return Err(KvError::State(format!(
+                "storage_bytes {storage_bytes} does not match {cell_count} cells x {} layers x ({} + {}) bytes",
+                id.n_layer, id.k_row_bytes, id.v_row_bytes
+            )));
+        }
+        let start = r.at;
+        let have = (bytes.len() - start) as u64;
+        if have != storage_bytes {
+            return Err(KvError::State(format!(
+                "{} K/V bytes after the header, {storage_bytes} expected",
+                have
+            )));
+        }
+        Ok(SavedSeq {
+            cells: read_cells(cells_bytes, cell_count)?,
             storage: start..bytes.len(),
         })
     }
+}
+
+/// Magic, version and the saver's [`ModelIdentity`].
+fn read_identity(r: &mut Reader) -> Result<ModelIdentity> {
+    if r.take(8, "magic")? != STATE_MAGIC {
+        return Err(KvError::State(
+            "wrong magic: not a glint sequence state".into(),
+        ));
+    }
+    let version = r.u32("version")?;
+    if version != STATE_VERSION {
+        return Err(KvError::State(format!(
+            "version {version}, this build reads {STATE_VERSION}"
+        )));
+    }
+    let arch_len = r.u32("arch_len")?;
+    if arch_len > MAX_ARCH_BYTES {
+        return Err(KvError::State(format!(
+            "architecture name of {arch_len} bytes > {MAX_ARCH_BYTES}"
+        )));
+    }
+    let arch = r.take(arch_len as usize, "arch")?;
+    let arch = std::str::from_utf8(arch)
+        .map_err(|_| KvError::State("architecture name is not UTF-8".into()))?
+        .to_string();
+    Ok(ModelIdentity {
+        arch,
+        n_layer: r.u32("n_layer")?,
+        n_embd_k_gqa: r.u32("n_embd_k_gqa")?,
+        n_embd_v_gqa: r.u32("n_embd_v_gqa")?,
+        type_k: r.u32("type_k")?,
+        type_v: r.u32("type_v")?,
+        k_row_bytes: r.u64("k_row_bytes")?,
+        v_row_bytes: r.u64("v_row_bytes")?,
+    })
+}
+
+/// Every field of the saver's identity equals ours; the error names the
+/// first that differs, with both values.
+fn check_same_model(saved: &ModelIdentity, id: &ModelIdentity) -> Result<()> {
+    let mismatch = |what: &str, a: String, b: String| {
+        Err(KvError::State(format!(
+            "saved by a different model: {what} {a} in the blob, {b} here"
+        )))
+    };
+    macro_rules! same {
+        ($f:ident) => {
+            if saved.$f != id.$f {
+                return mismatch(
+                    stringify!($f),
+                    format!("{:?}", saved.$f),
+                    format!("{:?}", id.$f),
+                );
+            }
+        };
+    }
+    same!(arch);
+    same!(n_layer);
+    same!(n_embd_k_gqa);
+    same!(n_embd_v_gqa);
+    same!(type_k);
+    same!(type_v);
+    same!(k_row_bytes);
+    same!(v_row_bytes);
+    Ok(())
+}
+
+/// The `cell_count` (pos, shift) pairs; each position `>= 0` and its
+/// rotated-for position `pos - shift` within `0..=i32::MAX`.
+fn read_cells(bytes: &[u8], cell_count: usize) -> Result<Vec<(Pos, Pos)>> {
+    let mut cells = Vec::with_capacity(cell_count);
+    let mut cr = Reader { b: bytes, at: 0 };
+    for k in 0..cell_count {
+        let pos: Pos = cr.i32("pos")?;
+        let shift: Pos = cr.i32("shift")?;
+        if pos < 0
+            || (pos as i64 - shift as i64) < 0
+            || (pos as i64 - shift as i64) > i32::MAX as i64
+        {
+            return Err(KvError::State(format!(
+                "cell {k}: position {pos} with shift {shift}"
+            )));
+        }
+        cells.push((pos, shift));
+    }
+    Ok(cells)
 }
