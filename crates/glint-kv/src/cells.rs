@@ -799,14 +799,8 @@ impl KvCells {
     /// cache's shape (else error, nothing changed). The storage must write
     /// the batch's K/V rows at [`CellPlan::rows`].
     pub fn apply(&mut self, plan: &CellPlan) -> Result<CellLog> {
-        if plan.kv_size != self.params.kv_size || plan.n_stream != self.n_stream() {
-            return Err(KvError::StalePlan(format!(
-                "plan for kv_size {} x {} streams, cache is {} x {}",
-                plan.kv_size,
-                plan.n_stream,
-                self.params.kv_size,
-                self.n_stream()
-            )));
+        if let Some(e) = self.other_shape("plan", plan.kv_size, plan.n_stream) {
+            return Err(KvError::StalePlan(e));
         }
         let mut seen = std::collections::HashSet::new();
         for (k, p) in plan.cells.iter().enumerate() {
@@ -869,14 +863,8 @@ impl KvCells {
     /// another shape is refused too (else error, nothing changed). Sequence
     /// operations since `apply` on other cells stay.
     pub fn rollback(&mut self, log: CellLog) -> Result<()> {
-        if log.kv_size != self.params.kv_size || log.n_stream != self.n_stream() {
-            return Err(KvError::StaleLog(format!(
-                "log for kv_size {} x {} streams, cache is {} x {}",
-                log.kv_size,
-                log.n_stream,
-                self.params.kv_size,
-                self.n_stream()
-            )));
+        if let Some(e) = self.other_shape("log", log.kv_size, log.n_stream) {
+            return Err(KvError::StaleLog(e));
         }
         for (k, p) in log.cells.iter().enumerate() {
             let wrote = Cell {
@@ -1022,6 +1010,18 @@ impl KvCells {
             });
         }
         Ok(seq_id as usize)
+    }
+
+    /// What differs when a plan or log (`what`) made for a cache of
+    /// `kv_size x n_stream` meets this one; `None` if the shapes agree.
+    fn other_shape(&self, what: &str, kv_size: u32, n_stream: u32) -> Option<String> {
+        let here = (self.params.kv_size, self.n_stream());
+        (here != (kv_size, n_stream)).then(|| {
+            format!(
+                "{what} for kv_size {kv_size} x {n_stream} streams, cache is {} x {}",
+                here.0, here.1
+            )
+        })
     }
 
     fn check_seq_or_all(&self, op: &'static str, seq_id: SeqId) -> Result<Option<usize>> {

@@ -53,14 +53,7 @@ fn seq_rm_half_open_and_negative_bounds() {
     assert_eq!(positions(&c, 8), vec![0, 1, -1, -1, 4, -1, -1, -1]);
     c.seq_rm(0, -7, 1).unwrap(); // p0 < 0: from 0
     assert_eq!(positions(&c, 8), vec![-1, 1, -1, -1, 4, -1, -1, -1]);
-    assert_eq!(
-        (
-            c.seq_pos_min(0).unwrap(),
-            c.seq_pos_max(0).unwrap(),
-            c.used(0)
-        ),
-        (1, 4, 2)
-    );
+    assert_eq!((pos_range(&c, 0), c.used(0)), ((1, 4), 2));
 }
 
 #[test]
@@ -72,14 +65,8 @@ fn seq_rm_of_a_shared_cell_keeps_it_for_the_other_sequence() {
     c.seq_rm(0, -1, -1).unwrap();
     assert_eq!(positions(&c, 4), vec![0, 1, -1, -1]);
     assert_eq!(c.cell(0, 0).unwrap().seqs, SeqSet::single(1));
-    assert_eq!(
-        (c.seq_pos_min(0).unwrap(), c.seq_pos_max(0).unwrap()),
-        (-1, -1)
-    );
-    assert_eq!(
-        (c.seq_pos_min(1).unwrap(), c.seq_pos_max(1).unwrap()),
-        (0, 1)
-    );
+    assert_eq!(pos_range(&c, 0), (-1, -1));
+    assert_eq!(pos_range(&c, 1), (0, 1));
     // the cell becomes empty when its last sequence leaves
     c.seq_rm(1, 1, 2).unwrap();
     assert_eq!(
@@ -110,10 +97,7 @@ fn seq_cp_same_stream_is_metadata_only() {
     let copies = c.seq_cp(0, 1, 1, 3).unwrap();
     assert!(copies.is_empty());
     assert_eq!(c.used(0), 5);
-    assert_eq!(
-        (c.seq_pos_min(1).unwrap(), c.seq_pos_max(1).unwrap()),
-        (1, 2)
-    );
+    assert_eq!(pos_range(&c, 1), (1, 2));
     // copying again adds nothing twice
     c.seq_cp(0, 1, -1, -1).unwrap();
     assert_eq!(c.seq_n_cells(1).unwrap(), 5);
@@ -154,10 +138,7 @@ fn seq_cp_across_streams_copies_rows_and_shifts() {
         }
     );
     assert_eq!(c.cell(1, 3).unwrap().pos, 0);
-    assert_eq!(
-        (c.seq_pos_min(1).unwrap(), c.seq_pos_max(1).unwrap()),
-        (0, 10)
-    );
+    assert_eq!(pos_range(&c, 1), (0, 10));
     assert_eq!(c.seq_n_cells(1).unwrap(), 4);
 }
 
@@ -165,8 +146,7 @@ fn seq_cp_across_streams_copies_rows_and_shifts() {
 fn seq_cp_across_streams_partial_range_or_no_room_is_an_error() {
     let mut c = per_seq(4, 2);
     decode(&mut c, 0, 0, 3);
-    let before = c.clone();
-    let e = c.seq_cp(0, 1, 1, -1).unwrap_err();
+    let e = unchanged(&mut c, "partial", |c| c.seq_cp(0, 1, 1, -1)).unwrap_err();
     assert!(
         matches!(
             e,
@@ -178,14 +158,12 @@ fn seq_cp_across_streams_partial_range_or_no_room_is_an_error() {
         ),
         "{e}"
     );
-    assert!(c.seq_cp(0, 1, 0, 2).is_err());
-    assert_eq!(c, before);
+    unchanged(&mut c, "partial", |c| c.seq_cp(0, 1, 0, 2)).unwrap_err();
     // a range that covers every position is the whole sequence
     assert_eq!(c.seq_cp(0, 1, 0, 3).unwrap().len(), 3);
     c.seq_rm(1, -1, -1).unwrap();
     decode(&mut c, 1, 0, 2);
-    let before = c.clone();
-    let e = c.seq_cp(0, 1, -1, -1).unwrap_err();
+    let e = unchanged(&mut c, "no room", |c| c.seq_cp(0, 1, -1, -1)).unwrap_err();
     assert_eq!(
         e,
         KvError::NoRoom {
@@ -196,7 +174,6 @@ fn seq_cp_across_streams_partial_range_or_no_room_is_an_error() {
             kv_size: 4
         }
     );
-    assert_eq!(c, before);
 }
 
 #[test]
@@ -237,9 +214,7 @@ fn seq_add_shifts_pos_and_shift_and_empties_below_zero() {
 fn seq_add_zero_is_a_noop_and_shifts_compose() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 4);
-    let before = c.clone();
-    c.seq_add(0, -1, -1, 0).unwrap();
-    assert_eq!(c, before);
+    unchanged(&mut c, "d = 0", |c| c.seq_add(0, -1, -1, 0)).unwrap();
     assert!(!c.has_shift());
     c.seq_add(0, 1, 3, 10).unwrap();
     assert_eq!(positions(&c, 4), vec![0, 11, 12, 3]);
@@ -265,8 +240,7 @@ fn seq_add_overflow_is_an_error_and_changes_nothing() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 2);
     decode(&mut c, 0, i32::MAX - 1, 1);
-    let before = c.clone();
-    let e = c.seq_add(0, -1, -1, 2).unwrap_err();
+    let e = unchanged(&mut c, "overflow", |c| c.seq_add(0, -1, -1, 2)).unwrap_err();
     assert!(
         matches!(
             e,
@@ -277,7 +251,6 @@ fn seq_add_overflow_is_an_error_and_changes_nothing() {
         ),
         "{e}"
     );
-    assert_eq!(c, before);
     // p1 < 0 reaches i32::MAX itself
     c.seq_rm(0, 5, -1).unwrap();
     assert_eq!(c.seq_pos_max(0).unwrap(), 1);
@@ -294,22 +267,18 @@ fn seq_div_floor_and_shift_new_minus_old() {
     assert_eq!(c.seq_n_cells(0).unwrap(), 7);
     c.seq_rm(0, 1, 2).unwrap();
     assert_eq!(positions(&c, 7), vec![0, -1, 0, -1, -1, -1, 6]);
-    assert_eq!(
-        (c.seq_pos_min(0).unwrap(), c.seq_pos_max(0).unwrap()),
-        (0, 6)
-    );
+    assert_eq!(pos_range(&c, 0), (0, 6));
 }
 
 #[test]
 fn seq_div_by_one_is_a_noop_by_zero_or_negative_an_error() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 4);
-    let before = c.clone();
-    c.seq_div(0, -1, -1, 1).unwrap();
-    assert_eq!(c, before);
-    assert_eq!(c.seq_div(0, -1, -1, 0), Err(KvError::BadDivisor(0)));
-    assert_eq!(c.seq_div(0, -1, -1, -2), Err(KvError::BadDivisor(-2)));
-    assert_eq!(c, before);
+    unchanged(&mut c, "n = 1", |c| c.seq_div(0, -1, -1, 1)).unwrap();
+    for n in [0, -2] {
+        let e = unchanged(&mut c, "divisor", |c| c.seq_div(0, -1, -1, n)).unwrap_err();
+        assert_eq!(e, KvError::BadDivisor(n));
+    }
 }
 
 #[test]
@@ -391,84 +360,20 @@ fn find_cells_contiguous_from_head_then_any() {
     c.apply(&plan).unwrap().commit();
     assert_eq!(positions(&c, 8), vec![0, 6, 2, 7, 4, 5, 8, -1]);
     // the plan is now stale: its cells are taken
-    let before = c.clone();
-    assert!(matches!(c.apply(&plan), Err(KvError::StalePlan(_))));
-    assert_eq!(c, before);
-}
-
-#[test]
-fn rollback_undoes_a_batch_exactly() {
-    let mut c = unified(8, 2);
-    decode(&mut c, 0, 0, 4);
-    c.seq_rm(0, 1, 2).unwrap(); // head back to cell 1
-    c.seq_add(0, 2, -1, 3).unwrap(); // pending shifts on cells 2, 3
-    let before = c.clone();
-    let b = [TokenMeta::new(9, 0), TokenMeta::new(0, 1)];
-    let plan = c.find_cells(&b).unwrap();
-    let log = c.apply(&plan).unwrap();
-    assert_eq!(log.len(), 2);
-    assert_eq!((c.used(0), c.seq_pos_max(1).unwrap()), (5, 0));
-    c.rollback(log).unwrap();
-    assert_eq!(c, before);
-    assert_eq!(positions(&c, 8), vec![0, -1, 5, 6, -1, -1, -1, -1]);
-    assert_eq!(shifts(&c, 4), vec![0, 0, 3, 3]);
-    assert_eq!((c.used(0), c.n_kv(0), c.seq_pos_max(0).unwrap()), (3, 4, 6));
-    assert_eq!(c.seq_pos_max(1).unwrap(), -1);
-    // the head moved back too: the same batch finds the same cells
-    assert_eq!(c.find_cells(&b).unwrap(), plan);
-}
-
-#[test]
-fn rollback_after_the_k_shift_keeps_the_shift_taken() {
-    let mut c = per_seq(4, 2);
-    decode(&mut c, 0, 0, 2);
-    c.seq_add(0, -1, -1, 2).unwrap();
-    let plan = c.find_cells(&[TokenMeta::new(4, 0)]).unwrap();
-    let log = c.apply(&plan).unwrap();
-    // the decode runs the K-shift, then fails: K is rotated by now
-    assert_eq!(
-        c.take_shifts().unwrap().shifts,
-        vec![2, 2, 0, 0, 0, 0, 0, 0]
-    );
-    c.rollback(log).unwrap();
-    assert_eq!(positions(&c, 4), vec![2, 3, -1, -1]);
-    assert_eq!(shifts(&c, 4), vec![0, 0, 0, 0]);
-    assert!(!c.has_shift());
-    assert_eq!(c.take_shifts(), None);
-}
-
-#[test]
-fn rollback_refuses_a_stale_log_and_changes_nothing() {
-    let mut c = unified(4, 2);
-    decode(&mut c, 0, 0, 1);
-    let log = c
-        .apply(&c.find_cells(&[TokenMeta::new(1, 0)]).unwrap())
-        .unwrap();
-    c.seq_add(0, 1, 2, 1).unwrap(); // the batch's cell moved
-    let before = c.clone();
-    let e = c.rollback(log).unwrap_err();
-    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
-    assert_eq!(c, before);
-    // a log of a cache of another shape
-    let mut other = unified(8, 2);
-    let log = other
-        .apply(&other.find_cells(&[TokenMeta::new(0, 1)]).unwrap())
-        .unwrap();
-    assert!(matches!(c.rollback(log), Err(KvError::StaleLog(_))));
-    assert_eq!(c, before);
+    let e = unchanged(&mut c, "stale plan", |c| c.apply(&plan)).unwrap_err();
+    assert!(matches!(e, KvError::StalePlan(_)), "{e}");
 }
 
 #[test]
 fn find_cells_no_room_is_all_or_nothing() {
     let mut c = per_seq(4, 2);
     decode(&mut c, 0, 0, 3);
-    let before = c.clone();
     let b: Vec<TokenMeta> = vec![
         TokenMeta::new(0, 1),
         TokenMeta::new(3, 0),
         TokenMeta::new(4, 0),
     ];
-    let e = c.find_cells(&b).unwrap_err();
+    let e = unchanged(&mut c, "no room", |c| c.find_cells(&b)).unwrap_err();
     assert_eq!(
         e,
         KvError::NoRoom {
@@ -480,7 +385,6 @@ fn find_cells_no_room_is_all_or_nothing() {
         }
     );
     assert!(e.to_string().contains("2 cells needed, 1 free"), "{e}");
-    assert_eq!(c, before);
 }
 
 #[test]
@@ -664,4 +568,64 @@ fn apply_ops_restores_on_error() {
     ];
     assert_eq!(c.apply_ops(&ops), Err(KvError::BadDivisor(0)));
     assert_eq!(c, before);
+}
+
+#[test]
+fn rollback_undoes_a_batch_exactly() {
+    let mut c = unified(8, 2);
+    decode(&mut c, 0, 0, 4);
+    c.seq_rm(0, 1, 2).unwrap(); // head back to cell 1
+    c.seq_add(0, 2, -1, 3).unwrap(); // pending shifts on cells 2, 3
+    let before = c.clone();
+    let b = [TokenMeta::new(9, 0), TokenMeta::new(0, 1)];
+    let plan = c.find_cells(&b).unwrap();
+    let log = c.apply(&plan).unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!((c.used(0), c.seq_pos_max(1).unwrap()), (5, 0));
+    c.rollback(log).unwrap();
+    assert_eq!(c, before);
+    assert_eq!(positions(&c, 8), vec![0, -1, 5, 6, -1, -1, -1, -1]);
+    assert_eq!(shifts(&c, 4), vec![0, 0, 3, 3]);
+    assert_eq!((c.used(0), c.n_kv(0), c.seq_pos_max(0).unwrap()), (3, 4, 6));
+    assert_eq!(c.seq_pos_max(1).unwrap(), -1);
+    // the head moved back too: the same batch finds the same cells
+    assert_eq!(c.find_cells(&b).unwrap(), plan);
+}
+
+#[test]
+fn rollback_after_the_k_shift_keeps_the_shift_taken() {
+    let mut c = per_seq(4, 2);
+    decode(&mut c, 0, 0, 2);
+    c.seq_add(0, -1, -1, 2).unwrap();
+    let mut shifted = c.clone();
+    let plan = c.find_cells(&[TokenMeta::new(4, 0)]).unwrap();
+    let log = c.apply(&plan).unwrap();
+    // the decode runs the K-shift, then fails: K is rotated by now
+    let want = vec![2, 2, 0, 0, 0, 0, 0, 0];
+    assert_eq!(c.take_shifts().unwrap().shifts, want);
+    c.rollback(log).unwrap();
+    assert_eq!(positions(&c, 4), vec![2, 3, -1, -1]);
+    assert_eq!(c.take_shifts(), None);
+    // as before the batch, with the shift taken
+    assert_eq!(shifted.take_shifts().unwrap().shifts, want);
+    assert_eq!(c, shifted);
+}
+
+#[test]
+fn rollback_refuses_a_stale_log_and_changes_nothing() {
+    let mut c = unified(4, 2);
+    decode(&mut c, 0, 0, 1);
+    let log = c
+        .apply(&c.find_cells(&[TokenMeta::new(1, 0)]).unwrap())
+        .unwrap();
+    c.seq_add(0, 1, 2, 1).unwrap(); // the batch's cell moved
+    let e = unchanged(&mut c, "moved", |c| c.rollback(log)).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
+    // a log of a cache of another shape
+    let mut other = unified(8, 2);
+    let log = other
+        .apply(&other.find_cells(&[TokenMeta::new(0, 1)]).unwrap())
+        .unwrap();
+    let e = unchanged(&mut c, "other shape", |c| c.rollback(log)).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
 }

@@ -490,36 +490,26 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
     rollbacks_with_shift
 }
 
-#[test]
-fn random_ops_match_the_naive_model_unified() {
+/// Every shape for seeds 1..=4; the rollbacks must have met pending shifts.
+fn run_shapes(layout: StreamLayout, seed_step: u64, shapes: &[(u32, u32)]) {
     let mut rollbacks_with_shift = 0;
     for seed in 1..=4 {
-        for (kv_size, n_seq) in [(1, 1), (7, 1), (16, 3), (33, 5), (64, 64)] {
-            rollbacks_with_shift += run(
-                seed * 7919 + kv_size as u64,
-                kv_size,
-                n_seq,
-                StreamLayout::Unified,
-                3000,
-            );
+        for &(kv_size, n_seq) in shapes {
+            let seed = seed * seed_step + kv_size as u64;
+            rollbacks_with_shift += run(seed, kv_size, n_seq, layout, 3000);
         }
     }
     assert!(rollbacks_with_shift > 100, "{rollbacks_with_shift}");
 }
 
 #[test]
+fn random_ops_match_the_naive_model_unified() {
+    let shapes = [(1, 1), (7, 1), (16, 3), (33, 5), (64, 64)];
+    run_shapes(StreamLayout::Unified, 7919, &shapes);
+}
+
+#[test]
 fn random_ops_match_the_naive_model_per_seq() {
-    let mut rollbacks_with_shift = 0;
-    for seed in 1..=4 {
-        for (kv_size, n_seq) in [(1, 2), (8, 2), (16, 3), (12, 5)] {
-            rollbacks_with_shift += run(
-                seed * 104_729 + kv_size as u64,
-                kv_size,
-                n_seq,
-                StreamLayout::PerSeq,
-                3000,
-            );
-        }
-    }
-    assert!(rollbacks_with_shift > 100, "{rollbacks_with_shift}");
+    let shapes = [(1, 2), (8, 2), (16, 3), (12, 5)];
+    run_shapes(StreamLayout::PerSeq, 104_729, &shapes);
 }

@@ -18,13 +18,30 @@ fn cell(c: &KvCells, i: u32) -> (i32, i32) {
     let c = c.cell(0, i).unwrap();
     (c.pos, c.shift)
 }
+/// `(pos, shift)` of stream 0's cells `range`.
+fn cells(c: &KvCells, range: std::ops::Range<u32>) -> Vec<(i32, i32)> {
+    range.map(|i| cell(c, i)).collect()
+}
+/// The seeds' prompt: `n` tokens of sequence 0 at positions `0..n`, in a
+/// unified cache of 8192 cells.
+fn prompt(n: i32) -> KvCells {
+    let mut c = unified(8192, 1);
+    decode(&mut c, 0, 0, n);
+    c
+}
+/// The seeds' long runs: `prompt(2048)`, then self-extend at n_past 2048,
+/// ga_i 0.
+fn extend_2048(ga_n: i32, ga_w: i32) -> (KvCells, SelfExtendOutcome) {
+    let mut c = prompt(2048);
+    let out = self_extend_step(&mut c, 0, 2048, 0, ga_n, ga_w).unwrap();
+    (c, out)
+}
 
 /// Contract + seed 000: ga_n 2, ga_w 4, five tokens; then, after the K-shift,
 /// three more tokens and the second pass.
 #[test]
 fn seed000_ga_n2_ga_w4_two_passes() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 5);
+    let mut c = prompt(5);
     assert_eq!(positions(&c, 6), vec![0, 1, 2, 3, 4, -1]);
     let out = self_extend_step(&mut c, 0, 5, 0, 2, 4).unwrap();
     assert_eq!(out.passes.len(), 1);
@@ -35,8 +52,7 @@ fn seed000_ga_n2_ga_w4_two_passes() {
     assert_eq!(positions(&c, 5), vec![0, 0, 1, 1, 2]);
     assert_eq!(shifts(&c, 5), vec![0, -1, -1, -2, -2]);
     // after the div alone (trace "$24..$28"): cell 4 still at 4, delta 0
-    let mut mid = unified(8192, 1);
-    decode(&mut mid, 0, 0, 5);
+    let mut mid = prompt(5);
     mid.apply_ops(&p.calls[..2]).unwrap();
     assert_eq!(positions(&mid, 5), vec![0, 0, 1, 1, 4]);
     assert_eq!(shifts(&mid, 5), vec![0, -1, -1, -2, 0]);
@@ -71,10 +87,8 @@ fn seed000_ga_n2_ga_w4_two_passes() {
 /// 2048 -> 1856) and the end of the loop.
 #[test]
 fn contract_ga_n4_ga_w256_2048_tokens() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let mut first = c.clone();
-    let out = self_extend_step(&mut c, 0, 2048, 0, 4, 256).unwrap();
+    let (c, out) = extend_2048(4, 256);
+    let mut first = prompt(2048);
     let p0 = &out.passes[0];
     assert_eq!(
         p0.calls,
@@ -102,38 +116,27 @@ fn contract_ga_n4_ga_w256_2048_tokens() {
 /// Seed 000: ga_n 2, ga_w 2048 at n_past 2048.
 #[test]
 fn seed000_ga_n2_ga_w2048() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let out = self_extend_step(&mut c, 0, 2048, 0, 2, 2048).unwrap();
+    let (c, out) = extend_2048(2, 2048);
     assert_eq!(out.passes.len(), 1);
     assert_eq!(
         out.passes[0].calls,
         [add(0, 2048, 0), div(0, 2048, 2), add(2048, 2048, -1024)]
     );
-    let want = [
-        (0, (0, 0)),
-        (1, (0, -1)),
-        (2, (1, -1)),
-        (3, (1, -2)),
-        (4, (2, -2)),
-        (5, (2, -3)),
-        (2044, (1022, -1022)),
-        (2045, (1022, -1023)),
-        (2046, (1023, -1023)),
-        (2047, (1023, -1024)),
-    ];
-    for (i, pc) in want {
-        assert_eq!(cell(&c, i), pc, "cell {i}");
-    }
+    assert_eq!(
+        cells(&c, 0..6),
+        [(0, 0), (0, -1), (1, -1), (1, -2), (2, -2), (2, -3)]
+    );
+    assert_eq!(
+        cells(&c, 2044..2048),
+        [(1022, -1022), (1022, -1023), (1023, -1023), (1023, -1024)]
+    );
     assert_eq!((out.n_past, out.ga_i), (1024, 1024));
 }
 
 /// Seed 000: ga_n 4, ga_w 2048 at n_past 2048.
 #[test]
 fn seed000_ga_n4_ga_w2048() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let out = self_extend_step(&mut c, 0, 2048, 0, 4, 2048).unwrap();
+    let (c, out) = extend_2048(4, 2048);
     assert_eq!(
         out.passes[0].calls,
         [add(0, 2048, 0), div(0, 2048, 4), add(2048, 2048, -1536)]
@@ -146,10 +149,8 @@ fn seed000_ga_n4_ga_w2048() {
 /// Seed 000: ga_n 2, ga_w 1024 at n_past 2048 — two passes.
 #[test]
 fn seed000_ga_n2_ga_w1024_two_passes() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let mut mid = c.clone();
-    let out = self_extend_step(&mut c, 0, 2048, 0, 2, 1024).unwrap();
+    let (c, out) = extend_2048(2, 1024);
+    let mut mid = prompt(2048);
     assert_eq!(out.passes.len(), 2);
     assert_eq!(
         out.passes[0].calls,
@@ -169,34 +170,23 @@ fn seed000_ga_n2_ga_w1024_two_passes() {
     );
     // after the first div (trace "$4..$14")
     mid.apply_ops(&out.passes[0].calls[..2]).unwrap();
-    for (i, pc) in [
-        (0, (0, 0)),
-        (1, (0, -1)),
-        (2, (1, -1)),
-        (3, (1, -2)),
-        (4, (2, -2)),
-        (5, (2, -3)),
-    ]
-    .into_iter()
-    .chain([
-        (1022, (511, -511)),
-        (1023, (511, -512)),
-        (1024, (1024, 0)),
-        (1025, (1025, 0)),
-    ]) {
-        assert_eq!(cell(&mid, i), pc, "after div, cell {i}");
-    }
+    assert_eq!(
+        cells(&mid, 0..6),
+        [(0, 0), (0, -1), (1, -1), (1, -2), (2, -2), (2, -3)]
+    );
+    assert_eq!(
+        cells(&mid, 1022..1026),
+        [(511, -511), (511, -512), (1024, 0), (1025, 0)]
+    );
     // after the second pass ("$21..$26")
-    for (i, pc) in [
-        (1024, (512, -512)),
-        (1025, (512, -513)),
-        (1026, (513, -513)),
-        (1027, (513, -514)),
-        (1028, (514, -514)),
-        (1029, (514, -515)),
-    ] {
-        assert_eq!(cell(&c, i), pc, "cell {i}");
-    }
+    assert_eq!(
+        cells(&c, 1024..1027),
+        [(512, -512), (512, -513), (513, -513)]
+    );
+    assert_eq!(
+        cells(&c, 1027..1030),
+        [(513, -514), (514, -514), (514, -515)]
+    );
     assert_eq!((out.n_past, out.ga_i), (1024, 1024));
 }
 
