@@ -894,6 +894,9 @@ impl KvCells {
     /// with cells, the batch's positions of it must start at
     /// `seq_pos_max + 1` and have no gaps. Not enforced by
     /// [`KvCells::find_cells`].
+    ///
+    /// Preconditions: every token valid as for [`KvCells::find_cells`]
+    /// (else error). Changes nothing.
     pub fn check_continues(&self, batch: &[TokenMeta]) -> Result<()> {
         let mut by_seq: BTreeMap<SeqId, (Pos, Pos, usize, usize)> = BTreeMap::new();
         for (index, t) in batch.iter().enumerate() {

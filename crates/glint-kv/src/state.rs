@@ -204,6 +204,11 @@ impl KvCells {
     /// after the storage), checksum, positions (`>= 0`, shift leaving the
     /// rotated-for position `>= 0`), room in `dst_seq`'s stream. Any failure
     /// is an error and the cache is as it was.
+    ///
+    /// Preconditions: `0 <= dst_seq < n_seq_max` and the checks above (else
+    /// error, nothing changed). The storage must write the blob's K/V rows
+    /// (`storage`) at `dst_rows`, and apply the restored pending shifts with
+    /// the next K-shift.
     pub fn state_read(
         &mut self,
         bytes: &[u8],
