@@ -1,4 +1,4 @@
-//! The cells: one record per slot of every stream, and the sequence operations.
+//! The cells: one record per cell of every stream, and the sequence operations.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +8,7 @@ use crate::{KvError, Pos, Result, SeqId};
 /// How sequences map onto the cache buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamLayout {
-    /// One stream: every sequence shares the same `kv_size` slots; the mask
+    /// One stream: every sequence shares the same `kv_size` cells; the mask
     /// keeps sequences apart. The default (memory-frugal, and what a single
     /// sequence wants).
     Unified,
@@ -20,7 +20,10 @@ pub enum StreamLayout {
 /// Parameters of a cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvParams {
-    /// Slots per stream (`n_ctx` for one stream).
+    /// Cells **per stream**; the cache has `n_stream * kv_size` cells in all.
+    /// The context size given on the command line (`-c N`) is the total
+    /// across streams: unified, `kv_size = N`; per-sequence,
+    /// `kv_size = N / n_seq_max`.
     pub kv_size: u32,
     /// Sequence ids are `0..n_seq_max` (at most [`MAX_SEQ`]).
     pub n_seq_max: u32,
@@ -54,15 +57,15 @@ impl KvParams {
     }
 }
 
-/// One slot as seen from outside.
+/// One cell as seen from outside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cell {
-    /// Position the slot's K is meant to be at; `-1` = empty.
+    /// Position the cell's K is meant to be at; `-1` = empty.
     pub pos: Pos,
     /// `pos` minus the position its K is currently rotated for (the K-shift
-    /// still to apply). 0 for empty slots.
+    /// still to apply). 0 for empty cells.
     pub shift: Pos,
-    /// Sequences using the slot (empty iff `pos == -1`).
+    /// Sequences using the cell (empty iff `pos == -1`).
     pub seqs: SeqSet,
 }
 
@@ -87,40 +90,79 @@ impl TokenMeta {
 
 /// Where one token of a batch goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PlannedSlot {
+pub struct PlannedCell {
     /// Stream of the token's sequences.
     pub stream: u32,
-    /// Slot inside the stream.
-    pub slot: u32,
+    /// Cell inside the stream.
+    pub cell: u32,
     /// The token's position.
     pub pos: Pos,
     /// The token's sequences.
     pub seqs: SeqSet,
 }
 
-/// The slots found for a batch by [`KvCells::find_slots`]; nothing is
+/// The cells found for a batch by [`KvCells::find_cells`]; nothing is
 /// changed until [`KvCells::apply`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SlotPlan {
+pub struct CellPlan {
     kv_size: u32,
     n_stream: u32,
-    slots: Vec<PlannedSlot>,
+    cells: Vec<PlannedCell>,
 }
 
-impl SlotPlan {
+impl CellPlan {
     /// One entry per batch token, in batch order.
-    pub fn slots(&self) -> &[PlannedSlot] {
-        &self.slots
+    pub fn cells(&self) -> &[PlannedCell] {
+        &self.cells
     }
 
-    /// Buffer rows to write each token's K/V to (`stream * kv_size + slot`,
+    /// Buffer rows to write each token's K/V to (`stream * kv_size + cell`,
     /// llama.cpp's `k_idxs`), in batch order.
     pub fn rows(&self) -> Vec<u64> {
-        self.slots
+        self.cells
             .iter()
-            .map(|p| p.stream as u64 * self.kv_size as u64 + p.slot as u64)
+            .map(|p| p.stream as u64 * self.kv_size as u64 + p.cell as u64)
             .collect()
     }
+}
+
+/// What [`KvCells::apply`] changed, so that [`KvCells::rollback`] can undo
+/// one batch without a copy of the whole cache (a decode that fails after
+/// `apply` must leave the cells as they were).
+///
+/// It holds the batch's cells, with what `apply` wrote there, and each
+/// touched stream's head before the batch: one entry per token plus one per
+/// stream. The cells held nothing before (`apply` only fills empty cells),
+/// and the per-stream and per-sequence counts (`used`, the position
+/// multisets behind `seq_pos_min/max`, `n_kv`) follow from the cells, so
+/// that is all an undo needs.
+///
+/// Keep the batch by dropping the log or calling [`CellLog::commit`].
+#[must_use = "keep the batch with `.commit()`, or undo it with `KvCells::rollback`"]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellLog {
+    kv_size: u32,
+    n_stream: u32,
+    // [n_tokens], batch order: the cells apply filled, with what it wrote
+    cells: Vec<PlannedCell>,
+    // (stream, head before apply), each touched stream once
+    heads: Vec<(u32, u32)>,
+}
+
+impl CellLog {
+    /// Cells the batch took (one per token).
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The batch was empty.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// Keeps the batch: the log is no longer needed. (The same as dropping
+    /// it; spelled out where a decode succeeded.)
+    pub fn commit(self) {}
 }
 
 /// One K/V row the storage must copy (all layers, K and V) after a
@@ -136,11 +178,11 @@ pub struct RowCopy {
 /// The K-shift to perform, from [`KvCells::take_shifts`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShiftPlan {
-    /// Slots per stream.
+    /// Cells per stream.
     pub kv_size: u32,
     // shifts: [n_stream * kv_size] i32, indexed by buffer row
-    /// Per buffer row (`stream * kv_size + slot`): rotate that row's K by
-    /// this many positions (`new - old`); 0 for empty slots.
+    /// Per buffer row (`stream * kv_size + cell`): rotate that row's K by
+    /// this many positions (`new - old`); 0 for empty cells.
     pub shifts: Vec<Pos>,
 }
 
@@ -212,11 +254,11 @@ struct Stream {
     pos: Vec<Pos>,
     shift: Vec<Pos>,
     seqs: Vec<SeqSet>,
-    /// Non-empty slots.
+    /// Non-empty cells.
     used: u32,
-    /// Slots with a non-zero shift.
+    /// Cells with a non-zero shift.
     n_shifted: u32,
-    /// Where the next slot search starts.
+    /// Where the next cell search starts.
     head: u32,
 }
 
@@ -243,7 +285,7 @@ impl Stream {
     }
 }
 
-/// Position multiset of one sequence: position -> number of its slots there.
+/// Position multiset of one sequence: position -> number of its cells there.
 type PosCounts = BTreeMap<Pos, u32>;
 
 fn ms_inc(m: &mut PosCounts, p: Pos) {
@@ -272,13 +314,13 @@ fn in_range(pos: Pos, r: (i64, i64)) -> bool {
 }
 
 /// The cell metadata of a KV cache: positions, pending shifts and sequence
-/// sets per slot, per-sequence position multisets. Knows nothing of buffers;
+/// sets per cell, per-sequence position multisets. Knows nothing of buffers;
 /// every operation that needs the storage to act returns what to do.
 ///
 /// Invariants (checked by `debug_check` in tests):
-/// - a slot is empty (`pos == -1`, no sequence, shift 0) or holds `pos >= 0`
+/// - a cell is empty (`pos == -1`, no sequence, shift 0) or holds `pos >= 0`
 ///   and at least one sequence of its stream;
-/// - each sequence's multiset counts exactly its slots per position;
+/// - each sequence's multiset counts exactly its cells per position;
 /// - `used`, `n_shifted` count what they say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvCells {
@@ -290,7 +332,7 @@ pub struct KvCells {
 
 impl KvCells {
     /// An empty cache. Errors: `kv_size == 0`, `n_seq_max` not in
-    /// `1..=MAX_SEQ`, `n_pad == 0`, or more rows than `u32` slots can name.
+    /// `1..=MAX_SEQ`, `n_pad == 0`, or more rows than `u32` cells can name.
     pub fn new(params: KvParams) -> Result<Self> {
         if params.kv_size == 0 {
             return Err(KvError::Params("kv_size must be > 0".into()));
@@ -333,10 +375,10 @@ impl KvCells {
         Ok(self.stream_idx(s) as u32)
     }
 
-    /// One slot, or `None` outside the cache.
-    pub fn cell(&self, stream: u32, slot: u32) -> Option<Cell> {
+    /// Cell `cell` of `stream`, or `None` outside the cache.
+    pub fn cell(&self, stream: u32, cell: u32) -> Option<Cell> {
         let st = self.streams.get(stream as usize)?;
-        let i = slot as usize;
+        let i = cell as usize;
         Some(Cell {
             pos: *st.pos.get(i)?,
             shift: st.shift[i],
@@ -344,24 +386,24 @@ impl KvCells {
         })
     }
 
-    /// Non-empty slots of a stream (0 for a stream that does not exist).
+    /// Non-empty cells of a stream (0 for a stream that does not exist).
     pub fn used(&self, stream: u32) -> u32 {
         self.streams.get(stream as usize).map_or(0, |s| s.used)
     }
 
-    /// Empty slots of a stream (0 for a stream that does not exist).
+    /// Empty cells of a stream (0 for a stream that does not exist).
     pub fn free(&self, stream: u32) -> u32 {
         self.streams
             .get(stream as usize)
             .map_or(0, |s| self.params.kv_size - s.used)
     }
 
-    /// Some slot has a non-zero pending shift: a K-shift is due.
+    /// Some cell has a non-zero pending shift: a K-shift is due.
     pub fn has_shift(&self) -> bool {
         self.streams.iter().any(|s| s.n_shifted > 0)
     }
 
-    /// One past the highest non-empty slot of a stream (0 if empty).
+    /// One past the highest non-empty cell of a stream (0 if empty).
     pub fn used_max_p1(&self, stream: u32) -> u32 {
         let Some(st) = self.streams.get(stream as usize) else {
             return 0;
@@ -372,9 +414,9 @@ impl KvCells {
             .map_or(0, |i| i as u32 + 1)
     }
 
-    /// How many slots of `stream` attention must look at: `used_max_p1`
+    /// How many cells of `stream` attention must look at: `used_max_p1`
     /// rounded up to a multiple of `n_pad`, at least `n_pad`, at most
-    /// `kv_size` (llama.cpp's `get_n_kv`). Slots past the used ones are
+    /// `kv_size` (llama.cpp's `get_n_kv`). Cells past the used ones are
     /// empty and masked, so padding changes no result.
     pub fn n_kv(&self, stream: u32) -> u32 {
         let n_pad = self.params.n_pad as u64;
@@ -384,26 +426,41 @@ impl KvCells {
     }
 
     /// Smallest position of `seq_id`, or -1 if it has none.
+    ///
+    /// Precondition: `0 <= seq_id < n_seq_max` (else error).
     pub fn seq_pos_min(&self, seq_id: SeqId) -> Result<Pos> {
         let s = self.check_seq("seq_pos_min", seq_id)?;
         Ok(self.seq_pos[s].keys().next().copied().unwrap_or(-1))
     }
 
     /// Largest position of `seq_id`, or -1 if it has none.
+    ///
+    /// Precondition: `0 <= seq_id < n_seq_max` (else error).
     pub fn seq_pos_max(&self, seq_id: SeqId) -> Result<Pos> {
         let s = self.check_seq("seq_pos_max", seq_id)?;
         Ok(self.seq_pos[s].keys().next_back().copied().unwrap_or(-1))
     }
 
-    /// Number of slots holding `seq_id`.
+    /// Number of cells holding `seq_id`.
+    ///
+    /// Precondition: `0 <= seq_id < n_seq_max` (else error).
     pub fn seq_n_cells(&self, seq_id: SeqId) -> Result<u32> {
         let s = self.check_seq("seq_n_cells", seq_id)?;
         Ok(self.seq_pos[s].values().sum())
     }
 
     // ---- sequence operations -------------------------------------------------
+    //
+    // Each operation states its preconditions next to it (as llama.cpp's
+    // llama-kv-cells.h): a broken one is an error and nothing changes, so a
+    // caller driving several memories (these cells and, later, a
+    // per-sequence recurrent state) can check every memory before changing
+    // any. What the storage must do afterwards is said too: `RowCopy`s after
+    // `seq_cp`, a K-shift (`take_shifts`) after `seq_add`/`seq_div`.
 
-    /// Everything empty; heads back to slot 0; no shift pending.
+    /// Everything empty; heads back to cell 0; no shift pending.
+    ///
+    /// Precondition: none.
     pub fn clear(&mut self) {
         for st in &mut self.streams {
             *st = Stream::new(self.params.kv_size);
@@ -413,10 +470,11 @@ impl KvCells {
         }
     }
 
-    /// Drops `seq_id` (`< 0`: every sequence) from every slot with a position
-    /// in `[p0, p1)`; a slot left with no sequence becomes empty.
+    /// Drops `seq_id` (`< 0`: every sequence) from every cell with a position
+    /// in `[p0, p1)`; a cell left with no sequence becomes empty.
     ///
-    /// Precondition: `seq_id < n_seq_max` (else error, nothing changed).
+    /// Preconditions: `seq_id < n_seq_max` (negative: every sequence); any
+    /// `p0`, `p1` (else error, nothing changed). The storage has nothing to do.
     pub fn seq_rm(&mut self, seq_id: SeqId, p0: Pos, p1: Pos) -> Result<()> {
         let seq = self.check_seq_or_all("seq_rm", seq_id)?;
         let r = norm_range(p0, p1);
@@ -427,9 +485,9 @@ impl KvCells {
                     continue;
                 }
                 match seq {
-                    None => self.empty_slot(st, i),
+                    None => self.empty_cell(st, i),
                     Some(s) if self.streams[st].seqs[i].contains(s as SeqId) => {
-                        self.slot_rm_seq(st, i, s)
+                        self.cell_rm_seq(st, i, s)
                     }
                     Some(_) => {}
                 }
@@ -439,18 +497,21 @@ impl KvCells {
         Ok(())
     }
 
-    /// Adds `dst` to every slot of `src` with a position in `[p0, p1)`.
+    /// Adds `dst` to every cell of `src` with a position in `[p0, p1)`.
     ///
     /// Same stream: metadata only, returns no copies. Different streams
     /// (per-sequence layout): the range must cover all of `src` (a partial
-    /// range is an error); `src`'s slots are placed in `dst`'s stream (same
-    /// slot index when free, else the lowest free slots) with the same
+    /// range is an error); `src`'s cells are placed in `dst`'s stream (same
+    /// cell index when free, else the lowest free cells) with the same
     /// position and pending shift, and the returned row copies tell the
-    /// storage which K/V rows to copy. Not enough free slots in `dst`'s
-    /// stream: error, nothing changed. `dst`'s own slots stay, as in the
+    /// storage which K/V rows to copy. Not enough free cells in `dst`'s
+    /// stream: error, nothing changed. `dst`'s own cells stay, as in the
     /// unified layout, so both layouts give `dst` the same positions.
     ///
-    /// Preconditions: `0 <= src, dst < n_seq_max`.
+    /// Preconditions: `0 <= src, dst < n_seq_max`; across streams, `[p0, p1)`
+    /// covers every position of `src` and `dst`'s stream has a free cell per
+    /// cell of `src` (else error, nothing changed). The storage must copy the
+    /// returned rows before the next K-shift or decode.
     pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Result<Vec<RowCopy>> {
         let s = self.check_seq("seq_cp", src)?;
         let d = self.check_seq("seq_cp", dst)?;
@@ -489,31 +550,31 @@ impl KvCells {
                 pos_max,
             });
         }
-        let src_slots: Vec<usize> = (0..kv_size)
+        let src_cells: Vec<usize> = (0..kv_size)
             .filter(|&i| self.streams[ss].seqs[i].contains(src))
             .collect();
         let free = (kv_size as u32 - self.streams[ds].used) as usize;
-        if src_slots.len() > free {
+        if src_cells.len() > free {
             return Err(KvError::NoRoom {
                 op: "seq_cp",
                 stream: ds as u32,
-                needed: src_slots.len(),
+                needed: src_cells.len(),
                 free,
                 kv_size: self.params.kv_size,
             });
         }
-        // same index where free; the rest into the lowest free slots left
+        // same index where free; the rest into the lowest free cells left
         let mut taken = vec![false; kv_size];
-        let mut dst_slot = vec![usize::MAX; src_slots.len()];
-        for (k, &i) in src_slots.iter().enumerate() {
+        let mut dst_cell = vec![usize::MAX; src_cells.len()];
+        for (k, &i) in src_cells.iter().enumerate() {
             if self.streams[ds].pos[i] < 0 {
-                dst_slot[k] = i;
+                dst_cell[k] = i;
                 taken[i] = true;
             }
         }
         let mut free_iter = (0..kv_size).filter(|&j| self.streams[ds].pos[j] < 0);
-        for d in dst_slot.iter_mut().filter(|d| **d == usize::MAX) {
-            // the count check above guarantees enough free slots
+        for d in dst_cell.iter_mut().filter(|d| **d == usize::MAX) {
+            // the count check above guarantees enough free cells
             let j = free_iter
                 .by_ref()
                 .find(|&j| !taken[j])
@@ -524,11 +585,11 @@ impl KvCells {
                 *t = true;
             }
         }
-        let mut copies = Vec::with_capacity(src_slots.len());
-        for (k, &i) in src_slots.iter().enumerate() {
-            let j = dst_slot[k];
+        let mut copies = Vec::with_capacity(src_cells.len());
+        for (k, &i) in src_cells.iter().enumerate() {
+            let j = dst_cell[k];
             let (pos, shift) = (self.streams[ss].pos[i], self.streams[ss].shift[i]);
-            self.fill_slot(ds, j, pos, SeqSet::single(dst), shift);
+            self.fill_cell(ds, j, pos, SeqSet::single(dst), shift);
             copies.push(RowCopy {
                 src_row: (ss * kv_size + i) as u64,
                 dst_row: (ds * kv_size + j) as u64,
@@ -538,10 +599,11 @@ impl KvCells {
         Ok(copies)
     }
 
-    /// Every slot not holding `seq_id` becomes empty; slots holding it hold
+    /// Every cell not holding `seq_id` becomes empty; cells holding it hold
     /// only it.
     ///
-    /// Precondition: `0 <= seq_id < n_seq_max`.
+    /// Precondition: `0 <= seq_id < n_seq_max` (else error, nothing changed).
+    /// The storage has nothing to do.
     pub fn seq_keep(&mut self, seq_id: SeqId) -> Result<()> {
         let s = self.check_seq("seq_keep", seq_id)?;
         for st in 0..self.streams.len() {
@@ -551,7 +613,7 @@ impl KvCells {
                     continue;
                 }
                 if !seqs.contains(seq_id) {
-                    self.empty_slot(st, i);
+                    self.empty_cell(st, i);
                     continue;
                 }
                 let pos = self.streams[st].pos[i];
@@ -566,20 +628,22 @@ impl KvCells {
         Ok(())
     }
 
-    /// `pos += d` (and `shift += d`) for every slot of `seq_id` (`< 0`: every
-    /// non-empty slot) with a position in `[p0, p1)`; a slot whose position
-    /// drops below 0 becomes empty. `d == 0` is a no-op. A shared slot moves
-    /// for all its sequences (one slot, one position).
+    /// `pos += d` (and `shift += d`) for every cell of `seq_id` (`< 0`: every
+    /// non-empty cell) with a position in `[p0, p1)`; a cell whose position
+    /// drops below 0 becomes empty. `d == 0` is a no-op. A shared cell moves
+    /// for all its sequences (one cell, one position).
     ///
-    /// Preconditions: `seq_id < n_seq_max`; no position goes past `i32::MAX`
-    /// (else error, nothing changed).
+    /// Preconditions: `seq_id < n_seq_max` (negative: every sequence); no
+    /// position goes past `i32::MAX` (else error, nothing changed). The
+    /// storage must apply the K-shift ([`KvCells::take_shifts`]) before the
+    /// next decode.
     pub fn seq_add(&mut self, seq_id: SeqId, p0: Pos, p1: Pos, d: Pos) -> Result<()> {
         let seq = self.check_seq_or_all("seq_add", seq_id)?;
         if d == 0 {
             return Ok(());
         }
         let r = norm_range(p0, p1);
-        let hits = self.slots_in(seq, r);
+        let hits = self.cells_in(seq, r);
         for &(st, i) in &hits {
             let pos = self.streams[st].pos[i];
             if pos as i64 + d as i64 > i32::MAX as i64 {
@@ -592,17 +656,19 @@ impl KvCells {
         }
         for (st, i) in hits {
             let new = self.streams[st].pos[i] as i64 + d as i64;
-            self.move_slot(st, i, new);
+            self.move_cell(st, i, new);
         }
         self.debug_check();
         Ok(())
     }
 
-    /// `pos = pos / n` (floor; positions are `>= 0`) for every slot of
-    /// `seq_id` (`< 0`: every non-empty slot) with a position in `[p0, p1)`;
+    /// `pos = pos / n` (floor; positions are `>= 0`) for every cell of
+    /// `seq_id` (`< 0`: every non-empty cell) with a position in `[p0, p1)`;
     /// `shift += new - old`. `n == 1` is a no-op, `n <= 0` an error.
     ///
-    /// Preconditions: `seq_id < n_seq_max`, `n >= 1`.
+    /// Preconditions: `seq_id < n_seq_max` (negative: every sequence),
+    /// `n >= 1` (else error, nothing changed). The storage must apply the
+    /// K-shift ([`KvCells::take_shifts`]) before the next decode.
     pub fn seq_div(&mut self, seq_id: SeqId, p0: Pos, p1: Pos, n: i32) -> Result<()> {
         let seq = self.check_seq_or_all("seq_div", seq_id)?;
         if n <= 0 {
@@ -612,10 +678,10 @@ impl KvCells {
             return Ok(());
         }
         let r = norm_range(p0, p1);
-        for (st, i) in self.slots_in(seq, r) {
+        for (st, i) in self.cells_in(seq, r) {
             let pos = self.streams[st].pos[i];
             debug_assert!(pos >= 0);
-            self.move_slot(st, i, (pos / n) as i64);
+            self.move_cell(st, i, (pos / n) as i64);
         }
         self.debug_check();
         Ok(())
@@ -624,6 +690,10 @@ impl KvCells {
     /// The pending K-shift, or `None` if there is none; resets every shift
     /// to 0. Call it when the storage rotates K (before the next forward
     /// pass), after applying any [`RowCopy`]s.
+    ///
+    /// Precondition: none; but the storage must then rotate K as the plan
+    /// says, since the cells now take it as done (a [`KvCells::rollback`]
+    /// does not give the shifts back).
     pub fn take_shifts(&mut self) -> Option<ShiftPlan> {
         if !self.has_shift() {
             return None;
@@ -642,22 +712,22 @@ impl KvCells {
 
     // ---- batches ---------------------------------------------------------------
 
-    /// Finds one empty slot per token, in its sequences' stream; changes
-    /// nothing. Per stream: a contiguous run of empty slots, searched from the
+    /// Finds one empty cell per token, in its sequences' stream; changes
+    /// nothing. Per stream: a contiguous run of empty cells, searched from the
     /// stream's head (which restarts at 0 when there are more than
-    /// `2 * n_tokens` unused slots before it, as llama.cpp does) and wrapping
-    /// around; without such a run, the first empty slots from the head on.
+    /// `2 * n_tokens` unused cells before it, as llama.cpp does) and wrapping
+    /// around; without such a run, the first empty cells from the head on.
     ///
     /// Errors (nothing changed): a token with no sequence, an unknown
     /// sequence, a negative position, sequences of different streams in one
-    /// token, or more tokens than empty slots in a stream (the error says
+    /// token, or more tokens than empty cells in a stream (the error says
     /// how many were needed and free).
     ///
     /// Positions are not required to continue `seq_pos_max + 1` (llama.cpp's
     /// batch rule): the cells stay right for any positions (multiset, mask by
     /// position). [`KvCells::check_continues`] enforces the rule for callers
     /// that want it.
-    pub fn find_slots(&self, batch: &[TokenMeta]) -> Result<SlotPlan> {
+    pub fn find_cells(&self, batch: &[TokenMeta]) -> Result<CellPlan> {
         let kv_size = self.params.kv_size as usize;
         let mut per_stream: Vec<Vec<usize>> = vec![Vec::new(); self.streams.len()];
         let mut metas = Vec::with_capacity(batch.len());
@@ -666,7 +736,7 @@ impl KvCells {
             per_stream[stream].push(index);
             metas.push((stream, seqs));
         }
-        let mut slots = vec![None; batch.len()];
+        let mut cells = vec![None; batch.len()];
         for (st, tokens) in per_stream.iter().enumerate() {
             let n = tokens.len();
             if n == 0 {
@@ -676,7 +746,7 @@ impl KvCells {
             let free = kv_size - stream.used as usize;
             if n > free {
                 return Err(KvError::NoRoom {
-                    op: "find_slots",
+                    op: "find_cells",
                     stream: st as u32,
                     needed: n,
                     free,
@@ -688,7 +758,7 @@ impl KvCells {
                 head = 0;
             }
             let order = (head..kv_size).chain(0..head.min(kv_size));
-            // run[i]: empty slots in a row starting at i
+            // run[i]: empty cells in a row starting at i
             let mut run = vec![0usize; kv_size + 1];
             for i in (0..kv_size).rev() {
                 run[i] = if stream.pos[i] < 0 { run[i + 1] + 1 } else { 0 };
@@ -698,46 +768,42 @@ impl KvCells {
                 None => order.filter(|&i| stream.pos[i] < 0).take(n).collect(),
             };
             debug_assert_eq!(chosen.len(), n);
-            for (&tok, &slot) in tokens.iter().zip(&chosen) {
-                slots[tok] = Some(slot);
+            for (&tok, &cell) in tokens.iter().zip(&chosen) {
+                cells[tok] = Some(cell);
             }
         }
-        let slots = batch
+        let cells = batch
             .iter()
             .zip(metas)
-            .zip(slots)
-            .map(|((t, (stream, seqs)), slot)| PlannedSlot {
+            .zip(cells)
+            .map(|((t, (stream, seqs)), cell)| PlannedCell {
                 stream: stream as u32,
-                slot: slot.unwrap_or(0) as u32,
+                cell: cell.unwrap_or(0) as u32,
                 pos: t.pos,
                 seqs,
             })
             .collect();
-        Ok(SlotPlan {
+        Ok(CellPlan {
             kv_size: self.params.kv_size,
             n_stream: self.n_stream(),
-            slots,
+            cells,
         })
     }
 
-    /// Commits a plan from [`KvCells::find_slots`]: the slots get their
+    /// Commits a plan from [`KvCells::find_cells`]: the cells get their
     /// positions and sequences (shift 0: K is computed at that position), and
-    /// each stream's head moves past its last new slot.
+    /// each stream's head moves past its last new cell. Returns the log that
+    /// [`KvCells::rollback`] takes to undo the batch.
     ///
-    /// Precondition: the planned slots are still empty and distinct, in this
-    /// cache's shape (else error, nothing changed).
-    pub fn apply(&mut self, plan: &SlotPlan) -> Result<()> {
-        if plan.kv_size != self.params.kv_size || plan.n_stream != self.n_stream() {
-            return Err(KvError::StalePlan(format!(
-                "plan for kv_size {} x {} streams, cache is {} x {}",
-                plan.kv_size,
-                plan.n_stream,
-                self.params.kv_size,
-                self.n_stream()
-            )));
+    /// Precondition: the planned cells are still empty and distinct, in this
+    /// cache's shape (else error, nothing changed). The storage must write
+    /// the batch's K/V rows at [`CellPlan::rows`].
+    pub fn apply(&mut self, plan: &CellPlan) -> Result<CellLog> {
+        if let Some(e) = self.other_shape("plan", plan.kv_size, plan.n_stream) {
+            return Err(KvError::StalePlan(e));
         }
         let mut seen = std::collections::HashSet::new();
-        for (k, p) in plan.slots.iter().enumerate() {
+        for (k, p) in plan.cells.iter().enumerate() {
             let bad = |what: String| Err(KvError::StalePlan(format!("token {k}: {what}")));
             if p.pos < 0 || p.seqs.is_empty() {
                 return bad(format!("position {} / sequences {:?}", p.pos, p.seqs));
@@ -749,22 +815,76 @@ impl KvCells {
                     return bad(format!("sequence {q} not in stream {}", p.stream));
                 }
             }
-            if self.cell(p.stream, p.slot).map(|c| c.pos) != Some(-1) {
+            if self.cell(p.stream, p.cell).map(|c| c.pos) != Some(-1) {
                 return bad(format!(
-                    "slot {} of stream {} is not empty",
-                    p.slot, p.stream
+                    "cell {} of stream {} is not empty",
+                    p.cell, p.stream
                 ));
             }
-            if !seen.insert((p.stream, p.slot)) {
+            if !seen.insert((p.stream, p.cell)) {
                 return bad(format!(
-                    "slot {} of stream {} planned twice",
-                    p.slot, p.stream
+                    "cell {} of stream {} planned twice",
+                    p.cell, p.stream
                 ));
             }
         }
-        for p in &plan.slots {
-            self.fill_slot(p.stream as usize, p.slot as usize, p.pos, p.seqs, 0);
-            self.streams[p.stream as usize].head = p.slot + 1;
+        let mut log = CellLog {
+            kv_size: plan.kv_size,
+            n_stream: plan.n_stream,
+            cells: plan.cells.clone(),
+            heads: Vec::new(),
+        };
+        for p in &plan.cells {
+            let st = p.stream as usize;
+            if !log.heads.iter().any(|&(s, _)| s == p.stream) {
+                log.heads.push((p.stream, self.streams[st].head));
+            }
+            self.fill_cell(st, p.cell as usize, p.pos, p.seqs, 0);
+            self.streams[st].head = p.cell + 1;
+        }
+        self.debug_check();
+        Ok(log)
+    }
+
+    /// Undoes the batch that `log` records (from [`KvCells::apply`] on this
+    /// cache): its cells are emptied and its streams' heads move back, so
+    /// every cell, `used`, `free`, `n_kv`, `seq_pos_min/max`, `seq_n_cells`
+    /// and `has_shift` are as before `apply`.
+    ///
+    /// Pending K-shifts taken by [`KvCells::take_shifts`] since `apply` are
+    /// *not* given back: once the storage has run the K-shift, restoring
+    /// them would rotate K twice. (So a decode may take the shifts, apply
+    /// its batch, fail, and roll back: the cells then say "no shift
+    /// pending", as the rotated K rows do.)
+    ///
+    /// Precondition: every cell of the log still holds what `apply` wrote
+    /// (position, sequences, no pending shift), that is no sequence
+    /// operation has touched the batch's cells since; a log of a cache of
+    /// another shape is refused too (else error, nothing changed). Sequence
+    /// operations since `apply` on other cells stay.
+    pub fn rollback(&mut self, log: CellLog) -> Result<()> {
+        if let Some(e) = self.other_shape("log", log.kv_size, log.n_stream) {
+            return Err(KvError::StaleLog(e));
+        }
+        for (k, p) in log.cells.iter().enumerate() {
+            let wrote = Cell {
+                pos: p.pos,
+                shift: 0,
+                seqs: p.seqs,
+            };
+            let now = self.cell(p.stream, p.cell);
+            if now != Some(wrote) {
+                return Err(KvError::StaleLog(format!(
+                    "token {k}: cell {} of stream {} holds {now:?}, the batch wrote {wrote:?}",
+                    p.cell, p.stream
+                )));
+            }
+        }
+        for p in &log.cells {
+            self.empty_cell(p.stream as usize, p.cell as usize);
+        }
+        for &(st, head) in &log.heads {
+            self.streams[st as usize].head = head;
         }
         self.debug_check();
         Ok(())
@@ -773,7 +893,10 @@ impl KvCells {
     /// llama.cpp's batch rule, for callers that want it: for each sequence
     /// with cells, the batch's positions of it must start at
     /// `seq_pos_max + 1` and have no gaps. Not enforced by
-    /// [`KvCells::find_slots`].
+    /// [`KvCells::find_cells`].
+    ///
+    /// Preconditions: every token valid as for [`KvCells::find_cells`]
+    /// (else error). Changes nothing.
     pub fn check_continues(&self, batch: &[TokenMeta]) -> Result<()> {
         let mut by_seq: BTreeMap<SeqId, (Pos, Pos, usize, usize)> = BTreeMap::new();
         for (index, t) in batch.iter().enumerate() {
@@ -805,9 +928,9 @@ impl KvCells {
 
     // ---- masks -----------------------------------------------------------------
 
-    /// The attention mask for `queries` over slots `0..n_kv` of their stream:
+    /// The attention mask for `queries` over cells `0..n_kv` of their stream:
     /// `mask[t * n_kv + j]` (ggml `[n_kv, n_tokens]`, n_kv contiguous) is
-    /// `-inf` when slot `j` is empty, does not hold the query's sequence,
+    /// `-inf` when cell `j` is empty, does not hold the query's sequence,
     /// holds a later position (causal), or is outside the sliding window;
     /// else 0 (ALiBi: `-|pos - p1|`).
     ///
@@ -892,6 +1015,18 @@ impl KvCells {
         Ok(seq_id as usize)
     }
 
+    /// What differs when a plan or log (`what`) made for a cache of
+    /// `kv_size x n_stream` meets this one; `None` if the shapes agree.
+    fn other_shape(&self, what: &str, kv_size: u32, n_stream: u32) -> Option<String> {
+        let here = (self.params.kv_size, self.n_stream());
+        (here != (kv_size, n_stream)).then(|| {
+            format!(
+                "{what} for kv_size {kv_size} x {n_stream} streams, cache is {} x {}",
+                here.0, here.1
+            )
+        })
+    }
+
     fn check_seq_or_all(&self, op: &'static str, seq_id: SeqId) -> Result<Option<usize>> {
         if seq_id < 0 {
             return Ok(None);
@@ -916,8 +1051,8 @@ impl KvCells {
         }
     }
 
-    /// Non-empty slots of `seq` (None: any) with a position in `r`.
-    fn slots_in(&self, seq: Option<usize>, r: (i64, i64)) -> Vec<(usize, usize)> {
+    /// Non-empty cells of `seq` (None: any) with a position in `r`.
+    fn cells_in(&self, seq: Option<usize>, r: (i64, i64)) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
         for st in self.streams_for(seq) {
             let stream = &self.streams[st];
@@ -943,7 +1078,7 @@ impl KvCells {
         let mut stream = None;
         let mut seqs = SeqSet::new();
         for &q in &t.seq_ids {
-            let s = match self.check_seq("find_slots", q) {
+            let s = match self.check_seq("find_cells", q) {
                 Ok(s) => s,
                 Err(e) => return bad(e.to_string()),
             };
@@ -959,9 +1094,9 @@ impl KvCells {
         Ok((stream.unwrap_or(0), seqs))
     }
 
-    /// Fills an empty slot. Precondition: slot empty, `pos >= 0`, `seqs`
+    /// Fills an empty cell. Precondition: cell empty, `pos >= 0`, `seqs`
     /// non-empty and in this stream.
-    fn fill_slot(&mut self, st: usize, i: usize, pos: Pos, seqs: SeqSet, shift: Pos) {
+    fn fill_cell(&mut self, st: usize, i: usize, pos: Pos, seqs: SeqSet, shift: Pos) {
         let stream = &mut self.streams[st];
         debug_assert!(stream.pos[i] < 0 && pos >= 0 && !seqs.is_empty());
         stream.pos[i] = pos;
@@ -973,8 +1108,8 @@ impl KvCells {
         }
     }
 
-    /// Empties a slot (no-op if empty); the head may move back to it.
-    fn empty_slot(&mut self, st: usize, i: usize) {
+    /// Empties a cell (no-op if empty); the head may move back to it.
+    fn empty_cell(&mut self, st: usize, i: usize) {
         let stream = &mut self.streams[st];
         let pos = stream.pos[i];
         if pos < 0 {
@@ -990,11 +1125,11 @@ impl KvCells {
         stream.head = stream.head.min(i as u32);
     }
 
-    /// Removes one sequence from a slot. Precondition: the slot holds `s`.
-    fn slot_rm_seq(&mut self, st: usize, i: usize, s: usize) {
+    /// Removes one sequence from a cell. Precondition: the cell holds `s`.
+    fn cell_rm_seq(&mut self, st: usize, i: usize, s: usize) {
         debug_assert!(self.streams[st].seqs[i].contains(s as SeqId));
         if self.streams[st].seqs[i].len() == 1 {
-            self.empty_slot(st, i);
+            self.empty_cell(st, i);
             return;
         }
         let pos = self.streams[st].pos[i];
@@ -1002,12 +1137,12 @@ impl KvCells {
         ms_dec(&mut self.seq_pos[s], pos);
     }
 
-    /// Moves a non-empty slot to `new` (`< 0`: empties it).
+    /// Moves a non-empty cell to `new` (`< 0`: empties it).
     /// Precondition: `new <= i32::MAX`.
-    fn move_slot(&mut self, st: usize, i: usize, new: i64) {
+    fn move_cell(&mut self, st: usize, i: usize, new: i64) {
         debug_assert!(new <= i32::MAX as i64);
         if new < 0 {
-            self.empty_slot(st, i);
+            self.empty_cell(st, i);
             return;
         }
         let stream = &mut self.streams[st];
@@ -1028,7 +1163,7 @@ impl KvCells {
         stream.set_shift(i, shift as Pos);
     }
 
-    /// Sets the pending shift of a non-empty slot (state restore).
+    /// Sets the pending shift of a non-empty cell (state restore).
     pub(crate) fn restore_shift(&mut self, st: usize, i: usize, shift: Pos) {
         debug_assert!(self.streams[st].pos[i] >= 0);
         self.streams[st].set_shift(i, shift);
@@ -1047,10 +1182,10 @@ impl KvCells {
                     assert_eq!(
                         p < 0,
                         seqs.is_empty(),
-                        "slot {st}/{i}: pos {p} seqs {seqs:?}"
+                        "cell {st}/{i}: pos {p} seqs {seqs:?}"
                     );
                     if p < 0 {
-                        assert_eq!((p, stream.shift[i]), (-1, 0), "empty slot {st}/{i}");
+                        assert_eq!((p, stream.shift[i]), (-1, 0), "empty cell {st}/{i}");
                         continue;
                     }
                     used += 1;

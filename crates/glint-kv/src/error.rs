@@ -54,20 +54,20 @@ pub enum KvError {
         /// Largest position of `src`.
         pos_max: Pos,
     },
-    /// Not enough empty slots.
+    /// Not enough empty cells.
     #[error(
-        "{op}: no room in stream {stream}: {needed} slots needed, {free} free (kv_size {kv_size})"
+        "{op}: no room in stream {stream}: {needed} cells needed, {free} free (kv_size {kv_size})"
     )]
     NoRoom {
-        /// The operation (`find_slots`, `seq_cp`, `state_read`).
+        /// The operation (`find_cells`, `seq_cp`, `state_read`).
         op: &'static str,
         /// The stream that is full.
         stream: u32,
-        /// Slots the operation needs in that stream.
+        /// Cells the operation needs in that stream.
         needed: usize,
-        /// Empty slots in that stream.
+        /// Empty cells in that stream.
         free: usize,
-        /// Slots per stream.
+        /// Cells per stream.
         kv_size: u32,
     },
     /// A batch that cannot be placed for a reason other than room.
@@ -78,9 +78,13 @@ pub enum KvError {
         /// What is wrong, with the values.
         detail: String,
     },
-    /// A slot plan that no longer fits the cells (made for another state or cache).
-    #[error("apply: stale slot plan: {0}")]
+    /// A cell plan that no longer fits the cells (made for another state or cache).
+    #[error("apply: stale cell plan: {0}")]
     StalePlan(String),
+    /// A cell log that no longer fits the cells: the batch's cells were
+    /// changed since `apply`, or the log is of another cache.
+    #[error("rollback: stale cell log: {0}")]
+    StaleLog(String),
     /// A query token of a mask request that cannot be served.
     #[error("mask: query {index}: {detail}")]
     BadQuery {

@@ -41,6 +41,9 @@ pub enum KvOp {
 
 impl KvCells {
     /// Runs one [`KvOp`].
+    ///
+    /// Preconditions: those of the operation it names (else error, nothing
+    /// changed).
     pub fn apply_op(&mut self, op: &KvOp) -> Result<()> {
         match *op {
             KvOp::SeqRm { seq, p0, p1 } => self.seq_rm(seq, p0, p1),
@@ -51,6 +54,9 @@ impl KvCells {
 
     /// Runs `ops` in order, all or nothing: on an error the cells are
     /// restored to what they were.
+    ///
+    /// Preconditions: each operation's, in the state the earlier ones leave
+    /// (else error, nothing changed).
     pub fn apply_ops(&mut self, ops: &[KvOp]) -> Result<()> {
         let backup = self.clone();
         for op in ops {

@@ -14,10 +14,10 @@
 //! type_v         u32      ggml type id of the V cache
 //! k_row_bytes    u64      bytes of one K row of one layer
 //! v_row_bytes    u64      bytes of one V row of one layer
-//! kv_size        u32      slots per stream of the saving cache (informational:
+//! kv_size        u32      cells per stream of the saving cache (informational:
 //!                         restoring into another size is fine if it fits)
 //! cell_count     u32
-//! cells          cell_count x (pos i32, shift i32), in the saver's slot order
+//! cells          cell_count x (pos i32, shift i32), in the saver's cell order
 //! storage_bytes  u64      = cell_count * n_layer * (k_row_bytes + v_row_bytes)
 //! checksum       u64      FNV-1a 64 of every byte above
 //! storage        storage_bytes bytes, appended by the context:
@@ -27,7 +27,7 @@
 //!
 //! The blob must end exactly after `storage`.
 
-use crate::{KvCells, KvError, Pos, Result, SeqId, TokenMeta};
+use crate::{CellPlan, KvCells, KvError, Pos, Result, SeqId, TokenMeta};
 
 /// Leading bytes of a saved sequence.
 pub const STATE_MAGIC: [u8; 8] = *b"GLINTKV\0";
@@ -136,7 +136,7 @@ impl<'a> Reader<'a> {
 }
 
 impl KvCells {
-    /// Saves the cell part of `seq_id`: every slot holding it, in slot order,
+    /// Saves the cell part of `seq_id`: every cell holding it, in cell order,
     /// with position and pending shift, under `id`'s header.
     ///
     /// Precondition: a known `seq_id`; `id`'s sizes multiply within `u64`.
@@ -151,9 +151,9 @@ impl KvCells {
         let st = self.stream_idx(s) as u32;
         let kv_size = self.params().kv_size;
         let mut cells = Vec::new();
-        for slot in 0..kv_size {
-            if let Some(c) = self.cell(st, slot).filter(|c| c.seqs.contains(seq_id)) {
-                cells.push((slot, c.pos, c.shift));
+        for cell in 0..kv_size {
+            if let Some(c) = self.cell(st, cell).filter(|c| c.seqs.contains(seq_id)) {
+                cells.push((cell, c.pos, c.shift));
             }
         }
         let storage_bytes = id
@@ -186,7 +186,7 @@ impl KvCells {
         b.extend_from_slice(&sum.to_le_bytes());
         let src_rows = cells
             .iter()
-            .map(|&(slot, _, _)| st as u64 * kv_size as u64 + slot as u64)
+            .map(|&(cell, _, _)| st as u64 * kv_size as u64 + cell as u64)
             .collect();
         Ok(SeqStateWrite {
             bytes: b,
@@ -195,7 +195,7 @@ impl KvCells {
         })
     }
 
-    /// Restores a saved sequence into `dst_seq`: its current slots are
+    /// Restores a saved sequence into `dst_seq`: its current cells are
     /// dropped, the saved cells placed (contiguous if possible) with their
     /// positions and pending shifts.
     ///
@@ -204,6 +204,11 @@ impl KvCells {
     /// after the storage), checksum, positions (`>= 0`, shift leaving the
     /// rotated-for position `>= 0`), room in `dst_seq`'s stream. Any failure
     /// is an error and the cache is as it was.
+    ///
+    /// Preconditions: `0 <= dst_seq < n_seq_max` and the checks above (else
+    /// error, nothing changed). The storage must write the blob's K/V rows
+    /// (`storage`) at `dst_rows`, and apply the restored pending shifts with
+    /// the next K-shift.
     pub fn state_read(
         &mut self,
         bytes: &[u8],
@@ -211,38 +216,65 @@ impl KvCells {
         id: &ModelIdentity,
     ) -> Result<SeqStateRead> {
         self.check_seq("state_read", dst_seq)?;
+        let saved = SavedSeq::parse(bytes, id)?;
+        let plan = self.place_saved(dst_seq, &saved.cells)?;
+        Ok(SeqStateRead {
+            dst_rows: plan.rows(),
+            storage: saved.storage,
+        })
+    }
+
+    /// Replaces `dst_seq`'s cells by `cells` (position, shift), all or
+    /// nothing: placed on a copy, kept only if everything fits.
+    fn place_saved(&mut self, dst_seq: SeqId, cells: &[(Pos, Pos)]) -> Result<CellPlan> {
+        let mut next = self.clone();
+        next.seq_rm(dst_seq, -1, -1)?;
+        let batch: Vec<TokenMeta> = cells
+            .iter()
+            .map(|&(pos, _)| TokenMeta::new(pos, dst_seq))
+            .collect();
+        let plan = next.find_cells(&batch).map_err(|e| match e {
+            KvError::NoRoom {
+                stream,
+                needed,
+                free,
+                kv_size,
+                ..
+            } => KvError::NoRoom {
+                op: "state_read",
+                stream,
+                needed,
+                free,
+                kv_size,
+            },
+            e => e,
+        })?;
+        next.apply(&plan)?.commit();
+        for (p, &(_, shift)) in plan.cells().iter().zip(cells) {
+            next.restore_shift(p.stream as usize, p.cell as usize, shift);
+        }
+        next.debug_check();
+        *self = next;
+        Ok(plan)
+    }
+}
+
+/// A blob that passed every check: its cells and where its K/V rows are.
+struct SavedSeq {
+    /// (pos, shift) per saved cell, in the blob's order.
+    cells: Vec<(Pos, Pos)>,
+    /// The K/V rows inside the blob.
+    storage: std::ops::Range<usize>,
+}
+
+impl SavedSeq {
+    /// Reads and checks a blob against `id`, in the order the checks have
+    /// always run (so a blob wrong in two ways names the same fault): the
+    /// header as far as the checksum (truncation, magic, version, arch),
+    /// the checksum, the identity, the lengths, then the cells.
+    fn parse(bytes: &[u8], id: &ModelIdentity) -> Result<SavedSeq> {
         let mut r = Reader { b: bytes, at: 0 };
-        if r.take(8, "magic")? != STATE_MAGIC {
-            return Err(KvError::State(
-                "wrong magic: not a glint sequence state".into(),
-            ));
-        }
-        let version = r.u32("version")?;
-        if version != STATE_VERSION {
-            return Err(KvError::State(format!(
-                "version {version}, this build reads {STATE_VERSION}"
-            )));
-        }
-        let arch_len = r.u32("arch_len")?;
-        if arch_len > MAX_ARCH_BYTES {
-            return Err(KvError::State(format!(
-                "architecture name of {arch_len} bytes > {MAX_ARCH_BYTES}"
-            )));
-        }
-        let arch = r.take(arch_len as usize, "arch")?;
-        let arch = std::str::from_utf8(arch)
-            .map_err(|_| KvError::State("architecture name is not UTF-8".into()))?
-            .to_string();
-        let saved = ModelIdentity {
-            arch,
-            n_layer: r.u32("n_layer")?,
-            n_embd_k_gqa: r.u32("n_embd_k_gqa")?,
-            n_embd_v_gqa: r.u32("n_embd_v_gqa")?,
-            type_k: r.u32("type_k")?,
-            type_v: r.u32("type_v")?,
-            k_row_bytes: r.u64("k_row_bytes")?,
-            v_row_bytes: r.u64("v_row_bytes")?,
-        };
+        let saved = read_identity(&mut r)?;
         let _src_kv_size = r.u32("kv_size")?;
         let cell_count = r.u32("cell_count")? as usize;
         let cells_bytes = r.take(
@@ -259,30 +291,7 @@ impl KvCells {
                 "checksum mismatch: header or cells corrupt".into(),
             ));
         }
-        let mismatch = |what: &str, a: String, b: String| {
-            Err(KvError::State(format!(
-                "saved by a different model: {what} {a} in the blob, {b} here"
-            )))
-        };
-        macro_rules! same {
-            ($f:ident) => {
-                if saved.$f != id.$f {
-                    return mismatch(
-                        stringify!($f),
-                        format!("{:?}", saved.$f),
-                        format!("{:?}", id.$f),
-                    );
-                }
-            };
-        }
-        same!(arch);
-        same!(n_layer);
-        same!(n_embd_k_gqa);
-        same!(n_embd_v_gqa);
-        same!(type_k);
-        same!(type_v);
-        same!(k_row_bytes);
-        same!(v_row_bytes);
+        check_same_model(&saved, id)?;
         let expect = id.storage_bytes(cell_count as u64);
         if expect != Some(storage_bytes) {
             return Err(KvError::State(format!(
@@ -298,56 +307,95 @@ impl KvCells {
                 have
             )));
         }
-        let mut cells = Vec::with_capacity(cell_count);
-        let mut cr = Reader {
-            b: cells_bytes,
-            at: 0,
-        };
-        for k in 0..cell_count {
-            let pos: Pos = cr.i32("pos")?;
-            let shift: Pos = cr.i32("shift")?;
-            if pos < 0
-                || (pos as i64 - shift as i64) < 0
-                || (pos as i64 - shift as i64) > i32::MAX as i64
-            {
-                return Err(KvError::State(format!(
-                    "cell {k}: position {pos} with shift {shift}"
-                )));
-            }
-            cells.push((pos, shift));
-        }
-        // place on a copy, keep it only if everything fits
-        let mut next = self.clone();
-        next.seq_rm(dst_seq, -1, -1)?;
-        let batch: Vec<TokenMeta> = cells
-            .iter()
-            .map(|&(pos, _)| TokenMeta::new(pos, dst_seq))
-            .collect();
-        let plan = next.find_slots(&batch).map_err(|e| match e {
-            KvError::NoRoom {
-                stream,
-                needed,
-                free,
-                kv_size,
-                ..
-            } => KvError::NoRoom {
-                op: "state_read",
-                stream,
-                needed,
-                free,
-                kv_size,
-            },
-            e => e,
-        })?;
-        next.apply(&plan)?;
-        for (p, &(_, shift)) in plan.slots().iter().zip(&cells) {
-            next.restore_shift(p.stream as usize, p.slot as usize, shift);
-        }
-        next.debug_check();
-        *self = next;
-        Ok(SeqStateRead {
-            dst_rows: plan.rows(),
+        Ok(SavedSeq {
+            cells: read_cells(cells_bytes, cell_count)?,
             storage: start..bytes.len(),
         })
     }
+}
+
+/// Magic, version and the saver's [`ModelIdentity`].
+fn read_identity(r: &mut Reader) -> Result<ModelIdentity> {
+    if r.take(8, "magic")? != STATE_MAGIC {
+        return Err(KvError::State(
+            "wrong magic: not a glint sequence state".into(),
+        ));
+    }
+    let version = r.u32("version")?;
+    if version != STATE_VERSION {
+        return Err(KvError::State(format!(
+            "version {version}, this build reads {STATE_VERSION}"
+        )));
+    }
+    let arch_len = r.u32("arch_len")?;
+    if arch_len > MAX_ARCH_BYTES {
+        return Err(KvError::State(format!(
+            "architecture name of {arch_len} bytes > {MAX_ARCH_BYTES}"
+        )));
+    }
+    let arch = r.take(arch_len as usize, "arch")?;
+    let arch = std::str::from_utf8(arch)
+        .map_err(|_| KvError::State("architecture name is not UTF-8".into()))?
+        .to_string();
+    Ok(ModelIdentity {
+        arch,
+        n_layer: r.u32("n_layer")?,
+        n_embd_k_gqa: r.u32("n_embd_k_gqa")?,
+        n_embd_v_gqa: r.u32("n_embd_v_gqa")?,
+        type_k: r.u32("type_k")?,
+        type_v: r.u32("type_v")?,
+        k_row_bytes: r.u64("k_row_bytes")?,
+        v_row_bytes: r.u64("v_row_bytes")?,
+    })
+}
+
+/// Every field of the saver's identity equals ours; the error names the
+/// first that differs, with both values.
+fn check_same_model(saved: &ModelIdentity, id: &ModelIdentity) -> Result<()> {
+    let mismatch = |what: &str, a: String, b: String| {
+        Err(KvError::State(format!(
+            "saved by a different model: {what} {a} in the blob, {b} here"
+        )))
+    };
+    macro_rules! same {
+        ($f:ident) => {
+            if saved.$f != id.$f {
+                return mismatch(
+                    stringify!($f),
+                    format!("{:?}", saved.$f),
+                    format!("{:?}", id.$f),
+                );
+            }
+        };
+    }
+    same!(arch);
+    same!(n_layer);
+    same!(n_embd_k_gqa);
+    same!(n_embd_v_gqa);
+    same!(type_k);
+    same!(type_v);
+    same!(k_row_bytes);
+    same!(v_row_bytes);
+    Ok(())
+}
+
+/// The `cell_count` (pos, shift) pairs; each position `>= 0` and its
+/// rotated-for position `pos - shift` within `0..=i32::MAX`.
+fn read_cells(bytes: &[u8], cell_count: usize) -> Result<Vec<(Pos, Pos)>> {
+    let mut cells = Vec::with_capacity(cell_count);
+    let mut cr = Reader { b: bytes, at: 0 };
+    for k in 0..cell_count {
+        let pos: Pos = cr.i32("pos")?;
+        let shift: Pos = cr.i32("shift")?;
+        if pos < 0
+            || (pos as i64 - shift as i64) < 0
+            || (pos as i64 - shift as i64) > i32::MAX as i64
+        {
+            return Err(KvError::State(format!(
+                "cell {k}: position {pos} with shift {shift}"
+            )));
+        }
+        cells.push((pos, shift));
+    }
+    Ok(cells)
 }

@@ -53,34 +53,21 @@ fn seq_rm_half_open_and_negative_bounds() {
     assert_eq!(positions(&c, 8), vec![0, 1, -1, -1, 4, -1, -1, -1]);
     c.seq_rm(0, -7, 1).unwrap(); // p0 < 0: from 0
     assert_eq!(positions(&c, 8), vec![-1, 1, -1, -1, 4, -1, -1, -1]);
-    assert_eq!(
-        (
-            c.seq_pos_min(0).unwrap(),
-            c.seq_pos_max(0).unwrap(),
-            c.used(0)
-        ),
-        (1, 4, 2)
-    );
+    assert_eq!((pos_range(&c, 0), c.used(0)), ((1, 4), 2));
 }
 
 #[test]
-fn seq_rm_of_a_shared_slot_keeps_it_for_the_other_sequence() {
+fn seq_rm_of_a_shared_cell_keeps_it_for_the_other_sequence() {
     let mut c = unified(8, 3);
     decode(&mut c, 0, 0, 4);
-    c.seq_cp(0, 1, 0, 2).unwrap(); // slots 0, 1 shared by 0 and 1
+    c.seq_cp(0, 1, 0, 2).unwrap(); // cells 0, 1 shared by 0 and 1
     assert_eq!(c.cell(0, 1).unwrap().seqs, [0, 1].into_iter().collect());
     c.seq_rm(0, -1, -1).unwrap();
     assert_eq!(positions(&c, 4), vec![0, 1, -1, -1]);
     assert_eq!(c.cell(0, 0).unwrap().seqs, SeqSet::single(1));
-    assert_eq!(
-        (c.seq_pos_min(0).unwrap(), c.seq_pos_max(0).unwrap()),
-        (-1, -1)
-    );
-    assert_eq!(
-        (c.seq_pos_min(1).unwrap(), c.seq_pos_max(1).unwrap()),
-        (0, 1)
-    );
-    // the slot becomes empty when its last sequence leaves
+    assert_eq!(pos_range(&c, 0), (-1, -1));
+    assert_eq!(pos_range(&c, 1), (0, 1));
+    // the cell becomes empty when its last sequence leaves
     c.seq_rm(1, 1, 2).unwrap();
     assert_eq!(
         c.cell(0, 1).unwrap(),
@@ -110,10 +97,7 @@ fn seq_cp_same_stream_is_metadata_only() {
     let copies = c.seq_cp(0, 1, 1, 3).unwrap();
     assert!(copies.is_empty());
     assert_eq!(c.used(0), 5);
-    assert_eq!(
-        (c.seq_pos_min(1).unwrap(), c.seq_pos_max(1).unwrap()),
-        (1, 2)
-    );
+    assert_eq!(pos_range(&c, 1), (1, 2));
     // copying again adds nothing twice
     c.seq_cp(0, 1, -1, -1).unwrap();
     assert_eq!(c.seq_n_cells(1).unwrap(), 5);
@@ -124,10 +108,10 @@ fn seq_cp_same_stream_is_metadata_only() {
 fn seq_cp_across_streams_copies_rows_and_shifts() {
     let mut c = per_seq(4, 2);
     decode(&mut c, 0, 0, 3);
-    decode(&mut c, 1, 10, 1); // slot 0 of stream 1 is taken
-    c.seq_add(0, 2, 3, 5).unwrap(); // pending shift on slot 2
+    decode(&mut c, 1, 10, 1); // cell 0 of stream 1 is taken
+    c.seq_add(0, 2, 3, 5).unwrap(); // pending shift on cell 2
     let copies = c.seq_cp(0, 1, -1, -1).unwrap();
-    // slot 0 taken: goes to the lowest free slot not wanted by another copy (3)
+    // cell 0 taken: goes to the lowest free cell not wanted by another copy (3)
     assert_eq!(
         copies,
         vec![
@@ -154,10 +138,7 @@ fn seq_cp_across_streams_copies_rows_and_shifts() {
         }
     );
     assert_eq!(c.cell(1, 3).unwrap().pos, 0);
-    assert_eq!(
-        (c.seq_pos_min(1).unwrap(), c.seq_pos_max(1).unwrap()),
-        (0, 10)
-    );
+    assert_eq!(pos_range(&c, 1), (0, 10));
     assert_eq!(c.seq_n_cells(1).unwrap(), 4);
 }
 
@@ -165,8 +146,7 @@ fn seq_cp_across_streams_copies_rows_and_shifts() {
 fn seq_cp_across_streams_partial_range_or_no_room_is_an_error() {
     let mut c = per_seq(4, 2);
     decode(&mut c, 0, 0, 3);
-    let before = c.clone();
-    let e = c.seq_cp(0, 1, 1, -1).unwrap_err();
+    let e = unchanged(&mut c, "partial", |c| c.seq_cp(0, 1, 1, -1)).unwrap_err();
     assert!(
         matches!(
             e,
@@ -178,14 +158,12 @@ fn seq_cp_across_streams_partial_range_or_no_room_is_an_error() {
         ),
         "{e}"
     );
-    assert!(c.seq_cp(0, 1, 0, 2).is_err());
-    assert_eq!(c, before);
+    unchanged(&mut c, "partial", |c| c.seq_cp(0, 1, 0, 2)).unwrap_err();
     // a range that covers every position is the whole sequence
     assert_eq!(c.seq_cp(0, 1, 0, 3).unwrap().len(), 3);
     c.seq_rm(1, -1, -1).unwrap();
     decode(&mut c, 1, 0, 2);
-    let before = c.clone();
-    let e = c.seq_cp(0, 1, -1, -1).unwrap_err();
+    let e = unchanged(&mut c, "no room", |c| c.seq_cp(0, 1, -1, -1)).unwrap_err();
     assert_eq!(
         e,
         KvError::NoRoom {
@@ -196,7 +174,6 @@ fn seq_cp_across_streams_partial_range_or_no_room_is_an_error() {
             kv_size: 4
         }
     );
-    assert_eq!(c, before);
 }
 
 #[test]
@@ -219,12 +196,12 @@ fn seq_add_shifts_pos_and_shift_and_empties_below_zero() {
     let mut c = unified(8, 1);
     decode(&mut c, 0, 0, 5);
     c.seq_add(0, 2, -1, -3).unwrap();
-    // 2 -> -1 and 3 -> 0 ... slot 2 drops below 0: empty, shift 0
+    // 2 -> -1 and 3 -> 0 ... cell 2 drops below 0: empty, shift 0
     assert_eq!(positions(&c, 5), vec![0, 1, -1, 0, 1]);
     assert_eq!(shifts(&c, 5), vec![0, 0, 0, -3, -3]);
     assert!(c.has_shift());
     assert_eq!(c.seq_pos_max(0).unwrap(), 1);
-    // slots 0 and 3 share position 0: removing one keeps the other
+    // cells 0 and 3 share position 0: removing one keeps the other
     c.seq_rm(0, 0, 1).unwrap();
     assert_eq!(positions(&c, 5), vec![-1, 1, -1, -1, 1]);
     assert_eq!(
@@ -237,9 +214,7 @@ fn seq_add_shifts_pos_and_shift_and_empties_below_zero() {
 fn seq_add_zero_is_a_noop_and_shifts_compose() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 4);
-    let before = c.clone();
-    c.seq_add(0, -1, -1, 0).unwrap();
-    assert_eq!(c, before);
+    unchanged(&mut c, "d = 0", |c| c.seq_add(0, -1, -1, 0)).unwrap();
     assert!(!c.has_shift());
     c.seq_add(0, 1, 3, 10).unwrap();
     assert_eq!(positions(&c, 4), vec![0, 11, 12, 3]);
@@ -252,7 +227,7 @@ fn seq_add_zero_is_a_noop_and_shifts_compose() {
 }
 
 #[test]
-fn seq_add_moves_a_shared_slot_for_every_sequence() {
+fn seq_add_moves_a_shared_cell_for_every_sequence() {
     let mut c = unified(4, 2);
     decode(&mut c, 0, 0, 2);
     c.seq_cp(0, 1, -1, -1).unwrap();
@@ -265,8 +240,7 @@ fn seq_add_overflow_is_an_error_and_changes_nothing() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 2);
     decode(&mut c, 0, i32::MAX - 1, 1);
-    let before = c.clone();
-    let e = c.seq_add(0, -1, -1, 2).unwrap_err();
+    let e = unchanged(&mut c, "overflow", |c| c.seq_add(0, -1, -1, 2)).unwrap_err();
     assert!(
         matches!(
             e,
@@ -277,7 +251,6 @@ fn seq_add_overflow_is_an_error_and_changes_nothing() {
         ),
         "{e}"
     );
-    assert_eq!(c, before);
     // p1 < 0 reaches i32::MAX itself
     c.seq_rm(0, 5, -1).unwrap();
     assert_eq!(c.seq_pos_max(0).unwrap(), 1);
@@ -290,26 +263,22 @@ fn seq_div_floor_and_shift_new_minus_old() {
     c.seq_div(0, 2, 6, 3).unwrap();
     assert_eq!(positions(&c, 7), vec![0, 1, 0, 1, 1, 1, 6]);
     assert_eq!(shifts(&c, 7), vec![0, 0, -2, -2, -3, -4, 0]);
-    // four slots share position 1, two share 0
+    // four cells share position 1, two share 0
     assert_eq!(c.seq_n_cells(0).unwrap(), 7);
     c.seq_rm(0, 1, 2).unwrap();
     assert_eq!(positions(&c, 7), vec![0, -1, 0, -1, -1, -1, 6]);
-    assert_eq!(
-        (c.seq_pos_min(0).unwrap(), c.seq_pos_max(0).unwrap()),
-        (0, 6)
-    );
+    assert_eq!(pos_range(&c, 0), (0, 6));
 }
 
 #[test]
 fn seq_div_by_one_is_a_noop_by_zero_or_negative_an_error() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 4);
-    let before = c.clone();
-    c.seq_div(0, -1, -1, 1).unwrap();
-    assert_eq!(c, before);
-    assert_eq!(c.seq_div(0, -1, -1, 0), Err(KvError::BadDivisor(0)));
-    assert_eq!(c.seq_div(0, -1, -1, -2), Err(KvError::BadDivisor(-2)));
-    assert_eq!(c, before);
+    unchanged(&mut c, "n = 1", |c| c.seq_div(0, -1, -1, 1)).unwrap();
+    for n in [0, -2] {
+        let e = unchanged(&mut c, "divisor", |c| c.seq_div(0, -1, -1, n)).unwrap_err();
+        assert_eq!(e, KvError::BadDivisor(n));
+    }
 }
 
 #[test]
@@ -368,61 +337,58 @@ fn clear_and_take_shifts() {
 }
 
 #[test]
-fn find_slots_contiguous_from_head_then_any() {
+fn find_cells_contiguous_from_head_then_any() {
     let mut c = unified(8, 2);
     decode(&mut c, 0, 0, 6);
     c.seq_rm(0, 1, 2).unwrap();
     c.seq_rm(0, 3, 4).unwrap();
-    // head moved back to slot 1; contiguous 2-run exists at 6..8
+    // head moved back to cell 1; contiguous 2-run exists at 6..8
     let b: Vec<TokenMeta> = (6..8).map(|p| TokenMeta::new(p, 0)).collect();
-    let plan = c.find_slots(&b).unwrap();
+    let plan = c.find_cells(&b).unwrap();
     assert_eq!(
-        plan.slots().iter().map(|s| s.slot).collect::<Vec<_>>(),
+        plan.cells().iter().map(|p| p.cell).collect::<Vec<_>>(),
         vec![6, 7]
     );
-    // three tokens: no run of 3 -> the first empty slots from the head
+    // three tokens: no run of 3 -> the first empty cells from the head
     let b: Vec<TokenMeta> = (6..9).map(|p| TokenMeta::new(p, 1)).collect();
-    let plan = c.find_slots(&b).unwrap();
+    let plan = c.find_cells(&b).unwrap();
     assert_eq!(
-        plan.slots().iter().map(|s| s.slot).collect::<Vec<_>>(),
+        plan.cells().iter().map(|p| p.cell).collect::<Vec<_>>(),
         vec![1, 3, 6]
     );
     assert_eq!(plan.rows(), vec![1, 3, 6]);
-    c.apply(&plan).unwrap();
+    c.apply(&plan).unwrap().commit();
     assert_eq!(positions(&c, 8), vec![0, 6, 2, 7, 4, 5, 8, -1]);
-    // the plan is now stale: its slots are taken
-    let before = c.clone();
-    assert!(matches!(c.apply(&plan), Err(KvError::StalePlan(_))));
-    assert_eq!(c, before);
+    // the plan is now stale: its cells are taken
+    let e = unchanged(&mut c, "stale plan", |c| c.apply(&plan)).unwrap_err();
+    assert!(matches!(e, KvError::StalePlan(_)), "{e}");
 }
 
 #[test]
-fn find_slots_no_room_is_all_or_nothing() {
+fn find_cells_no_room_is_all_or_nothing() {
     let mut c = per_seq(4, 2);
     decode(&mut c, 0, 0, 3);
-    let before = c.clone();
     let b: Vec<TokenMeta> = vec![
         TokenMeta::new(0, 1),
         TokenMeta::new(3, 0),
         TokenMeta::new(4, 0),
     ];
-    let e = c.find_slots(&b).unwrap_err();
+    let e = unchanged(&mut c, "no room", |c| c.find_cells(&b)).unwrap_err();
     assert_eq!(
         e,
         KvError::NoRoom {
-            op: "find_slots",
+            op: "find_cells",
             stream: 0,
             needed: 2,
             free: 1,
             kv_size: 4
         }
     );
-    assert!(e.to_string().contains("2 slots needed, 1 free"), "{e}");
-    assert_eq!(c, before);
+    assert!(e.to_string().contains("2 cells needed, 1 free"), "{e}");
 }
 
 #[test]
-fn find_slots_rejects_bad_tokens() {
+fn find_cells_rejects_bad_tokens() {
     let c = per_seq(4, 2);
     let bad = [
         TokenMeta {
@@ -444,19 +410,19 @@ fn find_slots_rejects_bad_tokens() {
     ];
     for t in bad {
         assert!(matches!(
-            c.find_slots(&[TokenMeta::new(0, 0), t]),
+            c.find_cells(&[TokenMeta::new(0, 0), t]),
             Err(KvError::BadBatch { index: 1, .. })
         ));
     }
-    // unified: one token may belong to several sequences (one shared slot)
+    // unified: one token may belong to several sequences (one shared cell)
     let mut u = unified(4, 2);
     let plan = u
-        .find_slots(&[TokenMeta {
+        .find_cells(&[TokenMeta {
             pos: 0,
             seq_ids: vec![0, 1],
         }])
         .unwrap();
-    u.apply(&plan).unwrap();
+    u.apply(&plan).unwrap().commit();
     assert_eq!(u.cell(0, 0).unwrap().seqs, [0, 1].into_iter().collect());
     assert_eq!(u.seq_pos_max(1).unwrap(), 0);
 }
@@ -473,16 +439,16 @@ fn batch_positions_need_not_continue_seq_pos_max_but_can_be_checked() {
     assert!(c
         .check_continues(&[TokenMeta::new(3, 0), TokenMeta::new(4, 0)])
         .is_ok());
-    let plan = c.find_slots(&gap).unwrap(); // allowed by the cells
-    c.apply(&plan).unwrap();
+    let plan = c.find_cells(&gap).unwrap(); // allowed by the cells
+    c.apply(&plan).unwrap().commit();
     assert_eq!(c.seq_pos_max(0).unwrap(), 7);
 }
 
 #[test]
 fn mask_empty_other_sequence_causal_swa_alibi() {
     let mut c = unified(8, 2);
-    decode(&mut c, 0, 0, 4); // slots 0..4: seq 0 at 0..3
-    decode(&mut c, 1, 0, 2); // slots 4, 5: seq 1 at 0, 1
+    decode(&mut c, 0, 0, 4); // cells 0..4: seq 0 at 0..3
+    decode(&mut c, 1, 0, 2); // cells 4, 5: seq 1 at 0, 1
     let q = [Query { seq_id: 0, pos: 2 }, Query { seq_id: 1, pos: 1 }];
     let m = c.mask(&q, 8, &MaskParams::causal()).unwrap();
     let i = f32::NEG_INFINITY;
@@ -602,4 +568,64 @@ fn apply_ops_restores_on_error() {
     ];
     assert_eq!(c.apply_ops(&ops), Err(KvError::BadDivisor(0)));
     assert_eq!(c, before);
+}
+
+#[test]
+fn rollback_undoes_a_batch_exactly() {
+    let mut c = unified(8, 2);
+    decode(&mut c, 0, 0, 4);
+    c.seq_rm(0, 1, 2).unwrap(); // head back to cell 1
+    c.seq_add(0, 2, -1, 3).unwrap(); // pending shifts on cells 2, 3
+    let before = c.clone();
+    let b = [TokenMeta::new(9, 0), TokenMeta::new(0, 1)];
+    let plan = c.find_cells(&b).unwrap();
+    let log = c.apply(&plan).unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!((c.used(0), c.seq_pos_max(1).unwrap()), (5, 0));
+    c.rollback(log).unwrap();
+    assert_eq!(c, before);
+    assert_eq!(positions(&c, 8), vec![0, -1, 5, 6, -1, -1, -1, -1]);
+    assert_eq!(shifts(&c, 4), vec![0, 0, 3, 3]);
+    assert_eq!((c.used(0), c.n_kv(0), c.seq_pos_max(0).unwrap()), (3, 4, 6));
+    assert_eq!(c.seq_pos_max(1).unwrap(), -1);
+    // the head moved back too: the same batch finds the same cells
+    assert_eq!(c.find_cells(&b).unwrap(), plan);
+}
+
+#[test]
+fn rollback_after_the_k_shift_keeps_the_shift_taken() {
+    let mut c = per_seq(4, 2);
+    decode(&mut c, 0, 0, 2);
+    c.seq_add(0, -1, -1, 2).unwrap();
+    let mut shifted = c.clone();
+    let plan = c.find_cells(&[TokenMeta::new(4, 0)]).unwrap();
+    let log = c.apply(&plan).unwrap();
+    // the decode runs the K-shift, then fails: K is rotated by now
+    let want = vec![2, 2, 0, 0, 0, 0, 0, 0];
+    assert_eq!(c.take_shifts().unwrap().shifts, want);
+    c.rollback(log).unwrap();
+    assert_eq!(positions(&c, 4), vec![2, 3, -1, -1]);
+    assert_eq!(c.take_shifts(), None);
+    // as before the batch, with the shift taken
+    assert_eq!(shifted.take_shifts().unwrap().shifts, want);
+    assert_eq!(c, shifted);
+}
+
+#[test]
+fn rollback_refuses_a_stale_log_and_changes_nothing() {
+    let mut c = unified(4, 2);
+    decode(&mut c, 0, 0, 1);
+    let log = c
+        .apply(&c.find_cells(&[TokenMeta::new(1, 0)]).unwrap())
+        .unwrap();
+    c.seq_add(0, 1, 2, 1).unwrap(); // the batch's cell moved
+    let e = unchanged(&mut c, "moved", |c| c.rollback(log)).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
+    // a log of a cache of another shape
+    let mut other = unified(8, 2);
+    let log = other
+        .apply(&other.find_cells(&[TokenMeta::new(0, 1)]).unwrap())
+        .unwrap();
+    let e = unchanged(&mut c, "other shape", |c| c.rollback(log)).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
 }

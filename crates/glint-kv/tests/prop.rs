@@ -2,7 +2,8 @@
 //! on a deliberately naive model (a Vec of (pos, rotated_for, BTreeSet<seq>)
 //! per stream, everything recomputed by brute force); every observable is
 //! compared after every step, and every error must leave the real cells
-//! exactly as they were.
+//! exactly as they were. Every batch is also undone on a copy: the rollback
+//! must give back the cells before it.
 
 use std::collections::BTreeSet;
 
@@ -98,7 +99,7 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
             assert_eq!(
                 (c.pos, c.shift, &seqs),
                 (n.pos, shift, &n.seqs),
-                "{ctx}: slot {st}/{i}"
+                "{ctx}: cell {st}/{i}"
             );
         }
         assert_eq!(
@@ -158,7 +159,7 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
         };
         assert_eq!(
             m[j], want,
-            "{ctx}: mask seq {s} pos {p1} slot {j} {params:?}"
+            "{ctx}: mask seq {s} pos {p1} cell {j} {params:?}"
         );
     }
 }
@@ -183,7 +184,27 @@ fn check_err<T: std::fmt::Debug>(
     }
 }
 
-fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) {
+/// Undoing a batch on a copy of `after` gives `before` back exactly; and so
+/// it does when the K-shift ran between the batch and the undo, except that
+/// the taken shifts stay taken (`before` with its shifts taken: the K rows
+/// are rotated by then).
+fn check_rollback(after: &KvCells, before: &KvCells, log: &CellLog, ctx: &str) {
+    let mut undone = after.clone();
+    undone.rollback(log.clone()).unwrap();
+    assert_eq!(&undone, before, "{ctx}: rollback");
+    let (mut shifted, mut want) = (after.clone(), before.clone());
+    assert_eq!(
+        shifted.take_shifts(),
+        want.take_shifts(),
+        "{ctx}: a batch changes no pending shift"
+    );
+    shifted.rollback(log.clone()).unwrap();
+    assert_eq!(shifted, want, "{ctx}: rollback after take_shifts");
+}
+
+/// Runs `steps` random operations; returns how many rollbacks were checked
+/// on a cache with a pending K-shift.
+fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) -> usize {
     let mut rng = Rng(seed);
     let params = KvParams {
         kv_size,
@@ -210,6 +231,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         v_row_bytes: 4,
     };
     let n = n_seq as i64;
+    let mut rollbacks_with_shift = 0;
     for step in 0..steps {
         let before = real.clone();
         // mostly valid ids, sometimes -1 or out of range
@@ -254,17 +276,17 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                     }
                 }
                 let full = need.iter().enumerate().any(|(st, &k)| k > naive.free(st));
-                let r = real.find_slots(&batch);
-                assert_eq!(real, before, "{ctx}: find_slots changed the cells");
+                let r = real.find_cells(&batch);
+                assert_eq!(real, before, "{ctx}: find_cells changed the cells");
                 if let Some(plan) = check_err(&mut real, &before, r, bad || full, &ctx) {
                     let mut seen = BTreeSet::new();
-                    for (t, p) in batch.iter().zip(plan.slots()) {
+                    for (t, p) in batch.iter().zip(plan.cells()) {
                         assert_eq!(p.stream as usize, naive.stream(t.seq_ids[0]), "{ctx}");
                         assert!(
-                            naive.streams[p.stream as usize][p.slot as usize].pos < 0,
+                            naive.streams[p.stream as usize][p.cell as usize].pos < 0,
                             "{ctx}"
                         );
-                        assert!(seen.insert((p.stream, p.slot)), "{ctx}: slot twice");
+                        assert!(seen.insert((p.stream, p.cell)), "{ctx}: cell twice");
                     }
                     // a single-stream batch takes a contiguous run if one exists
                     if need.iter().filter(|&&k| k > 0).count() == 1 {
@@ -273,14 +295,17 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                         let cells = &naive.streams[st];
                         let run_exists = (0..=cells.len() - k)
                             .any(|a| cells[a..a + k].iter().all(|c| c.pos < 0));
-                        let mut slots: Vec<u32> = plan.slots().iter().map(|p| p.slot).collect();
-                        slots.sort();
-                        let contiguous = slots.windows(2).all(|w| w[1] == w[0] + 1);
-                        assert_eq!(run_exists, contiguous, "{ctx}: contiguity {slots:?}");
+                        let mut planned: Vec<u32> = plan.cells().iter().map(|p| p.cell).collect();
+                        planned.sort();
+                        let contiguous = planned.windows(2).all(|w| w[1] == w[0] + 1);
+                        assert_eq!(run_exists, contiguous, "{ctx}: contiguity {planned:?}");
                     }
-                    real.apply(&plan).unwrap();
-                    for (t, p) in batch.iter().zip(plan.slots()) {
-                        naive.streams[p.stream as usize][p.slot as usize] = NCell {
+                    let log = real.apply(&plan).unwrap();
+                    assert_eq!(log.len(), batch.len(), "{ctx}");
+                    check_rollback(&real, &before, &log, &ctx);
+                    rollbacks_with_shift += before.has_shift() as usize;
+                    for (t, p) in batch.iter().zip(plan.cells()) {
+                        naive.streams[p.stream as usize][p.cell as usize] = NCell {
                             pos: t.pos,
                             rotated_for: t.pos,
                             seqs: t.seq_ids.iter().copied().collect(),
@@ -333,18 +358,18 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                     } else {
                         let k = kv_size as u64;
                         let (ss, ds) = (naive.stream(src), naive.stream(dst));
-                        let mut src_slots: Vec<u64> = copies.iter().map(|c| c.src_row).collect();
-                        src_slots.sort();
+                        let mut src_cells: Vec<u64> = copies.iter().map(|c| c.src_row).collect();
+                        src_cells.sort();
                         let want: Vec<u64> = (0..k)
                             .filter(|&i| naive.streams[ss][i as usize].seqs.contains(&src))
                             .map(|i| ss as u64 * k + i)
                             .collect();
-                        assert_eq!(src_slots, want, "{ctx}: copies cover src");
+                        assert_eq!(src_cells, want, "{ctx}: copies cover src");
                         for c in &copies {
                             assert_eq!(c.dst_row / k, ds as u64, "{ctx}");
                             let from = naive.streams[ss][(c.src_row % k) as usize].clone();
                             let to = &mut naive.streams[ds][(c.dst_row % k) as usize];
-                            assert!(to.pos < 0, "{ctx}: copy into a used slot");
+                            assert!(to.pos < 0, "{ctx}: copy into a used cell");
                             *to = NCell {
                                 seqs: [dst].into_iter().collect(),
                                 ..from
@@ -445,7 +470,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                     for (row, c) in res.dst_rows.iter().zip(saved) {
                         assert_eq!(row / kv_size as u64, st as u64, "{ctx}");
                         let to = &mut naive.streams[st][(row % kv_size as u64) as usize];
-                        assert!(to.pos < 0, "{ctx}: restore into a used slot");
+                        assert!(to.pos < 0, "{ctx}: restore into a used cell");
                         *to = NCell {
                             seqs: [b].into(),
                             ..c
@@ -462,34 +487,29 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         }
         compare(&real, &naive, &mut rng, &ctx);
     }
+    rollbacks_with_shift
+}
+
+/// Every shape for seeds 1..=4; the rollbacks must have met pending shifts.
+fn run_shapes(layout: StreamLayout, seed_step: u64, shapes: &[(u32, u32)]) {
+    let mut rollbacks_with_shift = 0;
+    for seed in 1..=4 {
+        for &(kv_size, n_seq) in shapes {
+            let seed = seed * seed_step + kv_size as u64;
+            rollbacks_with_shift += run(seed, kv_size, n_seq, layout, 3000);
+        }
+    }
+    assert!(rollbacks_with_shift > 100, "{rollbacks_with_shift}");
 }
 
 #[test]
 fn random_ops_match_the_naive_model_unified() {
-    for seed in 1..=4 {
-        for (kv_size, n_seq) in [(1, 1), (7, 1), (16, 3), (33, 5), (64, 64)] {
-            run(
-                seed * 7919 + kv_size as u64,
-                kv_size,
-                n_seq,
-                StreamLayout::Unified,
-                3000,
-            );
-        }
-    }
+    let shapes = [(1, 1), (7, 1), (16, 3), (33, 5), (64, 64)];
+    run_shapes(StreamLayout::Unified, 7919, &shapes);
 }
 
 #[test]
 fn random_ops_match_the_naive_model_per_seq() {
-    for seed in 1..=4 {
-        for (kv_size, n_seq) in [(1, 2), (8, 2), (16, 3), (12, 5)] {
-            run(
-                seed * 104_729 + kv_size as u64,
-                kv_size,
-                n_seq,
-                StreamLayout::PerSeq,
-                3000,
-            );
-        }
-    }
+    let shapes = [(1, 2), (8, 2), (16, 3), (12, 5)];
+    run_shapes(StreamLayout::PerSeq, 104_729, &shapes);
 }

@@ -90,7 +90,7 @@ fn selfextend_smollm2_divadd_events_and_cells() {
     let got = seq_positions_in_order(&cells, 0);
     assert_eq!(got.len(), int(&f["n_cells_final"]) as usize);
     assert_eq!(sorted(got.clone()), sorted(want.clone()));
-    assert_eq!(got, want); // slot order too: contiguous placement from the head
+    assert_eq!(got, want); // cell order too: contiguous placement from the head
     assert_eq!(cells.seq_pos_min(0).unwrap(), int(&f["seq_pos_min_final"]));
     assert_eq!(cells.seq_pos_max(0).unwrap(), int(&f["seq_pos_max_final"]));
 }
@@ -132,7 +132,7 @@ fn ctxshift_smollm2_event_and_cells() {
     let want = ints(&f["cells_final"]);
     let got = seq_positions_in_order(&cells, 0);
     assert_eq!(sorted(got.clone()), sorted(want.clone()));
-    // the freed slots 16.. are reused from the head, as in llama.cpp
+    // the freed cells 16.. are reused from the head, as in llama.cpp
     assert_eq!(got, want);
     assert_eq!(cells.seq_pos_min(0).unwrap(), int(&f["seq_pos_min_final"]));
     assert_eq!(cells.seq_pos_max(0).unwrap(), int(&f["seq_pos_max_final"]));

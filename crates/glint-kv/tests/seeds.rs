@@ -18,13 +18,30 @@ fn cell(c: &KvCells, i: u32) -> (i32, i32) {
     let c = c.cell(0, i).unwrap();
     (c.pos, c.shift)
 }
+/// `(pos, shift)` of stream 0's cells `range`.
+fn cells(c: &KvCells, range: std::ops::Range<u32>) -> Vec<(i32, i32)> {
+    range.map(|i| cell(c, i)).collect()
+}
+/// The seeds' prompt: `n` tokens of sequence 0 at positions `0..n`, in a
+/// unified cache of 8192 cells.
+fn prompt(n: i32) -> KvCells {
+    let mut c = unified(8192, 1);
+    decode(&mut c, 0, 0, n);
+    c
+}
+/// The seeds' long runs: `prompt(2048)`, then self-extend at n_past 2048,
+/// ga_i 0.
+fn extend_2048(ga_n: i32, ga_w: i32) -> (KvCells, SelfExtendOutcome) {
+    let mut c = prompt(2048);
+    let out = self_extend_step(&mut c, 0, 2048, 0, ga_n, ga_w).unwrap();
+    (c, out)
+}
 
 /// Contract + seed 000: ga_n 2, ga_w 4, five tokens; then, after the K-shift,
 /// three more tokens and the second pass.
 #[test]
 fn seed000_ga_n2_ga_w4_two_passes() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 5);
+    let mut c = prompt(5);
     assert_eq!(positions(&c, 6), vec![0, 1, 2, 3, 4, -1]);
     let out = self_extend_step(&mut c, 0, 5, 0, 2, 4).unwrap();
     assert_eq!(out.passes.len(), 1);
@@ -34,9 +51,8 @@ fn seed000_ga_n2_ga_w4_two_passes() {
     assert_eq!((out.n_past, out.ga_i), (3, 2));
     assert_eq!(positions(&c, 5), vec![0, 0, 1, 1, 2]);
     assert_eq!(shifts(&c, 5), vec![0, -1, -1, -2, -2]);
-    // after the div alone (trace "$24..$28"): slot 4 still at 4, delta 0
-    let mut mid = unified(8192, 1);
-    decode(&mut mid, 0, 0, 5);
+    // after the div alone (trace "$24..$28"): cell 4 still at 4, delta 0
+    let mut mid = prompt(5);
     mid.apply_ops(&p.calls[..2]).unwrap();
     assert_eq!(positions(&mid, 5), vec![0, 0, 1, 1, 4]);
     assert_eq!(shifts(&mid, 5), vec![0, -1, -1, -2, 0]);
@@ -57,7 +73,7 @@ fn seed000_ga_n2_ga_w4_two_passes() {
     // "$117..$124"
     assert_eq!(positions(&c, 8), vec![0, 0, 1, 1, 2, 2, 3, 3]);
     assert_eq!(shifts(&c, 8), vec![0, 0, 0, 0, 0, -1, -1, -2]);
-    // after the first add alone ("$88..$91": slots 4..7 at 4..7, delta 2)
+    // after the first add alone ("$88..$91": cells 4..7 at 4..7, delta 2)
     // and after the div ("$103..$110")
     before_pass.apply_op(&p.calls[0]).unwrap();
     assert_eq!(positions(&before_pass, 8), vec![0, 0, 1, 1, 4, 5, 6, 7]);
@@ -71,10 +87,8 @@ fn seed000_ga_n2_ga_w4_two_passes() {
 /// 2048 -> 1856) and the end of the loop.
 #[test]
 fn contract_ga_n4_ga_w256_2048_tokens() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let mut first = c.clone();
-    let out = self_extend_step(&mut c, 0, 2048, 0, 4, 256).unwrap();
+    let (c, out) = extend_2048(4, 256);
+    let mut first = prompt(2048);
     let p0 = &out.passes[0];
     assert_eq!(
         p0.calls,
@@ -91,7 +105,7 @@ fn contract_ga_n4_ga_w256_2048_tokens() {
     assert_eq!(cell(&c, 2047), (511, -1536));
     let last = out.passes.last().unwrap();
     assert_eq!((last.n_past_after, last.ga_i_after), (512, 512));
-    // n_past and positions agree: every slot of the 2048 holds < 512
+    // n_past and positions agree: every cell of the 2048 holds < 512
     assert_eq!(c.seq_pos_max(0).unwrap(), 511);
     for pass in &out.passes {
         assert!(pass.n_past_before >= pass.ga_i_before + 256);
@@ -102,38 +116,27 @@ fn contract_ga_n4_ga_w256_2048_tokens() {
 /// Seed 000: ga_n 2, ga_w 2048 at n_past 2048.
 #[test]
 fn seed000_ga_n2_ga_w2048() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let out = self_extend_step(&mut c, 0, 2048, 0, 2, 2048).unwrap();
+    let (c, out) = extend_2048(2, 2048);
     assert_eq!(out.passes.len(), 1);
     assert_eq!(
         out.passes[0].calls,
         [add(0, 2048, 0), div(0, 2048, 2), add(2048, 2048, -1024)]
     );
-    let want = [
-        (0, (0, 0)),
-        (1, (0, -1)),
-        (2, (1, -1)),
-        (3, (1, -2)),
-        (4, (2, -2)),
-        (5, (2, -3)),
-        (2044, (1022, -1022)),
-        (2045, (1022, -1023)),
-        (2046, (1023, -1023)),
-        (2047, (1023, -1024)),
-    ];
-    for (i, pc) in want {
-        assert_eq!(cell(&c, i), pc, "cell {i}");
-    }
+    assert_eq!(
+        cells(&c, 0..6),
+        [(0, 0), (0, -1), (1, -1), (1, -2), (2, -2), (2, -3)]
+    );
+    assert_eq!(
+        cells(&c, 2044..2048),
+        [(1022, -1022), (1022, -1023), (1023, -1023), (1023, -1024)]
+    );
     assert_eq!((out.n_past, out.ga_i), (1024, 1024));
 }
 
 /// Seed 000: ga_n 4, ga_w 2048 at n_past 2048.
 #[test]
 fn seed000_ga_n4_ga_w2048() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let out = self_extend_step(&mut c, 0, 2048, 0, 4, 2048).unwrap();
+    let (c, out) = extend_2048(4, 2048);
     assert_eq!(
         out.passes[0].calls,
         [add(0, 2048, 0), div(0, 2048, 4), add(2048, 2048, -1536)]
@@ -146,10 +149,8 @@ fn seed000_ga_n4_ga_w2048() {
 /// Seed 000: ga_n 2, ga_w 1024 at n_past 2048 — two passes.
 #[test]
 fn seed000_ga_n2_ga_w1024_two_passes() {
-    let mut c = unified(8192, 1);
-    decode(&mut c, 0, 0, 2048);
-    let mut mid = c.clone();
-    let out = self_extend_step(&mut c, 0, 2048, 0, 2, 1024).unwrap();
+    let (c, out) = extend_2048(2, 1024);
+    let mut mid = prompt(2048);
     assert_eq!(out.passes.len(), 2);
     assert_eq!(
         out.passes[0].calls,
@@ -169,34 +170,23 @@ fn seed000_ga_n2_ga_w1024_two_passes() {
     );
     // after the first div (trace "$4..$14")
     mid.apply_ops(&out.passes[0].calls[..2]).unwrap();
-    for (i, pc) in [
-        (0, (0, 0)),
-        (1, (0, -1)),
-        (2, (1, -1)),
-        (3, (1, -2)),
-        (4, (2, -2)),
-        (5, (2, -3)),
-    ]
-    .into_iter()
-    .chain([
-        (1022, (511, -511)),
-        (1023, (511, -512)),
-        (1024, (1024, 0)),
-        (1025, (1025, 0)),
-    ]) {
-        assert_eq!(cell(&mid, i), pc, "after div, cell {i}");
-    }
+    assert_eq!(
+        cells(&mid, 0..6),
+        [(0, 0), (0, -1), (1, -1), (1, -2), (2, -2), (2, -3)]
+    );
+    assert_eq!(
+        cells(&mid, 1022..1026),
+        [(511, -511), (511, -512), (1024, 0), (1025, 0)]
+    );
     // after the second pass ("$21..$26")
-    for (i, pc) in [
-        (1024, (512, -512)),
-        (1025, (512, -513)),
-        (1026, (513, -513)),
-        (1027, (513, -514)),
-        (1028, (514, -514)),
-        (1029, (514, -515)),
-    ] {
-        assert_eq!(cell(&c, i), pc, "cell {i}");
-    }
+    assert_eq!(
+        cells(&c, 1024..1027),
+        [(512, -512), (512, -513), (513, -513)]
+    );
+    assert_eq!(
+        cells(&c, 1027..1030),
+        [(513, -514), (514, -514), (514, -515)]
+    );
     assert_eq!((out.n_past, out.ga_i), (1024, 1024));
 }
 
@@ -230,15 +220,15 @@ fn self_extend_rejects_bad_parameters_and_changes_nothing() {
     assert_eq!(c, before);
 }
 
-/// Seed 001: 36 tokens of one sequence in a unified cache of 32768 slots:
-/// sinfo idxs 0..35 (k_idxs = stream * kv_size + slot), kq_mask ne {256, 36}.
+/// Seed 001: 36 tokens of one sequence in a unified cache of 32768 cells:
+/// sinfo idxs 0..35 (k_idxs = stream * kv_size + cell), kq_mask ne {256, 36}.
 #[test]
 fn seed001_unified_36_tokens_idxs_and_mask_shape() {
     let mut c = KvCells::new(KvParams::unified(32768, 1)).unwrap();
     let batch: Vec<TokenMeta> = (0..36).map(|p| TokenMeta::new(p, 0)).collect();
-    let plan = c.find_slots(&batch).unwrap();
+    let plan = c.find_cells(&batch).unwrap();
     assert_eq!(plan.rows(), (0..36).collect::<Vec<u64>>());
-    c.apply(&plan).unwrap();
+    c.apply(&plan).unwrap().commit();
     let n_kv = c.n_kv(0);
     assert_eq!(n_kv, 256);
     let q: Vec<Query> = (0..36).map(|p| Query { seq_id: 0, pos: p }).collect();
@@ -246,14 +236,14 @@ fn seed001_unified_36_tokens_idxs_and_mask_shape() {
     assert_eq!(m.len(), 256 * 36);
     for (t, row) in m.chunks(256).enumerate() {
         for (j, &v) in row.iter().enumerate() {
-            assert_eq!(v == 0.0, j <= t, "token {t} slot {j}");
+            assert_eq!(v == 0.0, j <= t, "token {t} cell {j}");
             assert!(v == 0.0 || v == f32::NEG_INFINITY);
         }
     }
 }
 
 /// Seed 001: two sequences, not unified: sequence s uses stream s, rows
-/// s * kv_size + slot ("the first sequence would use 0-511 and the second
+/// s * kv_size + cell ("the first sequence would use 0-511 and the second
 /// 512-1023").
 #[test]
 fn seed001_per_seq_streams_rows() {
@@ -261,14 +251,14 @@ fn seed001_per_seq_streams_rows() {
     let batch: Vec<TokenMeta> = (0..3)
         .flat_map(|p| [TokenMeta::new(p, 0), TokenMeta::new(p, 1)])
         .collect();
-    let plan = c.find_slots(&batch).unwrap();
+    let plan = c.find_cells(&batch).unwrap();
     assert_eq!(plan.rows(), vec![0, 512, 1, 513, 2, 514]);
-    c.apply(&plan).unwrap();
+    c.apply(&plan).unwrap().commit();
     assert_eq!((c.used(0), c.used(1)), (3, 3));
     assert_eq!(c.stream_of(1).unwrap(), 1);
     // the same requests in a unified cache share one stream, masks agree
     let mut u = KvCells::new(KvParams::unified(512, 2)).unwrap();
-    u.apply(&u.find_slots(&batch).unwrap()).unwrap();
+    u.apply(&u.find_cells(&batch).unwrap()).unwrap().commit();
     for s in 0..2 {
         let q = [Query { seq_id: s, pos: 2 }];
         let a = c.mask(&q, 512, &MaskParams::causal()).unwrap();
@@ -283,13 +273,13 @@ fn seed001_per_seq_streams_rows() {
     }
 }
 
-/// Seed 001's full-cache story: 4 slots "The cat sat on" at 0..3; "The" is
-/// evicted, the rest rotated back by one, "mat" goes to slot 0 at pos 3.
+/// Seed 001's full-cache story: 4 cells "The cat sat on" at 0..3; "The" is
+/// evicted, the rest rotated back by one, "mat" goes to cell 0 at pos 3.
 #[test]
-fn seed001_evict_and_reuse_slot() {
+fn seed001_evict_and_reuse_cell() {
     let mut c = unified(4, 1);
     decode(&mut c, 0, 0, 4);
-    assert!(c.find_slots(&[TokenMeta::new(4, 0)]).is_err());
+    assert!(c.find_cells(&[TokenMeta::new(4, 0)]).is_err());
     c.seq_rm(0, 0, 1).unwrap();
     c.seq_add(0, 1, 4, -1).unwrap();
     let plan = c.take_shifts().unwrap();

@@ -54,10 +54,7 @@ fn round_trip_into_another_sequence_and_layout() {
             .collect();
         assert_eq!(got, vec![(0, 0), (0, -1), (1, -1), (1, -2), (2, -2)]);
         assert_eq!(dst.seq_n_cells(1).unwrap(), 5);
-        assert_eq!(
-            (dst.seq_pos_min(1).unwrap(), dst.seq_pos_max(1).unwrap()),
-            (0, 2)
-        );
+        assert_eq!(pos_range(&dst, 1), (0, 2));
         assert!(dst.has_shift());
         assert_eq!(dst.seq_pos_max(2).unwrap(), 0);
     }
@@ -75,10 +72,9 @@ fn empty_sequence_round_trip() {
 }
 
 fn rejects(dst: &mut KvCells, blob: &[u8], identity: &ModelIdentity, what: &str) -> String {
-    let before = dst.clone();
-    let e = dst.state_read(blob, 0, identity).expect_err(what);
-    assert_eq!(*dst, before, "{what}: cache changed");
-    e.to_string()
+    unchanged(dst, what, |d| d.state_read(blob, 0, identity))
+        .expect_err(what)
+        .to_string()
 }
 
 #[test]
@@ -174,7 +170,7 @@ fn no_room_or_bad_sequence_changes_nothing() {
     let mut small = unified(4, 2);
     decode(&mut small, 0, 0, 1); // freed by the restore, still not enough
     let e = rejects(&mut small, &blob, &id(), "room");
-    assert!(e.contains("5 slots needed, 4 free"), "{e}");
+    assert!(e.contains("5 cells needed, 4 free"), "{e}");
     let mut dst = unified(8, 1);
     let before = dst.clone();
     assert!(matches!(
