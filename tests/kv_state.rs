@@ -197,7 +197,7 @@ fn bad_cache_calls_are_errors_that_change_nothing() {
         .decode(&Batch::from_tokens(&big, ids.len() as i32, 1))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("250 slots needed"), "{e}");
+    assert!(e.contains("250 cells needed"), "{e}");
     // A token of an unknown sequence.
     let e = ctx
         .decode(&Batch::from_tokens(&[11], 0, 3))

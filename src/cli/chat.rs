@@ -74,6 +74,58 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         conv.set_system(&mut ctx, Some(s.to_string()));
     }
 
+    repl(&mut conv, &mut ctx)
+}
+
+/// What a line typed at the chat does.
+enum Line<'a> {
+    /// Nothing (an empty line, a command already handled).
+    Skip,
+    /// End the conversation.
+    Exit,
+    /// A user message.
+    Message(&'a str),
+}
+
+/// Handle a `/command` line (or pass a message on).
+fn command<'a>(
+    text: &'a str,
+    conv: &mut Conversation,
+    ctx: &mut Context,
+    turn: &mut usize,
+) -> Line<'a> {
+    let cmd = text.trim();
+    let (head, arg) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+    match head {
+        "" => Line::Skip,
+        "/exit" | "/quit" => Line::Exit,
+        "/reset" => {
+            conv.reset(ctx);
+            *turn = 0;
+            eprintln!("glint: conversation cleared");
+            Line::Skip
+        }
+        "/system" => {
+            let arg = arg.trim();
+            conv.set_system(ctx, (!arg.is_empty()).then(|| arg.to_string()));
+            *turn = 0;
+            eprintln!("glint: system message set; conversation cleared");
+            Line::Skip
+        }
+        "/help" => {
+            eprintln!("glint: {COMMANDS}");
+            Line::Skip
+        }
+        h if h.starts_with('/') => {
+            eprintln!("glint: unknown command `{h}` (/help)");
+            Line::Skip
+        }
+        _ => Line::Message(text),
+    }
+}
+
+/// One line per turn from stdin, each reply streamed to stdout.
+fn repl(conv: &mut Conversation, ctx: &mut Context) -> Result<(), String> {
     let stdin = std::io::stdin();
     // The `> ` prompt only for a person at a terminal: piped output stays
     // just the replies.
@@ -98,38 +150,14 @@ pub fn run(rest: &[String]) -> Result<(), String> {
             }
             return Ok(());
         }
-        let text = line.trim_end_matches(['\n', '\r']);
-        let cmd = text.trim();
-        let (head, arg) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
-        match head {
-            "" => continue,
-            "/exit" | "/quit" => return Ok(()),
-            "/reset" => {
-                conv.reset(&mut ctx);
-                turn = 0;
-                eprintln!("glint: conversation cleared");
-                continue;
-            }
-            "/system" => {
-                let arg = arg.trim();
-                conv.set_system(&mut ctx, (!arg.is_empty()).then(|| arg.to_string()));
-                turn = 0;
-                eprintln!("glint: system message set; conversation cleared");
-                continue;
-            }
-            "/help" => {
-                eprintln!("glint: {COMMANDS}");
-                continue;
-            }
-            h if h.starts_with('/') => {
-                eprintln!("glint: unknown command `{h}` (/help)");
-                continue;
-            }
-            _ => {}
-        }
+        let text = match command(line.trim_end_matches(['\n', '\r']), conv, ctx, &mut turn) {
+            Line::Skip => continue,
+            Line::Exit => return Ok(()),
+            Line::Message(text) => text,
+        };
         turn += 1;
         let mut io_err = None;
-        let result = conv.reply(&mut ctx, text, &mut |ev| {
+        let result = conv.reply(ctx, text, &mut |ev| {
             if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|()| out.flush()) {
                 io_err = Some(e);
                 return false;

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use std::path::Path;
 
-use glint::generate::{generate_parallel, generate_with, GenerateParams, Hooks, KvEvent};
+use glint::generate::{
+    generate_parallel, generate_with, GenerateParams, GenerateStats, Hooks, KvEvent,
+};
 use glint::kv::KvOp;
 use glint::state::PromptCache;
 use glint::{Context, Model};
@@ -74,22 +76,29 @@ fn restore_prompt_cache(ctx: &mut Context, path: &Path, ids: &[u32]) -> Result<u
     Ok(n_reuse)
 }
 
-pub fn run(rest: &[String]) -> Result<(), String> {
-    let p = args::parse(rest, FLAGS)?;
-    if p.has("help") {
-        println!("{}", args::help("glint generate [options] [PROMPT]", FLAGS));
-        return Ok(());
-    }
+/// What `generate`'s flags ask for, checked before anything is loaded.
+struct Job {
+    chat: bool,
+    logprobs: Option<usize>,
+    n_parallel: u32,
+    prompts: Vec<String>,
+    params: GenerateParams,
+    keep: i32,
+    cache_path: Option<std::path::PathBuf>,
+    verbose: bool,
+}
+
+fn job(p: &Parsed) -> Result<Job, String> {
     let chat = p.has("chat") || p.has("system") || p.has("messages");
     let logprobs = p.get("logprobs").map(logprobs_out::parse_n).transpose()?;
-    let n_parallel = num::<u32>(&p, "parallel")?.unwrap_or(1);
+    let n_parallel = num::<u32>(p, "parallel")?.unwrap_or(1);
     if n_parallel > 1 && (chat || logprobs.is_some()) {
         return Err("--parallel works without --chat and --logprobs".into());
     }
     let prompts = if p.has("messages") {
         vec![String::new()]
     } else if n_parallel > 1 {
-        let list = prompt_list(&p)?;
+        let list = prompt_list(p)?;
         if list.len() > n_parallel as usize {
             return Err(format!(
                 "generate: {} prompts, --parallel {n_parallel}",
@@ -98,28 +107,46 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         }
         list
     } else {
-        vec![prompt_text(&p)?]
+        vec![prompt_text(p)?]
     };
-    let sampling = sampler_params(&p)?;
-    let n_predict = num::<i32>(&p, "n-predict")?.unwrap_or(-1);
-    let verbose = p.has("verbose");
-    let ga_n = num::<i32>(&p, "grp-attn-n")?.unwrap_or(1);
-    let ga_w = num::<i32>(&p, "grp-attn-w")?.unwrap_or(512);
+    let ga_n = num::<i32>(p, "grp-attn-n")?.unwrap_or(1);
+    let ga_w = num::<i32>(p, "grp-attn-w")?.unwrap_or(512);
     glint::generate::validate_self_extend(ga_n, ga_w).map_err(|e| e.to_string())?;
     let ctx_shift = p.has("context-shift");
     if ctx_shift && ga_n > 1 {
         return Err("--context-shift and --grp-attn-n > 1 cannot be combined".into());
     }
-    let keep = num::<i32>(&p, "keep")?.unwrap_or(0);
     let cache_path = p.get("prompt-cache").map(std::path::PathBuf::from);
     if cache_path.is_some() && (ga_n > 1 || n_parallel > 1) {
         return Err("--prompt-cache works without --grp-attn-n and --parallel".into());
     }
+    Ok(Job {
+        chat,
+        logprobs,
+        n_parallel,
+        prompts,
+        params: GenerateParams {
+            n_predict: num::<i32>(p, "n-predict")?.unwrap_or(-1),
+            sampling: sampler_params(p)?,
+            stop_at_eog: !p.has("ignore-eos"),
+            ga_n,
+            ga_w,
+            ctx_shift,
+            ..Default::default()
+        },
+        keep: num::<i32>(p, "keep")?.unwrap_or(0),
+        cache_path,
+        verbose: p.has("verbose"),
+    })
+}
 
-    let path = model_path(&p)?;
+/// Load the model and make its context; with `--verbose`, say what was
+/// loaded and what the backend holds.
+fn load(p: &Parsed, verbose: bool) -> Result<(Model, Context, f64), String> {
+    let path = model_path(p)?;
     let t_load = Instant::now();
-    let model = Model::load(&path, &model_params(&p)?).map_err(|e| e.to_string())?;
-    let mut ctx = Context::new(&model, context_params(&p, &model)?).map_err(|e| e.to_string())?;
+    let model = Model::load(&path, &model_params(p)?).map_err(|e| e.to_string())?;
+    let ctx = Context::new(&model, context_params(p, &model)?).map_err(|e| e.to_string())?;
     let load_secs = t_load.elapsed().as_secs_f64();
     if verbose {
         let hp = model.hparams();
@@ -140,13 +167,17 @@ pub fn run(rest: &[String]) -> Result<(), String> {
             m.scratch as f64 / 1048576.0
         );
     }
+    Ok((model, ctx, load_secs))
+}
+
+/// Each prompt's token ids; a chat prompt is rendered by the template first
+/// and its text replaces the raw one.
+fn tokenize(p: &Parsed, model: &Model, job: &mut Job) -> Result<Vec<Vec<u32>>, String> {
     let tok = model.tokenizer();
-    let mut all_ids = Vec::with_capacity(prompts.len());
-    let mut prompts = prompts;
-    for prompt in prompts.iter_mut() {
-        let ids = if chat {
-            // The chat template renders the prompt; its text replaces the raw one.
-            let (text, ids) = chat_prompt(&p, &model, std::mem::take(prompt))?;
+    let mut all_ids = Vec::with_capacity(job.prompts.len());
+    for prompt in job.prompts.iter_mut() {
+        let ids = if job.chat {
+            let (text, ids) = chat_prompt(p, model, std::mem::take(prompt))?;
             if p.has("verbose-prompt") {
                 eprintln!("glint: chat prompt:\n{text}");
             }
@@ -164,38 +195,83 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         }
         all_ids.push(ids);
     }
-    let mut params = GenerateParams {
-        n_predict,
-        sampling,
-        stop_at_eog: !p.has("ignore-eos"),
-        ga_n,
-        ga_w,
-        ctx_shift,
-        ..Default::default()
-    };
-    if n_parallel > 1 {
-        return run_parallel(&mut ctx, &prompts, &all_ids, &params, &p, load_secs);
+    Ok(all_ids)
+}
+
+pub fn run(rest: &[String]) -> Result<(), String> {
+    let p = args::parse(rest, FLAGS)?;
+    if p.has("help") {
+        println!("{}", args::help("glint generate [options] [PROMPT]", FLAGS));
+        return Ok(());
     }
-    let (prompt, ids) = (&prompts[0], &all_ids[0]);
+    let mut job = job(&p)?;
+    let (model, mut ctx, load_secs) = load(&p, job.verbose)?;
+    let all_ids = tokenize(&p, &model, &mut job)?;
+    if job.n_parallel > 1 {
+        return run_parallel(&mut ctx, &job.prompts, &all_ids, &job.params, &p, load_secs);
+    }
+    let ids = &all_ids[0];
+    let tok = model.tokenizer();
     // As llama.cpp: --keep counts prompt tokens, the BOS comes on top.
     let add_bos = tok.add_bos() && tok.bos().is_some_and(|b| ids.first() == Some(&b));
-    params.n_keep = if keep < 0 || keep as usize > ids.len() {
+    job.params.n_keep = if job.keep < 0 || job.keep as usize > ids.len() {
         ids.len() as i32
     } else {
-        keep + add_bos as i32
+        job.keep + add_bos as i32
     };
-    if let Some(cp) = &cache_path {
-        params.n_cached = restore_prompt_cache(&mut ctx, cp, ids)?;
+    if let Some(cp) = &job.cache_path {
+        job.params.n_cached = restore_prompt_cache(&mut ctx, cp, ids)?;
         eprintln!(
             "glint: prompt cache {}: reused {} of {} prompt tokens",
             cp.display(),
-            params.n_cached,
+            job.params.n_cached,
             ids.len()
         );
     }
+    let stats = run_single(&p, &job, &mut ctx, ids)?;
+    if job.verbose {
+        let mut pos = ctx.cell_positions();
+        pos.sort_unstable();
+        let list: Vec<String> = pos.iter().map(|p| p.to_string()).collect();
+        eprintln!(
+            "kv: cells {} (positions, sorted): {}",
+            pos.len(),
+            list.join(" ")
+        );
+    }
+    eprintln!(
+        "glint: load {:.2} s | prompt {} tokens, {:.1} tokens/s | generation {} tokens, {:.1} tokens/s | {:?} | {}",
+        load_secs,
+        stats.n_prompt,
+        stats.prompt_tps(),
+        stats.n_gen,
+        stats.gen_tps(),
+        stats.stop,
+        model.backend_name()
+    );
+    if stats.stop == glint::generate::StopReason::ContextFull {
+        eprintln!(
+            "glint: the context is full ({} tokens): stopped (--context-shift would go on)",
+            ctx.n_ctx()
+        );
+    }
+    Ok(())
+}
+
+/// One sequence: text (or `--logprobs` lines) streamed to stdout, the
+/// prompt cache saved once the prompt is in.
+fn run_single(
+    p: &Parsed,
+    job: &Job,
+    ctx: &mut Context,
+    ids: &[u32],
+) -> Result<GenerateStats, String> {
+    let model = ctx.model().clone();
+    let tok = model.tokenizer();
+    let logprobs = job.logprobs;
     let mut out = std::io::stdout().lock();
     if p.has("echo") && logprobs.is_none() {
-        let _ = write!(out, "{prompt}");
+        let _ = write!(out, "{}", job.prompts[0]);
         let _ = out.flush();
     }
     let mut on_kv = |ev: &KvEvent| {
@@ -204,19 +280,19 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         }
     };
     let mut save = |ctx: &mut Context| -> Result<(), glint::Error> {
-        match &cache_path {
+        match &job.cache_path {
             Some(cp) => PromptCache::capture(ctx, 0, ids)?.save(cp),
             None => Ok(()),
         }
     };
     let mut hooks = Hooks {
-        on_kv: if verbose { Some(&mut on_kv) } else { None },
+        on_kv: if job.verbose { Some(&mut on_kv) } else { None },
         after_prompt: Some(&mut save),
     };
     let mut io_err = None;
     let mut lp_err = None;
     let want_logits = logprobs.is_some();
-    let stats = generate_with(&mut ctx, ids, &params, want_logits, &mut hooks, &mut |ev| {
+    let stats = generate_with(ctx, ids, &job.params, want_logits, &mut hooks, &mut |ev| {
         let written = match (logprobs, ev.id, ev.logits) {
             (Some(n), Some(id), Some(logits)) => match logprobs_out::line(tok, logits, id, n) {
                 Ok(v) => writeln!(out, "{v}"),
@@ -246,33 +322,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
             return Err(format!("writing the output: {e}"));
         }
     }
-    if verbose {
-        let mut pos = ctx.cell_positions();
-        pos.sort_unstable();
-        let list: Vec<String> = pos.iter().map(|p| p.to_string()).collect();
-        eprintln!(
-            "kv: cells {} (positions, sorted): {}",
-            pos.len(),
-            list.join(" ")
-        );
-    }
-    eprintln!(
-        "glint: load {:.2} s | prompt {} tokens, {:.1} tokens/s | generation {} tokens, {:.1} tokens/s | {:?} | {}",
-        load_secs,
-        stats.n_prompt,
-        stats.prompt_tps(),
-        stats.n_gen,
-        stats.gen_tps(),
-        stats.stop,
-        model.backend_name()
-    );
-    if stats.stop == glint::generate::StopReason::ContextFull {
-        eprintln!(
-            "glint: the context is full ({} tokens): stopped (--context-shift would go on)",
-            ctx.n_ctx()
-        );
-    }
-    Ok(())
+    Ok(stats)
 }
 
 /// `--parallel N`: every prompt its own sequence, decoded together; each

@@ -67,7 +67,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let worker = std::thread::spawn(move || {
         app.continue_all(&["The capital of France is", "Water boils at"], 16)
     });
-    for (seq, text) in worker.join().map_err(|_| "worker panicked")??.iter().enumerate() {
+    for (seq, text) in worker
+        .join()
+        .map_err(|_| "worker panicked")??
+        .iter()
+        .enumerate()
+    {
         println!("sequence {seq}: {text}");
     }
     Ok(())

@@ -177,11 +177,15 @@ impl Context {
             .kv
             .begin(&l.be, &metas))?;
         let result = self.decode_planned(batch, &plan);
-        if result.is_err() {
-            on_exec!(&mut self.exec, |x| x.kv.rollback(undo));
+        if let Err(e) = result {
             self.out = Outputs::default();
+            // A rollback that fails would leave cells the batch took: say so
+            // beside the decode's own error.
+            on_exec!(&mut self.exec, |x| x.kv.rollback(undo))
+                .map_err(|r| Error::Internal(format!("{e}; and undoing the batch failed: {r}")))?;
+            return Err(e);
         }
-        result
+        Ok(())
     }
 
     /// Output rows in batch order: each token's row, or -1.
@@ -201,9 +205,9 @@ impl Context {
         };
     }
 
-    fn decode_planned(&mut self, batch: &Batch, plan: &glint_kv::SlotPlan) -> Result<(), Error> {
+    fn decode_planned(&mut self, batch: &Batch, plan: &glint_kv::CellPlan) -> Result<(), Error> {
         let n = batch.len();
-        let cells = plan.slots();
+        let cells = plan.cells();
         let rows: Vec<i32> = plan.rows().iter().map(|&r| r as i32).collect();
         self.start_outputs(batch);
 

@@ -16,7 +16,7 @@
 //! rows were rotated, so the positions they were rotated to stay.
 
 use glint_backend::{Backend, GgmlType, Tensor, TensorDesc, Usage};
-use glint_kv::{KvCells, KvParams, ModelIdentity, TokenMeta};
+use glint_kv::{CellLog, CellPlan, KvCells, KvParams, ModelIdentity, TokenMeta};
 use glint_model::{HParams, KvStorage};
 
 use crate::Error;
@@ -32,8 +32,9 @@ pub(crate) struct KvCacheParams {
     pub(crate) type_v: GgmlType,
 }
 
-/// What [`SeqMemory::begin`] changed, for [`SeqMemory::rollback`].
-pub(crate) struct Undo(KvCells);
+/// What [`SeqMemory::begin`] changed, for [`SeqMemory::rollback`]: the
+/// cells the batch took (`glint-kv`'s log), not a copy of the cache.
+pub(crate) struct Undo(CellLog);
 
 /// The sequence operations of a memory. Sequence ids are `0..n_seq_max`;
 /// `seq < 0` means every sequence where an op allows it; `p0 < 0` means from
@@ -57,9 +58,9 @@ pub(crate) trait SeqMemory<B: Backend> {
     fn clear(&mut self);
     /// Make room for a batch of tokens (apply pending position edits, take
     /// the cells): all or nothing.
-    fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, glint_kv::SlotPlan), Error>;
+    fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, CellPlan), Error>;
     /// Undo a [`SeqMemory::begin`] whose decode failed.
-    fn rollback(&mut self, undo: Undo);
+    fn rollback(&mut self, undo: Undo) -> Result<(), Error>;
     /// Sequence `seq`'s state, in [`crate::state`]'s sequence format.
     fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error>;
     /// Restore a sequence saved by `state_write` into `dst`; all or nothing.
@@ -244,18 +245,17 @@ impl<B: Backend> SeqMemory<B> for KvCache<B> {
         self.cells.clear();
     }
 
-    fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, glint_kv::SlotPlan), Error> {
-        let plan = self.cells.find_slots(batch)?;
+    fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, CellPlan), Error> {
+        let plan = self.cells.find_cells(batch)?;
         // Applied shifts stay applied (see the module docs): the undo point
         // is after the K-shift.
         self.apply_kshift(be)?;
-        let undo = Undo(self.cells.clone());
-        self.cells.apply(&plan)?;
-        Ok((undo, plan))
+        let log = self.cells.apply(&plan)?;
+        Ok((Undo(log), plan))
     }
 
-    fn rollback(&mut self, undo: Undo) {
-        self.cells = undo.0;
+    fn rollback(&mut self, undo: Undo) -> Result<(), Error> {
+        Ok(self.cells.rollback(undo.0)?)
     }
 
     fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error> {
