@@ -156,24 +156,41 @@ impl<B: Backend> KvCache<B> {
         Ok(())
     }
 
-    /// Copy the K rows (every layer), then the V rows, of `rows` into `out`
-    /// (the sequence state's storage layout). Consecutive rows are read at
-    /// once.
-    fn read_rows(&self, be: &B, rows: &[u64], out: &mut [u8]) -> Result<(), Error> {
+    /// Call `f(tensor, byte offset in it, byte range in the state's
+    /// storage)` for each run of consecutive `rows`, K of every layer first,
+    /// then V: the sequence state's storage layout. Returns the bytes
+    /// covered.
+    fn for_each_run(
+        &self,
+        rows: &[u64],
+        mut f: impl FnMut(&B::Tensor, usize, std::ops::Range<usize>) -> Result<(), Error>,
+    ) -> Result<usize, Error> {
         let runs = row_runs(rows);
         let mut at = 0;
         for t in self.storage.k.iter().chain(self.storage.v.iter()) {
             let rb = t.desc().row_bytes();
             for &(first, n) in &runs {
                 let len = n * rb;
-                be.read(t, first as usize * rb, &mut out[at..at + len])?;
+                f(t, first as usize * rb, at..at + len)?;
                 at += len;
             }
         }
-        if at != out.len() {
+        Ok(at)
+    }
+
+    /// Copy the K rows (every layer), then the V rows, of `rows` into `out`.
+    /// Consecutive rows are read at once.
+    fn read_rows(&self, be: &B, rows: &[u64], out: &mut [u8]) -> Result<(), Error> {
+        let n = out.len();
+        let at = self.for_each_run(rows, |t, offset, range| {
+            let dst = out.get_mut(range.clone()).ok_or_else(|| {
+                Error::Internal(format!("state storage: {n} bytes, row needs {}", range.end))
+            })?;
+            Ok(be.read(t, offset, dst)?)
+        })?;
+        if at != n {
             return Err(Error::Internal(format!(
-                "state storage: {at} bytes read, {} expected",
-                out.len()
+                "state storage: {at} bytes read, {n} expected"
             )));
         }
         Ok(())
@@ -182,23 +199,16 @@ impl<B: Backend> KvCache<B> {
     /// Write `data` (K rows of every layer, then V rows, in `rows` order)
     /// into the cache rows `rows`.
     fn write_rows(&self, be: &B, rows: &[u64], data: &[u8]) -> Result<(), Error> {
-        let runs = row_runs(rows);
-        let mut at = 0;
-        for t in self.storage.k.iter().chain(self.storage.v.iter()) {
-            let rb = t.desc().row_bytes();
-            for &(first, n) in &runs {
-                let len = n * rb;
-                let src = data.get(at..at + len).ok_or_else(|| {
-                    Error::Internal(format!(
-                        "state storage ends at {}, row needs {}",
-                        data.len(),
-                        at + len
-                    ))
-                })?;
-                be.write(t, first as usize * rb, src)?;
-                at += len;
-            }
-        }
+        self.for_each_run(rows, |t, offset, range| {
+            let src = data.get(range.clone()).ok_or_else(|| {
+                Error::Internal(format!(
+                    "state storage ends at {}, row needs {}",
+                    data.len(),
+                    range.end
+                ))
+            })?;
+            Ok(be.write(t, offset, src)?)
+        })?;
         be.sync()?;
         Ok(())
     }
