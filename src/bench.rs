@@ -45,7 +45,9 @@ impl Test {
 
     /// Cache cells the test needs.
     pub fn n_ctx(&self) -> u32 {
-        self.n_depth + self.n_prompt + self.n_gen
+        self.n_depth
+            .saturating_add(self.n_prompt)
+            .saturating_add(self.n_gen)
     }
 
     /// Tokens the timer covers.

@@ -9,9 +9,11 @@ fn main() -> ExitCode {
     if std::env::var_os("NODEVICE_SELECT").is_none() {
         std::env::set_var("NODEVICE_SELECT", "1");
     }
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    match glint_cli::cli::run(&argv) {
+    let argv = glint_cli::cli::output::args_text(std::env::args_os().skip(1));
+    match argv.and_then(|argv| glint_cli::cli::run(&argv)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader closed the pipe: it has what it wanted.
+        Err(e) if e == glint_cli::cli::output::CLOSED => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("glint: {e}");
             ExitCode::FAILURE

@@ -446,8 +446,16 @@ pub fn ensure(name: &str, log: &mut dyn FnMut(&str)) -> Result<PathBuf, Error> {
         path.display()
     ));
     let partial = path.with_extension("gguf.partial");
-    p.writer()?.write_to_path(&partial)?;
-    std::fs::rename(&partial, &path).map_err(io)?;
+    // A failed write (a full disk, say) must not leave a multi-GB partial
+    // file behind.
+    let written = p
+        .writer()
+        .and_then(|w| Ok(w.write_to_path(&partial)?))
+        .and_then(|()| std::fs::rename(&partial, &path).map_err(io));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
     Ok(path)
 }
 

@@ -11,6 +11,7 @@ use glint::{BackendKind, CacheType, Context, ContextParams, Model, ModelParams};
 use serde_json::{json, Value as Json};
 
 use super::args::{self, Flag, Parsed};
+use super::output;
 
 macro_rules! flag {
     ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
@@ -166,6 +167,11 @@ enum Format {
     Csv,
 }
 
+/// Most tokens (depth + prompt + generated) one test may put in its context.
+const MAX_TEST_TOKENS: u64 = 1 << 20;
+/// Most repetitions of each test.
+const MAX_REPS: usize = 1000;
+
 fn config(p: &Parsed) -> Result<Config, String> {
     if !p.positional.is_empty() {
         return Err(format!(
@@ -198,8 +204,11 @@ fn config(p: &Parsed) -> Result<Config, String> {
     let threads = if p.has("threads") {
         list::<usize>(p, "threads", "")?
             .into_iter()
-            .map(|t| if t == 0 { None } else { Some(t) })
-            .collect()
+            .map(|t| match t {
+                0 => Ok(None),
+                t => super::options::clamp_threads(t).map(Some),
+            })
+            .collect::<Result<_, _>>()?
     } else {
         vec![None]
     };
@@ -235,7 +244,19 @@ fn config(p: &Parsed) -> Result<Config, String> {
     if tests.is_empty() {
         return Err("bench: no tests (-p 0 and -n 0 and no -pg)".into());
     }
+    if let Some(t) = tests.iter().find(|t| t.n_ctx() as u64 > MAX_TEST_TOKENS) {
+        return Err(format!(
+            "bench: {} needs {} tokens of context, more than the {MAX_TEST_TOKENS} a test may have",
+            t.name(),
+            t.n_ctx()
+        ));
+    }
     let reps = p.parse::<usize>("repetitions")?.unwrap_or(5).max(1);
+    if reps > MAX_REPS {
+        return Err(format!(
+            "--repetitions {reps}: at most {MAX_REPS} (medians settle long before)"
+        ));
+    }
     let positive = |name: &str, default: &str| -> Result<Vec<u32>, String> {
         let v: Vec<u32> = list(p, name, default)?;
         if v.contains(&0) {
@@ -315,8 +336,7 @@ fn bandwidth(
 pub fn run(rest: &[String]) -> Result<(), String> {
     let p = args::parse(rest, FLAGS)?;
     if p.has("help") {
-        println!("{}", help());
-        return Ok(());
+        return output::println(&help());
     }
     let c = config(&p)?;
     let per_model = c.batch.len() * c.ubatch.len() * c.type_k.len() * c.type_v.len();
@@ -381,9 +401,9 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         }
     }
     match c.format {
-        Format::Json => println!("{:#}", Json::Array(rows)),
-        Format::Csv => print!("{}", csv(&rows)),
-        Format::Md => print!("{}", markdown(&rows)),
+        Format::Json => output::println(&format!("{:#}", Json::Array(rows)))?,
+        Format::Csv => output::print(&csv(&rows))?,
+        Format::Md => output::print(&markdown(&rows))?,
     }
     Ok(())
 }

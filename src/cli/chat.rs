@@ -11,7 +11,11 @@ use glint::{Context, Model};
 use super::args::{self, Flag};
 use super::options::{context_params, model_params, model_path, sampler_params, FLAGS};
 
-/// `generate`'s flags that make no sense in a conversation.
+/// `generate`'s flags that `chat` does not take: they make no sense in a
+/// conversation, or the conversation loop does not implement them (prompt
+/// caches, context shift, self-extend, prompt dumps, --ignore-eos, which
+/// would never end a turn). Not listed in `chat --help`; given, they are
+/// unknown-flag errors rather than silently ignored.
 const NOT_IN_CHAT: &[&str] = &[
     "prompt",
     "file",
@@ -20,6 +24,16 @@ const NOT_IN_CHAT: &[&str] = &[
     "chat",
     "messages",
     "no-special",
+    "prompt-cache",
+    "context-shift",
+    "keep",
+    "grp-attn-n",
+    "grp-attn-w",
+    "verbose-prompt",
+    "ignore-eos",
+    "parallel",
+    "kv-unified",
+    "no-kv-unified",
 ];
 
 const COMMANDS: &str = "\
@@ -38,11 +52,10 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     let flags = chat_flags();
     let p = args::parse(rest, &flags)?;
     if p.has("help") {
-        println!(
+        return super::output::println(&format!(
             "{}\n{COMMANDS}",
             args::help("glint chat [options]  (then one message per line)", &flags)
-        );
-        return Ok(());
+        ));
     }
     if let Some(a) = p.positional.first() {
         return Err(format!(

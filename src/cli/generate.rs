@@ -19,6 +19,7 @@ use super::options::{
     chat_prompt, context_params, model_params, model_path, num, prompt_list, prompt_text,
     sampler_params, FLAGS,
 };
+use super::output;
 
 /// One cache event as `--verbose` prints it: a summary line, then each call.
 fn kv_event_lines(ev: &KvEvent) -> Vec<String> {
@@ -201,8 +202,7 @@ fn tokenize(p: &Parsed, model: &Model, job: &mut Job) -> Result<Vec<Vec<u32>>, S
 pub fn run(rest: &[String]) -> Result<(), String> {
     let p = args::parse(rest, FLAGS)?;
     if p.has("help") {
-        println!("{}", args::help("glint generate [options] [PROMPT]", FLAGS));
-        return Ok(());
+        return output::println(&args::help("glint generate [options] [PROMPT]", FLAGS));
     }
     let mut job = job(&p)?;
     let (model, mut ctx, load_secs) = load(&p, job.verbose)?;
@@ -250,8 +250,13 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         model.backend_name()
     );
     if stats.stop == glint::generate::StopReason::ContextFull {
+        let hint = if job.params.ctx_shift {
+            "a context shift freed no room: lower --keep"
+        } else {
+            "--context-shift would go on"
+        };
         eprintln!(
-            "glint: the context is full ({} tokens): stopped (--context-shift would go on)",
+            "glint: the context is full ({} tokens): stopped ({hint})",
             ctx.n_ctx()
         );
     }

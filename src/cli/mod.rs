@@ -6,6 +6,7 @@ mod chat;
 mod generate;
 mod logprobs_out;
 pub mod options;
+pub mod output;
 
 use args::Flag;
 
@@ -29,8 +30,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let (cmd, rest) = match argv.split_first() {
         Some((c, r)) => (c.as_str(), r),
         None => {
-            println!("{USAGE}");
-            return Ok(());
+            return output::println(USAGE);
         }
     };
     match cmd {
@@ -39,10 +39,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         "bench" => bench::run(rest),
         "chat" => chat::run(rest),
         "pull" => pull(rest),
-        "help" | "-h" | "--help" => {
-            println!("{USAGE}");
-            Ok(())
-        }
+        "help" | "-h" | "--help" => output::println(USAGE),
         other => Err(format!("unknown command `{other}` (try `glint help`)")),
     }
 }
@@ -71,11 +68,10 @@ const INSPECT_FLAGS: &[Flag] = &[
 fn inspect(rest: &[String]) -> Result<(), String> {
     let p = args::parse(rest, INSPECT_FLAGS)?;
     if p.has("help") {
-        println!(
-            "{}",
-            args::help("glint inspect MODEL.gguf [--json [--full]]", INSPECT_FLAGS)
-        );
-        return Ok(());
+        return output::println(&args::help(
+            "glint inspect MODEL.gguf [--json [--full]]",
+            INSPECT_FLAGS,
+        ));
     }
     let path = match p.positional.as_slice() {
         [one] => one,
@@ -85,11 +81,10 @@ fn inspect(rest: &[String]) -> Result<(), String> {
     let f = glint::gguf::GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
     if p.has("json") {
         let doc = crate::inspect::render_json(path, &f, p.has("full"));
-        println!("{doc:#}");
+        output::println(&format!("{doc:#}"))
     } else {
-        print!("{}", crate::inspect::render_text(path, &f));
+        output::print(&crate::inspect::render_text(path, &f))
     }
-    Ok(())
 }
 
 fn generate(rest: &[String]) -> Result<(), String> {
@@ -100,11 +95,11 @@ fn pull(rest: &[String]) -> Result<(), String> {
     let names: Vec<&str> = match rest {
         [] => vec![crate::models::DEFAULT_MODEL],
         [n] if n == "-h" || n == "--help" => {
-            println!("usage: glint pull [NAME ...|all]\n\nknown models:");
+            let mut text = "usage: glint pull [NAME ...|all]\n\nknown models:".to_string();
             for m in crate::models::KNOWN_MODELS {
-                println!("  {:<8} {} ({} bytes)", m.name, m.file, m.size);
+                text += &format!("\n  {:<8} {} ({} bytes)", m.name, m.file, m.size);
             }
-            return Ok(());
+            return output::println(&text);
         }
         [n] if n == "all" => crate::models::KNOWN_MODELS.iter().map(|m| m.name).collect(),
         more => more.iter().map(String::as_str).collect(),
@@ -119,7 +114,7 @@ fn pull(rest: &[String]) -> Result<(), String> {
         })?;
         let path = crate::models::pull(m, &mut |line| eprintln!("glint: {line}"))
             .map_err(|e| e.to_string())?;
-        println!("{}", path.display());
+        output::println(&path.display().to_string())?;
     }
     Ok(())
 }

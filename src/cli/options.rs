@@ -125,6 +125,33 @@ pub fn model_path(p: &Parsed) -> Result<std::path::PathBuf, String> {
     crate::models::pull(known, &mut |line| eprintln!("glint: {line}")).map_err(|e| e.to_string())
 }
 
+/// Most cpu threads glint starts, as a multiple of the cores: more only
+/// adds switching (and `-t 100000` would spend minutes starting threads).
+pub const MAX_THREADS_PER_CORE: usize = 4;
+
+/// `-t N`, checked: 0 is an error; above [`MAX_THREADS_PER_CORE`] times the
+/// cores it is clamped, with a one-line notice.
+pub fn threads(p: &Parsed) -> Result<Option<usize>, String> {
+    let Some(t) = num::<usize>(p, "threads")? else {
+        return Ok(None);
+    };
+    Ok(Some(clamp_threads(t)?))
+}
+
+/// See [`threads`].
+pub fn clamp_threads(t: usize) -> Result<usize, String> {
+    if t == 0 {
+        return Err("--threads must be >= 1".into());
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let max = cores * MAX_THREADS_PER_CORE;
+    if t > max {
+        eprintln!("glint: --threads {t} is more than {MAX_THREADS_PER_CORE} per core on {cores} cores: using {max}");
+        return Ok(max);
+    }
+    Ok(t)
+}
+
 pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
     Ok(ModelParams {
         backend: p
@@ -133,7 +160,7 @@ pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
             .parse()
             .map_err(|e: glint::Error| e.to_string())?,
         adapter: num(p, "adapter")?,
-        n_threads: num(p, "threads")?,
+        n_threads: threads(p)?,
         ..Default::default()
     })
 }
@@ -144,6 +171,21 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
     let n_ctx = match num::<u32>(p, "ctx-size")? {
         Some(0) | None => d.n_ctx.min(n_ctx_train),
         Some(n) => n,
+    };
+    if n_ctx > n_ctx_train && n_ctx_train > 0 {
+        eprintln!(
+            "glint: warning: -c {n_ctx} is above the model's trained context ({n_ctx_train}): \
+             quality drops past it without self-extend (-gan/-gaw) or RoPE scaling"
+        );
+    }
+    // As llama.cpp: a batch larger than the context is clamped to it.
+    let clamp = |flag: &str, v: u32| -> u32 {
+        if v > n_ctx {
+            eprintln!("glint: --{flag} {v} is above -c {n_ctx}: using {n_ctx}");
+            n_ctx
+        } else {
+            v
+        }
     };
     let cache = |flag: &str| -> Result<CacheType, String> {
         p.get(flag)
@@ -164,8 +206,14 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
         n_ctx,
         n_seq_max: n_seq,
         kv_unified,
-        n_batch: num(p, "batch-size")?.unwrap_or(d.n_batch),
-        n_ubatch: num(p, "ubatch-size")?.unwrap_or(d.n_ubatch),
+        n_batch: match num(p, "batch-size")? {
+            Some(b) => clamp("batch-size", b),
+            None => d.n_batch,
+        },
+        n_ubatch: match num(p, "ubatch-size")? {
+            Some(b) => clamp("ubatch-size", b),
+            None => d.n_ubatch,
+        },
         type_k: cache("cache-type-k")?,
         type_v: cache("cache-type-v")?,
     })
@@ -175,8 +223,7 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
 pub fn prompt_list(p: &Parsed) -> Result<Vec<String>, String> {
     let list: Vec<String> = match (p.all("prompt"), p.get("file"), p.positional.as_slice()) {
         (ps, None, []) if !ps.is_empty() => ps.to_vec(),
-        ([], Some(f), []) => std::fs::read_to_string(f)
-            .map_err(|e| format!("--file {f}: {e}"))?
+        ([], Some(f), []) => read_text_file("file", f)?
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(str::to_string)
@@ -201,7 +248,7 @@ pub fn prompt_text(p: &Parsed) -> Result<String, String> {
     }
     match (p.get("prompt"), p.get("file"), p.positional.as_slice()) {
         (Some(t), None, []) => Ok(t.to_string()),
-        (None, Some(f), []) => std::fs::read_to_string(f).map_err(|e| format!("--file {f}: {e}")),
+        (None, Some(f), []) => read_text_file("file", f),
         (None, None, [t]) => Ok(t.clone()),
         (None, None, []) => {
             Err("generate: no prompt (give -p TEXT, -f FILE or the prompt as an argument)".into())
@@ -226,8 +273,7 @@ pub fn chat_prompt(
             if p.has("prompt") || p.has("file") || !p.positional.is_empty() {
                 return Err("--messages: the file is the whole prompt (no -p/-f/argument)".into());
             }
-            let text =
-                std::fs::read_to_string(file).map_err(|e| format!("--messages {file}: {e}"))?;
+            let text = read_text_file("messages", file)?;
             match serde_json::from_str::<Value>(&text) {
                 Ok(Value::Array(m)) if !m.is_empty() => m,
                 Ok(_) => {
@@ -253,4 +299,31 @@ pub fn chat_prompt(
     }
     chat.prompt(model.tokenizer(), &messages, true)
         .map_err(|e| e.to_string())
+}
+
+/// Largest prompt or messages file read (64 MiB: far more text than any
+/// context holds; `-f /dev/zero` would otherwise read forever).
+pub const MAX_TEXT_FILE_BYTES: u64 = 64 << 20;
+
+/// Read `path` (given with `--flag`) as UTF-8 text: a regular file of at
+/// most [`MAX_TEXT_FILE_BYTES`].
+pub fn read_text_file(flag: &str, path: &str) -> Result<String, String> {
+    use std::io::Read;
+    let bad = |m: String| format!("--{flag} {path}: {m}");
+    let f = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let md = f.metadata().map_err(|e| bad(e.to_string()))?;
+    if !md.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if md.len() > MAX_TEXT_FILE_BYTES {
+        return Err(bad(format!(
+            "{} bytes, more than the {MAX_TEXT_FILE_BYTES} a prompt file may have",
+            md.len()
+        )));
+    }
+    let mut b = Vec::with_capacity(md.len() as usize);
+    f.take(MAX_TEXT_FILE_BYTES + 1)
+        .read_to_end(&mut b)
+        .map_err(|e| bad(e.to_string()))?;
+    String::from_utf8(b).map_err(|e| bad(format!("not UTF-8 text ({e})")))
 }

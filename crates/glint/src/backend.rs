@@ -142,6 +142,19 @@ impl LoadedBackend {
         }
     }
 
+    /// True when the backend's buffers live in this process's memory (the
+    /// cpu backend, a software GPU adapter), so host limits apply to them.
+    pub(crate) fn uses_host_memory(&self) -> bool {
+        match self {
+            #[cfg(feature = "cpu")]
+            LoadedBackend::Cpu(_) => true,
+            #[cfg(feature = "wgpu")]
+            LoadedBackend::Gpu(l) => {
+                l.be.adapter_info().device_type == glint_gpu::wgpu::DeviceType::Cpu
+            }
+        }
+    }
+
     pub(crate) fn measure_bandwidth(&self, n_bytes: usize, reps: usize) -> Result<f64, Error> {
         match self {
             #[cfg(feature = "cpu")]

@@ -60,6 +60,7 @@ impl Context {
                 params.n_ctx, params.n_seq_max
             )));
         }
+        check_memory(model, &params, kv_size)?;
         let kvp = KvCacheParams {
             cells: KvParams {
                 kv_size,
@@ -471,6 +472,42 @@ impl Context {
     pub fn clear(&mut self) {
         on_exec!(&mut self.exec, |x| SeqMemory::clear(&mut x.kv));
         self.out = Outputs::default();
+    }
+}
+
+/// Refuse a context whose KV cache (cells and K/V rows) would not fit in
+/// what the process may still take, before allocating any of it: `-c
+/// 4294967295` is an error with the numbers, not an abort.
+fn check_memory(model: &Model, params: &ContextParams, kv_size: u32) -> Result<(), Error> {
+    let hp = model.hparams();
+    let n_stream = if params.kv_unified {
+        1
+    } else {
+        params.n_seq_max as u64
+    };
+    let n_rows = n_stream * kv_size as u64;
+    let n = hp.n_embd_kv() as u64;
+    let row = |t: crate::CacheType| t.ggml().bytes_for(n).unwrap_or(u64::MAX);
+    // Per cell: a K and a V row in every layer, and the cell's own entry
+    // (position, shift, sequence set: under 64 bytes).
+    let per_row = (hp.n_layer as u64)
+        .saturating_mul(row(params.type_k).saturating_add(row(params.type_v)))
+        .saturating_add(64);
+    let needed = n_rows.saturating_mul(per_row);
+    if !model.backend().uses_host_memory() {
+        // Device memory: the backend refuses a buffer it cannot make.
+        return Ok(());
+    }
+    match crate::measure::memory_limit() {
+        Some(available) if needed > available => Err(Error::OutOfMemory {
+            what: format!(
+                "a KV cache of {n_rows} cells ({} layers, {n} values per row)",
+                hp.n_layer
+            ),
+            needed,
+            available,
+        }),
+        _ => Ok(()),
     }
 }
 

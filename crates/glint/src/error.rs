@@ -56,6 +56,17 @@ pub enum Error {
     /// vocabulary, an unknown sequence, positions out of order).
     #[error("bad batch: {0}")]
     Batch(String),
+    /// What a request would allocate is more than the process may take
+    /// (checked before allocating).
+    #[error("{what} needs {needed} bytes, and this process may take {available} more")]
+    OutOfMemory {
+        /// What would be allocated.
+        what: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes the process may still take.
+        available: u64,
+    },
     /// A backend this build of glint was compiled without (a cargo feature).
     #[error("the {0} backend is not compiled into this build of glint (cargo feature `{0}`)")]
     BackendUnavailable(&'static str),

@@ -32,3 +32,49 @@ pub fn cpu_read_bandwidth(n_bytes: usize, n_threads: usize, reps: usize) -> f64 
     std::hint::black_box(sink);
     (n * 8) as f64 / best
 }
+
+/// The most memory this process may still take, in bytes: the lowest of
+/// the memory the system has available (`MemAvailable`), the cgroup's limit
+/// less what the cgroup uses, and the address-space limit (`ulimit -v`).
+/// `None` where none of them can be read (not Linux).
+pub fn memory_limit() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let mut limits = Vec::new();
+    if let Some(s) = read("/proc/meminfo") {
+        if let Some(kb) = s
+            .lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            limits.push(kb * 1024);
+        }
+    }
+    // cgroup v2, then v1; "max" (or a huge v1 number) means no limit.
+    for (max, cur) in [
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ] {
+        if let Some(m) = read(max).and_then(|s| s.trim().parse::<u64>().ok()) {
+            let used = read(cur)
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            limits.push(m.saturating_sub(used));
+            break;
+        }
+    }
+    if let Some(s) = read("/proc/self/limits") {
+        if let Some(v) = s
+            .lines()
+            .find(|l| l.starts_with("Max address space"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            limits.push(v);
+        }
+    }
+    limits.into_iter().min()
+}
