@@ -450,8 +450,8 @@ pub fn ensure(name: &str, log: &mut dyn FnMut(&str)) -> Result<PathBuf, Error> {
     // file behind.
     let written = p
         .writer()
-        .and_then(|w| Ok(w.write_to_path(&partial)?))
-        .and_then(|()| std::fs::rename(&partial, &path).map_err(io));
+        .and_then(|mut w| Ok(w.write_to_path(&partial)?))
+        .and_then(|_| std::fs::rename(&partial, &path).map_err(io));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
         return Err(e);
