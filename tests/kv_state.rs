@@ -127,16 +127,22 @@ fn corrupt_or_foreign_state_is_refused_and_changes_nothing() {
     wrong_magic[0] = b'X';
     let mut longer = blob.clone();
     longer.push(0);
+    // The seal covers every byte: a K/V row flipped deep in the payload is
+    // caught like a header byte (it once loaded and answered wrongly).
+    let mut flipped_row = blob.clone();
+    let deep = blob.len() - 100;
+    flipped_row[deep] ^= 0x01;
     for (what, bad, needle) in [
         ("truncated header", blob[..30].to_vec(), "truncated"),
         (
             "truncated storage",
             blob[..blob.len() - 1].to_vec(),
-            "expected",
+            "checksum mismatch",
         ),
-        ("one byte too many", longer, "expected"),
-        ("flipped header byte", flipped, ""),
-        ("wrong magic", wrong_magic, "magic"),
+        ("one byte too many", longer, "checksum mismatch"),
+        ("flipped header byte", flipped, "checksum mismatch"),
+        ("flipped K/V byte", flipped_row, "checksum mismatch"),
+        ("wrong magic", wrong_magic, "checksum mismatch"),
         ("empty", Vec::new(), "truncated"),
     ] {
         let e = ctx.state_seq_load(&bad, 1).unwrap_err().to_string();

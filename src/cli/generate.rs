@@ -70,7 +70,9 @@ fn restore_prompt_cache(ctx: &mut Context, path: &Path, ids: &[u32]) -> Result<u
     if n_reuse == 0 {
         return Ok(0);
     }
-    ctx.state_seq_load(&state, 0)
+    // Only the reused prefix: a cache saved by a larger context still
+    // restores when that prefix fits.
+    ctx.state_seq_load_prefix(&state, 0, n_reuse as i32)
         .map_err(|e| format!("prompt cache {}: {e}", path.display()))?;
     ctx.seq_rm(0, n_reuse as i32, -1)
         .map_err(|e| e.to_string())?;

@@ -1,10 +1,10 @@
 //! Per-sequence state: the cell part of a saved sequence, and its checks.
 //!
-//! Layout (little-endian), version 1:
+//! Layout (little-endian), version 2:
 //!
 //! ```text
 //! magic          8 bytes  "GLINTKV\0"
-//! version        u32      1
+//! version        u32      2
 //! arch_len       u32      <= MAX_ARCH_BYTES
 //! arch           arch_len bytes, UTF-8 (general.architecture)
 //! n_layer        u32
@@ -23,16 +23,22 @@
 //! storage        storage_bytes bytes, appended by the context:
 //!                for il in 0..n_layer: the K rows of the cells, in cell order;
 //!                then for il in 0..n_layer: the V rows, in cell order
+//! seal           u64      FNV-1a 64 of every byte above (header, cells and
+//!                         storage), appended by [`seal_state`]
 //! ```
 //!
-//! The blob must end exactly after `storage`.
+//! The blob must end exactly after `seal`. The seal is checked before
+//! anything else, so a flipped bit anywhere (a K/V row included) is an
+//! error, never a restored sequence that answers another prompt's question;
+//! the header's own checksum still names a corrupt header as such.
+//! Version 1 had no seal and is refused.
 
 use crate::{CellPlan, KvCells, KvError, Pos, Result, SeqId, TokenMeta};
 
 /// Leading bytes of a saved sequence.
 pub const STATE_MAGIC: [u8; 8] = *b"GLINTKV\0";
 /// Format version written and read.
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
 /// Cap on the architecture string (GGUF names are short; a longer one means
 /// a corrupt blob).
 pub const MAX_ARCH_BYTES: u32 = 256;
@@ -87,9 +93,41 @@ pub struct SeqStateRead {
     pub dst_rows: Vec<u64>,
     /// Where the K/V rows are inside the blob.
     pub storage: std::ops::Range<usize>,
+    /// Cells in the blob.
+    pub n_saved: usize,
+    /// The blob's cells that were restored (indices in its cell order), one
+    /// per `dst_rows` entry; all of them unless a prefix was asked for.
+    pub kept: Vec<usize>,
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// Append the seal (a checksum of everything before it) to a blob whose
+/// storage is complete: the last step of saving a sequence.
+pub fn seal_state(blob: &mut Vec<u8>) {
+    let sum = fnv1a(blob);
+    blob.extend_from_slice(&sum.to_le_bytes());
+}
+
+/// The blob without its seal, once the seal matches.
+fn unseal(bytes: &[u8]) -> Result<&[u8]> {
+    let n = bytes.len();
+    if n < 8 {
+        return Err(KvError::State(format!(
+            "truncated: {n} bytes, not even a seal"
+        )));
+    }
+    let (body, seal) = bytes.split_at(n - 8);
+    let mut a = [0u8; 8];
+    a.copy_from_slice(seal);
+    if fnv1a(body) != u64::from_le_bytes(a) {
+        return Err(KvError::State(
+            "checksum mismatch: the saved state is corrupt or truncated".into(),
+        ));
+    }
+    Ok(body)
+}
+
+/// FNV-1a 64: the checksum of every glint state format.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         h ^= b as u64;
@@ -215,12 +253,33 @@ impl KvCells {
         dst_seq: SeqId,
         id: &ModelIdentity,
     ) -> Result<SeqStateRead> {
+        self.state_read_prefix(bytes, dst_seq, id, Pos::MAX)
+    }
+
+    /// [`KvCells::state_read`] of the saved cells at positions below
+    /// `end_pos` only: a prompt cache saved by a larger context restores
+    /// the prefix that is reused, without needing room for the rest. The
+    /// whole blob is checked all the same. `kept` in the result names the
+    /// saved cells restored, whose K/V rows the storage must write.
+    pub fn state_read_prefix(
+        &mut self,
+        bytes: &[u8],
+        dst_seq: SeqId,
+        id: &ModelIdentity,
+        end_pos: Pos,
+    ) -> Result<SeqStateRead> {
         self.check_seq("state_read", dst_seq)?;
         let saved = SavedSeq::parse(bytes, id)?;
-        let plan = self.place_saved(dst_seq, &saved.cells)?;
+        let kept: Vec<usize> = (0..saved.cells.len())
+            .filter(|&k| saved.cells[k].0 < end_pos)
+            .collect();
+        let cells: Vec<(Pos, Pos)> = kept.iter().map(|&k| saved.cells[k]).collect();
+        let plan = self.place_saved(dst_seq, &cells)?;
         Ok(SeqStateRead {
             dst_rows: plan.rows(),
             storage: saved.storage,
+            n_saved: saved.cells.len(),
+            kept,
         })
     }
 
@@ -272,7 +331,8 @@ impl SavedSeq {
     /// always run (so a blob wrong in two ways names the same fault): the
     /// header as far as the checksum (truncation, magic, version, arch),
     /// the checksum, the identity, the lengths, then the cells.
-    fn parse(bytes: &[u8], id: &ModelIdentity) -> Result<SavedSeq> {
+    fn parse(sealed: &[u8], id: &ModelIdentity) -> Result<SavedSeq> {
+        let bytes = unseal(sealed)?;
         let mut r = Reader { b: bytes, at: 0 };
         let saved = read_identity(&mut r)?;
         let _src_kv_size = r.u32("kv_size")?;

@@ -444,6 +444,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                 let w = real.state_write(a, &id).unwrap();
                 let mut blob = w.bytes.clone();
                 blob.resize(blob.len() + w.storage_bytes as usize, 7);
+                seal_state(&mut blob);
                 let saved: Vec<NCell> = naive.streams[naive.stream(a)]
                     .iter()
                     .filter(|c| c.seqs.contains(&a))

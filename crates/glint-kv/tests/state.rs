@@ -30,7 +30,17 @@ fn saved() -> (Vec<u8>, SeqStateWrite) {
     assert_eq!(w.storage_bytes, 5 * 2 * 16);
     let mut blob = w.bytes.clone();
     blob.extend((0..w.storage_bytes).map(|i| i as u8));
+    seal_state(&mut blob);
     (blob, w)
+}
+
+/// `blob` without its seal, changed by `f`, sealed again: a well-formed
+/// file that is wrong in one way, so the error must name that way.
+fn resealed(blob: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut b = blob[..blob.len() - 8].to_vec();
+    f(&mut b);
+    seal_state(&mut b);
+    b
 }
 
 #[test]
@@ -67,7 +77,9 @@ fn empty_sequence_round_trip() {
     assert_eq!(w.storage_bytes, 0);
     let mut d = unified(4, 1);
     decode(&mut d, 0, 0, 2);
-    d.state_read(&w.bytes, 0, &id()).unwrap();
+    let mut blob = w.bytes.clone();
+    seal_state(&mut blob);
+    d.state_read(&blob, 0, &id()).unwrap();
     assert_eq!(d.used(0), 0);
 }
 
@@ -93,24 +105,47 @@ fn every_truncation_and_trailing_garbage_is_rejected() {
     let mut long = blob.clone();
     long.push(0);
     let e = rejects(&mut dst, &long, &id(), "trailing byte");
+    assert!(e.contains("checksum mismatch"), "{e}");
+    let long = resealed(&blob, |b| b.push(0));
+    let e = rejects(&mut dst, &long, &id(), "trailing byte, resealed");
     assert!(e.contains("161 K/V bytes"), "{e}");
+}
+
+#[test]
+fn a_prefix_restores_only_the_cells_before_it() {
+    let (blob, _) = saved();
+    // positions after seq_div: 0 0 1 1 2; below 2: the first four cells
+    let mut dst = unified(4, 1);
+    let r = dst.state_read_prefix(&blob, 0, &id(), 2).unwrap();
+    assert_eq!((r.n_saved, r.kept.clone()), (5, vec![0, 1, 2, 3]));
+    assert_eq!(dst.seq_n_cells(0).unwrap(), 4);
+    assert_eq!(pos_range(&dst, 0), (0, 1));
+    // the whole sequence does not fit in 4 cells
+    let mut dst = unified(4, 1);
+    let e = rejects(&mut dst, &blob, &id(), "room");
+    assert!(e.contains("5 cells needed"), "{e}");
 }
 
 #[test]
 fn wrong_magic_version_checksum() {
     let (blob, w) = saved();
     let mut dst = unified(8, 1);
-    let mut b = blob.clone();
-    b[0] = b'X';
+    let b = resealed(&blob, |b| b[0] = b'X');
     assert!(rejects(&mut dst, &b, &id(), "magic").contains("magic"));
-    let mut b = blob.clone();
-    b[8] = 2;
-    assert!(rejects(&mut dst, &b, &id(), "version").contains("version 2"));
-    // flip one bit in every header/cell byte after the version: always caught
-    for i in 12..w.bytes.len() {
+    let b = resealed(&blob, |b| b[8] = 1);
+    assert!(rejects(&mut dst, &b, &id(), "version").contains("version 1"));
+    // flip one bit in every byte, K/V rows and seal included: always caught
+    for i in 0..blob.len() {
         let mut b = blob.clone();
         b[i] ^= 0x10;
-        rejects(&mut dst, &b, &id(), &format!("bit flip at {i}"));
+        let e = rejects(&mut dst, &b, &id(), &format!("bit flip at {i}"));
+        assert!(e.contains("checksum mismatch"), "bit flip at {i}: {e}");
+    }
+    // resealed, a flip in the header or cells is still caught by the
+    // header's own checksum (or a check after it)
+    for i in 12..w.bytes.len() {
+        let b = resealed(&blob, |b| b[i] ^= 0x10);
+        rejects(&mut dst, &b, &id(), &format!("resealed bit flip at {i}"));
     }
 }
 

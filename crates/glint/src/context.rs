@@ -462,10 +462,23 @@ impl Context {
     /// checked first (magic, version, model identity, lengths, checksum,
     /// room): any failure is an error and the cache is as it was.
     pub fn state_seq_load(&mut self, bytes: &[u8], dst_seq: i32) -> Result<(), Error> {
+        self.state_seq_load_prefix(bytes, dst_seq, i32::MAX)
+    }
+
+    /// [`Context::state_seq_load`] of the saved positions below `end_pos`
+    /// only (the whole blob is still checked): a prompt cache saved by a
+    /// larger context restores the prefix a new prompt reuses, without
+    /// needing room for the rest.
+    pub fn state_seq_load_prefix(
+        &mut self,
+        bytes: &[u8],
+        dst_seq: i32,
+        end_pos: i32,
+    ) -> Result<(), Error> {
         let model = self.model.clone();
         with_exec!(model.backend(), &mut self.exec, |l, x| x
             .kv
-            .state_read(&l.be, bytes, dst_seq))
+            .state_read(&l.be, bytes, dst_seq, end_pos))
     }
 
     /// Empty the cache.

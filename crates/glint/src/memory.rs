@@ -63,8 +63,9 @@ pub(crate) trait SeqMemory<B: Backend> {
     fn rollback(&mut self, undo: Undo) -> Result<(), Error>;
     /// Sequence `seq`'s state, in [`crate::state`]'s sequence format.
     fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error>;
-    /// Restore a sequence saved by `state_write` into `dst`; all or nothing.
-    fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32) -> Result<(), Error>;
+    /// Restore the positions below `end_pos` of a sequence saved by
+    /// `state_write` into `dst`; all or nothing.
+    fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32, end_pos: i32) -> Result<(), Error>;
 }
 
 /// The KV cache: cells and their K/V rows.
@@ -196,6 +197,21 @@ impl<B: Backend> KvCache<B> {
         Ok(())
     }
 
+    /// The rows of the `kept` cells out of a state's storage of `n_saved`
+    /// cells (K rows of every layer, then V rows, each in cell order).
+    fn kept_rows(&self, storage: &[u8], n_saved: usize, kept: &[usize]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut base = 0;
+        for t in self.storage.k.iter().chain(self.storage.v.iter()) {
+            let rb = t.desc().row_bytes();
+            for &k in kept {
+                out.extend_from_slice(&storage[base + k * rb..base + (k + 1) * rb]);
+            }
+            base += n_saved * rb;
+        }
+        out
+    }
+
     /// Write `data` (K rows of every layer, then V rows, in `rows` order)
     /// into the cache rows `rows`.
     fn write_rows(&self, be: &B, rows: &[u64], data: &[u8]) -> Result<(), Error> {
@@ -276,14 +292,21 @@ impl<B: Backend> SeqMemory<B> for KvCache<B> {
         let start = out.len();
         out.resize(start + storage, 0);
         self.read_rows(be, &w.src_rows, &mut out[start..])?;
+        glint_kv::seal_state(&mut out);
         Ok(out)
     }
 
-    fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32) -> Result<(), Error> {
+    fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32, end_pos: i32) -> Result<(), Error> {
         let id = self.identity();
         let mut next = self.cells.clone();
-        let r = next.state_read(bytes, dst, &id)?;
-        self.write_rows(be, &r.dst_rows, &bytes[r.storage.clone()])?;
+        let r = next.state_read_prefix(bytes, dst, &id, end_pos)?;
+        let storage = &bytes[r.storage.clone()];
+        if r.kept.len() == r.n_saved {
+            self.write_rows(be, &r.dst_rows, storage)?;
+        } else {
+            let kept = self.kept_rows(storage, r.n_saved, &r.kept);
+            self.write_rows(be, &r.dst_rows, &kept)?;
+        }
         self.cells = next;
         Ok(())
     }

@@ -3,18 +3,23 @@
 //!
 //! - **Sequence state** ([`Context::state_seq_save`] / `state_seq_load`): a
 //!   sequence's cells and their K/V rows, in `glint-kv`'s versioned layout
-//!   (magic `GLINTKV\0`, model identity, checksum; see [`glint_kv::state`]
-//!   for the byte table). It is the payload of every file below.
+//!   (magic `GLINTKV\0`, the model's identity, a checksum of the header and
+//!   a seal over everything, K/V rows included; the byte table is in
+//!   glint-kv's `state` module). It is the payload of every file below.
 //! - **Prompt cache** ([`PromptCache`], `--prompt-cache`): the prompt's
 //!   token ids followed by the sequence state after it.
 //!
 //! ```text
 //! magic     8 bytes  "GLINTPC\0"
-//! version   u32      1
+//! version   u32      2
 //! n_tokens  u32      <= MAX_TOKENS
+//! checksum  u64      FNV-1a 64 of magic, version, n_tokens, tokens and state
 //! tokens    n_tokens x u32
-//! state     the rest: a sequence state blob (checked when restored)
+//! state     the rest: a sequence state blob (sealed; its model identity is
+//!           checked when restored)
 //! ```
+//!
+//! Version 1 had no checksum over the tokens and is refused.
 //!
 //! Files are written atomically: to a temporary file in the same folder,
 //! flushed to disk, then renamed over the old one, so a failed save (a full
@@ -28,10 +33,25 @@ use crate::{Context, Error};
 /// Leading bytes of a prompt cache file.
 pub const MAGIC: [u8; 8] = *b"GLINTPC\0";
 /// Format version written and read.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Cap on the token count (a longer one means a corrupt file; no context is
 /// this large).
 pub const MAX_TOKENS: u32 = 1 << 24;
+
+/// Bytes before the token ids.
+const HEADER: usize = 24;
+
+/// The file's checksum: FNV-1a over every byte, the checksum field read as
+/// zeros.
+fn checksum(b: &[u8]) -> u64 {
+    let mut h = glint_kv::fnv1a(&b[..16]);
+    // FNV-1a continues byte by byte: fold the rest in after 8 zero bytes.
+    for &x in [0u8; 8].iter().chain(&b[HEADER..]) {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
 
 /// A prompt and the saved state of the sequence that holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,20 +73,23 @@ impl PromptCache {
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(16 + 4 * self.tokens.len() + self.state.len());
+        let mut b = Vec::with_capacity(HEADER + 4 * self.tokens.len() + self.state.len());
         b.extend_from_slice(&MAGIC);
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
         for &t in &self.tokens {
             b.extend_from_slice(&t.to_le_bytes());
         }
         b.extend_from_slice(&self.state);
+        let sum = checksum(&b);
+        b[16..24].copy_from_slice(&sum.to_le_bytes());
         b
     }
 
     /// Parse a file's bytes (the state blob is checked when restored).
     pub fn from_bytes(b: &[u8]) -> Result<PromptCache, Error> {
-        if b.len() < 16 || b[..8] != MAGIC {
+        if b.len() < HEADER || b[..8] != MAGIC {
             return Err(Error::State(
                 "not a glint prompt cache (wrong magic)".into(),
             ));
@@ -79,15 +102,22 @@ impl PromptCache {
             )));
         }
         let n = u32_at(12);
-        let end = 16 + 4 * n as usize;
+        let end = HEADER + 4 * n as usize;
         if n > MAX_TOKENS || b.len() < end {
             return Err(Error::State(format!(
                 "{n} tokens in a prompt cache of {} bytes",
                 b.len()
             )));
         }
+        let mut sum = [0u8; 8];
+        sum.copy_from_slice(&b[16..24]);
+        if checksum(b) != u64::from_le_bytes(sum) {
+            return Err(Error::State(
+                "checksum mismatch: the prompt cache is corrupt".into(),
+            ));
+        }
         Ok(PromptCache {
-            tokens: (16..end).step_by(4).map(u32_at).collect(),
+            tokens: (HEADER..end).step_by(4).map(u32_at).collect(),
             state: b[end..].to_vec(),
         })
     }
