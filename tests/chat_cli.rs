@@ -14,7 +14,7 @@ use glint::gguf::GgufFile;
 use glint::Tokenizer;
 
 /// SmolLM2's greedy next token after "The capital of France is" (llama.cpp's
-/// reference run, `shared/reference/gen_smollm2`): " Paris".
+/// reference run, `fixtures/reference/gen_smollm2`): " Paris".
 const PARIS: u64 = 7042;
 
 #[test]

@@ -1,5 +1,5 @@
 //! Both real models through the library API on the cpu backend, held to
-//! llama.cpp's reference runs (`../shared/reference/gen_*`): prompt ids,
+//! llama.cpp's reference runs (`fixtures/reference/gen_*`): prompt ids,
 //! greedy ids (all 32 for SmolLM2; up to the first near-tie for Gemma 3, as
 //! the reference README advises), and the last-prompt-position logits.
 

@@ -1,5 +1,5 @@
 //! Context shift in `glint generate`, held to llama.cpp's run
-//! (`../shared/reference/ctxshift_smollm2`: n_ctx 256, n_keep 16, a
+//! (`fixtures/reference/ctxshift_smollm2`: n_ctx 256, n_keep 16, a
 //! 191-token prompt, 120 tokens, one shift), and the clean stop without it.
 
 mod common;

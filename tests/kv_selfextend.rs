@@ -1,5 +1,5 @@
 //! Self-extend in `glint generate`, held to llama.cpp's passkey run with the
-//! K-shift rotating the right way (`../shared/reference/selfextend_smollm2_divadd`):
+//! K-shift rotating the right way (`fixtures/reference/selfextend_smollm2_divadd`):
 //! the same cache calls in the same order, the same final cell positions,
 //! the same text.
 

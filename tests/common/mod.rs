@@ -9,17 +9,23 @@ pub fn model(name: &str) -> PathBuf {
     glint::models::test_model(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `../shared/reference/<rel>` beside the project root, or a failure saying where it looked.
-pub fn reference(rel: &str) -> PathBuf {
+/// `fixtures/<rel>` of this repository; a missing file fails the test.
+pub fn fixture(rel: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/reference")
+        .join("fixtures")
         .join(rel);
     assert!(
         p.exists(),
-        "reference file {} is missing (shared/ must sit beside the project)",
+        "fixture {} is missing: it is part of the repository",
         p.display()
     );
     p
+}
+
+/// llama.cpp's reference output `fixtures/reference/<rel>` (what each file
+/// is and how it was made: `fixtures/reference/README.md`).
+pub fn reference(rel: &str) -> PathBuf {
+    fixture(&format!("reference/{rel}"))
 }
 
 /// Run the `glint` binary with `args`.
