@@ -5,6 +5,8 @@
 //! - [`fixtures_dir`] / [`fixture`]: the repository's `fixtures/` folder,
 //!   found from this crate's own manifest, so tests read golden data from the
 //!   clone itself and nothing beside it.
+//! - [`test_model`]: a real test model from the model cache, for the crates
+//!   below the root package (which has `glint::models::test_model`).
 
 use std::path::PathBuf;
 
@@ -110,6 +112,33 @@ pub fn fixture(rel: &str) -> PathBuf {
         path.exists(),
         "fixture {} is missing: it is part of the repository (see fixtures/reference/README.md)",
         path.display()
+    );
+    path
+}
+
+/// The model cache, as `glint::models::models_dir` finds it: `$GLINT_MODELS`,
+/// else `$HOME/.cache/glint/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GLINT_MODELS") {
+        if !d.is_empty() {
+            return PathBuf::from(d);
+        }
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("glint").join("models")
+}
+
+/// Path of a real test model (`file`, e.g. `SmolLM2-135M-Instruct.Q4_1.gguf`);
+/// a missing model fails the test (never skips it) saying how to fetch it.
+pub fn test_model(file: &str) -> PathBuf {
+    let path = models_dir().join(file);
+    assert!(
+        path.is_file(),
+        "test model {file} not found in {}: run `scripts/fetch-models.sh` \
+         (or set GLINT_MODELS to a directory holding it)",
+        models_dir().display()
     );
     path
 }
