@@ -67,6 +67,13 @@ fn self_extend_matches_the_divadd_reference() {
     assert_eq!(format!("{}\n", r["generated_text"].as_str().unwrap()), text);
 }
 
+/// `glint generate` on a missing model: the flags are checked first.
+fn without_model(flags: &[&str]) -> std::process::Output {
+    let mut args = vec!["generate", "-m", "/nonexistent.gguf", "-p", "x"];
+    args.extend_from_slice(flags);
+    common::glint(&args)
+}
+
 #[test]
 fn self_extend_flags_are_checked() {
     for (gan, gaw, needle) in [
@@ -76,33 +83,14 @@ fn self_extend_flags_are_checked() {
         ("4", "2", "must be >= --grp-attn-n"),
         ("4", "0", "must be >= --grp-attn-n"),
     ] {
-        let out = common::glint(&[
-            "generate",
-            "-m",
-            "/nonexistent.gguf",
-            "-p",
-            "x",
-            "-gan",
-            gan,
-            "-gaw",
-            gaw,
-        ]);
+        let out = without_model(&["-gan", gan, "-gaw", gaw]);
         let line = common::one_line_error(&out, &format!("{gan} {gaw}"));
         assert!(
             line.contains(needle),
             "{gan} {gaw}: `{needle}` not in {line}"
         );
     }
-    let out = common::glint(&[
-        "generate",
-        "-m",
-        "/nonexistent.gguf",
-        "-p",
-        "x",
-        "-gan",
-        "4",
-        "--context-shift",
-    ]);
+    let out = without_model(&["-gan", "4", "--context-shift"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot be combined"), "{err}");
 }

@@ -37,6 +37,12 @@ fn dequantize(ty: T, row: &[u8], n: usize) -> Vec<f32> {
     w
 }
 
+/// Σ a_i b_i and Σ |a_i b_i|, in f64.
+fn f64_dot(a: &[f32], b: &[f32]) -> (f64, f64) {
+    let products = a.iter().zip(b).map(|(p, q)| f64::from(*p) * f64::from(*q));
+    (products.clone().sum(), products.map(f64::abs).sum())
+}
+
 /// Row lengths: a few blocks, never a multiple of 8 blocks only.
 fn n_elements(rng: &mut Rng, ty: T) -> usize {
     let blocks = 1 + (rng.next_u64() % 6) as usize;
@@ -53,16 +59,7 @@ fn dot_f32_matches_the_f64_sum_of_dequantized_products() {
             let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
             let x = rng.normals(n, scale);
             let w = dequantize(ty, &row, n);
-            let exact: f64 = w
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                .sum();
-            let abs: f64 = w
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-                .sum();
+            let (exact, abs) = f64_dot(&w, &x);
             let got = dot_f32(ty, &row, &x).unwrap();
             // Rigorous bound for f32 summation: (terms per block + blocks) ulps/2
             // of the absolute sum, plus one per product.
@@ -130,11 +127,7 @@ fn vec_dot_is_within_activation_quantization_error_of_dot_f32() {
                 }
             }
             // f32 rounding inside both dots.
-            let abs: f64 = w
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-                .sum();
+            let (_, abs) = f64_dot(&w, &x);
             let tol = bound * 1.001 + 1e-5 * abs + 1e-30;
             assert!(
                 (f64::from(got) - f64::from(reference)).abs() <= tol,
@@ -160,16 +153,7 @@ fn vec_dot_equals_the_dot_of_dequantized_rows() {
             quantize_row(act_ty, &x, &mut act).unwrap();
             let w = dequantize(ty, &row, n);
             let a = dequantize(act_ty, &act, n);
-            let exact: f64 = w
-                .iter()
-                .zip(&a)
-                .map(|(p, q)| f64::from(*p) * f64::from(*q))
-                .sum();
-            let abs: f64 = w
-                .iter()
-                .zip(&a)
-                .map(|(p, q)| (f64::from(*p) * f64::from(*q)).abs())
-                .sum();
+            let (exact, abs) = f64_dot(&w, &a);
             let got = vec_dot(ty, &row, &act).unwrap();
             assert!(
                 (f64::from(got) - exact).abs() <= 1e-5 * abs + 1e-30,
