@@ -37,6 +37,16 @@ fn dequantize(ty: T, row: &[u8], n: usize) -> Vec<f32> {
     w
 }
 
+/// A random row of `ty` and activations at a random scale (1e-2..1e2),
+/// from `seed`: (n, row, x).
+fn scaled_case(seed: u64, ty: T) -> (usize, Vec<u8>, Vec<f32>) {
+    let mut rng = seeded(seed);
+    let n = n_elements(&mut rng, ty);
+    let row = weight_row(&mut rng, ty, n);
+    let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
+    (n, row, rng.normals(n, scale))
+}
+
 /// Σ a_i b_i and Σ |a_i b_i|, in f64.
 fn f64_dot(a: &[f32], b: &[f32]) -> (f64, f64) {
     let products = a.iter().zip(b).map(|(p, q)| f64::from(*p) * f64::from(*q));
@@ -53,11 +63,7 @@ fn n_elements(rng: &mut Rng, ty: T) -> usize {
 fn dot_f32_matches_the_f64_sum_of_dequantized_products() {
     for ty in compute_types() {
         for seed in 0..SEEDS {
-            let mut rng = seeded(seed * 131 + ty.id() as u64);
-            let n = n_elements(&mut rng, ty);
-            let row = weight_row(&mut rng, ty, n);
-            let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
-            let x = rng.normals(n, scale);
+            let (n, row, x) = scaled_case(seed * 131 + ty.id() as u64, ty);
             let w = dequantize(ty, &row, n);
             let (exact, abs) = f64_dot(&w, &x);
             let got = dot_f32(ty, &row, &x).unwrap();
@@ -93,11 +99,7 @@ fn vec_dot_is_within_activation_quantization_error_of_dot_f32() {
         let act_ty = ty.vec_dot_type();
         let abs_block = act_ty.block_size();
         for seed in 0..SEEDS {
-            let mut rng = seeded(seed * 7919 + ty.id() as u64);
-            let n = n_elements(&mut rng, ty);
-            let row = weight_row(&mut rng, ty, n);
-            let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
-            let x = rng.normals(n, scale);
+            let (n, row, x) = scaled_case(seed * 7919 + ty.id() as u64, ty);
             let mut act = vec![0u8; act_ty.bytes_for(n as u64).unwrap() as usize];
             quantize_row(act_ty, &x, &mut act).unwrap();
 
