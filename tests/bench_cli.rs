@@ -29,14 +29,11 @@ fn bench(extra: &[&str]) -> std::process::Output {
 
 #[test]
 fn json_rows_have_the_fields() {
-    let out = bench(&["-o", "json"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (text, err) = common::success(bench(&["-o", "json"]));
     assert!(
         err.contains("glint bench: [1/2]"),
         "progress on stderr: {err}"
     );
-    let text = String::from_utf8(out.stdout).unwrap();
 
     // Python's json module reads it too (when python3 is there).
     if let Ok(mut py) = Command::new("python3")
@@ -91,13 +88,7 @@ fn json_rows_have_the_fields() {
 
 #[test]
 fn markdown_table_has_a_header_row() {
-    let out = bench(&["-o", "md", "-pg", "4,2"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let (text, _) = common::success(bench(&["-o", "md", "-pg", "4,2"]));
     let lines: Vec<&str> = text.lines().collect();
     assert!(
         lines[0].starts_with("| model | size | params | backend |"),
@@ -117,13 +108,7 @@ fn markdown_table_has_a_header_row() {
 
 #[test]
 fn csv_has_a_header_and_one_line_per_test() {
-    let out = bench(&["-o", "csv"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let (text, _) = common::success(bench(&["-o", "csv"]));
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert!(lines[0].starts_with("model,size_bytes,n_params,"));
@@ -136,9 +121,7 @@ fn csv_has_a_header_and_one_line_per_test() {
 
 fn one_line_error(args: &[&str], want: &str) {
     let out = common::glint(args);
-    assert_eq!(out.status.code(), Some(1), "{args:?}");
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = common::one_line_error(&out, &format!("{args:?}"));
     assert!(err.contains(want), "{err}");
     assert!(out.stdout.is_empty());
 }

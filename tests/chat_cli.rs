@@ -14,30 +14,26 @@ use glint::gguf::GgufFile;
 use glint::Tokenizer;
 
 /// SmolLM2's greedy next token after "The capital of France is" (llama.cpp's
-/// reference run, `shared/reference/gen_smollm2`): " Paris".
+/// reference run, `fixtures/reference/gen_smollm2`): " Paris".
 const PARIS: u64 = 7042;
 
 #[test]
 fn logprobs_lines_are_json_from_the_raw_distribution() {
-    let m = common::model("smollm2");
-    let out = common::glint(&[
-        "generate",
-        "-m",
-        m.to_str().unwrap(),
-        "-p",
-        "The capital of France is",
-        "-n",
-        "4",
-        "--temp",
-        "0",
-        "--logprobs",
-        "5",
-        "--backend",
-        "cpu",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let (stdout, _) = common::success(common::generate(
+        "smollm2",
+        &[
+            "-p",
+            "The capital of France is",
+            "-n",
+            "4",
+            "--temp",
+            "0",
+            "--logprobs",
+            "5",
+            "--backend",
+            "cpu",
+        ],
+    ));
     let lines: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
@@ -62,52 +58,31 @@ fn logprobs_lines_are_json_from_the_raw_distribution() {
 
 #[test]
 fn logprobs_out_of_range_is_a_one_line_error() {
-    let m = common::model("smollm2");
     for n in ["21", "-3", "many"] {
-        let out = common::glint(&[
-            "generate",
-            "-m",
-            m.to_str().unwrap(),
-            "-p",
-            "x",
-            "--logprobs",
-            n,
-        ]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{n}: {err}");
-        let lines: Vec<&str> = err
-            .lines()
-            .filter(|l| !l.contains("XDG_RUNTIME_DIR"))
-            .collect();
-        assert_eq!(lines.len(), 1, "{err}");
-        assert!(
-            lines[0].contains("--logprobs") && lines[0].contains("20"),
-            "{err}"
-        );
+        let out = common::generate("smollm2", &["-p", "x", "--logprobs", n]);
+        let line = common::one_line_error(&out, n);
+        assert!(line.contains("--logprobs") && line.contains("20"), "{line}");
     }
 }
 
 #[test]
 fn chat_smollm2_renders_chatml_with_its_default_system_and_stops_at_im_end() {
-    let m = common::model("smollm2");
-    let out = common::glint(&[
-        "generate",
-        "-m",
-        m.to_str().unwrap(),
-        "--chat",
-        "-p",
-        "Hi",
-        "--verbose-prompt",
-        "--verbose",
-        "-n",
-        "64",
-        "--temp",
-        "0",
-        "--backend",
-        "cpu",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (stdout, err) = common::success(common::generate(
+        "smollm2",
+        &[
+            "--chat",
+            "-p",
+            "Hi",
+            "--verbose-prompt",
+            "--verbose",
+            "-n",
+            "64",
+            "--temp",
+            "0",
+            "--backend",
+            "cpu",
+        ],
+    ));
     assert!(err.contains("chat template: the model's"), "{err}");
     assert!(
         err.contains(
@@ -119,7 +94,7 @@ fn chat_smollm2_renders_chatml_with_its_default_system_and_stops_at_im_end() {
     // Control tokens parsed, not spelled out in pieces: `<|im_start|>` is id 1.
     assert!(err.contains("     1 -> \"<|im_start|>\""), "{err}");
     assert!(err.contains("EndOfGeneration"), "{err}");
-    let reply = String::from_utf8(out.stdout).unwrap();
+    let reply = stdout;
     assert!(
         !reply.trim().is_empty() && !reply.contains("<|im_end|>"),
         "{reply}"
@@ -128,31 +103,28 @@ fn chat_smollm2_renders_chatml_with_its_default_system_and_stops_at_im_end() {
 
 #[test]
 fn chat_gemma3_uses_the_fallback_template_with_exactly_one_bos() {
-    let m = common::model("gemma3");
-    let out = common::glint(&[
-        "generate",
-        "-m",
-        m.to_str().unwrap(),
-        "--chat",
-        "--system",
-        "Be brief.",
-        "-p",
-        "Hi",
-        "--verbose-prompt",
-        "--verbose",
-        "-n",
-        "8",
-        "--temp",
-        "0",
-        // gemma-3-270m is the base model, which rarely ends a turn by
-        // itself: push it to, to see that `<end_of_turn>` stops generation.
-        "--logit-bias",
-        "106+100",
-        "--backend",
-        "cpu",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (_, err) = common::success(common::generate(
+        "gemma3",
+        &[
+            "--chat",
+            "--system",
+            "Be brief.",
+            "-p",
+            "Hi",
+            "--verbose-prompt",
+            "--verbose",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            // gemma-3-270m is the base model, which rarely ends a turn by
+            // itself: push it to, to see that `<end_of_turn>` stops generation.
+            "--logit-bias",
+            "106+100",
+            "--backend",
+            "cpu",
+        ],
+    ));
     assert!(err.contains("chat template: built-in `gemma3`"), "{err}");
     // The template writes `<bos>` itself; the tokenizer adds it too.
     assert!(
@@ -172,7 +144,7 @@ fn chat_gemma3_uses_the_fallback_template_with_exactly_one_bos() {
         err.contains("generation 1 tokens") && err.contains("EndOfGeneration"),
         "{err}"
     );
-    let gguf = GgufFile::open(&m).unwrap();
+    let gguf = GgufFile::open(common::model("gemma3")).unwrap();
     let tok = Tokenizer::from_gguf(&gguf).unwrap();
     assert_eq!(tok.token_text(106), Some("<end_of_turn>"));
     assert!(tok.is_eog(106));
@@ -390,10 +362,7 @@ fn chat_reads_a_pipe_and_system_restarts() {
         .unwrap()
         .write_all(b"Hi\n/nope\n/system Answer in French.\nHi\nHow are you?\n")
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let (stdout, err) = common::success(child.wait_with_output().unwrap());
     assert!(
         !stdout.contains("> "),
         "no prompt when stdin is a pipe: {stdout:?}"

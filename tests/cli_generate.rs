@@ -4,27 +4,20 @@ mod common;
 
 #[test]
 fn generate_prints_llama_cpps_reference_text() {
-    let r: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::reference("gen_smollm2/result.json")).unwrap(),
-    )
-    .unwrap();
-    let m = common::model("smollm2");
-    let out = common::glint(&[
-        "generate",
-        "-m",
-        m.to_str().unwrap(),
-        "-p",
-        "The capital of France is",
-        "-n",
-        "32",
-        "--temp",
-        "0",
-        "--backend",
-        "cpu",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let text = String::from_utf8(out.stdout).unwrap();
+    let r = common::reference_json("gen_smollm2/result.json");
+    let (text, err) = common::success(common::generate(
+        "smollm2",
+        &[
+            "-p",
+            "The capital of France is",
+            "-n",
+            "32",
+            "--temp",
+            "0",
+            "--backend",
+            "cpu",
+        ],
+    ));
     // Only the generated text on stdout (plus the final newline).
     assert_eq!(text, format!("{}\n", r["generated_text"].as_str().unwrap()));
     assert!(
@@ -35,28 +28,22 @@ fn generate_prints_llama_cpps_reference_text() {
 
 #[test]
 fn generate_echo_and_verbose_prompt() {
-    let m = common::model("smollm2");
-    let out = common::glint(&[
-        "generate",
-        "-m",
-        m.to_str().unwrap(),
-        "-p",
-        "The capital of France is",
-        "-n",
-        "2",
-        "--temp",
-        "0",
-        "--echo",
-        "--verbose-prompt",
-        "--backend",
-        "cpu",
-    ]);
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        "The capital of France is Paris.\n"
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (text, err) = common::success(common::generate(
+        "smollm2",
+        &[
+            "-p",
+            "The capital of France is",
+            "-n",
+            "2",
+            "--temp",
+            "0",
+            "--echo",
+            "--verbose-prompt",
+            "--backend",
+            "cpu",
+        ],
+    ));
+    assert_eq!(text, "The capital of France is Paris.\n");
     assert!(err.contains("   504 -> \"The\""), "{err}");
 }
 
@@ -88,47 +75,30 @@ fn generate_errors_are_one_line() {
             "--frobnicate",
         ),
     ] {
-        let out = common::glint(&args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-        let lines: Vec<&str> = err
-            .lines()
-            .filter(|l| !l.contains("XDG_RUNTIME_DIR"))
-            .collect();
-        assert_eq!(lines.len(), 1, "{args:?}: {err}");
-        assert!(
-            lines[0].contains(needle),
-            "{args:?}: `{needle}` not in {err}"
-        );
-        assert!(!err.contains("panicked"));
+        let line = common::one_line_error(&common::glint(&args), &format!("{args:?}"));
+        assert!(line.contains(needle), "{args:?}: `{needle}` not in {line}");
     }
 }
 
 #[test]
 fn same_seed_same_text_other_seed_other_text() {
-    let m = common::model("smollm2");
     let run = |seed: &str| {
-        let out = common::glint(&[
-            "generate",
-            "-m",
-            m.to_str().unwrap(),
-            "-p",
-            "Once upon a time",
-            "-n",
-            "24",
-            "--temp",
-            "1.0",
-            "--seed",
-            seed,
-            "--backend",
-            "cpu",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::success(common::generate(
+            "smollm2",
+            &[
+                "-p",
+                "Once upon a time",
+                "-n",
+                "24",
+                "--temp",
+                "1.0",
+                "--seed",
+                seed,
+                "--backend",
+                "cpu",
+            ],
+        ))
+        .0
     };
     let (a, b, c) = (run("42"), run("42"), run("7"));
     assert_eq!(a, b, "--seed 42 twice");

@@ -1,11 +1,11 @@
 //! Both real models through the library API on the cpu backend, held to
-//! llama.cpp's reference runs (`../shared/reference/gen_*`): prompt ids,
+//! llama.cpp's reference runs (`fixtures/reference/gen_*`): prompt ids,
 //! greedy ids (all 32 for SmolLM2; up to the first near-tie for Gemma 3, as
 //! the reference README advises), and the last-prompt-position logits.
 
 mod common;
 
-use glint::{BackendKind, Batch, Context, ContextParams, Model, ModelParams};
+use glint::{BackendKind, Batch, Model, ModelParams};
 use serde_json::Value;
 
 /// llama.cpp's own configurations (flash attention, f16/f32 cache, batch vs
@@ -17,19 +17,6 @@ const NEAR_TIE: f32 = 0.1;
 /// Greedy steps are compared up to the first one with a smaller margin.
 const MIN_MARGIN: f64 = 0.3;
 
-fn reference(name: &str) -> Value {
-    let p = common::reference(&format!("{name}/result.json"));
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 fn load(name: &str) -> Model {
     let p = ModelParams {
         backend: BackendKind::Cpu,
@@ -38,16 +25,22 @@ fn load(name: &str) -> Model {
     Model::load(common::model(name), &p).unwrap()
 }
 
+/// The reference run `run`, the model `name`, and the run's prompt as the
+/// model's tokenizer encodes it, checked against llama.cpp's prompt ids.
+fn load_with_prompt(run: &str, name: &str) -> (Value, Model, Vec<u32>) {
+    let r = common::reference_json(&format!("{run}/result.json"));
+    let model = load(name);
+    let prompt = model
+        .tokenizer()
+        .encode(r["prompt"].as_str().unwrap(), true, true)
+        .unwrap();
+    assert_eq!(prompt, common::ids(&r["prompt_ids"]));
+    (r, model, prompt)
+}
+
 /// Greedy-decode `n` tokens after `prompt`: (ids, last-prompt-position logits).
 fn greedy(model: &Model, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
-    let mut ctx = Context::new(
-        model,
-        ContextParams {
-            n_ctx: 512,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut ctx = common::context(model, 512);
     ctx.decode(&Batch::from_tokens(prompt, 0, 0)).unwrap();
     let logits = ctx.logits(prompt.len() - 1).unwrap().to_vec();
     let mut out = vec![ctx.argmax(prompt.len() - 1).unwrap()];
@@ -109,16 +102,10 @@ fn check_logits(name: &str, ours: &[f32], want: &[f32]) {
 
 #[test]
 fn smollm2_prompt_greedy_and_logits_match_llama_cpp() {
-    let r = reference("gen_smollm2");
-    let model = load("smollm2");
-    let prompt = model
-        .tokenizer()
-        .encode(r["prompt"].as_str().unwrap(), true, true)
-        .unwrap();
-    assert_eq!(prompt, ids(&r["prompt_ids"]));
+    let (r, model, prompt) = load_with_prompt("gen_smollm2", "smollm2");
     let (got, logits) = greedy(&model, &prompt, 32);
     // All 32: with ggml's numerics even the 0.18-0.33 margins hold.
-    assert_eq!(got, ids(&r["generated_ids"]));
+    assert_eq!(got, common::ids(&r["generated_ids"]));
     assert_eq!(
         model.tokenizer().decode(&got, true).unwrap(),
         r["generated_text"].as_str().unwrap()
@@ -129,16 +116,10 @@ fn smollm2_prompt_greedy_and_logits_match_llama_cpp() {
 
 #[test]
 fn gemma3_prompt_greedy_and_logits_match_llama_cpp() {
-    let r = reference("gen_gemma3");
-    let model = load("gemma3");
-    let prompt = model
-        .tokenizer()
-        .encode(r["prompt"].as_str().unwrap(), true, true)
-        .unwrap();
-    assert_eq!(prompt, ids(&r["prompt_ids"]));
+    let (r, model, prompt) = load_with_prompt("gen_gemma3", "gemma3");
     let n = steps_before_near_tie(&r);
     assert!(n >= 4, "the reference's first near-tie is at step 4");
-    let want_ids = ids(&r["generated_ids"]);
+    let want_ids = common::ids(&r["generated_ids"]);
     let (got, logits) = greedy(&model, &prompt, 12);
     assert_eq!(
         got[..n],
@@ -163,14 +144,7 @@ fn smollm2_prompt_logits_at_every_position() {
     let (shape, want) = common::read_npy_f32(&common::reference("gen_smollm2/logits_prompt.npy"));
     let prompt = [504u32, 3575, 282, 4649, 314];
     assert_eq!(shape, [prompt.len(), model.n_vocab()]);
-    let mut ctx = Context::new(
-        &model,
-        ContextParams {
-            n_ctx: 256,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut ctx = common::context(&model, 256);
     let mut b = Batch::new();
     for (i, &t) in prompt.iter().enumerate() {
         b.add(t, i as i32, &[0], true);

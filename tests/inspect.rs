@@ -1,5 +1,5 @@
 //! `glint inspect` on the real models, held to the reference facts gguf-py
-//! wrote (`../shared/reference/gguf_facts.json`), and on hostile files.
+//! wrote (`fixtures/reference/gguf_facts.json`), and on hostile files.
 
 mod common;
 

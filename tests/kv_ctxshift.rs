@@ -1,61 +1,45 @@
 //! Context shift in `glint generate`, held to llama.cpp's run
-//! (`../shared/reference/ctxshift_smollm2`: n_ctx 256, n_keep 16, a
+//! (`fixtures/reference/ctxshift_smollm2`: n_ctx 256, n_keep 16, a
 //! 191-token prompt, 120 tokens, one shift), and the clean stop without it.
 
 mod common;
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 #[test]
 fn context_shift_matches_the_reference() {
     let r = common::reference_json("ctxshift_smollm2/result.json");
-    let m = common::model("smollm2");
     let prompt = common::reference("ctxshift_prompt.txt");
-    let out = common::glint(&[
-        "generate",
-        "--model",
-        m.to_str().unwrap(),
-        "--ctx-size",
-        "256",
-        "--keep",
-        "16",
-        "--context-shift",
-        "--file",
-        prompt.to_str().unwrap(),
-        "--n-predict",
-        "120",
-        "--temp",
-        "0",
-        "--backend",
-        "cpu",
-        "--verbose",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (text, err) = common::success(common::generate(
+        "smollm2",
+        &[
+            "--ctx-size",
+            "256",
+            "--keep",
+            "16",
+            "--context-shift",
+            "--file",
+            prompt.to_str().unwrap(),
+            "--n-predict",
+            "120",
+            "--temp",
+            "0",
+            "--backend",
+            "cpu",
+            "--verbose",
+        ],
+    ));
     assert!(
         err.contains("prompt 191 tokens") && err.contains("generation 120 tokens"),
         "{err}"
     );
 
     // One shift: n_past 255, n_keep 16, n_discard 119.
-    let lines = common::kv_lines(&err);
+    let (events, cells) = common::kv_events_and_cells(&err);
     let ev = &r["events"][0];
     let mut want = vec![format!(
         "kv: context-shift n_past {} n_keep {} n_discard {} -> n_past {}",
         ev["n_past_before"], ev["n_keep"], ev["n_discard"], ev["n_past_after"]
     )];
     want.extend(common::reference_calls(&r["events"]));
-    let events: Vec<String> = lines
-        .iter()
-        .filter(|l| !l.starts_with("kv: cells"))
-        .cloned()
-        .collect();
     assert_eq!(events, want);
     assert_eq!(
         want[1..],
@@ -63,49 +47,33 @@ fn context_shift_matches_the_reference() {
     );
 
     // Final positions: 0..16 kept, the rest slid down (191 slots in use).
-    let cells: Vec<i32> = lines
-        .iter()
-        .find(|l| l.starts_with("kv: cells"))
-        .unwrap()
-        .rsplit_once(": ")
-        .unwrap()
-        .1
-        .split_whitespace()
-        .map(|t| t.parse().unwrap())
-        .collect();
-    let mut want_cells =
-        common::read_npy_i32(&common::reference("ctxshift_smollm2/cells_final.npy"));
-    want_cells.sort_unstable();
+    let want_cells = common::reference_cells("ctxshift_smollm2");
     assert_eq!(cells, want_cells);
 
     // The text and ids (the tokenizer round-trips them: compare the text).
-    let text = String::from_utf8(out.stdout).unwrap();
     let want_text = format!("{}\n", r["generated_text"].as_str().unwrap());
-    assert_eq!(ids(&r["generated_ids"]).len(), 120);
+    assert_eq!(common::ids(&r["generated_ids"]).len(), 120);
     assert_eq!(text, want_text);
 }
 
 #[test]
 fn a_full_context_stops_cleanly_without_shift() {
-    let m = common::model("smollm2");
-    let out = common::glint(&[
-        "generate",
-        "-m",
-        m.to_str().unwrap(),
-        "-c",
-        "16",
-        "-p",
-        "The capital of France is",
-        "-n",
-        "100",
-        "--temp",
-        "0",
-        "--ignore-eos",
-        "--backend",
-        "cpu",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (_, err) = common::success(common::generate(
+        "smollm2",
+        &[
+            "-c",
+            "16",
+            "-p",
+            "The capital of France is",
+            "-n",
+            "100",
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "--backend",
+            "cpu",
+        ],
+    ));
     // 5 prompt tokens + 11 decoded tokens fill 16 slots; the 12th token is
     // sampled from the last decode and printed.
     assert!(err.contains("generation 12 tokens"), "{err}");

@@ -14,8 +14,7 @@ use sha2::{Digest, Sha256};
 
 #[test]
 fn dequantize_real_tensors_bit_identical_to_gguf_py() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/quant/real_models.json");
+    let path = common::fixture("quant/real_models.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let entries = doc["tensors"].as_array().unwrap();
     let mut covered = BTreeSet::new();

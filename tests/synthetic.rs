@@ -4,7 +4,7 @@
 mod common;
 
 use glint::gguf::GgufFile;
-use glint::{Batch, Context, ContextParams, Model, ModelParams};
+use glint::{Batch, Model, ModelParams};
 
 #[test]
 fn synthetic_smollm2_has_the_real_files_hparams_and_tensor_types() {
@@ -55,14 +55,7 @@ fn synthetic_smollm2_has_the_real_files_hparams_and_tensor_types() {
     );
 
     // It runs: a prompt, then a few greedy tokens, all inside the vocabulary.
-    let mut ctx = Context::new(
-        &m,
-        ContextParams {
-            n_ctx: 64,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut ctx = common::context(&m, 64);
     ctx.decode(&Batch::from_tokens(&[1, 2, 3, 4], 0, 0))
         .unwrap();
     let mut tok = ctx.argmax(3).unwrap();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use glint::{BackendKind, Batch, Context, ContextParams, CpuPrecision, Model, ModelParams};
+use glint::{BackendKind, Batch, CpuPrecision, Model, ModelParams};
 
 /// Largest |wgpu - cpu f32| over the vocabulary: both compute in f32 with
 /// f32 activations; only summation order differs, through 30 layers.
@@ -17,14 +17,7 @@ fn last_logits(backend: BackendKind, precision: CpuPrecision) -> (Vec<f32>, Stri
         ..Default::default()
     };
     let model = Model::load(common::model("smollm2"), &params).unwrap();
-    let mut ctx = Context::new(
-        &model,
-        ContextParams {
-            n_ctx: 256,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut ctx = common::context(&model, 256);
     let prompt = [504u32, 3575, 282, 4649, 314];
     ctx.decode(&Batch::from_tokens(&prompt, 0, 0)).unwrap();
     let argmax = ctx.argmax(4).unwrap();

@@ -1,7 +1,7 @@
 //! Helpers shared by the end-to-end tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Path of a real test model; panics (failing the test) with how to fetch it.
@@ -9,17 +9,23 @@ pub fn model(name: &str) -> PathBuf {
     glint_cli::models::test_model(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `../shared/reference/<rel>` beside the project root, or a failure saying where it looked.
-pub fn reference(rel: &str) -> PathBuf {
+/// `fixtures/<rel>` of this repository; a missing file fails the test.
+pub fn fixture(rel: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/reference")
+        .join("fixtures")
         .join(rel);
     assert!(
         p.exists(),
-        "reference file {} is missing (shared/ must sit beside the project)",
+        "fixture {} is missing: it is part of the repository",
         p.display()
     );
     p
+}
+
+/// llama.cpp's reference output `fixtures/reference/<rel>` (what each file
+/// is and how it was made: `fixtures/reference/README.md`).
+pub fn reference(rel: &str) -> PathBuf {
+    fixture(&format!("reference/{rel}"))
 }
 
 /// Run the `glint` binary with `args`.
@@ -30,9 +36,51 @@ pub fn glint(args: &[&str]) -> Output {
         .expect("the glint binary runs")
 }
 
-/// Read a little-endian f32 `.npy` file (version 1 or 2 header, C order):
-/// returns (shape, data).
-pub fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
+/// `glint generate -m <the real model `name`> args...`.
+pub fn generate(name: &str, args: &[&str]) -> Output {
+    let m = model(name);
+    let mut all = vec!["generate", "-m", m.to_str().unwrap()];
+    all.extend_from_slice(args);
+    glint(&all)
+}
+
+/// (stdout, stderr) of a run that must succeed; a failure shows stderr.
+pub fn success(out: Output) -> (String, String) {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (String::from_utf8(out.stdout).unwrap(), err)
+}
+
+/// The one stderr line of a run that must fail with exit code 1 and no
+/// panic (the Vulkan loader's XDG_RUNTIME_DIR warning left out); `what`
+/// names the case in a failure.
+pub fn one_line_error(out: &Output, what: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.contains("XDG_RUNTIME_DIR"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{what}: {err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    lines[0].to_string()
+}
+
+/// A context of `n_ctx` cells, everything else at its default.
+pub fn context(model: &glint::Model, n_ctx: u32) -> glint::Context<'_> {
+    glint::Context::new(
+        model,
+        glint::ContextParams {
+            n_ctx,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// An `.npy` file (version 1 or 2 header, C order, little-endian `descr`):
+/// (shape, the data's bytes).
+fn read_npy(path: &Path, descr: &str) -> (Vec<usize>, Vec<u8>) {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(&b[..6], b"\x93NUMPY", "{}: not an npy file", path.display());
     let (hlen, hstart) = if b[6] == 1 {
@@ -41,7 +89,7 @@ pub fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
         (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
     };
     let header = std::str::from_utf8(&b[hstart..hstart + hlen]).unwrap();
-    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains(&format!("'descr': '{descr}'")), "{header}");
     assert!(header.contains("'fortran_order': False"), "{header}");
     let shape_s = header
         .split("'shape': (")
@@ -55,7 +103,13 @@ pub fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.trim().parse().unwrap())
         .collect();
-    let data: Vec<f32> = b[hstart + hlen..]
+    (shape, b[hstart + hlen..].to_vec())
+}
+
+/// Read a little-endian f32 `.npy` file: returns (shape, data).
+pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let (shape, bytes) = read_npy(path, "<f4");
+    let data: Vec<f32> = bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
@@ -94,20 +148,21 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0f32, f32::max)
 }
 
-/// Read a little-endian i32 `.npy` file (version 1 header, C order).
-pub fn read_npy_i32(path: &std::path::Path) -> Vec<i32> {
-    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&b[..6], b"\x93NUMPY", "{}: not an npy file", path.display());
-    let (hlen, hstart) = if b[6] == 1 {
-        (u16::from_le_bytes([b[8], b[9]]) as usize, 10)
-    } else {
-        (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
-    };
-    let header = std::str::from_utf8(&b[hstart..hstart + hlen]).unwrap();
-    assert!(header.contains("'descr': '<i4'"), "{header}");
-    b[hstart + hlen..]
+/// Read a little-endian i32 `.npy` file.
+pub fn read_npy_i32(path: &Path) -> Vec<i32> {
+    read_npy(path, "<i4")
+        .1
         .chunks_exact(4)
         .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A JSON list of token ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
 
@@ -124,6 +179,31 @@ pub fn kv_lines(stderr: &str) -> Vec<String> {
         .filter(|l| l.starts_with("kv: "))
         .map(str::to_string)
         .collect()
+}
+
+/// The cache events of a `glint generate --verbose` run's stderr (its `kv: `
+/// lines but the cell dump) and the final cell positions the dump lists.
+pub fn kv_events_and_cells(stderr: &str) -> (Vec<String>, Vec<i32>) {
+    let (dump, events): (Vec<String>, Vec<String>) = kv_lines(stderr)
+        .into_iter()
+        .partition(|l| l.starts_with("kv: cells"));
+    let cells = dump
+        .first()
+        .expect("the cell dump")
+        .rsplit_once(": ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    (events, cells)
+}
+
+/// llama.cpp's final cell positions of a reference run, sorted.
+pub fn reference_cells(run: &str) -> Vec<i32> {
+    let mut cells = read_npy_i32(&reference(&format!("{run}/cells_final.npy")));
+    cells.sort_unstable();
+    cells
 }
 
 /// The event lines llama.cpp's run would print, from a reference `events` list

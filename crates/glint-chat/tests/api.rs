@@ -1,38 +1,12 @@
 //! The public API on hand-made inputs and on the real SmolLM2 GGUF.
 
-use std::path::PathBuf;
-
 use glint_chat::{fallback_template, ChatError, ChatTemplate, DateTime, Message, CHATML, GEMMA3};
 use glint_gguf::GgufFile;
 use serde_json::json;
 
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/chat")
-}
-
 fn fixture_template(name: &str) -> String {
-    let path = fixture_dir()
-        .join("templates")
-        .join(format!("{name}.jinja"));
+    let path = glint_testkit::fixture(&format!("chat/templates/{name}.jinja"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The real test model, or a failure saying how to get it (as the root
-/// crate's `models::test_model` does: no silent skip).
-fn smollm2_path() -> PathBuf {
-    let dir = match std::env::var_os("GLINT_MODELS").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        None => {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/glint/models")
-        }
-    };
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.exists(),
-        "{} not found: run `scripts/fetch-models.sh` (or set GLINT_MODELS)",
-        path.display()
-    );
-    path
 }
 
 fn date(y: i16, m: i8, d: i8) -> DateTime {
@@ -41,7 +15,8 @@ fn date(y: i16, m: i8, d: i8) -> DateTime {
 
 #[test]
 fn smollm2_gguf_template_is_the_fixture_copy_and_injects_its_system_message() {
-    let gguf = GgufFile::open(smollm2_path()).unwrap();
+    let gguf =
+        GgufFile::open(glint_testkit::test_model("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
     let source = gguf
         .get_str("tokenizer.chat_template")
         .unwrap()
@@ -183,12 +158,7 @@ fn gemma_fallback_is_the_official_template_and_folds_the_system_message() {
 
 #[test]
 fn gemma3_gguf_has_no_template_and_gets_the_gemma_format() {
-    let path = smollm2_path().with_file_name("gemma-3-270m-q4_k_m.gguf");
-    assert!(
-        path.exists(),
-        "{} not found: run `scripts/fetch-models.sh`",
-        path.display()
-    );
+    let path = glint_testkit::test_model("gemma-3-270m-q4_k_m.gguf");
     let gguf = GgufFile::open(&path).unwrap();
     assert_eq!(gguf.get_str("tokenizer.chat_template").unwrap(), None);
     let arch = gguf.get_str("general.architecture").unwrap().unwrap();

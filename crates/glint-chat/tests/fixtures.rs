@@ -2,17 +2,11 @@
 //! the way transformers does; see `fixtures/chat/make_fixtures.py`) renders
 //! byte for byte the same here.
 
-use std::path::PathBuf;
-
 use glint_chat::{ChatError, ChatTemplate, DateTime};
 use serde_json::Value;
 
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/chat")
-}
-
 fn expected() -> Value {
-    let path = fixture_dir().join("expected.json");
+    let path = glint_testkit::fixture("chat/expected.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
@@ -67,7 +61,7 @@ fn every_fixture_case_renders_as_jinja2_does() {
         let conv_id = case["conversation"].as_str().unwrap();
         let agp = case["add_generation_prompt"].as_bool().unwrap();
         let info = &doc["templates"][name];
-        let source_path = fixture_dir().join(info["file"].as_str().unwrap());
+        let source_path = glint_testkit::fixture("chat").join(info["file"].as_str().unwrap());
         let source = std::fs::read_to_string(&source_path).unwrap();
         let template = ChatTemplate::new(
             &source,

@@ -49,7 +49,7 @@ fn random_row(ty: GgmlType, k: usize, rng: &mut Rng) -> Vec<u8> {
     let mut row = vec![0u8; row_bytes];
     let mut x = rng.vec(k);
     for _ in 0..k / 64 {
-        let i = rng.below(k as u64) as usize;
+        let i = rng.below(k);
         x[i] *= 8.0;
     }
     match glint_quant::quantize_row(ty, &x, &mut row) {

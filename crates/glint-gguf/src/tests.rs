@@ -3,28 +3,11 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use glint_testkit::Rng; // seeded, so failures reproduce
+
 use crate::*;
 
 // ---- helpers ----
-
-/// splitmix64: a tiny deterministic RNG so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
 
 /// Raw GGUF bytes, for files the writer would refuse to produce.
 struct Raw(Vec<u8>);
@@ -1049,21 +1032,21 @@ fn random_corruptions_never_panic() {
         match mode {
             0 => {
                 let p = rng.below(meta_end);
-                b[p] = rng.next() as u8;
+                b[p] = rng.next_u64() as u8;
             }
             1 => {
                 for _ in 0..1 + rng.below(8) {
                     let p = rng.below(b.len());
-                    b[p] = rng.next() as u8;
+                    b[p] = rng.next_u64() as u8;
                 }
             }
             _ => {
                 // Aimed at length/count fields: a u64 over any header byte.
                 let p = rng.below(meta_end - 8);
-                let v = if rng.next().is_multiple_of(2) {
+                let v = if rng.next_u64().is_multiple_of(2) {
                     interesting[rng.below(interesting.len())]
                 } else {
-                    rng.next() >> rng.below(64)
+                    rng.next_u64() >> rng.below(64)
                 };
                 b[p..p + 8].copy_from_slice(&v.to_le_bytes());
             }

@@ -77,9 +77,9 @@ fn gelu(x: f64) -> f64 {
 fn binary_ops_with_and_without_broadcast() {
     let mut r = Rng(seed());
     let (n, m) = (1000, 13);
-    let a = r.vec(n * m, 3.0);
-    let b_full = r.vec(n * m, 3.0);
-    let b_row = r.vec(n, 3.0);
+    let a = r.vec_scaled(n * m, 3.0);
+    let b_full = r.vec_scaled(n * m, 3.0);
+    let b_row = r.vec_scaled(n, 3.0);
     let ta = f32s([n, m, 1, 1], &a);
     for (b, ne) in [(&b_full, [n, m, 1, 1]), (&b_row, [n, 1, 1, 1])] {
         let tb = f32s(ne, b);
@@ -119,7 +119,7 @@ fn binary_ops_with_and_without_broadcast() {
 fn unary_ops_and_scale() {
     let mut r = Rng(seed());
     let (n, m) = (999, 7);
-    let mut x = r.vec(n * m, 8.0);
+    let mut x = r.vec_scaled(n * m, 8.0);
     x[0] = 40.0; // tanh/exp saturation must not give NaN
     x[1] = -40.0;
     let tx = f32s([n, m, 1, 1], &x);
@@ -140,8 +140,8 @@ fn rms_norm_with_and_without_weight() {
     each_gpu(|| {
         let mut r = Rng(seed());
         for (n, m) in [(1000, 7), (67, 13)] {
-            let x = r.vec(n * m, 2.0);
-            let w = r.vec(n, 1.5);
+            let x = r.vec_scaled(n * m, 2.0);
+            let w = r.vec_scaled(n, 1.5);
             let (tx, tw) = (f32s([n, m, 1, 1], &x), f32s([n, 1, 1, 1], &w));
             for with_w in [true, false] {
                 let out = poisoned(F32, [n, m, 1, 1]);
@@ -170,7 +170,7 @@ fn softmax_and_argmax() {
     each_gpu(|| {
         let mut r = Rng(seed());
         let (n, m) = (1000, 13);
-        let mut x = r.vec(n * m, 20.0);
+        let mut x = r.vec_scaled(n * m, 20.0);
         // A tie: the first index wins.
         x[5 * n + 17] = 30.0;
         x[5 * n + 900] = 30.0;
@@ -249,7 +249,7 @@ fn rope_norm_neox_partial_and_yarn() {
             },
             yarn(mode, hd, 48, nh),
         ] {
-            let x = r.vec(hd * nh * m, 2.0);
+            let x = r.vec_scaled(hd * nh * m, 2.0);
             let pos: Vec<i32> = (0..m).map(|_| r.below(300) as i32).collect();
             let tx = f32s([hd, nh, m, 1], &x);
             let tp = i32s(&pos);
@@ -306,7 +306,7 @@ fn set_rows_f32_and_f16() {
         let mut r = Rng(seed());
         let (n, m, rows) = (96, 13, 40);
         for ty in [GgmlType::F32, GgmlType::F16] {
-            let src = r.vec(n * m, 4.0);
+            let src = r.vec_scaled(n * m, 4.0);
             let mut idx: Vec<i32> = (0..rows as i32).collect();
             for i in (1..idx.len()).rev() {
                 idx.swap(i, r.below(i + 1));
@@ -342,9 +342,9 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
         let n_rows = 700;
         for ty in [GgmlType::F32, GgmlType::F16] {
             for (softcap, kv_start, n_kv) in [(0.0f32, 0usize, 600usize), (30.0, 37, 663)] {
-                let kvals = r.vec(hd * nkv * n_rows, 1.5);
-                let vvals = r.vec(hd * nkv * n_rows, 1.5);
-                let q = r.vec(hd * nh * m, 1.5);
+                let kvals = r.vec_scaled(hd * nkv * n_rows, 1.5);
+                let vvals = r.vec_scaled(hd * nkv * n_rows, 1.5);
+                let q = r.vec_scaled(hd * nh * m, 1.5);
                 let (k, v) = (cache(ty, hd * nkv, n_rows), cache(ty, hd * nkv, n_rows));
                 let all: Vec<i32> = (0..n_rows as i32).collect();
                 gpu()
@@ -448,7 +448,7 @@ fn kshift_invariant() {
                     RopeParams::plain(mode, hd, nkv, 10000.0),
                     yarn(mode, hd, 48, nkv),
                 ] {
-                    let k = r.vec(hd * nkv * rows, 1.0);
+                    let k = r.vec_scaled(hd * nkv * rows, 1.0);
                     let tk = f32s([hd, nkv, rows, 1], &k);
                     let mut pos: Vec<i32> = (0..rows).map(|_| r.below(200) as i32).collect();
                     // K as the model writes it: rope at pos, then into the cache.

@@ -83,9 +83,9 @@ fn elementwise_norm_softmax_argmax() {
     each_gpu(|| {
         let mut r = Rng(seed());
         let (n, m) = (1000, 13);
-        let a = f32p([n, m, 1, 1], &r.vec(n * m, 4.0));
-        let b = f32p([n, m, 1, 1], &r.vec(n * m, 4.0));
-        let bn = f32p([n, 1, 1, 1], &r.vec(n, 4.0));
+        let a = f32p([n, m, 1, 1], &r.vec_scaled(n * m, 4.0));
+        let b = f32p([n, m, 1, 1], &r.vec_scaled(n * m, 4.0));
+        let bn = f32p([n, 1, 1, 1], &r.vec_scaled(n, 4.0));
         for bb in [&b, &bn] {
             let o = out([n, m, 1, 1]);
             gpu().add(&a.0, &bb.0, &o.0).unwrap();
@@ -160,7 +160,7 @@ fn weights_every_type_gpu_has() {
                 random_k_blocks(&mut r, ty, n * k / 256)
             } else {
                 // Real quantized bytes: quantize random f32 rows with glint-quant.
-                let vals = r.vec(k * n, 1.0);
+                let vals = r.vec_scaled(k * n, 1.0);
                 let mut bytes = vec![0u8; rb * n];
                 for i in 0..n {
                     glint_quant::quantize_row(
@@ -183,7 +183,7 @@ fn weights_every_type_gpu_has() {
                 .unwrap();
             let wc = cpu().weight(d, SharedBytes::from_vec(bytes)).unwrap();
             for m in [1, 3, 7, 67] {
-                let x = f32p([k, m, 1, 1], &r.vec(k * m, 1.0));
+                let x = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 1.0));
                 let o = out([n, m, 1, 1]);
                 gpu().mul_mat(&wg, &x.0, &o.0).unwrap();
                 cpu().mul_mat(&wc, &x.1, &o.1).unwrap();
@@ -223,7 +223,7 @@ fn rope_set_rows_attention_kshift() {
                 ..RopeParams::plain(mode, hd, nh, 10000.0)
             };
             for p in [RopeParams::plain(mode, hd, nh, 10000.0), yarn] {
-                let x = f32p([hd, nh, m, 1], &r.vec(hd * nh * m, 2.0));
+                let x = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
                 let pos = i32p(&(0..m).map(|_| r.below(250) as i32).collect::<Vec<_>>());
                 let o = out([hd, nh, m, 1]);
                 gpu().rope(&x.0, &pos.0, &p, &o.0).unwrap();
@@ -234,8 +234,8 @@ fn rope_set_rows_attention_kshift() {
                     let k = pair(ty, [hd * nkv, rows, 1, 1], Usage::KvCache, None);
                     let v = pair(ty, [hd * nkv, rows, 1, 1], Usage::KvCache, None);
                     let all = i32p(&(0..rows as i32).collect::<Vec<_>>());
-                    let kv = f32p([hd * nkv, rows, 1, 1], &r.vec(hd * nkv * rows, 1.5));
-                    let vv = f32p([hd * nkv, rows, 1, 1], &r.vec(hd * nkv * rows, 1.5));
+                    let kv = f32p([hd * nkv, rows, 1, 1], &r.vec_scaled(hd * nkv * rows, 1.5));
+                    let vv = f32p([hd * nkv, rows, 1, 1], &r.vec_scaled(hd * nkv * rows, 1.5));
                     for (c, s) in [(&k, &kv), (&v, &vv)] {
                         gpu().set_rows(&s.0, &all.0, &c.0).unwrap();
                         cpu().set_rows(&s.1, &all.1, &c.1).unwrap();

@@ -142,7 +142,7 @@ fn check_mul_mat(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize,
     let wb = random_weight(r, ty, k, n);
     let rb = ty.bytes_for(k as u64).unwrap() as usize;
     let w = weight(be, ty, k, n, wb.clone());
-    let x = r.vec(k * m, 1.0);
+    let x = r.vec_scaled(k * m, 1.0);
     let tx = be
         .alloc(desc(GgmlType::F32, [k, m, 1, 1], Usage::Scratch))
         .unwrap();
@@ -348,7 +348,7 @@ fn big_weight_over_the_binding_limit() {
         wb.extend_from_slice(&r.f32().to_le_bytes());
     }
     let w = weight(be, GgmlType::F32, k, n, wb);
-    let x = r.vec(k, 1.0);
+    let x = r.vec_scaled(k, 1.0);
     let tx = f32s([k, 1, 1, 1], &x);
     let out = poisoned(GgmlType::F32, [n, 1, 1, 1]);
     be.mul_mat(&w, &tx, &out).unwrap();

@@ -8,25 +8,7 @@
 use std::collections::BTreeSet;
 
 use glint_kv::*;
-
-/// splitmix64: small, seeded, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `lo..hi` (`lo < hi`).
-    fn range(&mut self, lo: i64, hi: i64) -> i32 {
-        (lo + (self.next() % (hi - lo) as u64) as i64) as i32
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
+use glint_testkit::Rng;
 
 #[derive(Clone, Debug, PartialEq)]
 struct NCell {

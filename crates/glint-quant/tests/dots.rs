@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{random_quant_row, Rng};
+use common::{random_quant_row, seeded, Rng};
 use glint_quant::{
     dequantize_row, dot_f32, quantize_row, vec_dot, BlockQ8_1, GgmlType as T, Support, TYPES,
 };
@@ -37,9 +37,25 @@ fn dequantize(ty: T, row: &[u8], n: usize) -> Vec<f32> {
     w
 }
 
+/// A random row of `ty` and activations at a random scale (1e-2..1e2),
+/// from `seed`: (n, row, x).
+fn scaled_case(seed: u64, ty: T) -> (usize, Vec<u8>, Vec<f32>) {
+    let mut rng = seeded(seed);
+    let n = n_elements(&mut rng, ty);
+    let row = weight_row(&mut rng, ty, n);
+    let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
+    (n, row, rng.normals(n, scale))
+}
+
+/// Σ a_i b_i and Σ |a_i b_i|, in f64.
+fn f64_dot(a: &[f32], b: &[f32]) -> (f64, f64) {
+    let products = a.iter().zip(b).map(|(p, q)| f64::from(*p) * f64::from(*q));
+    (products.clone().sum(), products.map(f64::abs).sum())
+}
+
 /// Row lengths: a few blocks, never a multiple of 8 blocks only.
 fn n_elements(rng: &mut Rng, ty: T) -> usize {
-    let blocks = 1 + (rng.u64() % 6) as usize;
+    let blocks = 1 + (rng.next_u64() % 6) as usize;
     blocks * ty.block_size().max(32) * if ty.block_size() == 1 { 8 } else { 1 }
 }
 
@@ -47,22 +63,9 @@ fn n_elements(rng: &mut Rng, ty: T) -> usize {
 fn dot_f32_matches_the_f64_sum_of_dequantized_products() {
     for ty in compute_types() {
         for seed in 0..SEEDS {
-            let mut rng = Rng::new(seed * 131 + ty.id() as u64);
-            let n = n_elements(&mut rng, ty);
-            let row = weight_row(&mut rng, ty, n);
-            let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
-            let x = rng.normals(n, scale);
+            let (n, row, x) = scaled_case(seed * 131 + ty.id() as u64, ty);
             let w = dequantize(ty, &row, n);
-            let exact: f64 = w
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                .sum();
-            let abs: f64 = w
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-                .sum();
+            let (exact, abs) = f64_dot(&w, &x);
             let got = dot_f32(ty, &row, &x).unwrap();
             // Rigorous bound for f32 summation: (terms per block + blocks) ulps/2
             // of the absolute sum, plus one per product.
@@ -96,11 +99,7 @@ fn vec_dot_is_within_activation_quantization_error_of_dot_f32() {
         let act_ty = ty.vec_dot_type();
         let abs_block = act_ty.block_size();
         for seed in 0..SEEDS {
-            let mut rng = Rng::new(seed * 7919 + ty.id() as u64);
-            let n = n_elements(&mut rng, ty);
-            let row = weight_row(&mut rng, ty, n);
-            let scale = 10f32.powf(rng.uniform(-2.0, 2.0));
-            let x = rng.normals(n, scale);
+            let (n, row, x) = scaled_case(seed * 7919 + ty.id() as u64, ty);
             let mut act = vec![0u8; act_ty.bytes_for(n as u64).unwrap() as usize];
             quantize_row(act_ty, &x, &mut act).unwrap();
 
@@ -130,11 +129,7 @@ fn vec_dot_is_within_activation_quantization_error_of_dot_f32() {
                 }
             }
             // f32 rounding inside both dots.
-            let abs: f64 = w
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| (f64::from(*a) * f64::from(*b)).abs())
-                .sum();
+            let (_, abs) = f64_dot(&w, &x);
             let tol = bound * 1.001 + 1e-5 * abs + 1e-30;
             assert!(
                 (f64::from(got) - f64::from(reference)).abs() <= tol,
@@ -152,7 +147,7 @@ fn vec_dot_equals_the_dot_of_dequantized_rows() {
     for ty in compute_types().filter(|t| !matches!(t, T::Q4_1 | T::Q5_1)) {
         let act_ty = ty.vec_dot_type();
         for seed in 0..SEEDS {
-            let mut rng = Rng::new(seed * 104729 + ty.id() as u64);
+            let mut rng = seeded(seed * 104729 + ty.id() as u64);
             let n = n_elements(&mut rng, ty);
             let row = weight_row(&mut rng, ty, n);
             let x = rng.normals(n, 1.0);
@@ -160,16 +155,7 @@ fn vec_dot_equals_the_dot_of_dequantized_rows() {
             quantize_row(act_ty, &x, &mut act).unwrap();
             let w = dequantize(ty, &row, n);
             let a = dequantize(act_ty, &act, n);
-            let exact: f64 = w
-                .iter()
-                .zip(&a)
-                .map(|(p, q)| f64::from(*p) * f64::from(*q))
-                .sum();
-            let abs: f64 = w
-                .iter()
-                .zip(&a)
-                .map(|(p, q)| (f64::from(*p) * f64::from(*q)).abs())
-                .sum();
+            let (exact, abs) = f64_dot(&w, &a);
             let got = vec_dot(ty, &row, &act).unwrap();
             assert!(
                 (f64::from(got) - exact).abs() <= 1e-5 * abs + 1e-30,

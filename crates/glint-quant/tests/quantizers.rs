@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fixture, Rng};
+use common::{fixture, seeded};
 use glint_quant::{
     dequantize_row, quantize_row, Block, BlockQ8_1, BlockQ8_K, GgmlType as T, Quantize,
 };
@@ -38,7 +38,7 @@ fn round_trip_error(ty: T, x: &[f32]) -> f64 {
 }
 
 fn test_rows(seed: u64, n: usize) -> Vec<f32> {
-    let mut rng = Rng::new(seed);
+    let mut rng = seeded(seed);
     let scale = 10f32.powf(rng.uniform(-3.0, 3.0));
     rng.normals(n, scale)
 }

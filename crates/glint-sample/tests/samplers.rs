@@ -6,6 +6,16 @@ use glint_sample::{
     TempExt, TokenData, TokenDataArray, TopK, TopNSigma, TopP, Typical, Xtc,
 };
 
+/// Ten equal logits after DRY `s` has accepted `ctx`.
+fn dry_after(s: &mut Dry, ctx: &[u32]) -> TokenDataArray {
+    for &t in ctx {
+        s.accept(t);
+    }
+    let mut cur = TokenDataArray::from_logits(&[0.0; 10]);
+    s.apply(&mut cur);
+    cur
+}
+
 /// n logits uniform in [-5, 5) from a seeded generator.
 fn random_logits(seed: u32, n: usize) -> Vec<f32> {
     let mut r = Mt19937::new(seed);
@@ -404,11 +414,7 @@ fn dry_penalizes_continuing_a_repeat_by_multiplier_times_base_pow() {
     // penalty = 0.8 * 1.75^(5 - 2).
     let ctx = [7u32, 8, 9, 4, 5, 6, 1, 7, 8, 9, 4, 5];
     let mut s = Dry::new(4096, 0.8, 1.75, 2, -1, &[]);
-    for &t in &ctx {
-        s.accept(t);
-    }
-    let mut cur = TokenDataArray::from_logits(&[0.0; 10]);
-    s.apply(&mut cur);
+    let cur = dry_after(&mut s, &ctx);
     let want6 = -0.8 * 1.75f32.powi(3);
     for t in &cur.data {
         let want = if t.id == 6 { want6 } else { 0.0 };
@@ -422,19 +428,11 @@ fn dry_penalizes_continuing_a_repeat_by_multiplier_times_base_pow() {
     // A breaker (token 9) inside the repeat cuts it to "4 5" (length 2):
     // penalty 0.8 * 1.75^0.
     let mut s = Dry::new(4096, 0.8, 1.75, 2, -1, &[vec![9]]);
-    for &t in &ctx {
-        s.accept(t);
-    }
-    let mut cur = TokenDataArray::from_logits(&[0.0; 10]);
-    s.apply(&mut cur);
+    let cur = dry_after(&mut s, &ctx);
     assert!((cur.data[6].logit + 0.8).abs() < 1e-6);
     // A window shorter than the repeat sees less of it.
     let mut s = Dry::new(4096, 0.8, 1.75, 2, 4, &[]);
-    for &t in &ctx {
-        s.accept(t);
-    }
-    let mut cur = TokenDataArray::from_logits(&[0.0; 10]);
-    s.apply(&mut cur);
+    let cur = dry_after(&mut s, &ctx);
     assert!(cur.data.iter().all(|t| t.logit == 0.0));
 }
 
@@ -443,22 +441,14 @@ fn dry_multi_token_breaker_and_disabled_cases() {
     let ctx = [7u32, 8, 9, 4, 5, 6, 1, 7, 8, 9, 4, 5];
     // Breaker "9 4" (multi-token) cuts the repeat to "5"... shorter than 2.
     let mut s = Dry::new(4096, 0.8, 1.75, 2, -1, &[vec![9, 4]]);
-    for &t in &ctx {
-        s.accept(t);
-    }
-    let mut cur = TokenDataArray::from_logits(&[0.0; 10]);
-    s.apply(&mut cur);
+    let cur = dry_after(&mut s, &ctx);
     assert!(cur.data.iter().all(|t| t.logit == 0.0));
     // multiplier 0 or base < 1: no-op.
     for mut s in [
         Dry::new(4096, 0.0, 1.75, 2, -1, &[]),
         Dry::new(4096, 0.8, 0.9, 2, -1, &[]),
     ] {
-        for &t in &ctx {
-            s.accept(t);
-        }
-        let mut cur = TokenDataArray::from_logits(&[0.0; 10]);
-        s.apply(&mut cur);
+        let cur = dry_after(&mut s, &ctx);
         assert!(cur.data.iter().all(|t| t.logit == 0.0));
     }
 }

@@ -1,4 +1,4 @@
-//! Token ids equal llama.cpp's (0c1e57098) on `shared/reference/tokenizer`:
+//! Token ids equal llama.cpp's (0c1e57098) on `fixtures/reference/tokenizer`:
 //! every corpus line alone, with control tokens as plain text and parsed as
 //! special, and the whole file at once, for both real models.
 
@@ -72,7 +72,7 @@ fn gemma3_whole_file() {
     check_whole_file(GEMMA3);
 }
 
-/// The prompt of `shared/reference/gen_*` (ids from their `result.json`).
+/// The prompt of `fixtures/reference/gen_*` (ids from their `result.json`).
 #[test]
 fn reference_prompt_ids() {
     let prompt = "The capital of France is";

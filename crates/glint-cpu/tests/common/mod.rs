@@ -4,34 +4,8 @@
 use glint_backend::{Backend, GgmlType, SharedBytes, TensorDesc, Usage};
 use glint_cpu::{CpuBackend, CpuTensor, Precision};
 
-/// splitmix64: small, seeded, good enough for test data.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1), never exactly zero.
-    pub fn f32(&mut self) -> f32 {
-        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        let v = 2.0 * u - 1.0;
-        if v == 0.0 {
-            0.5
-        } else {
-            v
-        }
-    }
-    pub fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+/// The seeded test RNG (splitmix64), shared by the workspace's tests.
+pub use glint_testkit::Rng;
 
 /// The f32 backend: these tests hold ops to f64 formulas. ggml's numerics
 /// (the default) have their own tests in `ggml_precision.rs`.

@@ -98,32 +98,8 @@ pub fn seed() -> u64 {
     s | 1
 }
 
-/// xorshift64*.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [-1, 1), never exactly 0.
-    pub fn f32(&mut self) -> f32 {
-        let v = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
-        if v == 0.0 {
-            0.5
-        } else {
-            v
-        }
-    }
-    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32() * scale).collect()
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+/// The seeded test RNG (splitmix64), shared by the workspace's tests.
+pub use glint_testkit::Rng;
 
 pub fn desc(ty: GgmlType, ne: [usize; 4], usage: Usage) -> TensorDesc {
     TensorDesc {

@@ -1,41 +1,14 @@
-//! Shared test helpers: a seeded RNG (no `rand` dependency) and fixtures.
+//! Shared test helpers: the seeded RNG (glint-testkit's) and fixtures.
 #![allow(dead_code)]
 
 use glint_quant::GgmlType;
-use std::path::PathBuf;
 
-/// splitmix64: tiny, seeded, good enough for test data.
-pub struct Rng(u64);
+pub use glint_testkit::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
-    }
-    pub fn u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn f32(&mut self) -> f32 {
-        (self.u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * self.f32()
-    }
-    /// Roughly normal (sum of 4 uniforms, centred, unit variance).
-    pub fn normal(&mut self) -> f32 {
-        let s: f32 = (0..4).map(|_| self.f32()).sum();
-        (s - 2.0) * 3.0f32.sqrt()
-    }
-    pub fn normals(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.normal() * scale).collect()
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.u64() as u8).collect()
-    }
+/// The quant tests' generator for `seed`: their seeds have always been mixed
+/// with splitmix64's increment first, kept so every test sees the same data.
+pub fn seeded(seed: u64) -> Rng {
+    Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15)
 }
 
 /// Byte offsets of the f16 scale fields (d, dmin, m) inside one block.
@@ -59,7 +32,7 @@ pub fn random_quant_row(rng: &mut Rng, ty: GgmlType, n_blocks: usize) -> Vec<u8>
     for b in 0..n_blocks {
         for &off in scale_fields(ty) {
             let mag = 10f32.powf(rng.uniform(-3.0, 0.0));
-            let v = if rng.f32() < 0.5 { -mag } else { mag };
+            let v = if rng.unit_f32() < 0.5 { -mag } else { mag };
             let bits = half::f16::from_f32(v).to_bits().to_le_bytes();
             row[b * ts + off..b * ts + off + 2].copy_from_slice(&bits);
         }
@@ -67,13 +40,9 @@ pub fn random_quant_row(rng: &mut Rng, ty: GgmlType, n_blocks: usize) -> Vec<u8>
     row
 }
 
-pub fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/quant")
-}
-
 /// A fixture file's bytes; a missing file fails the test (never skips it).
 pub fn fixture(name: &str) -> Vec<u8> {
-    let path = fixture_dir().join(name);
+    let path = glint_testkit::fixtures_dir().join("quant").join(name);
     std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
             "missing fixture {}: {e}; run fixtures/quant/make_golden.py",

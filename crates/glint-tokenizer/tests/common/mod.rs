@@ -10,31 +10,7 @@ use glint_tokenizer::Tokenizer;
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 
-/// The model cache, as `glint::models::models_dir`: `$GLINT_MODELS`, else
-/// `~/.cache/glint/models`.
-fn models_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("GLINT_MODELS") {
-        if !d.is_empty() {
-            return PathBuf::from(d);
-        }
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache").join("glint").join("models")
-}
-
-/// Path of a real test model; a missing model fails the test (never skips).
-pub fn test_model(file: &str) -> PathBuf {
-    let path = models_dir().join(file);
-    assert!(
-        path.is_file(),
-        "test model {file} not found in {}: run `scripts/fetch-models.sh` \
-         (or set GLINT_MODELS to a directory holding it)",
-        models_dir().display()
-    );
-    path
-}
+pub use glint_testkit::test_model;
 
 /// The tokenizer of a real model, built once per test binary.
 pub fn tokenizer(file: &str) -> &'static Tokenizer {
@@ -53,18 +29,10 @@ pub fn tokenizer(file: &str) -> &'static Tokenizer {
     })
 }
 
-/// `shared/reference/tokenizer/`: beside the project root (`/work/shared`
-/// for worktrees under `/work`).
+/// llama.cpp's reference ids: `fixtures/reference/tokenizer/` (what the
+/// files are and how they were made: `fixtures/reference/README.md`).
 pub fn reference_dir() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = manifest.join("../../../shared/reference/tokenizer");
-    assert!(
-        dir.join("reference_ids.json").is_file(),
-        "llama.cpp reference ids not found at {}: shared/reference/ must sit beside the \
-         project root",
-        dir.display()
-    );
-    dir
+    glint_testkit::fixture("reference/tokenizer")
 }
 
 /// The corpus, whole.
