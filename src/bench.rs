@@ -56,20 +56,18 @@ impl Test {
     }
 }
 
-/// Random token ids below `n_vocab` (llama-bench: `std::rand() % n_vocab`).
-pub struct TokenRng(u64);
+/// Random token ids below `n_vocab` (llama-bench: `std::rand() % n_vocab`),
+/// from the workspace's one seeded generator.
+pub struct TokenRng(glint_testkit::Rng);
 
 impl TokenRng {
     /// Seeded generator.
     pub fn new(seed: u64) -> TokenRng {
-        TokenRng(seed | 1)
+        TokenRng(glint_testkit::Rng::new(seed))
     }
     /// The next id in `0..n_vocab`.
     pub fn token(&mut self, n_vocab: usize) -> u32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n_vocab.max(1) as u64) as u32
+        (self.0.next_u64() % n_vocab.max(1) as u64) as u32
     }
 }
 

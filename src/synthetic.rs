@@ -28,7 +28,7 @@ use glint::Error;
 
 /// Bumped whenever a preset or the generator changes, so cached files are
 /// rewritten.
-pub const SYNTHETIC_VERSION: u32 = 1;
+pub const SYNTHETIC_VERSION: u32 = 2;
 
 /// Metadata key holding [`SYNTHETIC_VERSION`].
 pub const KEY_VERSION: &str = "glint.synthetic.version";
@@ -381,21 +381,9 @@ fn vocab(n_vocab: usize) -> Vec<String> {
     v
 }
 
-/// xorshift64*: reproducible, fast, good enough for weights nobody reads.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [-1, 1).
-    fn next_f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
+/// The workspace's one seeded generator (splitmix64): reproducible, fast,
+/// good enough for weights nobody reads.
+use glint_testkit::Rng;
 
 /// Streams one tensor: norms as constants, weights as rows from a pool of
 /// quantized random rows (uniform, std 0.02 like an initialised model).
@@ -414,7 +402,7 @@ fn write_tensor(out: &mut dyn Write, t: &TensorPlan, seed: u64) -> std::io::Resu
     for row in pool.chunks_exact_mut(row_bytes) {
         match t.constant {
             Some(c) => src.fill(c),
-            None => src.iter_mut().for_each(|x| *x = rng.next_f32() * 0.0346),
+            None => src.iter_mut().for_each(|x| *x = rng.f32() * 0.0346),
         }
         glint::quant::quantize_row(t.ty, &src, row).map_err(std::io::Error::other)?;
     }

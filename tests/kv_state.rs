@@ -35,7 +35,7 @@ fn context(model: &Model) -> Context {
 }
 
 /// A context holding `PROMPT` in sequence 0, and the prompt's ids.
-fn prefilled(model: &Model) -> (Context<'_>, Vec<u32>) {
+fn prefilled(model: &Model) -> (Context, Vec<u32>) {
     let ids = model.tokenizer().encode(PROMPT, true, true).unwrap();
     let mut ctx = context(model);
     ctx.decode(&Batch::from_tokens(&ids, 0, 0)).unwrap();

@@ -67,7 +67,7 @@ pub fn one_line_error(out: &Output, what: &str) -> String {
 }
 
 /// A context of `n_ctx` cells, everything else at its default.
-pub fn context(model: &glint::Model, n_ctx: u32) -> glint::Context<'_> {
+pub fn context(model: &glint::Model, n_ctx: u32) -> glint::Context {
     glint::Context::new(
         model,
         glint::ContextParams {

@@ -1,4 +1,5 @@
-//! Test helpers shared by the workspace's tests (a dev-dependency only).
+//! Helpers shared by the workspace's tests, and the one seeded generator
+//! (also behind synthetic weights and bench token ids in the command line).
 //!
 //! - [`Rng`]: one seeded generator (splitmix64) for random test data, so a
 //!   failure reproduces from its seed and no crate needs `rand`.
