@@ -93,7 +93,7 @@ fn chat_smollm2_renders_chatml_with_its_default_system_and_stops_at_im_end() {
     );
     // Control tokens parsed, not spelled out in pieces: `<|im_start|>` is id 1.
     assert!(err.contains("     1 -> \"<|im_start|>\""), "{err}");
-    assert!(err.contains("EndOfGeneration"), "{err}");
+    assert!(err.contains("end of generation"), "{err}");
     let reply = stdout;
     assert!(
         !reply.trim().is_empty() && !reply.contains("<|im_end|>"),
@@ -141,7 +141,7 @@ fn chat_gemma3_uses_the_fallback_template_with_exactly_one_bos() {
         "{err}"
     );
     assert!(
-        err.contains("generation 1 tokens") && err.contains("EndOfGeneration"),
+        err.contains("generation 1 tokens") && err.contains("end of generation"),
         "{err}"
     );
     let gguf = GgufFile::open(common::model("gemma3")).unwrap();

@@ -77,7 +77,7 @@ fn a_full_context_stops_cleanly_without_shift() {
     // 5 prompt tokens + 11 decoded tokens fill 16 slots; the 12th token is
     // sampled from the last decode and printed.
     assert!(err.contains("generation 12 tokens"), "{err}");
-    assert!(err.contains("ContextFull"), "{err}");
+    assert!(err.contains("context full"), "{err}");
     assert!(
         err.contains("the context is full (16 tokens): stopped"),
         "{err}"

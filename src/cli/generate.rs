@@ -242,7 +242,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
         );
     }
     eprintln!(
-        "glint: load {:.2} s | prompt {} tokens, {:.1} tokens/s | generation {} tokens, {:.1} tokens/s | {:?} | {}",
+        "glint: load {:.2} s | prompt {} tokens, {:.1} tokens/s | generation {} tokens, {:.1} tokens/s | {} | {}",
         load_secs,
         stats.n_prompt,
         stats.prompt_tps(),

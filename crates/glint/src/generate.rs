@@ -111,6 +111,19 @@ pub enum StopReason {
     Callback,
 }
 
+impl std::fmt::Display for StopReason {
+    /// In words, for stats lines: `end of generation`, `n_predict reached`,
+    /// `context full`, `stopped by the caller`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::EndOfGeneration => "end of generation",
+            StopReason::NPredict => "n_predict reached",
+            StopReason::ContextFull => "context full",
+            StopReason::Callback => "stopped by the caller",
+        })
+    }
+}
+
 /// What a generation did, for speed reports.
 #[derive(Clone, Debug)]
 pub struct GenerateStats {
