@@ -92,17 +92,11 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
     },
 ];
 
-/// The model cache directory: `$GLINT_MODELS`, else `$HOME/.cache/glint/models`.
+/// The model cache directory: `$GLINT_MODELS`, else
+/// `$HOME/.cache/glint/models`. Decided in one place, glint-testkit, which
+/// the lower crates' tests (that cannot depend on this package) read too.
 pub fn models_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("GLINT_MODELS") {
-        if !d.is_empty() {
-            return PathBuf::from(d);
-        }
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache").join("glint").join("models")
+    glint_testkit::models_dir()
 }
 
 /// The known model named `name` (`smollm2`, `gemma3`, `qwen2`).

@@ -117,8 +117,8 @@ pub fn fixture(rel: &str) -> PathBuf {
     path
 }
 
-/// The model cache, as `glint::models::models_dir` finds it: `$GLINT_MODELS`,
-/// else `$HOME/.cache/glint/models`.
+/// The model cache: `$GLINT_MODELS`, else `$HOME/.cache/glint/models`. The
+/// one definition: the command line's fetcher (`glint_cli::models`) uses it.
 pub fn models_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("GLINT_MODELS") {
         if !d.is_empty() {
