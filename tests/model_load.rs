@@ -100,6 +100,59 @@ fn tensor_shape_that_disagrees_with_hparams_is_named() {
     );
 }
 
+/// Hyperparameters a hostile file can lie about: each is refused at load,
+/// naming the key and the value, before anything is sized by it (a
+/// `block_count` of 0xffffffff once asked for terabytes).
+#[test]
+fn lying_hyperparameters_are_refused_at_load() {
+    for (key, value, needle) in [
+        (
+            "llama.block_count",
+            Value::U32(0xffff_ffff),
+            "llama.block_count = 4294967295",
+        ),
+        ("llama.block_count", Value::U32(0), "llama.block_count = 0"),
+        (
+            "llama.embedding_length",
+            Value::U32(0),
+            "llama.embedding_length = 0",
+        ),
+        (
+            "llama.context_length",
+            Value::U32(0xffff_ffff),
+            "llama.context_length",
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(f32::NAN),
+            "layer_norm_rms_epsilon = NaN",
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(-1e-5),
+            "layer_norm_rms_epsilon = -0.00001",
+        ),
+        (
+            "llama.rope.freq_base",
+            Value::F32(0.0),
+            "llama.rope.freq_base = 0",
+        ),
+        (
+            "llama.rope.dimension_count",
+            Value::U32(0),
+            "rope.dimension_count = 0",
+        ),
+    ] {
+        let p = rewritten(
+            "hparams",
+            |k, v| if k == key { value.clone() } else { v.clone() },
+            |_, ty| ty,
+        );
+        let e = load_err(&p);
+        assert!(e.contains(needle), "{key} = {value:?}: {e}");
+    }
+}
+
 #[test]
 fn micro_batches_give_the_same_logits() {
     let model = Model::load(common::model("smollm2"), &cpu()).unwrap();

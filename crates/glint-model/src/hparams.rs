@@ -83,6 +83,16 @@ impl HParams {
         let n_ff = f.require_arch_usize(Key::FeedForwardLength)?;
         let n_head = f.require_arch_usize(Key::HeadCount)?;
         let n_head_kv = f.arch_usize(Key::HeadCountKv)?.unwrap_or(n_head);
+        // Sizes first: everything after allocates by them.
+        for (key, v) in [
+            (Key::EmbeddingLength, n_embd),
+            (Key::BlockCount, n_layer),
+            (Key::FeedForwardLength, n_ff),
+            (Key::HeadCount, n_head),
+            (Key::HeadCountKv, n_head_kv),
+        ] {
+            check_size(f, key, v)?;
+        }
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(ModelError::Invalid(format!(
                 "head_count {n_head} is not a positive multiple of head_count_kv {n_head_kv}"
@@ -117,6 +127,37 @@ impl HParams {
         let swa_layers = read_swa_layers(f, arch, n_layer, n_swa)?;
         let attn_softcap = f.arch_f32(Key::AttnLogitSoftcapping)?.unwrap_or(0.0);
         let final_softcap = f.arch_f32(Key::FinalLogitSoftcapping)?.unwrap_or(0.0);
+        for (key, v) in [(Key::ContextLength, n_ctx_train), (Key::VocabSize, n_vocab)] {
+            check_size(f, key, v)?;
+        }
+        for (key, v, zero_ok) in [
+            (Key::LayerNormRmsEpsilon, rms_eps, false),
+            (Key::RopeFreqBase, rope_freq_base, false),
+            (Key::RopeFreqBaseSwa, rope_freq_base_swa, false),
+            (Key::AttnLogitSoftcapping, attn_softcap, true),
+            (Key::FinalLogitSoftcapping, final_softcap, true),
+        ] {
+            if !(v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0))) {
+                let need = if zero_ok { ">= 0" } else { "> 0" };
+                return Err(ModelError::Invalid(format!(
+                    "{} = {v} must be finite and {need}",
+                    f.arch_key(key)?
+                )));
+            }
+        }
+        if n_rot == 0 {
+            return Err(ModelError::Invalid(format!(
+                "{} = 0: RoPE needs at least one pair of dimensions",
+                f.arch_key(Key::RopeDimensionCount)?
+            )));
+        }
+        if n_swa == 0 && matches!(arch.swa_default, SwaDefault::Pattern(_)) {
+            return Err(ModelError::Invalid(format!(
+                "{} is 0 (or missing), but {} has sliding-window layers",
+                f.arch_key(Key::SlidingWindow)?,
+                arch.name
+            )));
+        }
         Ok(HParams {
             arch,
             n_vocab,
@@ -180,6 +221,36 @@ impl HParams {
     pub fn rope_mode(&self) -> RopeMode {
         self.arch.rope_mode
     }
+}
+
+/// Largest size a hyperparameter may have, per key, with the reason: each
+/// is far above any real model and far below what would make a size
+/// computation overflow or an allocation run away (`block_count`
+/// 0xffffffff once asked for terabytes).
+const SIZE_LIMITS: &[(Key, usize, &str)] = &[
+    (Key::EmbeddingLength, 1 << 17, "embedding width"),
+    (Key::BlockCount, 1 << 12, "layers"),
+    (Key::FeedForwardLength, 1 << 20, "feed-forward width"),
+    (Key::HeadCount, 1 << 12, "attention heads"),
+    (Key::HeadCountKv, 1 << 12, "KV heads"),
+    (Key::ContextLength, 1 << 24, "trained context"),
+    (Key::VocabSize, 1 << 23, "vocabulary entries"),
+];
+
+/// `v` is within `1..=` the key's limit in [`SIZE_LIMITS`].
+fn check_size(f: &GgufFile, key: Key, v: usize) -> Result<(), ModelError> {
+    let (max, what) = SIZE_LIMITS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|&(_, m, w)| (m, w))
+        .unwrap_or((usize::MAX, "value"));
+    if v == 0 || v > max {
+        return Err(ModelError::Invalid(format!(
+            "{} = {v}: {what} must be 1..={max}",
+            f.arch_key(key)?
+        )));
+    }
+    Ok(())
 }
 
 fn read_rope_scaling(f: &GgufFile, n_ctx_train: usize) -> Result<RopeScaling, ModelError> {
