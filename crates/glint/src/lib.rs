@@ -46,6 +46,7 @@ mod measure;
 mod memory;
 mod model;
 mod params;
+pub mod perplexity;
 pub mod state;
 
 pub use batch::Batch;
