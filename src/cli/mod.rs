@@ -7,6 +7,7 @@ mod generate;
 mod logprobs_out;
 pub mod options;
 pub mod output;
+pub mod passkey;
 mod perplexity;
 
 use args::Flag;
@@ -21,6 +22,7 @@ commands:
   generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
   bench -m MODEL                speed as llama-bench: pp512, tg128 (see `glint bench --help`)
   chat [-m MODEL]               talk to a model, one line per turn (see `glint chat --help`)
+  passkey [-m MODEL]            passkey retrieval over lengths x depths (long-context modes)
   perplexity -m MODEL -f FILE   perplexity / KL divergence as llama-perplexity (see --help)
   pull [NAME ...|all]           fetch known models (smollm2, gemma3, qwen2) into the model cache
   help                          this text
@@ -42,6 +44,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         "chat" => chat::run(rest),
         "pull" => pull(rest),
         "perplexity" => perplexity::run(rest),
+        "passkey" => passkey::run(rest),
         "help" | "-h" | "--help" => output::println(USAGE),
         other => Err(format!("unknown command `{other}` (try `glint help`)")),
     }
