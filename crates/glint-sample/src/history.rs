@@ -136,10 +136,6 @@ impl Sampler for Penalties {
         self.prev.clear();
         self.token_count.clear();
     }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }
 
 /// Add a fixed bias to given tokens' logits (`-inf` bans a token).
@@ -182,10 +178,6 @@ impl Sampler for LogitBias {
         // llama.cpp leaves `sorted` alone; a biased array is no longer known
         // to be sorted (matters only when placed after a sorting sampler).
         cur_p.sorted = false;
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 
@@ -412,9 +404,5 @@ impl Sampler for Dry {
         self.last_tokens.clear();
         self.repeat_count.clear();
         self.max_token_repeat.clear();
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
