@@ -97,6 +97,16 @@ fn one_f32_tensor(offset: u64, data_bytes: usize) -> Vec<u8> {
     one_tensor("t", &[32], 0, offset, data_bytes)
 }
 
+/// A file of two `[32]` F32 tensors at `offsets` in a 256-byte data section.
+fn two_f32_tensors(names: [&str; 2], offsets: [u64; 2]) -> Vec<u8> {
+    Raw::header(3, 2, 0)
+        .tensor(names[0], &[32], 0, offsets[0])
+        .tensor(names[1], &[32], 0, offsets[1])
+        .pad(32)
+        .zeros(256)
+        .0
+}
+
 /// A file of one tensor info and `data_bytes` zero bytes of data after the
 /// padding.
 fn one_tensor(name: &str, dims: &[u64], type_id: u32, offset: u64, data_bytes: usize) -> Vec<u8> {
@@ -845,33 +855,18 @@ fn offset_past_end_of_file() {
 
 #[test]
 fn overlapping_tensors() {
-    let b = Raw::header(3, 2, 0)
-        .tensor("a", &[32], 0, 0)
-        .tensor("b", &[32], 0, 96)
-        .pad(32)
-        .zeros(256)
-        .0;
+    let b = two_f32_tensors(["a", "b"], [0, 96]);
     let e = parse_err(b);
     assert_err!(e, GgufError::TensorOverlap { .. });
     assert_names(&e, &["'a'", "'b'"]);
     // Touching is fine.
-    let b = Raw::header(3, 2, 0)
-        .tensor("a", &[32], 0, 0)
-        .tensor("b", &[32], 0, 128)
-        .pad(32)
-        .zeros(256)
-        .0;
+    let b = two_f32_tensors(["a", "b"], [0, 128]);
     assert_eq!(GgufFile::from_bytes(b).unwrap().tensors().len(), 2);
 }
 
 #[test]
 fn duplicate_tensor_name() {
-    let b = Raw::header(3, 2, 0)
-        .tensor("w", &[32], 0, 0)
-        .tensor("w", &[32], 0, 128)
-        .pad(32)
-        .zeros(256)
-        .0;
+    let b = two_f32_tensors(["w", "w"], [0, 128]);
     let e = parse_err(b);
     assert_err!(e, GgufError::DuplicateTensor { .. });
     assert_names(&e, &["'w'"]);
