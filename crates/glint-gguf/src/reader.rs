@@ -508,6 +508,45 @@ impl<'a> Parser<'a> {
         Ok(bytes.chunks_exact(size as usize).map(decode).collect())
     }
 
+    /// The dimensions of tensor `name`: `(ne, n_dims, n_elements)`, checked:
+    /// 1..=4 of them, none zero, and an element count that fits ggml's
+    /// int64_t.
+    fn dims(&mut self, name: &str, what: &dyn Fn() -> String) -> Result<([u64; 4], u32, u64)> {
+        let n_dims = self.u32(what)?;
+        if !(1..=MAX_DIMS).contains(&n_dims) {
+            return Err(GgufError::BadDimCount {
+                tensor: name.to_string(),
+                n_dims,
+            });
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            dims.push(self.u64(what)?);
+        }
+        if let Some(dim) = dims.iter().position(|&d| d == 0) {
+            return Err(GgufError::ZeroDim {
+                tensor: name.to_string(),
+                dim,
+                ne: dims,
+            });
+        }
+        let n_elements = dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64);
+        let Some(n_elements) = n_elements else {
+            return Err(GgufError::ElementCountOverflow {
+                tensor: name.to_string(),
+                ne: dims,
+            });
+        };
+        let mut ne = [1u64; 4];
+        for (slot, d) in ne.iter_mut().zip(&dims) {
+            *slot = *d;
+        }
+        Ok((ne, n_dims, n_elements))
+    }
+
     /// One tensor info, checked on its own (placement comes later).
     fn tensor_info(&mut self, i: u64) -> Result<TensorInfo> {
         let name_what = || format!("name of tensor #{i}");
@@ -527,39 +566,7 @@ impl<'a> Parser<'a> {
         let name = self.string(MAX_TENSOR_NAME_LEN, &name_what)?;
         let what = || format!("tensor info of '{name}'");
 
-        let n_dims = self.u32(&what)?;
-        if !(1..=MAX_DIMS).contains(&n_dims) {
-            return Err(GgufError::BadDimCount {
-                tensor: name,
-                n_dims,
-            });
-        }
-        let mut dims = Vec::with_capacity(n_dims as usize);
-        for _ in 0..n_dims {
-            dims.push(self.u64(&what)?);
-        }
-        if let Some(dim) = dims.iter().position(|&d| d == 0) {
-            return Err(GgufError::ZeroDim {
-                tensor: name,
-                dim,
-                ne: dims,
-            });
-        }
-        // ggml counts elements in int64_t.
-        let n_elements = dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| n <= i64::MAX as u64);
-        let Some(n_elements) = n_elements else {
-            return Err(GgufError::ElementCountOverflow {
-                tensor: name,
-                ne: dims,
-            });
-        };
-        let mut ne = [1u64; 4];
-        for (slot, d) in ne.iter_mut().zip(&dims) {
-            *slot = *d;
-        }
+        let (ne, n_dims, n_elements) = self.dims(&name, &what)?;
 
         let type_id = self.u32(&what)?;
         let Some(ty) = GgmlType::from_id(type_id) else {

@@ -270,6 +270,7 @@ pub fn forward<B: Backend>(
         inp,
         bufs: Buffers::view(b, hp, s, t)?,
     };
+    // Each block writes x + block(x) to x2; the swap makes that the stream.
     for (il, lw) in w.layers.iter().enumerate() {
         layer.attention(il, lw, &x, &x2)?;
         std::mem::swap(&mut x, &mut x2);
