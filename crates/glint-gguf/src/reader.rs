@@ -100,22 +100,16 @@ impl TensorInfo {
 /// tensor bytes stay in the map until asked for.
 pub struct GgufFile {
     storage: Arc<Storage>,
-    version: u32,
-    alignment: u64,
-    data_offset: u64,
-    metadata: Vec<(String, Value)>,
-    key_index: HashMap<String, usize>,
-    tensors: Vec<TensorInfo>,
-    tensor_index: HashMap<String, usize>,
+    parsed: Parsed,
 }
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufFile")
-            .field("version", &self.version)
+            .field("version", &self.parsed.version)
             .field("file_size", &self.file_size())
-            .field("n_kv", &self.metadata.len())
-            .field("n_tensors", &self.tensors.len())
+            .field("n_kv", &self.parsed.metadata.items.len())
+            .field("n_tensors", &self.parsed.tensors.items.len())
             .finish_non_exhaustive()
     }
 }
@@ -132,32 +126,26 @@ impl GgufFile {
     }
 
     fn parse(storage: Storage) -> Result<GgufFile> {
-        let p = Parser::parse(storage.as_ref())?;
+        let parsed = Parser::parse(storage.as_ref())?;
         Ok(GgufFile {
             storage: Arc::new(storage),
-            version: p.version,
-            alignment: p.alignment,
-            data_offset: p.data_offset,
-            metadata: p.metadata,
-            key_index: p.key_index,
-            tensors: p.tensors,
-            tensor_index: p.tensor_index,
+            parsed,
         })
     }
 
     /// Format version (2 or 3).
     pub fn version(&self) -> u32 {
-        self.version
+        self.parsed.version
     }
 
     /// Alignment of the data section and tensor offsets.
     pub fn alignment(&self) -> u64 {
-        self.alignment
+        self.parsed.alignment
     }
 
     /// Absolute offset of the data section.
     pub fn data_offset(&self) -> u64 {
-        self.data_offset
+        self.parsed.data_offset
     }
 
     /// File size in bytes.
@@ -179,19 +167,17 @@ impl GgufFile {
 
     /// Metadata in file order.
     pub fn metadata(&self) -> &[(String, Value)] {
-        &self.metadata
+        &self.parsed.metadata.items
     }
 
     /// Tensor infos in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        &self.parsed.tensors.items
     }
 
     /// The tensor called `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensor_index
-            .get(name)
-            .and_then(|&i| self.tensors.get(i))
+        self.parsed.tensors.get(name)
     }
 
     /// A tensor's bytes, borrowed from the map. `info` should come from this
@@ -207,22 +193,47 @@ impl GgufFile {
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.key_index
-            .get(key)
-            .and_then(|&i| self.metadata.get(i))
-            .map(|(_, v)| v)
+        self.parsed.metadata.get(key).map(|(_, v)| v)
     }
 }
 
-/// Parse results, moved into [`GgufFile`].
+/// What parsing found: everything of a [`GgufFile`] but its bytes.
 struct Parsed {
     version: u32,
     alignment: u64,
     data_offset: u64,
-    metadata: Vec<(String, Value)>,
-    key_index: HashMap<String, usize>,
-    tensors: Vec<TensorInfo>,
-    tensor_index: HashMap<String, usize>,
+    metadata: Named<(String, Value)>,
+    tensors: Named<TensorInfo>,
+}
+
+/// Items in file order with an index by name (metadata keys, tensor names).
+struct Named<T> {
+    items: Vec<T>,
+    index: HashMap<String, usize>,
+}
+
+impl<T> Named<T> {
+    /// Room for `n` items; `n` is capped at 2^20 by `Parser::header`.
+    fn with_capacity(n: u64) -> Self {
+        Named {
+            items: Vec::with_capacity(n as usize),
+            index: HashMap::with_capacity(n as usize),
+        }
+    }
+
+    /// Append `item` under `name`, or give it back if the name is taken.
+    fn push(&mut self, name: &str, item: T) -> std::result::Result<(), T> {
+        if self.index.contains_key(name) {
+            return Err(item);
+        }
+        self.index.insert(name.to_string(), self.items.len());
+        self.items.push(item);
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Option<&T> {
+        self.index.get(name).and_then(|&i| self.items.get(i))
+    }
 }
 
 /// A cursor over the file that never reads past its end.
@@ -234,12 +245,40 @@ struct Parser<'a> {
 impl<'a> Parser<'a> {
     fn parse(data: &'a [u8]) -> Result<Parsed> {
         let mut p = Parser { data, pos: 0 };
+        let (version, n_tensors, n_kv) = p.header()?;
+        let metadata = p.metadata(n_kv)?;
+        let alignment = read_alignment(&metadata)?;
+        let mut tensors = p.tensor_infos(n_tensors)?;
 
-        let magic = p.array::<4>(&|| "magic".into())?;
+        let infos_end = p.pos as u64;
+        let data_offset = align_up(infos_end, alignment).ok_or(GgufError::DataOffsetOverflow {
+            end: infos_end,
+            alignment,
+        })?;
+        place_tensors(
+            &mut tensors.items,
+            data_offset,
+            alignment,
+            data.len() as u64,
+        )?;
+
+        Ok(Parsed {
+            version,
+            alignment,
+            data_offset,
+            metadata,
+            tensors,
+        })
+    }
+
+    /// Magic, version, and the two counts: `(version, n_tensors, n_kv)`,
+    /// the counts capped and checked against the bytes left.
+    fn header(&mut self) -> Result<(u32, u64, u64)> {
+        let magic = self.array::<4>(&|| "magic".into())?;
         if magic != GGUF_MAGIC {
             return Err(GgufError::BadMagic { found: magic });
         }
-        let version = u32::from_le_bytes(p.array::<4>(&|| "version".into())?);
+        let version = u32::from_le_bytes(self.array::<4>(&|| "version".into())?);
         match version {
             2 | 3 => {}
             1 => return Err(GgufError::VersionOne),
@@ -251,83 +290,60 @@ impl<'a> Parser<'a> {
             }
             v => return Err(GgufError::UnsupportedVersion { version: v }),
         }
-        let n_tensors = p.u64(&|| "tensor_count".into())?;
-        let n_kv = p.u64(&|| "metadata_kv_count".into())?;
+        let n_tensors = self.u64(&|| "tensor_count".into())?;
+        let n_kv = self.u64(&|| "metadata_kv_count".into())?;
         cap("tensor_count", n_tensors, MAX_TENSORS)?;
         cap("metadata_kv_count", n_kv, MAX_KV)?;
         // Both counts against the bytes left before allocating for either.
         let min_bytes = n_kv
             .saturating_mul(MIN_KV_BYTES)
             .saturating_add(n_tensors.saturating_mul(MIN_TENSOR_INFO_BYTES));
-        if min_bytes > p.remaining() {
+        if min_bytes > self.remaining() {
             return Err(GgufError::LyingCount {
                 what: format!("header ({n_kv} metadata pairs, {n_tensors} tensors)"),
                 count: n_kv.saturating_add(n_tensors),
                 min_bytes,
-                available: p.remaining(),
-                offset: p.pos as u64,
+                available: self.remaining(),
+                offset: self.pos as u64,
             });
         }
+        Ok((version, n_tensors, n_kv))
+    }
 
-        // Both counts are capped at 2^20 above, so they fit usize.
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut key_index = HashMap::with_capacity(n_kv as usize);
+    /// `n_kv` key-value pairs in file order; a key seen twice is an error.
+    fn metadata(&mut self, n_kv: u64) -> Result<Named<(String, Value)>> {
+        let mut metadata = Named::with_capacity(n_kv);
         for i in 0..n_kv {
-            let key = p.string(MAX_KEY_LEN, &|| format!("metadata key #{i}"))?;
-            let type_off = p.pos as u64;
-            let type_id = p.u32(&|| format!("value type of key '{key}'"))?;
-            let ty = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
-                key: key.clone(),
-                type_id,
-                offset: type_off,
-            })?;
-            let value = p.value(ty, &key)?;
-            if key_index.insert(key.clone(), metadata.len()).is_some() {
+            let key = self.string(MAX_KEY_LEN, &|| format!("metadata key #{i}"))?;
+            let ty = self.value_type(&|| format!("value type of key '{key}'"), &key)?;
+            let value = self.value(ty, &key)?;
+            if let Err((key, _)) = metadata.push(&key.clone(), (key, value)) {
                 return Err(GgufError::DuplicateKey { key });
             }
-            metadata.push((key, value));
         }
+        Ok(metadata)
+    }
 
-        let alignment = match key_index.get(KEY_ALIGNMENT).and_then(|&i| metadata.get(i)) {
-            None => DEFAULT_ALIGNMENT,
-            Some((_, Value::U32(a))) => u64::from(*a),
-            Some((_, v)) => {
-                return Err(GgufError::KeyType {
-                    key: KEY_ALIGNMENT.into(),
-                    expected: "u32",
-                    found: v.type_desc(),
-                })
-            }
-        };
-        if !alignment.is_power_of_two() {
-            return Err(GgufError::BadAlignment { value: alignment });
-        }
-
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+    /// `n_tensors` tensor infos in file order; a name seen twice is an error.
+    fn tensor_infos(&mut self, n_tensors: u64) -> Result<Named<TensorInfo>> {
+        let mut tensors = Named::with_capacity(n_tensors);
         for i in 0..n_tensors {
-            let t = p.tensor_info(i)?;
-            if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
+            let t = self.tensor_info(i)?;
+            if let Err(t) = tensors.push(&t.name.clone(), t) {
                 return Err(GgufError::DuplicateTensor { name: t.name });
             }
-            tensors.push(t);
         }
+        Ok(tensors)
+    }
 
-        let infos_end = p.pos as u64;
-        let data_offset = align_up(infos_end, alignment).ok_or(GgufError::DataOffsetOverflow {
-            end: infos_end,
-            alignment,
-        })?;
-        place_tensors(&mut tensors, data_offset, alignment, data.len() as u64)?;
-
-        Ok(Parsed {
-            version,
-            alignment,
-            data_offset,
-            metadata,
-            key_index,
-            tensors,
-            tensor_index,
+    /// A value type id; one not in the table is an error naming `key`.
+    fn value_type(&mut self, what: &dyn Fn() -> String, key: &str) -> Result<ValueType> {
+        let type_off = self.pos as u64;
+        let type_id = self.u32(what)?;
+        ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+            key: key.into(),
+            type_id,
+            offset: type_off,
         })
     }
 
@@ -416,13 +432,7 @@ impl<'a> Parser<'a> {
             });
         }
         let what = || format!("array in key '{key}'");
-        let type_off = self.pos as u64;
-        let type_id = self.u32(&what)?;
-        let ty = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
-            key: key.into(),
-            type_id,
-            offset: type_off,
-        })?;
+        let ty = self.value_type(&what, key)?;
         let n = self.u64(&what)?;
         // The check that stops a lying count: n elements of this type take at
         // least n * min_size bytes, which must still be in the file. After it,
@@ -498,6 +508,45 @@ impl<'a> Parser<'a> {
         Ok(bytes.chunks_exact(size as usize).map(decode).collect())
     }
 
+    /// The dimensions of tensor `name`: `(ne, n_dims, n_elements)`, checked:
+    /// 1..=4 of them, none zero, and an element count that fits ggml's
+    /// int64_t.
+    fn dims(&mut self, name: &str, what: &dyn Fn() -> String) -> Result<([u64; 4], u32, u64)> {
+        let n_dims = self.u32(what)?;
+        if !(1..=MAX_DIMS).contains(&n_dims) {
+            return Err(GgufError::BadDimCount {
+                tensor: name.to_string(),
+                n_dims,
+            });
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            dims.push(self.u64(what)?);
+        }
+        if let Some(dim) = dims.iter().position(|&d| d == 0) {
+            return Err(GgufError::ZeroDim {
+                tensor: name.to_string(),
+                dim,
+                ne: dims,
+            });
+        }
+        let n_elements = dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64);
+        let Some(n_elements) = n_elements else {
+            return Err(GgufError::ElementCountOverflow {
+                tensor: name.to_string(),
+                ne: dims,
+            });
+        };
+        let mut ne = [1u64; 4];
+        for (slot, d) in ne.iter_mut().zip(&dims) {
+            *slot = *d;
+        }
+        Ok((ne, n_dims, n_elements))
+    }
+
     /// One tensor info, checked on its own (placement comes later).
     fn tensor_info(&mut self, i: u64) -> Result<TensorInfo> {
         let name_what = || format!("name of tensor #{i}");
@@ -517,39 +566,7 @@ impl<'a> Parser<'a> {
         let name = self.string(MAX_TENSOR_NAME_LEN, &name_what)?;
         let what = || format!("tensor info of '{name}'");
 
-        let n_dims = self.u32(&what)?;
-        if !(1..=MAX_DIMS).contains(&n_dims) {
-            return Err(GgufError::BadDimCount {
-                tensor: name,
-                n_dims,
-            });
-        }
-        let mut dims = Vec::with_capacity(n_dims as usize);
-        for _ in 0..n_dims {
-            dims.push(self.u64(&what)?);
-        }
-        if let Some(dim) = dims.iter().position(|&d| d == 0) {
-            return Err(GgufError::ZeroDim {
-                tensor: name,
-                dim,
-                ne: dims,
-            });
-        }
-        // ggml counts elements in int64_t.
-        let n_elements = dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| n <= i64::MAX as u64);
-        let Some(n_elements) = n_elements else {
-            return Err(GgufError::ElementCountOverflow {
-                tensor: name,
-                ne: dims,
-            });
-        };
-        let mut ne = [1u64; 4];
-        for (slot, d) in ne.iter_mut().zip(&dims) {
-            *slot = *d;
-        }
+        let (ne, n_dims, n_elements) = self.dims(&name, &what)?;
 
         let type_id = self.u32(&what)?;
         let Some(ty) = GgmlType::from_id(type_id) else {
@@ -585,6 +602,26 @@ impl<'a> Parser<'a> {
             range: 0..0,
         })
     }
+}
+
+/// `general.alignment` if present (a `u32`, a power of two), else the
+/// default.
+fn read_alignment(metadata: &Named<(String, Value)>) -> Result<u64> {
+    let alignment = match metadata.get(KEY_ALIGNMENT) {
+        None => DEFAULT_ALIGNMENT,
+        Some((_, Value::U32(a))) => u64::from(*a),
+        Some((_, v)) => {
+            return Err(GgufError::KeyType {
+                key: KEY_ALIGNMENT.into(),
+                expected: "u32",
+                found: v.type_desc(),
+            })
+        }
+    };
+    if !alignment.is_power_of_two() {
+        return Err(GgufError::BadAlignment { value: alignment });
+    }
+    Ok(alignment)
 }
 
 /// Checks each tensor's offset against the alignment and the file, fills in

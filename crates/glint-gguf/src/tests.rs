@@ -9,6 +9,13 @@ use crate::*;
 
 // ---- helpers ----
 
+/// Assert that the error `e` matches `pattern`, printing it if not.
+macro_rules! assert_err {
+    ($e:expr, $($pattern:tt)+) => {
+        assert!(matches!($e, $($pattern)+), "{}", $e)
+    };
+}
+
 /// Raw GGUF bytes, for files the writer would refuse to produce.
 struct Raw(Vec<u8>);
 
@@ -70,8 +77,24 @@ fn assert_names(e: &GgufError, parts: &[&str]) {
 /// One F32 tensor `t` of 32 elements (128 bytes) at `offset`, with
 /// `data_bytes` bytes in the data section.
 fn one_f32_tensor(offset: u64, data_bytes: usize) -> Vec<u8> {
+    one_tensor("t", &[32], 0, offset, data_bytes)
+}
+
+/// A file of two `[32]` F32 tensors at `offsets` in a 256-byte data section.
+fn two_f32_tensors(names: [&str; 2], offsets: [u64; 2]) -> Vec<u8> {
+    Raw::header(3, 2, 0)
+        .tensor(names[0], &[32], 0, offsets[0])
+        .tensor(names[1], &[32], 0, offsets[1])
+        .pad(32)
+        .zeros(256)
+        .0
+}
+
+/// A file of one tensor info and `data_bytes` zero bytes of data after the
+/// padding.
+fn one_tensor(name: &str, dims: &[u64], type_id: u32, offset: u64, data_bytes: usize) -> Vec<u8> {
     Raw::header(3, 1, 0)
-        .tensor("t", &[32], 0, offset)
+        .tensor(name, dims, type_id, offset)
         .pad(32)
         .zeros(data_bytes)
         .0
@@ -289,7 +312,7 @@ fn file_is_shareable_across_threads_and_foreign_infos_slice_empty() {
 #[test]
 fn open_of_a_missing_file_names_the_path() {
     let e = GgufFile::open("/nonexistent/glint/model.gguf").unwrap_err();
-    assert!(matches!(e, GgufError::Io { .. }));
+    assert_err!(e, GgufError::Io { .. });
     assert_names(&e, &["/nonexistent/glint/model.gguf"]);
 }
 
@@ -312,14 +335,14 @@ fn streamed_tensors_match_owned_ones_and_sizes_are_checked() {
     })
     .unwrap();
     let e = w.to_bytes().unwrap_err();
-    assert!(matches!(
+    assert_err!(
         e,
         GgufError::TensorBytesMismatch {
             expected: 128,
             got: 100,
             ..
         }
-    ));
+    );
     assert_names(&e, &["'short'", "128", "100"]);
 }
 
@@ -329,62 +352,53 @@ fn writer_checks_tensors_and_keys() {
     let e = w
         .add_tensor("t", &[32], GgmlType::F32, vec![0; 127])
         .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            GgufError::TensorBytesMismatch {
-                expected: 128,
-                got: 127,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::TensorBytesMismatch {
+            expected: 128,
+            got: 127,
+            ..
+        }
     );
     let e = w
         .add_tensor("q", &[33], GgmlType::Q4_0, vec![])
         .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            GgufError::NotWholeBlocks {
-                ne0: 33,
-                block_size: 32,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::NotWholeBlocks {
+            ne0: 33,
+            block_size: 32,
+            ..
+        }
     );
     let e = w
         .add_tensor("x".repeat(64), &[1], GgmlType::F32, vec![0; 4])
         .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            GgufError::TensorNameTooLong {
-                len: 64,
-                max: 63,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::TensorNameTooLong {
+            len: 64,
+            max: 63,
+            ..
+        }
     );
     w.add_tensor("x".repeat(63), &[1], GgmlType::F32, vec![0; 4])
         .unwrap();
     let e = w
         .add_tensor("x".repeat(63), &[1], GgmlType::F32, vec![0; 4])
         .unwrap_err();
-    assert!(matches!(e, GgufError::DuplicateTensor { .. }), "{e}");
+    assert_err!(e, GgufError::DuplicateTensor { .. });
     let e = w
         .add_tensor("d", &[1, 1, 1, 1, 1], GgmlType::F32, vec![0; 4])
         .unwrap_err();
-    assert!(matches!(e, GgufError::BadDimCount { n_dims: 5, .. }), "{e}");
+    assert_err!(e, GgufError::BadDimCount { n_dims: 5, .. });
     w.add_kv("a", Value::U8(1)).unwrap();
     let e = w.add_kv("a", Value::U8(2)).unwrap_err();
-    assert!(matches!(e, GgufError::DuplicateKey { .. }), "{e}");
+    assert_err!(e, GgufError::DuplicateKey { .. });
     let e = w.add_kv(KEY_ALIGNMENT, Value::U32(48)).unwrap_err();
-    assert!(matches!(e, GgufError::BadAlignment { value: 48 }), "{e}");
+    assert_err!(e, GgufError::BadAlignment { value: 48 });
     let e = w.add_kv(KEY_ALIGNMENT, Value::U64(64)).unwrap_err();
-    assert!(matches!(e, GgufError::KeyType { .. }), "{e}");
+    assert_err!(e, GgufError::KeyType { .. });
 }
 
 // ---- getters and architecture keys ----
@@ -417,26 +431,23 @@ fn typed_getters_check_types_and_presence() {
     assert_eq!(f.get_u32("absent").unwrap(), None);
 
     let e = f.get_u32("t.u64").unwrap_err();
-    assert!(
-        matches!(
-            e,
-            GgufError::KeyType {
-                expected: "u32",
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::KeyType {
+            expected: "u32",
+            ..
+        }
     );
     assert_names(&e, &["'t.u64'", "u64", "u32"]);
     let e = f.get_f32_array("t.a_i32").unwrap_err();
     assert_names(&e, &["'t.a_i32'", "array of i32", "array of f32"]);
     let e = f.get_usize("t.i8").unwrap_err();
-    assert!(matches!(e, GgufError::ValueOutOfRange { .. }), "{e}");
+    assert_err!(e, GgufError::ValueOutOfRange { .. });
     assert_names(&e, &["'t.i8'", "-100", "usize"]);
     let e = f.get_usize("t.f32").unwrap_err();
-    assert!(matches!(e, GgufError::KeyType { .. }), "{e}");
+    assert_err!(e, GgufError::KeyType { .. });
     let e = f.require_str("absent.key").unwrap_err();
-    assert!(matches!(e, GgufError::MissingKey { .. }), "{e}");
+    assert_err!(e, GgufError::MissingKey { .. });
     assert_names(&e, &["'absent.key'"]);
 }
 
@@ -470,14 +481,11 @@ fn architecture_keys_come_from_the_table() {
 #[test]
 fn bad_magic() {
     let e = parse_err(b"GGML\x03\0\0\0".to_vec());
-    assert!(
-        matches!(
-            e,
-            GgufError::BadMagic {
-                found: [0x47, 0x47, 0x4d, 0x4c]
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::BadMagic {
+            found: [0x47, 0x47, 0x4d, 0x4c]
+        }
     );
     assert_names(&e, &["47, 47, 4d, 4c"]);
 }
@@ -485,20 +493,17 @@ fn bad_magic() {
 #[test]
 fn version_one_is_refused() {
     let e = parse_err(Raw::header(1, 0, 0).0);
-    assert!(matches!(e, GgufError::VersionOne), "{e}");
+    assert_err!(e, GgufError::VersionOne);
     assert_names(&e, &["GGUF v1 is not supported"]);
 }
 
 #[test]
 fn big_endian_is_refused() {
     let e = parse_err(Raw::header(3u32.swap_bytes(), 0, 0).0);
-    assert!(matches!(e, GgufError::BigEndian { swapped: 3, .. }), "{e}");
+    assert_err!(e, GgufError::BigEndian { swapped: 3, .. });
     assert_names(&e, &["big-endian", "0x03000000"]);
     let e = parse_err(Raw::header(4, 0, 0).0);
-    assert!(
-        matches!(e, GgufError::UnsupportedVersion { version: 4 }),
-        "{e}"
-    );
+    assert_err!(e, GgufError::UnsupportedVersion { version: 4 });
 }
 
 #[test]
@@ -506,40 +511,34 @@ fn truncated_header() {
     let mut b = Raw::header(3, 0, 0).0;
     b.truncate(12);
     let e = parse_err(b);
-    assert!(
-        matches!(
-            e,
-            GgufError::Truncated {
-                offset: 8,
-                needed: 8,
-                available: 4,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::Truncated {
+            offset: 8,
+            needed: 8,
+            available: 4,
+            ..
+        }
     );
     assert_names(&e, &["tensor_count", "offset 8"]);
     let e = parse_err(b"GG".to_vec());
-    assert!(matches!(e, GgufError::Truncated { .. }), "{e}");
+    assert_err!(e, GgufError::Truncated { .. });
 }
 
 #[test]
 fn counts_lying_or_over_the_cap() {
     let e = parse_err(Raw::header(3, 0, 1000).zeros(100).0);
-    assert!(
-        matches!(
-            e,
-            GgufError::LyingCount {
-                count: 1000,
-                min_bytes: 13000,
-                available: 100,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::LyingCount {
+            count: 1000,
+            min_bytes: 13000,
+            available: 100,
+            ..
+        }
     );
     let e = parse_err(Raw::header(3, MAX_TENSORS + 1, 0).0);
-    assert!(matches!(e, GgufError::OverCap { .. }), "{e}");
+    assert_err!(e, GgufError::OverCap { .. });
     assert_names(&e, &["tensor_count", &(MAX_TENSORS + 1).to_string()]);
     let e = parse_err(Raw::header(3, 0, u64::MAX).0);
     assert_names(&e, &["metadata_kv_count", &u64::MAX.to_string()]);
@@ -550,16 +549,13 @@ fn counts_lying_or_over_the_cap() {
 #[test]
 fn lying_string_length() {
     let e = parse_err(Raw::header(3, 0, 1).str("k").u32(8).u64(u64::MAX).0);
-    assert!(
-        matches!(
-            e,
-            GgufError::OverCap {
-                value: u64::MAX,
-                cap: MAX_STRING_LEN,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::OverCap {
+            value: u64::MAX,
+            cap: MAX_STRING_LEN,
+            ..
+        }
     );
     assert_names(&e, &["'k'", &u64::MAX.to_string()]);
     // Under the cap but past the end of the file.
@@ -571,16 +567,13 @@ fn lying_string_length() {
             .bytes(b"abc")
             .0,
     );
-    assert!(
-        matches!(
-            e,
-            GgufError::Truncated {
-                needed: 1000,
-                available: 3,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::Truncated {
+            needed: 1000,
+            available: 3,
+            ..
+        }
     );
     assert_names(&e, &["'k'", "1000"]);
 }
@@ -588,15 +581,12 @@ fn lying_string_length() {
 #[test]
 fn lying_key_length() {
     let e = parse_err(Raw::header(3, 0, 1).u64(MAX_KEY_LEN + 1).zeros(20).0);
-    assert!(
-        matches!(
-            e,
-            GgufError::OverCap {
-                cap: MAX_KEY_LEN,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::OverCap {
+            cap: MAX_KEY_LEN,
+            ..
+        }
     );
     assert_names(&e, &["metadata key #0"]);
 }
@@ -612,16 +602,13 @@ fn lying_array_length() {
             .u32(1)
             .0,
     );
-    assert!(
-        matches!(
-            e,
-            GgufError::LyingCount {
-                count: 1099511627776,
-                available: 4,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::LyingCount {
+            count: 1099511627776,
+            available: 4,
+            ..
+        }
     );
     assert_names(&e, &["'arr'", "u32", "1099511627776", "4398046511104"]);
     // n * min_size overflowing u64 is refused the same way.
@@ -633,7 +620,7 @@ fn lying_array_length() {
             .u64(u64::MAX)
             .0,
     );
-    assert!(matches!(e, GgufError::LyingCount { .. }), "{e}");
+    assert_err!(e, GgufError::LyingCount { .. });
 }
 
 fn nested(levels: usize) -> Vec<u8> {
@@ -656,15 +643,12 @@ fn nesting_deeper_than_the_cap() {
     }
     assert_eq!(a, &Array::U8(vec![]));
     let e = parse_err(nested(MAX_ARRAY_DEPTH + 1));
-    assert!(
-        matches!(
-            e,
-            GgufError::NestingTooDeep {
-                cap: MAX_ARRAY_DEPTH,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::NestingTooDeep {
+            cap: MAX_ARRAY_DEPTH,
+            ..
+        }
     );
     assert_names(&e, &["'deep'", "4"]);
 }
@@ -672,16 +656,13 @@ fn nesting_deeper_than_the_cap() {
 #[test]
 fn bad_bool_byte() {
     let e = parse_err(Raw::header(3, 0, 1).str("b").u32(7).u8(2).0);
-    assert!(
-        matches!(
-            e,
-            GgufError::BadBool {
-                byte: 2,
-                offset: 37,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::BadBool {
+            byte: 2,
+            offset: 37,
+            ..
+        }
     );
     assert_names(&e, &["'b'", "2"]);
     let e = parse_err(
@@ -694,16 +675,13 @@ fn bad_bool_byte() {
             .u8(7)
             .0,
     );
-    assert!(matches!(e, GgufError::BadBool { byte: 7, .. }), "{e}");
+    assert_err!(e, GgufError::BadBool { byte: 7, .. });
 }
 
 #[test]
 fn unknown_value_type() {
     let e = parse_err(Raw::header(3, 0, 1).str("k").u32(13).u32(0).0);
-    assert!(
-        matches!(e, GgufError::UnknownValueType { type_id: 13, .. }),
-        "{e}"
-    );
+    assert_err!(e, GgufError::UnknownValueType { type_id: 13, .. });
     assert_names(&e, &["'k'", "13"]);
 }
 
@@ -711,29 +689,23 @@ fn unknown_value_type() {
 fn bad_alignment() {
     for a in [0u32, 3] {
         let e = parse_err(Raw::header(3, 0, 1).kv_u32(KEY_ALIGNMENT, a).0);
-        assert!(
-            matches!(e, GgufError::BadAlignment { value } if value == u64::from(a)),
-            "{e}"
-        );
+        assert_err!(e, GgufError::BadAlignment { value } if value == u64::from(a));
         assert_names(&e, &["general.alignment", &a.to_string()]);
     }
     let e = parse_err(Raw::header(3, 0, 1).str(KEY_ALIGNMENT).u32(10).u64(32).0);
-    assert!(
-        matches!(
-            e,
-            GgufError::KeyType {
-                expected: "u32",
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::KeyType {
+            expected: "u32",
+            ..
+        }
     );
 }
 
 #[test]
 fn duplicate_key() {
     let e = parse_err(Raw::header(3, 0, 2).kv_u32("a.b", 1).kv_u32("a.b", 2).0);
-    assert!(matches!(e, GgufError::DuplicateKey { .. }), "{e}");
+    assert_err!(e, GgufError::DuplicateKey { .. });
     assert_names(&e, &["'a.b'"]);
 }
 
@@ -747,10 +719,7 @@ fn invalid_utf8() {
             .u32(1)
             .0,
     );
-    assert!(
-        matches!(e, GgufError::InvalidUtf8 { offset: 32, .. }),
-        "{e}"
-    );
+    assert_err!(e, GgufError::InvalidUtf8 { offset: 32, .. });
     assert_names(&e, &["metadata key #0", "UTF-8"]);
     let e = parse_err(Raw::header(3, 0, 1).str("k").u32(8).u64(1).bytes(&[0xc3]).0);
     assert_names(&e, &["'k'", "UTF-8"]);
@@ -761,17 +730,8 @@ fn invalid_utf8() {
 #[test]
 fn unknown_tensor_type() {
     for id in [4u32, 9999] {
-        let e = parse_err(
-            Raw::header(3, 1, 0)
-                .tensor("w", &[32], id, 0)
-                .pad(32)
-                .zeros(256)
-                .0,
-        );
-        assert!(
-            matches!(e, GgufError::UnknownTensorType { type_id, .. } if type_id == id),
-            "{e}"
-        );
+        let e = parse_err(one_tensor("w", &[32], id, 0, 256));
+        assert_err!(e, GgufError::UnknownTensorType { type_id, .. } if type_id == id);
         assert_names(&e, &["'w'", &id.to_string()]);
     }
 }
@@ -780,48 +740,30 @@ fn unknown_tensor_type() {
 fn n_dims_outside_1_to_4() {
     for n in [0u32, 5] {
         let dims = vec![1u64; n as usize];
-        let e = parse_err(
-            Raw::header(3, 1, 0)
-                .tensor("w", &dims, 0, 0)
-                .pad(32)
-                .zeros(32)
-                .0,
-        );
-        assert!(
-            matches!(e, GgufError::BadDimCount { n_dims, .. } if n_dims == n),
-            "{e}"
-        );
+        let e = parse_err(one_tensor("w", &dims, 0, 0, 32));
+        assert_err!(e, GgufError::BadDimCount { n_dims, .. } if n_dims == n);
         assert_names(&e, &["'w'", &n.to_string()]);
     }
 }
 
 #[test]
 fn zero_dimension() {
-    let e = parse_err(Raw::header(3, 1, 0).tensor("w", &[32, 0], 0, 0).pad(32).0);
-    assert!(matches!(e, GgufError::ZeroDim { dim: 1, .. }), "{e}");
+    let e = parse_err(one_tensor("w", &[32, 0], 0, 0, 0));
+    assert_err!(e, GgufError::ZeroDim { dim: 1, .. });
     assert_names(&e, &["'w'", "ne[1]", "[32, 0]"]);
 }
 
 #[test]
 fn ne0_not_a_multiple_of_the_block_size() {
     // Q4_0 (id 2), 32 per block.
-    let e = parse_err(
-        Raw::header(3, 1, 0)
-            .tensor("q", &[48, 2], 2, 0)
-            .pad(32)
-            .zeros(64)
-            .0,
-    );
-    assert!(
-        matches!(
-            e,
-            GgufError::NotWholeBlocks {
-                ne0: 48,
-                block_size: 32,
-                ..
-            }
-        ),
-        "{e}"
+    let e = parse_err(one_tensor("q", &[48, 2], 2, 0, 64));
+    assert_err!(
+        e,
+        GgufError::NotWholeBlocks {
+            ne0: 48,
+            block_size: 32,
+            ..
+        }
     );
     assert_names(&e, &["'q'", "48", "Q4_0", "32"]);
 }
@@ -829,63 +771,43 @@ fn ne0_not_a_multiple_of_the_block_size() {
 #[test]
 fn element_count_overflow() {
     for dims in [&[1u64 << 32, 1 << 32][..], &[1 << 62, 4], &[1 << 63]] {
-        let e = parse_err(Raw::header(3, 1, 0).tensor("big", dims, 0, 0).pad(32).0);
-        assert!(matches!(e, GgufError::ElementCountOverflow { .. }), "{e}");
+        let e = parse_err(one_tensor("big", dims, 0, 0, 0));
+        assert_err!(e, GgufError::ElementCountOverflow { .. });
         assert_names(&e, &["'big'", &dims[0].to_string()]);
     }
     // Fits i64 as elements, overflows u64 as F32 bytes.
-    let e = parse_err(
-        Raw::header(3, 1, 0)
-            .tensor("big", &[1 << 62], 0, 0)
-            .pad(32)
-            .0,
-    );
-    assert!(matches!(e, GgufError::TensorSizeOverflow { .. }), "{e}");
+    let e = parse_err(one_tensor("big", &[1 << 62], 0, 0, 0));
+    assert_err!(e, GgufError::TensorSizeOverflow { .. });
 }
 
 #[test]
 fn tensor_name_too_long() {
     let name = "n".repeat(64);
-    let e = parse_err(
-        Raw::header(3, 1, 0)
-            .tensor(&name, &[1], 0, 0)
-            .pad(32)
-            .zeros(32)
-            .0,
-    );
-    assert!(
-        matches!(
-            e,
-            GgufError::TensorNameTooLong {
-                len: 64,
-                max: 63,
-                ..
-            }
-        ),
-        "{e}"
+    let e = parse_err(one_tensor(&name, &[1], 0, 0, 32));
+    assert_err!(
+        e,
+        GgufError::TensorNameTooLong {
+            len: 64,
+            max: 63,
+            ..
+        }
     );
     assert_names(&e, &[&name, "64"]);
     // A lying name length is refused without reading it.
     let e = parse_err(Raw::header(3, 1, 0).u64(u64::MAX).zeros(32).0);
-    assert!(
-        matches!(e, GgufError::TensorNameTooLong { len: u64::MAX, .. }),
-        "{e}"
-    );
+    assert_err!(e, GgufError::TensorNameTooLong { len: u64::MAX, .. });
 }
 
 #[test]
 fn offset_misaligned() {
     let e = parse_err(one_f32_tensor(16, 256));
-    assert!(
-        matches!(
-            e,
-            GgufError::MisalignedTensor {
-                offset: 16,
-                alignment: 32,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::MisalignedTensor {
+            offset: 16,
+            alignment: 32,
+            ..
+        }
     );
     assert_names(&e, &["'t'", "16", "32"]);
 }
@@ -900,54 +822,36 @@ fn offset_past_end_of_file() {
         64
     );
     let e = parse_err(one_f32_tensor(0, 127));
-    assert!(
-        matches!(
-            e,
-            GgufError::TensorOutOfBounds {
-                start: 64,
-                end: 192,
-                file_size: 191,
-                ..
-            }
-        ),
-        "{e}"
+    assert_err!(
+        e,
+        GgufError::TensorOutOfBounds {
+            start: 64,
+            end: 192,
+            file_size: 191,
+            ..
+        }
     );
     assert_names(&e, &["'t'", "64..192", "191"]);
     let e = parse_err(one_f32_tensor(u64::MAX - 31, 128));
-    assert!(matches!(e, GgufError::TensorSizeOverflow { .. }), "{e}");
+    assert_err!(e, GgufError::TensorSizeOverflow { .. });
 }
 
 #[test]
 fn overlapping_tensors() {
-    let b = Raw::header(3, 2, 0)
-        .tensor("a", &[32], 0, 0)
-        .tensor("b", &[32], 0, 96)
-        .pad(32)
-        .zeros(256)
-        .0;
+    let b = two_f32_tensors(["a", "b"], [0, 96]);
     let e = parse_err(b);
-    assert!(matches!(e, GgufError::TensorOverlap { .. }), "{e}");
+    assert_err!(e, GgufError::TensorOverlap { .. });
     assert_names(&e, &["'a'", "'b'"]);
     // Touching is fine.
-    let b = Raw::header(3, 2, 0)
-        .tensor("a", &[32], 0, 0)
-        .tensor("b", &[32], 0, 128)
-        .pad(32)
-        .zeros(256)
-        .0;
+    let b = two_f32_tensors(["a", "b"], [0, 128]);
     assert_eq!(GgufFile::from_bytes(b).unwrap().tensors().len(), 2);
 }
 
 #[test]
 fn duplicate_tensor_name() {
-    let b = Raw::header(3, 2, 0)
-        .tensor("w", &[32], 0, 0)
-        .tensor("w", &[32], 0, 128)
-        .pad(32)
-        .zeros(256)
-        .0;
+    let b = two_f32_tensors(["w", "w"], [0, 128]);
     let e = parse_err(b);
-    assert!(matches!(e, GgufError::DuplicateTensor { .. }), "{e}");
+    assert_err!(e, GgufError::DuplicateTensor { .. });
     assert_names(&e, &["'w'"]);
 }
 

@@ -5,7 +5,7 @@ use glint_backend::{AttnParams, Backend, GgmlType, TensorDesc, Usage};
 
 use crate::arch::EmbdScale;
 use crate::hparams::HParams;
-use crate::weights::Weights;
+use crate::weights::{LayerWeights, Weights};
 use crate::ModelError;
 
 /// The K and V rows of every layer: `[n_embd_kv, n_rows]` each, F16 or F32.
@@ -247,6 +247,56 @@ pub fn forward<B: Backend>(
     s: &Scratch<B::Tensor>,
     ub: &UBatch,
 ) -> Result<Option<Output<B::Tensor>>, ModelError> {
+    check_ubatch(hp, kv, s, ub)?;
+    let t = ub.tokens.len();
+    let n_embd = hp.n_embd;
+    let inp = Inputs::write(b, hp, s, ub)?;
+
+    // x: [n_embd, T], the residual stream; x2 receives each new value.
+    let mut x = view(b, &s.x, &[n_embd, t])?;
+    let mut x2 = view(b, &s.x2, &[n_embd, t])?;
+    b.get_rows(&w.tok_embd, &inp.ids, &x)?;
+    if hp.arch.embd_scale == EmbdScale::SqrtNEmbd {
+        b.scale(&x, (n_embd as f32).sqrt(), &x2)?;
+        std::mem::swap(&mut x, &mut x2);
+    }
+
+    let layer = Layer {
+        b,
+        hp,
+        kv,
+        s,
+        ub,
+        inp,
+        bufs: Buffers::view(b, hp, s, t)?,
+    };
+    // Each block writes x + block(x) to x2; the swap makes that the stream.
+    for (il, lw) in w.layers.iter().enumerate() {
+        layer.attention(il, lw, &x, &x2)?;
+        std::mem::swap(&mut x, &mut x2);
+        layer.ffn(lw, &x, &x2)?;
+        std::mem::swap(&mut x, &mut x2);
+    }
+
+    if ub.outputs.is_empty() {
+        return Ok(None);
+    }
+    output_head(b, hp, w, s, ub, x).map(Some)
+}
+
+/// Whether any layer uses sliding-window attention (and so needs `mask_swa`).
+fn has_swa(hp: &HParams) -> bool {
+    hp.swa_layers.iter().any(|&x| x)
+}
+
+/// Refuse a micro-batch the scratch, the cache or the vocabulary cannot
+/// take, before anything is written.
+fn check_ubatch<T>(
+    hp: &HParams,
+    kv: &KvStorage<T>,
+    s: &Scratch<T>,
+    ub: &UBatch,
+) -> Result<(), ModelError> {
     let t = ub.tokens.len();
     let n_out = ub.outputs.len();
     let bad = |m: String| Err(ModelError::Batch(m));
@@ -279,8 +329,7 @@ pub fn forward<B: Backend>(
             ub.n_kv
         ));
     }
-    let has_swa = hp.swa_layers.iter().any(|&x| x);
-    if has_swa && ub.mask_swa.map(<[f32]>::len) != Some(ub.n_kv * t) {
+    if has_swa(hp) && ub.mask_swa.map(<[f32]>::len) != Some(ub.n_kv * t) {
         return bad("the model has sliding-window layers: a mask_swa of n_kv x T is needed".into());
     }
     if let Some(&tok) = ub
@@ -307,70 +356,136 @@ pub fn forward<B: Backend>(
             s.n_out_cap
         ));
     }
+    Ok(())
+}
 
-    let (n_embd, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
-    let n_q = nh * hd;
-    let n_ekv = hp.n_embd_kv();
+/// The micro-batch's inputs, written to the backend.
+struct Inputs<T> {
+    ids: T,              // [T] i32
+    pos: T,              // [T] i32
+    rows: T,             // [T] i32
+    mask: T,             // [n_kv, T] f32
+    mask_swa: Option<T>, // [n_kv, T] f32, iff the model has sliding-window layers
+}
 
-    // Inputs. ids/pos/rows/outs: [T] i32; masks: [n_kv, T] f32.
-    let ids = view(b, &s.ids, &[t])?;
-    let pos = view(b, &s.pos, &[t])?;
-    let rows = view(b, &s.rows, &[t])?;
-    let mask = view(b, &s.mask, &[ub.n_kv, t])?;
-    b.write(&ids, 0, bytemuck::cast_slice(ub.tokens))?;
-    b.write(&pos, 0, bytemuck::cast_slice(ub.pos))?;
-    b.write(&rows, 0, bytemuck::cast_slice(ub.rows))?;
-    b.write(&mask, 0, bytemuck::cast_slice(ub.mask))?;
-    let mask_swa = match ub.mask_swa {
-        Some(m) if has_swa => {
-            let v = view(b, &s.mask_swa, &[ub.n_kv, t])?;
-            b.write(&v, 0, bytemuck::cast_slice(m))?;
-            Some(v)
-        }
-        _ => None,
-    };
-
-    // x: [n_embd, T], the residual stream; x2 receives each new value.
-    let mut x = view(b, &s.x, &[n_embd, t])?;
-    let mut x2 = view(b, &s.x2, &[n_embd, t])?;
-    b.get_rows(&w.tok_embd, &ids, &x)?;
-    if hp.arch.embd_scale == EmbdScale::SqrtNEmbd {
-        b.scale(&x, (n_embd as f32).sqrt(), &x2)?;
-        std::mem::swap(&mut x, &mut x2);
+impl<T: glint_backend::Tensor> Inputs<T> {
+    fn write<B: Backend<Tensor = T>>(
+        b: &B,
+        hp: &HParams,
+        s: &Scratch<T>,
+        ub: &UBatch,
+    ) -> Result<Self, ModelError> {
+        let t = ub.tokens.len();
+        let ids = view(b, &s.ids, &[t])?;
+        let pos = view(b, &s.pos, &[t])?;
+        let rows = view(b, &s.rows, &[t])?;
+        let mask = view(b, &s.mask, &[ub.n_kv, t])?;
+        b.write(&ids, 0, bytemuck::cast_slice(ub.tokens))?;
+        b.write(&pos, 0, bytemuck::cast_slice(ub.pos))?;
+        b.write(&rows, 0, bytemuck::cast_slice(ub.rows))?;
+        b.write(&mask, 0, bytemuck::cast_slice(ub.mask))?;
+        let mask_swa = match ub.mask_swa {
+            Some(m) if has_swa(hp) => {
+                let v = view(b, &s.mask_swa, &[ub.n_kv, t])?;
+                b.write(&v, 0, bytemuck::cast_slice(m))?;
+                Some(v)
+            }
+            _ => None,
+        };
+        Ok(Inputs {
+            ids,
+            pos,
+            rows,
+            mask,
+            mask_swa,
+        })
     }
+}
 
-    let h = view(b, &s.h, &[n_embd, t])?;
-    let q = view(b, &s.q, &[n_q, t])?;
-    let k = view(b, &s.k, &[n_ekv, t])?;
-    let v = view(b, &s.v, &[n_ekv, t])?;
-    let qr = view(b, &s.qr, &[hd, nh, t])?;
-    let kr = view(b, &s.kr, &[hd, nkv, t])?;
-    let attn = view(b, &s.attn, &[n_q, t])?;
-    let o = view(b, &s.o, &[n_embd, t])?;
-    let o2 = view(b, &s.o2, &[n_embd, t])?;
-    let gate = view(b, &s.gate, &[hp.n_ff, t])?;
-    let up = view(b, &s.up, &[hp.n_ff, t])?;
-    let act = view(b, &s.act, &[hp.n_ff, t])?;
+/// Views of the scratch at the micro-batch's size that every layer reuses.
+struct Buffers<T> {
+    h: T,    // [n_embd, T], normed input of a block
+    q: T,    // [n_q, T]
+    k: T,    // [n_embd_kv, T]
+    v: T,    // [n_embd_kv, T]
+    qr: T,   // [head_dim, n_head, T], roped
+    kr: T,   // [head_dim, n_head_kv, T], roped
+    attn: T, // [n_q, T]
+    o: T,    // [n_embd, T], a block's output
+    o2: T,   // [n_embd, T], the same after its post-norm
+    gate: T, // [n_ff, T]
+    up: T,   // [n_ff, T]
+    act: T,  // [n_ff, T]
+}
 
-    for (il, lw) in w.layers.iter().enumerate() {
-        // Attention block.
-        b.rms_norm(&x, Some(&lw.attn_norm), hp.rms_eps, &h)?;
-        b.mul_mat(&lw.wq, &h, &q)?;
-        b.mul_mat(&lw.wk, &h, &k)?;
-        b.mul_mat(&lw.wv, &h, &v)?;
+impl<T: glint_backend::Tensor> Buffers<T> {
+    fn view<B: Backend<Tensor = T>>(
+        b: &B,
+        hp: &HParams,
+        s: &Scratch<T>,
+        t: usize,
+    ) -> Result<Self, ModelError> {
+        let (n_embd, hd, nh, nkv) = (hp.n_embd, hp.head_dim, hp.n_head, hp.n_head_kv);
+        let (n_q, n_ekv) = (nh * hd, hp.n_embd_kv());
+        Ok(Buffers {
+            h: view(b, &s.h, &[n_embd, t])?,
+            q: view(b, &s.q, &[n_q, t])?,
+            k: view(b, &s.k, &[n_ekv, t])?,
+            v: view(b, &s.v, &[n_ekv, t])?,
+            qr: view(b, &s.qr, &[hd, nh, t])?,
+            kr: view(b, &s.kr, &[hd, nkv, t])?,
+            attn: view(b, &s.attn, &[n_q, t])?,
+            o: view(b, &s.o, &[n_embd, t])?,
+            o2: view(b, &s.o2, &[n_embd, t])?,
+            gate: view(b, &s.gate, &[hp.n_ff, t])?,
+            up: view(b, &s.up, &[hp.n_ff, t])?,
+            act: view(b, &s.act, &[hp.n_ff, t])?,
+        })
+    }
+}
+
+/// What each layer of one pass reads besides its weights.
+struct Layer<'a, B: Backend> {
+    b: &'a B,
+    hp: &'a HParams,
+    kv: &'a KvStorage<B::Tensor>,
+    s: &'a Scratch<B::Tensor>,
+    ub: &'a UBatch<'a>,
+    inp: Inputs<B::Tensor>,
+    bufs: Buffers<B::Tensor>,
+}
+
+impl<B: Backend> Layer<'_, B> {
+    /// Attention block of layer `il`: `x2 = x + attn(norm(x))`. Stores the
+    /// batch's K and V in the cache on the way.
+    fn attention(
+        &self,
+        il: usize,
+        lw: &LayerWeights<B::Tensor>,
+        x: &B::Tensor,
+        x2: &B::Tensor,
+    ) -> Result<(), ModelError> {
+        let (b, hp, s, f) = (self.b, self.hp, self.s, &self.bufs);
+        let t = self.ub.tokens.len();
+        let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
+        let (n_q, n_ekv) = (nh * hd, hp.n_embd_kv());
+        b.rms_norm(x, Some(&lw.attn_norm), hp.rms_eps, &f.h)?;
+        b.mul_mat(&lw.wq, &f.h, &f.q)?;
+        b.mul_mat(&lw.wk, &f.h, &f.k)?;
+        b.mul_mat(&lw.wv, &f.h, &f.v)?;
         // (q, k, v) after optional biases: [n_q, T], [n_ekv, T], [n_ekv, T].
         let (mut qc, mut kc, mut vc) = (
-            view(b, &q, &[n_q, t])?,
-            view(b, &k, &[n_ekv, t])?,
-            view(b, &v, &[n_ekv, t])?,
+            view(b, &f.q, &[n_q, t])?,
+            view(b, &f.k, &[n_ekv, t])?,
+            view(b, &f.v, &[n_ekv, t])?,
         );
         if let Some([bq, bk, bv]) = &lw.qkv_bias {
             let qb = view(b, &s.qb, &[n_q, t])?;
             let kb = view(b, &s.kb, &[n_ekv, t])?;
             let vb = view(b, &s.vb, &[n_ekv, t])?;
-            b.add(&q, bq, &qb)?;
-            b.add(&k, bk, &kb)?;
-            b.add(&v, bv, &vb)?;
+            b.add(&f.q, bq, &qb)?;
+            b.add(&f.k, bk, &kb)?;
+            b.add(&f.v, bv, &vb)?;
             (qc, kc, vc) = (qb, kb, vb);
         }
         // Per head: [head_dim, n_head, T].
@@ -389,14 +504,15 @@ pub fn forward<B: Backend>(
             b.rms_norm(&kh, Some(kn), hp.rms_eps, &kd)?;
             (qh, kh) = (qd, kd);
         }
-        b.rope(&qh, &pos, &hp.rope(il, nh), &qr)?;
-        b.rope(&kh, &pos, &hp.rope(il, nkv), &kr)?;
-        b.set_rows(&view(b, &kr, &[n_ekv, t])?, &rows, &kv.k[il])?;
-        b.set_rows(&vc, &rows, &kv.v[il])?;
+        let (inp, kv) = (&self.inp, self.kv);
+        b.rope(&qh, &inp.pos, &hp.rope(il, nh), &f.qr)?;
+        b.rope(&kh, &inp.pos, &hp.rope(il, nkv), &f.kr)?;
+        b.set_rows(&view(b, &f.kr, &[n_ekv, t])?, &inp.rows, &kv.k[il])?;
+        b.set_rows(&vc, &inp.rows, &kv.v[il])?;
         let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
-        let layer_mask = match (&mask_swa, swa) {
+        let layer_mask = match (&inp.mask_swa, swa) {
             (Some(m), true) => m,
-            _ => &mask,
+            _ => &inp.mask,
         };
         let p = AttnParams {
             n_head: nh,
@@ -404,41 +520,62 @@ pub fn forward<B: Backend>(
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             softcap: hp.attn_softcap,
-            kv_start: ub.kv_start,
-            n_kv: ub.n_kv,
+            kv_start: self.ub.kv_start,
+            n_kv: self.ub.n_kv,
         };
-        b.attention(&qr, &kv.k[il], &kv.v[il], layer_mask, &p, &attn)?;
-        b.mul_mat(&lw.wo, &attn, &o)?;
-        let o_res = match &lw.post_attn_norm {
-            Some(n) => {
-                b.rms_norm(&o, Some(n), hp.rms_eps, &o2)?;
-                &o2
-            }
-            None => &o,
-        };
-        b.add(&x, o_res, &x2)?;
-        std::mem::swap(&mut x, &mut x2);
-
-        // FFN block.
-        b.rms_norm(&x, Some(&lw.ffn_norm), hp.rms_eps, &h)?;
-        b.mul_mat(&lw.ffn_gate, &h, &gate)?;
-        b.mul_mat(&lw.ffn_up, &h, &up)?;
-        b.glu(hp.arch.glu, &gate, &up, &act)?;
-        b.mul_mat(&lw.ffn_down, &act, &o)?;
-        let f_res = match &lw.post_ffw_norm {
-            Some(n) => {
-                b.rms_norm(&o, Some(n), hp.rms_eps, &o2)?;
-                &o2
-            }
-            None => &o,
-        };
-        b.add(&x, f_res, &x2)?;
-        std::mem::swap(&mut x, &mut x2);
+        b.attention(&f.qr, &kv.k[il], &kv.v[il], layer_mask, &p, &f.attn)?;
+        b.mul_mat(&lw.wo, &f.attn, &f.o)?;
+        self.residual(lw.post_attn_norm.as_ref(), x, x2)
     }
 
-    if n_out == 0 {
-        return Ok(None);
+    /// FFN block: `x2 = x + down(glu(gate(h), up(h)))` with `h = norm(x)`.
+    fn ffn(
+        &self,
+        lw: &LayerWeights<B::Tensor>,
+        x: &B::Tensor,
+        x2: &B::Tensor,
+    ) -> Result<(), ModelError> {
+        let (b, hp, f) = (self.b, self.hp, &self.bufs);
+        b.rms_norm(x, Some(&lw.ffn_norm), hp.rms_eps, &f.h)?;
+        b.mul_mat(&lw.ffn_gate, &f.h, &f.gate)?;
+        b.mul_mat(&lw.ffn_up, &f.h, &f.up)?;
+        b.glu(hp.arch.glu, &f.gate, &f.up, &f.act)?;
+        b.mul_mat(&lw.ffn_down, &f.act, &f.o)?;
+        self.residual(lw.post_ffw_norm.as_ref(), x, x2)
     }
+
+    /// `x2 = x + o`, with `o` (a block's output) post-normed first where the
+    /// architecture has that norm (Gemma 3).
+    fn residual(
+        &self,
+        post_norm: Option<&B::Tensor>,
+        x: &B::Tensor,
+        x2: &B::Tensor,
+    ) -> Result<(), ModelError> {
+        let (b, f) = (self.b, &self.bufs);
+        let o = match post_norm {
+            Some(n) => {
+                b.rms_norm(&f.o, Some(n), self.hp.rms_eps, &f.o2)?;
+                &f.o2
+            }
+            None => &f.o,
+        };
+        b.add(x, o, x2)?;
+        Ok(())
+    }
+}
+
+/// Output head: logits `[n_vocab, n_out]` and their argmax `[n_out]` of the
+/// rows of `x` (`[n_embd, T]`) that `ub.outputs` names.
+fn output_head<B: Backend>(
+    b: &B,
+    hp: &HParams,
+    w: &Weights<B::Tensor>,
+    s: &Scratch<B::Tensor>,
+    ub: &UBatch,
+    x: B::Tensor,
+) -> Result<Output<B::Tensor>, ModelError> {
+    let (t, n_out, n_embd) = (ub.tokens.len(), ub.outputs.len(), hp.n_embd);
     // Only the rows that want logits go through the head.
     let identity = n_out == t && ub.outputs.iter().enumerate().all(|(i, &o)| o as usize == i);
     let xo = if identity {
@@ -456,9 +593,9 @@ pub fn forward<B: Backend>(
     b.mul_mat(w.output.as_ref().unwrap_or(&w.tok_embd), &xn, &logits)?;
     let argmax = view(b, &s.argmax, &[n_out])?;
     b.argmax(&logits, &argmax)?;
-    Ok(Some(Output {
+    Ok(Output {
         logits,
         argmax,
         n_out,
-    }))
+    })
 }

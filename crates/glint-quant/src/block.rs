@@ -36,3 +36,19 @@ pub(crate) fn read_blocks<B: Pod>(src: &[u8]) -> impl Iterator<Item = B> + '_ {
 pub(crate) fn nearest_int(x: f32) -> i32 {
     x.round_ties_even() as i32
 }
+
+/// `(max, amax)`: the value of largest magnitude (the first one on ties) and
+/// its magnitude, the scan starting from `start` as if it came first. ggml
+/// starts from 0; gguf-py's legacy quantizers start from `x[0]`, which differs
+/// only for a block of all `-0.0`.
+pub(crate) fn signed_absmax(x: &[f32], start: f32) -> (f32, f32) {
+    let mut max = start;
+    let mut amax = start.abs();
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (max, amax)
+}

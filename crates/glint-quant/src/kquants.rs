@@ -9,7 +9,7 @@
 //! `quantize_row_*_ref` (with `make_qkx2_quants` / `make_qx_quants`) written
 //! to the C source's unfused f32 operations.
 
-use crate::block::{nearest_int, read_blocks, Block, Quantize};
+use crate::block::{nearest_int, read_blocks, signed_absmax, Block, Quantize};
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
@@ -175,32 +175,55 @@ impl Block for BlockQ3_K {
     }
 }
 
+/// What Q4_K and Q5_K share: `d`, `dmin` and 8 packed 6-bit scales and
+/// mins; they differ only in how a level is stored.
+trait K4Block: Pod {
+    fn d_dmin_scales(&self) -> (f16, f16, &[u8; K_SCALE_SIZE]);
+    /// The unsigned level of element `i` (0..256).
+    fn level(&self, i: usize) -> u8;
+}
+
+impl K4Block for BlockQ4_K {
+    fn d_dmin_scales(&self) -> (f16, f16, &[u8; K_SCALE_SIZE]) {
+        (self.d, self.dmin, &self.scales)
+    }
+    fn level(&self, i: usize) -> u8 {
+        q4_field(&self.qs, i)
+    }
+}
+
+impl K4Block for BlockQ5_K {
+    fn d_dmin_scales(&self) -> (f16, f16, &[u8; K_SCALE_SIZE]) {
+        (self.d, self.dmin, &self.scales)
+    }
+    fn level(&self, i: usize) -> u8 {
+        q4_field(&self.qs, i) | (high_bit(&self.qh, i) << 4)
+    }
+}
+
+/// `x = (d * sc) * q - dmin * m` per 32-element sub-block.
+fn dequantize_k4<B: K4Block>(b: &B, y: &mut [f32]) {
+    let (d, dmin, scales) = b.d_dmin_scales();
+    let (d, dmin) = (d.to_f32(), dmin.to_f32());
+    for (i, out) in y[..QK_K].iter_mut().enumerate() {
+        let (sc, m) = get_scale_min_k4(i / 32, scales);
+        let dl = d * sc as f32;
+        let ml = dmin * m as f32;
+        *out = dl * b.level(i) as f32 - ml;
+    }
+}
+
 impl Block for BlockQ4_K {
     const BLOCK_SIZE: usize = QK_K;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        let dmin = self.dmin.to_f32();
-        for (i, out) in y[..QK_K].iter_mut().enumerate() {
-            let (sc, m) = get_scale_min_k4(i / 32, &self.scales);
-            let dl = d * sc as f32;
-            let ml = dmin * m as f32;
-            *out = dl * q4_field(&self.qs, i) as f32 - ml;
-        }
+        dequantize_k4(self, y);
     }
 }
 
 impl Block for BlockQ5_K {
     const BLOCK_SIZE: usize = QK_K;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        let dmin = self.dmin.to_f32();
-        for (i, out) in y[..QK_K].iter_mut().enumerate() {
-            let (sc, m) = get_scale_min_k4(i / 32, &self.scales);
-            let dl = d * sc as f32;
-            let ml = dmin * m as f32;
-            let q = q4_field(&self.qs, i) | (high_bit(&self.qh, i) << 4);
-            *out = dl * q as f32 - ml;
-        }
+        dequantize_k4(self, y);
     }
 }
 
@@ -229,14 +252,7 @@ impl Quantize for BlockQ8_K {
     /// value of largest magnitude, levels rounded half to even.
     fn quantize(x: &[f32]) -> Self {
         let x = &x[..QK_K];
-        let mut max = 0.0f32;
-        let mut amax = 0.0f32;
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (max, amax) = signed_absmax(x, 0.0);
         let mut b = BlockQ8_K::zeroed();
         if amax == 0.0 {
             // ggml leaves bsums unwritten here; zero is what they would sum to.
@@ -432,14 +448,7 @@ impl Quantize for BlockQ4_K {
 /// a search over 18 scales around `-nmax / max`. Returns the scale; the
 /// levels are not needed because Q6_K recomputes them from stored scales.
 fn make_qx_quants_rmse1(nmax: i32, x: &[f32]) -> f32 {
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x, 0.0);
     if amax < GROUP_MAX_EPS {
         return 0.0;
     }
@@ -474,17 +483,9 @@ impl Quantize for BlockQ6_K {
     /// ggml's `quantize_row_q6_K_ref` (no importance matrix).
     fn quantize(x: &[f32]) -> Self {
         let x = &x[..QK_K];
-        let mut scales = [0.0f32; QK_K / 16];
-        let mut max_scale = 0.0f32;
-        let mut max_abs_scale = 0.0f32;
-        for (ib, s) in scales.iter_mut().enumerate() {
-            let scale = make_qx_quants_rmse1(32, &x[16 * ib..16 * ib + 16]);
-            *s = scale;
-            if scale.abs() > max_abs_scale {
-                max_abs_scale = scale.abs();
-                max_scale = scale;
-            }
-        }
+        let scales: [f32; QK_K / 16] =
+            std::array::from_fn(|ib| make_qx_quants_rmse1(32, &x[16 * ib..16 * ib + 16]));
+        let (max_scale, max_abs_scale) = signed_absmax(&scales, 0.0);
         let mut b = BlockQ6_K::zeroed();
         if max_abs_scale < GROUP_MAX_EPS {
             return b;
@@ -587,45 +588,33 @@ pub(crate) fn vec_dot_q3_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
 
 /// Q4_K x Q8_K: the mins meet the activations through `bsums`.
 pub(crate) fn vec_dot_q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
-    let mut sums = [0.0f32; 8];
-    let mut sumf = 0.0f32;
-    for (xb, yb) in read_blocks::<BlockQ4_K>(x).zip(read_blocks::<BlockQ8_K>(y)) {
-        let a: [i8; QK_K] = std::array::from_fn(|i| q4_field(&xb.qs, i) as i8);
-        k4_tail(&mut sums, &mut sumf, &a, &xb.scales, xb.d, xb.dmin, &yb);
-    }
-    // ggml: `for l in 0..8 { sumf += sums[l] }`, after the min terms.
-    sums.iter().fold(sumf, |acc, &v| acc + v)
+    vec_dot_k4::<BlockQ4_K>(x, y)
 }
 
-/// Q5_K x Q8_K.
+/// Q5_K x Q8_K, the same way.
 pub(crate) fn vec_dot_q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    vec_dot_k4::<BlockQ5_K>(x, y)
+}
+
+/// Q4_K/Q5_K x Q8_K: scaled levels into the lanes, `dmin * sum(bsums * min)`
+/// off `sumf`.
+fn vec_dot_k4<B: K4Block>(x: &[u8], y: &[u8]) -> f32 {
     let mut sums = [0.0f32; 8];
     let mut sumf = 0.0f32;
-    for (xb, yb) in read_blocks::<BlockQ5_K>(x).zip(read_blocks::<BlockQ8_K>(y)) {
-        let a: [i8; QK_K] =
-            std::array::from_fn(|i| (q4_field(&xb.qs, i) | (high_bit(&xb.qh, i) << 4)) as i8);
-        k4_tail(&mut sums, &mut sumf, &a, &xb.scales, xb.d, xb.dmin, &yb);
+    for (xb, yb) in read_blocks::<B>(x).zip(read_blocks::<BlockQ8_K>(y)) {
+        let a: [i8; QK_K] = std::array::from_fn(|i| xb.level(i) as i8);
+        let (d, dmin, scales) = xb.d_dmin_scales();
+        let sc_m: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, scales));
+        let sumi: i32 = (0..QK_K / 16)
+            .map(|j| yb.bsums[j] as i32 * sc_m[j / 2].1 as i32)
+            .sum();
+        lanes_accumulate(&mut sums, d.to_f32() * yb.d, &a, &yb.qs, |g| {
+            sc_m[g / 2].0 as i32
+        });
+        sumf -= dmin.to_f32() * yb.d * sumi as f32;
     }
     // ggml: `for l in 0..8 { sumf += sums[l] }`, after the min terms.
     sums.iter().fold(sumf, |acc, &v| acc + v)
-}
-
-/// Q4_K/Q5_K: scaled levels into the lanes, `dmin * sum(bsums * min)` off `sumf`.
-fn k4_tail(
-    sums: &mut [f32; 8],
-    sumf: &mut f32,
-    a: &[i8; QK_K],
-    scales: &[u8; K_SCALE_SIZE],
-    d: f16,
-    dmin: f16,
-    yb: &BlockQ8_K,
-) {
-    let sc_m: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, scales));
-    let sumi: i32 = (0..QK_K / 16)
-        .map(|j| yb.bsums[j] as i32 * sc_m[j / 2].1 as i32)
-        .sum();
-    lanes_accumulate(sums, d.to_f32() * yb.d, a, &yb.qs, |g| sc_m[g / 2].0 as i32);
-    *sumf -= dmin.to_f32() * yb.d * sumi as f32;
 }
 
 /// Q6_K x Q8_K.

@@ -8,7 +8,7 @@
 //! `quantize_row_*_ref` except that it starts the |max| search at `x[0]`
 //! (only a block of all `-0.0` tells the two apart).
 
-use crate::block::{read_blocks, Block, Quantize};
+use crate::block::{read_blocks, signed_absmax, Block, Quantize};
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
@@ -76,22 +76,9 @@ pub struct BlockQ8_1 {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
 
-/// The fifth bits of a Q5 block as a u32.
-fn qh_u32(qh: [u8; 4]) -> u32 {
-    u32::from_le_bytes(qh)
-}
-
 /// The value at |max| (first one on ties), as numpy's `argmax(abs)` picks it.
-fn signed_absmax(x: &[f32]) -> f32 {
-    let mut amax = x[0].abs();
-    let mut max = x[0];
-    for &v in &x[1..] {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    max
+fn absmax_from_x0(x: &[f32]) -> f32 {
+    signed_absmax(x, x[0]).0
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
@@ -114,20 +101,94 @@ fn trunc_level(v: f32, max_q: u8) -> u8 {
     (v.trunc() as u8).min(max_q)
 }
 
+/// The 4- and 5-bit blocks' levels, unsigned (before any `- 8` or `- 16`),
+/// in pairs `(j, j + 16)` for `j < 16` as ggml's loops take them.
+trait Pairs: Pod {
+    fn pair(&self, j: usize) -> (i32, i32);
+}
+
+/// Low and high nibble of `qs[j]`.
+fn nibbles(qs: &[u8; QK / 2], j: usize) -> (i32, i32) {
+    ((qs[j] & 0x0f) as i32, (qs[j] >> 4) as i32)
+}
+
+/// The nibbles plus their fifth bits, bits `j` and `j + 16` of `qh`.
+fn nibbles_5(qs: &[u8; QK / 2], qh: [u8; 4], j: usize) -> (i32, i32) {
+    let qh = u32::from_le_bytes(qh);
+    let h0 = ((qh >> j) & 1) as u8;
+    let h1 = ((qh >> (j + QK / 2)) & 1) as u8;
+    (
+        ((qs[j] & 0x0f) | (h0 << 4)) as i32,
+        ((qs[j] >> 4) | (h1 << 4)) as i32,
+    )
+}
+
+impl Pairs for BlockQ4_0 {
+    fn pair(&self, j: usize) -> (i32, i32) {
+        nibbles(&self.qs, j)
+    }
+}
+
+impl Pairs for BlockQ4_1 {
+    fn pair(&self, j: usize) -> (i32, i32) {
+        nibbles(&self.qs, j)
+    }
+}
+
+impl Pairs for BlockQ5_0 {
+    fn pair(&self, j: usize) -> (i32, i32) {
+        nibbles_5(&self.qs, self.qh, j)
+    }
+}
+
+impl Pairs for BlockQ5_1 {
+    fn pair(&self, j: usize) -> (i32, i32) {
+        nibbles_5(&self.qs, self.qh, j)
+    }
+}
+
+/// `x = d * (q - offset)` for Q4_0 and Q5_0.
+fn dequantize_symmetric<B: Pairs>(b: &B, d: f16, offset: i32, y: &mut [f32]) {
+    let d = d.to_f32();
+    for j in 0..QK / 2 {
+        let (q0, q1) = b.pair(j);
+        y[j] = d * (q0 - offset) as f32;
+        y[j + QK / 2] = d * (q1 - offset) as f32;
+    }
+}
+
+/// `x = d * q + m` for Q4_1 and Q5_1.
+fn dequantize_with_min<B: Pairs>(b: &B, d: f16, m: f16, y: &mut [f32]) {
+    let (d, m) = (d.to_f32(), m.to_f32());
+    for j in 0..QK / 2 {
+        let (q0, q1) = b.pair(j);
+        y[j] = d * q0 as f32 + m;
+        y[j + QK / 2] = d * q1 as f32 + m;
+    }
+}
+
+/// `sum(x_j * y_j)` over a block of levels (less `offset`) and Q8 levels,
+/// as ggml sums them: two halves, added at the end (exact in i32).
+fn pair_dot<B: Pairs>(xb: &B, offset: i32, yq: &[i8; QK]) -> i32 {
+    let (mut sumi0, mut sumi1) = (0i32, 0i32);
+    for j in 0..QK / 2 {
+        let (v0, v1) = xb.pair(j);
+        sumi0 += (v0 - offset) * yq[j] as i32;
+        sumi1 += (v1 - offset) * yq[j + QK / 2] as i32;
+    }
+    sumi0 + sumi1
+}
+
 impl Block for BlockQ4_0 {
     const BLOCK_SIZE: usize = QK;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        for j in 0..QK / 2 {
-            y[j] = d * ((self.qs[j] & 0x0f) as i32 - 8) as f32;
-            y[j + QK / 2] = d * ((self.qs[j] >> 4) as i32 - 8) as f32;
-        }
+        dequantize_symmetric(self, self.d, 8, y);
     }
 }
 
 impl Quantize for BlockQ4_0 {
     fn quantize(x: &[f32]) -> Self {
-        let d = signed_absmax(&x[..QK]) / -8.0;
+        let d = absmax_from_x0(&x[..QK]) / -8.0;
         let id = inverse(d);
         let mut qs = [0u8; QK / 2];
         for j in 0..QK / 2 {
@@ -145,12 +206,7 @@ impl Quantize for BlockQ4_0 {
 impl Block for BlockQ4_1 {
     const BLOCK_SIZE: usize = QK;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        let m = self.m.to_f32();
-        for j in 0..QK / 2 {
-            y[j] = d * (self.qs[j] & 0x0f) as f32 + m;
-            y[j + QK / 2] = d * (self.qs[j] >> 4) as f32 + m;
-        }
+        dequantize_with_min(self, self.d, self.m, y);
     }
 }
 
@@ -176,16 +232,7 @@ impl Quantize for BlockQ4_1 {
 impl Block for BlockQ5_0 {
     const BLOCK_SIZE: usize = QK;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        let qh = qh_u32(self.qh);
-        for j in 0..QK / 2 {
-            let h0 = ((qh >> j) & 1) as u8;
-            let h1 = ((qh >> (j + QK / 2)) & 1) as u8;
-            let q0 = ((self.qs[j] & 0x0f) | (h0 << 4)) as i32 - 16;
-            let q1 = ((self.qs[j] >> 4) | (h1 << 4)) as i32 - 16;
-            y[j] = d * q0 as f32;
-            y[j + QK / 2] = d * q1 as f32;
-        }
+        dequantize_symmetric(self, self.d, 16, y);
     }
 }
 
@@ -204,7 +251,7 @@ fn pack_q5(q: &[u8; QK]) -> ([u8; 4], [u8; QK / 2]) {
 
 impl Quantize for BlockQ5_0 {
     fn quantize(x: &[f32]) -> Self {
-        let d = signed_absmax(&x[..QK]) / -16.0;
+        let d = absmax_from_x0(&x[..QK]) / -16.0;
         let id = inverse(d);
         let q: [u8; QK] = std::array::from_fn(|j| trunc_level(x[j] * id + 16.5, 31));
         let (qh, qs) = pack_q5(&q);
@@ -219,15 +266,7 @@ impl Quantize for BlockQ5_0 {
 impl Block for BlockQ5_1 {
     const BLOCK_SIZE: usize = QK;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        let m = self.m.to_f32();
-        let qh = qh_u32(self.qh);
-        for j in 0..QK / 2 {
-            let h0 = ((qh >> j) & 1) as u8;
-            let h1 = ((qh >> (j + QK / 2)) & 1) as u8;
-            y[j] = d * ((self.qs[j] & 0x0f) | (h0 << 4)) as f32 + m;
-            y[j + QK / 2] = d * ((self.qs[j] >> 4) | (h1 << 4)) as f32 + m;
-        }
+        dequantize_with_min(self, self.d, self.m, y);
     }
 }
 
@@ -250,10 +289,15 @@ impl Quantize for BlockQ5_1 {
 impl Block for BlockQ8_0 {
     const BLOCK_SIZE: usize = QK;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        for (out, &q) in y[..QK].iter_mut().zip(&self.qs) {
-            *out = q as f32 * d;
-        }
+        dequantize_q8(self.d, &self.qs, y);
+    }
+}
+
+/// `x = q * d` for Q8_0 and Q8_1.
+fn dequantize_q8(d: f16, qs: &[i8; QK], y: &mut [f32]) {
+    let d = d.to_f32();
+    for (out, &q) in y[..QK].iter_mut().zip(qs) {
+        *out = q as f32 * d;
     }
 }
 
@@ -281,10 +325,7 @@ impl Block for BlockQ8_1 {
     /// and the value is `d * q` like Q8_0.
     const BLOCK_SIZE: usize = QK;
     fn dequantize(&self, y: &mut [f32]) {
-        let d = self.d.to_f32();
-        for (out, &q) in y[..QK].iter_mut().zip(&self.qs) {
-            *out = q as f32 * d;
-        }
+        dequantize_q8(self.d, &self.qs, y);
     }
 }
 
@@ -311,15 +352,18 @@ impl Quantize for BlockQ8_1 {
 pub(crate) fn vec_dot_q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
     for (xb, yb) in read_blocks::<BlockQ4_0>(x).zip(read_blocks::<BlockQ8_0>(y)) {
-        let (mut sumi0, mut sumi1) = (0i32, 0i32);
-        for j in 0..QK / 2 {
-            let v0 = (xb.qs[j] & 0x0f) as i32 - 8;
-            let v1 = (xb.qs[j] >> 4) as i32 - 8;
-            sumi0 += v0 * yb.qs[j] as i32;
-            sumi1 += v1 * yb.qs[j + QK / 2] as i32;
-        }
-        let sumi = sumi0 + sumi1;
+        let sumi = pair_dot(&xb, 8, &yb.qs);
         sumf += sumi as f32 * xb.d.to_f32() * yb.d.to_f32();
+    }
+    sumf
+}
+
+/// Q5_0 x Q8_0 (ggml multiplies the scales first here, unlike Q4_0).
+pub(crate) fn vec_dot_q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in read_blocks::<BlockQ5_0>(x).zip(read_blocks::<BlockQ8_0>(y)) {
+        let sumi = pair_dot(&xb, 16, &yb.qs);
+        sumf += (xb.d.to_f32() * yb.d.to_f32()) * sumi as f32;
     }
     sumf
 }
@@ -328,57 +372,23 @@ pub(crate) fn vec_dot_q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
 pub(crate) fn vec_dot_q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
     for (xb, yb) in read_blocks::<BlockQ4_1>(x).zip(read_blocks::<BlockQ8_1>(y)) {
-        let (mut sumi0, mut sumi1) = (0i32, 0i32);
-        for j in 0..QK / 2 {
-            let v0 = (xb.qs[j] & 0x0f) as i32;
-            let v1 = (xb.qs[j] >> 4) as i32;
-            sumi0 += v0 * yb.qs[j] as i32;
-            sumi1 += v1 * yb.qs[j + QK / 2] as i32;
-        }
-        let sumi = sumi0 + sumi1;
-        sumf += (xb.d.to_f32() * yb.d.to_f32()) * sumi as f32 + xb.m.to_f32() * yb.s.to_f32();
+        sumf += with_min_term(pair_dot(&xb, 0, &yb.qs), xb.d, xb.m, &yb);
     }
     sumf
 }
 
-/// Q5_0 x Q8_0.
-pub(crate) fn vec_dot_q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
-    let mut sumf = 0.0f32;
-    for (xb, yb) in read_blocks::<BlockQ5_0>(x).zip(read_blocks::<BlockQ8_0>(y)) {
-        let qh = qh_u32(xb.qh);
-        let (mut sumi0, mut sumi1) = (0i32, 0i32);
-        for j in 0..QK / 2 {
-            let xh0 = (((qh >> j) & 1) << 4) as u8;
-            let xh1 = (((qh >> (j + QK / 2)) & 1) << 4) as u8;
-            let x0 = ((xb.qs[j] & 0x0f) | xh0) as i32 - 16;
-            let x1 = ((xb.qs[j] >> 4) | xh1) as i32 - 16;
-            sumi0 += x0 * yb.qs[j] as i32;
-            sumi1 += x1 * yb.qs[j + QK / 2] as i32;
-        }
-        let sumi = sumi0 + sumi1;
-        sumf += (xb.d.to_f32() * yb.d.to_f32()) * sumi as f32;
-    }
-    sumf
-}
-
-/// Q5_1 x Q8_1.
+/// Q5_1 x Q8_1, the same way.
 pub(crate) fn vec_dot_q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
     for (xb, yb) in read_blocks::<BlockQ5_1>(x).zip(read_blocks::<BlockQ8_1>(y)) {
-        let qh = qh_u32(xb.qh);
-        let (mut sumi0, mut sumi1) = (0i32, 0i32);
-        for j in 0..QK / 2 {
-            let xh0 = (((qh >> j) & 1) << 4) as u8;
-            let xh1 = (((qh >> (j + QK / 2)) & 1) << 4) as u8;
-            let x0 = ((xb.qs[j] & 0x0f) | xh0) as i32;
-            let x1 = ((xb.qs[j] >> 4) | xh1) as i32;
-            sumi0 += x0 * yb.qs[j] as i32;
-            sumi1 += x1 * yb.qs[j + QK / 2] as i32;
-        }
-        let sumi = sumi0 + sumi1;
-        sumf += (xb.d.to_f32() * yb.d.to_f32()) * sumi as f32 + xb.m.to_f32() * yb.s.to_f32();
+        sumf += with_min_term(pair_dot(&xb, 0, &yb.qs), xb.d, xb.m, &yb);
     }
     sumf
+}
+
+/// One Q4_1/Q5_1 block's contribution: `(d_x * d_y) * sumi + m * s`.
+fn with_min_term(sumi: i32, d: f16, m: f16, yb: &BlockQ8_1) -> f32 {
+    (d.to_f32() * yb.d.to_f32()) * sumi as f32 + m.to_f32() * yb.s.to_f32()
 }
 
 /// Q8_0 x Q8_0.

@@ -7,7 +7,7 @@ use crate::{SampleError, TokenDataArray};
 /// `apply` rewrites the candidates (filters, scales, or selects); `accept`
 /// tells the sampler which token was finally emitted (penalties and DRY keep
 /// a history); `reset` forgets that history and re-seeds random state.
-pub trait Sampler: Send {
+pub trait Sampler: Send + SamplerClone {
     /// llama.cpp's name for the sampler (`"top-k"`, `"dist"`, ...).
     fn name(&self) -> &'static str;
     /// Rewrite the candidates in place.
@@ -16,8 +16,19 @@ pub trait Sampler: Send {
     fn accept(&mut self, _token: u32) {}
     /// Forget history, re-seed random state. Default: nothing to forget.
     fn reset(&mut self) {}
-    /// A copy of the sampler with its current state (history, RNG, mu).
+}
+
+/// A boxed copy of a sampler with its current state (history, RNG, mu), so
+/// that `Box<dyn Sampler>` is `Clone`. Implemented for every `Clone` sampler.
+pub trait SamplerClone {
+    /// A copy of the sampler with its current state.
     fn clone_box(&self) -> Box<dyn Sampler>;
+}
+
+impl<S: Sampler + Clone + 'static> SamplerClone for S {
+    fn clone_box(&self) -> Box<dyn Sampler> {
+        Box::new(self.clone())
+    }
 }
 
 impl Clone for Box<dyn Sampler> {
@@ -137,10 +148,6 @@ impl Sampler for Chain {
         for smpl in &mut self.samplers {
             smpl.reset();
         }
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 

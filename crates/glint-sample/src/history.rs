@@ -136,10 +136,6 @@ impl Sampler for Penalties {
         self.prev.clear();
         self.token_count.clear();
     }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
-    }
 }
 
 /// Add a fixed bias to given tokens' logits (`-inf` bans a token).
@@ -182,10 +178,6 @@ impl Sampler for LogitBias {
         // llama.cpp leaves `sorted` alone; a biased array is no longer known
         // to be sorted (matters only when placed after a sorting sampler).
         cur_p.sorted = false;
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }
 
@@ -230,11 +222,7 @@ impl Dry {
         seq_breakers: &[Vec<u32>],
     ) -> Self {
         let enabled = multiplier != 0.0 && base >= 1.0 && penalty_last_n != 0;
-        let effective_last_n = if penalty_last_n == -1 {
-            total_context_size
-        } else {
-            penalty_last_n.max(0) as usize
-        };
+        let effective_last_n = effective_last_n(penalty_last_n, total_context_size);
         let mut breakers: HashMap<u32, Vec<Vec<u32>>> = HashMap::new();
         if enabled {
             for seq in seq_breakers {
@@ -281,29 +269,55 @@ impl Sampler for Dry {
         if !self.enabled() {
             return;
         }
-        let effective_last_n = if self.penalty_last_n == -1 {
-            self.total_context_size
-        } else {
-            self.penalty_last_n.max(0) as usize
-        };
         let last_n_repeat = self
             .last_tokens
             .len()
-            .min(effective_last_n)
+            .min(effective_last_n(
+                self.penalty_last_n,
+                self.total_context_size,
+            ))
             .min(self.total_context_size);
         let last_n_repeat = i32::try_from(last_n_repeat).unwrap_or(i32::MAX);
         if last_n_repeat <= self.allowed_length {
             return;
         }
         let n = last_n_repeat as usize;
-        let lt = &self.last_tokens;
         self.repeat_count.clear();
         self.repeat_count.resize(n, 0);
         self.max_token_repeat.clear();
 
-        // Step 1: the nearest sequence breaker limits how far back a repeat
-        // may reach.
-        let mut rep_limit = last_n_repeat;
+        let rep_limit = self.rep_limit(n);
+        if rep_limit < self.allowed_length {
+            return;
+        }
+        self.count_repeats(n, rep_limit);
+        self.max_repeats(n);
+        self.penalize(cur_p);
+    }
+
+    fn reset(&mut self) {
+        self.last_tokens.clear();
+        self.repeat_count.clear();
+        self.max_token_repeat.clear();
+    }
+}
+
+/// The window a `penalty_last_n` of -1 (all of `total_context_size`) or
+/// more stands for.
+fn effective_last_n(penalty_last_n: i32, total_context_size: usize) -> usize {
+    if penalty_last_n == -1 {
+        total_context_size
+    } else {
+        penalty_last_n.max(0) as usize
+    }
+}
+
+/// The four steps of [`Dry::apply`] over the last `n` tokens.
+impl Dry {
+    /// Step 1: the nearest sequence breaker limits how far back a repeat may
+    /// reach.
+    fn rep_limit(&self, n: usize) -> i32 {
+        let lt = &self.last_tokens;
         for i in 0..n {
             let Some(tails) = self.breakers.get(&lt.rat(i)) else {
                 continue;
@@ -322,51 +336,52 @@ impl Sampler for Dry {
                 }
             }
             if longest_match >= 0 {
-                rep_limit = i as i32 - longest_match;
-                break;
+                return i as i32 - longest_match;
             }
         }
-        if rep_limit < self.allowed_length {
-            return;
-        }
+        n as i32
+    }
 
-        // Step 2: Z-algorithm over the reversed window; repeat_count[last - k]
-        // is the length of the longest suffix of the context that also ends
-        // k tokens before the end.
-        {
-            let last = n - 1;
-            let mut rt = 0usize;
-            let mut ltb = 0usize;
-            for k in 1..n {
-                if k > rt {
-                    let mut m = 0usize;
-                    while m + k < n && lt.rat(m) == lt.rat(m + k) {
-                        m += 1;
-                    }
-                    self.repeat_count[last - k] = (m as i32).min(rep_limit);
-                    if m > 0 {
-                        ltb = k;
-                        rt = k + m - 1;
-                    }
+    /// Step 2: Z-algorithm over the reversed window; repeat_count[last - k]
+    /// is the length of the longest suffix of the context that also ends
+    /// k tokens before the end.
+    fn count_repeats(&mut self, n: usize, rep_limit: i32) {
+        let lt = &self.last_tokens;
+        let last = n - 1;
+        let mut rt = 0usize;
+        let mut ltb = 0usize;
+        for k in 1..n {
+            if k > rt {
+                let mut m = 0usize;
+                while m + k < n && lt.rat(m) == lt.rat(m + k) {
+                    m += 1;
+                }
+                self.repeat_count[last - k] = (m as i32).min(rep_limit);
+                if m > 0 {
+                    ltb = k;
+                    rt = k + m - 1;
+                }
+            } else {
+                let p = k - ltb;
+                let right_part_len = (rt - k + 1) as i32;
+                if self.repeat_count[last - p] < right_part_len {
+                    self.repeat_count[last - k] = self.repeat_count[last - p].min(rep_limit);
                 } else {
-                    let p = k - ltb;
-                    let right_part_len = (rt - k + 1) as i32;
-                    if self.repeat_count[last - p] < right_part_len {
-                        self.repeat_count[last - k] = self.repeat_count[last - p].min(rep_limit);
-                    } else {
-                        let mut i = rt + 1;
-                        while i < n && lt.rat(i) == lt.rat(i - k) {
-                            i += 1;
-                        }
-                        self.repeat_count[last - k] = ((i - k) as i32).min(rep_limit);
-                        ltb = k;
-                        rt = i - 1;
+                    let mut i = rt + 1;
+                    while i < n && lt.rat(i) == lt.rat(i - k) {
+                        i += 1;
                     }
+                    self.repeat_count[last - k] = ((i - k) as i32).min(rep_limit);
+                    ltb = k;
+                    rt = i - 1;
                 }
             }
         }
+    }
 
-        // Step 3: the token after each repeat would extend it.
+    /// Step 3: the token after each repeat would extend it.
+    fn max_repeats(&mut self, n: usize) {
+        let lt = &self.last_tokens;
         for i in 0..n - 1 {
             let repeat_len = self.repeat_count[i];
             if repeat_len >= self.allowed_length {
@@ -377,8 +392,10 @@ impl Sampler for Dry {
                 }
             }
         }
+    }
 
-        // Step 4: penalize, clamping the exponent so base^exp stays finite.
+    /// Step 4: penalize, clamping the exponent so base^exp stays finite.
+    fn penalize(&self, cur_p: &mut TokenDataArray) {
         const FLOAT_MAX_LOG: f32 = 88.722_84;
         let max_exponent = if self.base > 1.000_001 {
             (FLOAT_MAX_LOG / self.base.ln()) as i32
@@ -406,15 +423,5 @@ impl Sampler for Dry {
             t.logit -= penalty;
         }
         cur_p.sorted = false;
-    }
-
-    fn reset(&mut self) {
-        self.last_tokens.clear();
-        self.repeat_count.clear();
-        self.max_token_repeat.clear();
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
     }
 }

@@ -53,7 +53,7 @@ pub mod rng;
 mod samplers;
 mod token;
 
-pub use chain::{Chain, Sampler};
+pub use chain::{Chain, Sampler, SamplerClone};
 pub use history::{Dry, LogitBias, Penalties, DRY_MAX_BREAKER_TAIL};
 pub use logprobs::{logprobs, TokenLogprobs, MAX_TOP_LOGPROBS};
 pub use mirostat::{Mirostat, MirostatV2};

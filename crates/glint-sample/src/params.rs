@@ -5,7 +5,7 @@ use crate::history::{Dry, LogitBias, Penalties};
 use crate::mirostat::{Mirostat, MirostatV2};
 use crate::rng::DEFAULT_SEED;
 use crate::samplers::{Dist, Greedy, MinP, Temp, TempExt, TopK, TopNSigma, TopP, Typical, Xtc};
-use crate::{Chain, SampleError};
+use crate::{Chain, SampleError, Sampler};
 
 /// A configurable step of the chain: llama.cpp's `common_sampler_type`
 /// (without `infill` and `adaptive_p`, which glint does not implement).
@@ -295,6 +295,44 @@ fn check_f32(
     Ok(())
 }
 
+/// A float parameter's check: its name, value, what it must satisfy, and
+/// what the error says when it does not.
+type F32Check = (&'static str, f32, fn(f32) -> bool, &'static str);
+
+/// [`check_f32`] on each row, in order: the first failure is the error.
+fn check_f32s(rows: &[F32Check]) -> Result<(), SampleError> {
+    rows.iter()
+        .try_for_each(|&(name, value, ok, reason)| check_f32(name, value, ok(value), reason))
+}
+
+/// An integer parameter must be at least `min`.
+fn check_min(
+    name: &'static str,
+    value: i32,
+    min: i32,
+    reason: &'static str,
+) -> Result<(), SampleError> {
+    if value < min {
+        return Err(invalid(name, value, reason));
+    }
+    Ok(())
+}
+
+/// In (0, 1].
+fn open_unit(x: f32) -> bool {
+    x > 0.0 && x <= 1.0
+}
+
+/// In [0, 1].
+fn unit(x: f32) -> bool {
+    (0.0..=1.0).contains(&x)
+}
+
+/// Finite and >= 0.
+fn finite_ge0(x: f32) -> bool {
+    x >= 0.0 && x.is_finite()
+}
+
 impl SamplerParams {
     /// Reject values llama.cpp would misbehave on or that make no sense.
     /// The error names the first offending parameter and its value.
@@ -304,141 +342,41 @@ impl SamplerParams {
     /// must be in (0, 1]; `min_p`, `xtc_probability`, `xtc_threshold` in
     /// [0, 1]; `penalty_repeat > 0`; windows `>= -1`; `mirostat` in {0,1,2};
     /// no NaN or infinite value anywhere; logit biases not NaN or `+inf`.
+    // One check a line, in the order the first failure is reported.
+    #[rustfmt::skip]
     pub fn validate(&self) -> Result<(), SampleError> {
-        if self.top_k < 0 {
-            return Err(invalid("top_k", self.top_k, "must be >= 0 (0 disables)"));
-        }
-        check_f32(
-            "top_p",
-            self.top_p,
-            self.top_p > 0.0 && self.top_p <= 1.0,
-            "must be in (0, 1]",
-        )?;
-        check_f32(
-            "min_p",
-            self.min_p,
-            (0.0..=1.0).contains(&self.min_p),
-            "must be in [0, 1]",
-        )?;
-        check_f32(
-            "typ_p",
-            self.typ_p,
-            self.typ_p > 0.0 && self.typ_p <= 1.0,
-            "must be in (0, 1]",
-        )?;
-        check_f32(
-            "xtc_probability",
-            self.xtc_probability,
-            (0.0..=1.0).contains(&self.xtc_probability),
-            "must be in [0, 1]",
-        )?;
-        check_f32(
-            "xtc_threshold",
-            self.xtc_threshold,
-            (0.0..=1.0).contains(&self.xtc_threshold),
-            "must be in [0, 1] (above 0.5 disables XTC)",
-        )?;
-        check_f32(
-            "temp",
-            self.temp,
-            self.temp >= 0.0 && self.temp.is_finite(),
-            "must be finite and >= 0 (0 = greedy)",
-        )?;
-        check_f32(
-            "dynatemp_range",
-            self.dynatemp_range,
-            self.dynatemp_range >= 0.0 && self.dynatemp_range.is_finite(),
-            "must be finite and >= 0",
-        )?;
-        check_f32(
-            "dynatemp_exponent",
-            self.dynatemp_exponent,
-            self.dynatemp_exponent >= 0.0 && self.dynatemp_exponent.is_finite(),
-            "must be finite and >= 0",
-        )?;
-        if self.penalty_last_n < -1 {
-            return Err(invalid(
-                "penalty_last_n",
-                self.penalty_last_n,
-                "must be >= -1 (-1 = context size)",
-            ));
-        }
-        check_f32(
-            "penalty_repeat",
-            self.penalty_repeat,
-            self.penalty_repeat > 0.0 && self.penalty_repeat.is_finite(),
-            "must be finite and > 0 (1 disables)",
-        )?;
-        check_f32(
-            "penalty_freq",
-            self.penalty_freq,
-            self.penalty_freq.is_finite(),
-            "must be finite",
-        )?;
-        check_f32(
-            "penalty_present",
-            self.penalty_present,
-            self.penalty_present.is_finite(),
-            "must be finite",
-        )?;
-        check_f32(
-            "dry_multiplier",
-            self.dry_multiplier,
-            self.dry_multiplier >= 0.0 && self.dry_multiplier.is_finite(),
-            "must be finite and >= 0 (0 disables)",
-        )?;
-        check_f32(
-            "dry_base",
-            self.dry_base,
-            self.dry_base.is_finite(),
-            "must be finite (below 1 disables)",
-        )?;
-        if self.dry_allowed_length < 0 {
-            return Err(invalid(
-                "dry_allowed_length",
-                self.dry_allowed_length,
-                "must be >= 0",
-            ));
-        }
-        if self.dry_penalty_last_n < -1 {
-            return Err(invalid(
-                "dry_penalty_last_n",
-                self.dry_penalty_last_n,
-                "must be >= -1 (-1 = context size)",
-            ));
-        }
+        check_min("top_k", self.top_k, 0, "must be >= 0 (0 disables)")?;
+        check_f32s(&[
+            ("top_p", self.top_p, open_unit, "must be in (0, 1]"),
+            ("min_p", self.min_p, unit, "must be in [0, 1]"),
+            ("typ_p", self.typ_p, open_unit, "must be in (0, 1]"),
+            ("xtc_probability", self.xtc_probability, unit, "must be in [0, 1]"),
+            ("xtc_threshold", self.xtc_threshold, unit, "must be in [0, 1] (above 0.5 disables XTC)"),
+            ("temp", self.temp, finite_ge0, "must be finite and >= 0 (0 = greedy)"),
+            ("dynatemp_range", self.dynatemp_range, finite_ge0, "must be finite and >= 0"),
+            ("dynatemp_exponent", self.dynatemp_exponent, finite_ge0, "must be finite and >= 0"),
+        ])?;
+        check_min("penalty_last_n", self.penalty_last_n, -1, "must be >= -1 (-1 = context size)")?;
+        check_f32s(&[
+            ("penalty_repeat", self.penalty_repeat, |x| x > 0.0 && x.is_finite(), "must be finite and > 0 (1 disables)"),
+            ("penalty_freq", self.penalty_freq, f32::is_finite, "must be finite"),
+            ("penalty_present", self.penalty_present, f32::is_finite, "must be finite"),
+            ("dry_multiplier", self.dry_multiplier, finite_ge0, "must be finite and >= 0 (0 disables)"),
+            ("dry_base", self.dry_base, f32::is_finite, "must be finite (below 1 disables)"),
+        ])?;
+        check_min("dry_allowed_length", self.dry_allowed_length, 0, "must be >= 0")?;
+        check_min("dry_penalty_last_n", self.dry_penalty_last_n, -1, "must be >= -1 (-1 = context size)")?;
         if let Some(i) = self.dry_sequence_breakers.iter().position(|b| b.is_empty()) {
-            return Err(invalid(
-                "dry_sequence_breakers",
-                i,
-                "breaker at this index is empty",
-            ));
+            return Err(invalid("dry_sequence_breakers", i, "breaker at this index is empty"));
         }
         if !(0..=2).contains(&self.mirostat) {
-            return Err(invalid(
-                "mirostat",
-                self.mirostat,
-                "must be 0 (off), 1 or 2",
-            ));
+            return Err(invalid("mirostat", self.mirostat, "must be 0 (off), 1 or 2"));
         }
-        check_f32(
-            "top_n_sigma",
-            self.top_n_sigma,
-            self.top_n_sigma.is_finite(),
-            "must be finite (<= 0 disables)",
-        )?;
-        check_f32(
-            "mirostat_tau",
-            self.mirostat_tau,
-            self.mirostat_tau >= 0.0 && self.mirostat_tau.is_finite(),
-            "must be finite and >= 0",
-        )?;
-        check_f32(
-            "mirostat_eta",
-            self.mirostat_eta,
-            self.mirostat_eta >= 0.0 && self.mirostat_eta.is_finite(),
-            "must be finite and >= 0",
-        )?;
+        check_f32s(&[
+            ("top_n_sigma", self.top_n_sigma, f32::is_finite, "must be finite (<= 0 disables)"),
+            ("mirostat_tau", self.mirostat_tau, finite_ge0, "must be finite and >= 0"),
+            ("mirostat_eta", self.mirostat_eta, finite_ge0, "must be finite and >= 0"),
+        ])?;
         for lb in &self.logit_bias {
             if lb.bias.is_nan() || lb.bias == f32::INFINITY {
                 return Err(invalid(
@@ -480,8 +418,6 @@ impl SamplerParams {
                 n_vocab,
             });
         }
-        let greedy = self.temp <= 0.0;
-        let resolve = |n: i32| if n == -1 { n_ctx } else { n.max(0) as usize };
         let mut chain = Chain::new();
         if !self.logit_bias.is_empty() {
             chain.push(Box::new(LogitBias::new(
@@ -491,78 +427,75 @@ impl SamplerParams {
                     .collect(),
             )));
         }
-        match self.mirostat {
-            0 => {
-                for t in &self.samplers {
-                    match t {
-                        SamplerType::Penalties => chain.push(Box::new(Penalties::new(
-                            resolve(self.penalty_last_n),
-                            self.penalty_repeat,
-                            self.penalty_freq,
-                            self.penalty_present,
-                        ))),
-                        SamplerType::Dry => chain.push(Box::new(Dry::new(
-                            n_ctx,
-                            self.dry_multiplier,
-                            self.dry_base,
-                            self.dry_allowed_length,
-                            i32::try_from(resolve(self.dry_penalty_last_n)).unwrap_or(i32::MAX),
-                            &self.dry_sequence_breakers,
-                        ))),
-                        SamplerType::TopNSigma => {
-                            chain.push(Box::new(TopNSigma::new(self.top_n_sigma)))
-                        }
-                        SamplerType::TopK => chain.push(Box::new(TopK::new(self.top_k))),
-                        SamplerType::TypicalP => {
-                            chain.push(Box::new(Typical::new(self.typ_p, self.min_keep)))
-                        }
-                        SamplerType::TopP => {
-                            chain.push(Box::new(TopP::new(self.top_p, self.min_keep)))
-                        }
-                        SamplerType::MinP => {
-                            chain.push(Box::new(MinP::new(self.min_p, self.min_keep)))
-                        }
-                        SamplerType::Xtc => chain.push(Box::new(Xtc::new(
-                            self.xtc_probability,
-                            self.xtc_threshold,
-                            self.min_keep,
-                            self.seed,
-                        ))),
-                        SamplerType::Temperature => chain.push(Box::new(TempExt::new(
-                            self.temp,
-                            self.dynatemp_range,
-                            self.dynatemp_exponent,
-                        ))),
-                    }
-                }
-                if greedy {
-                    chain.push(Box::new(Greedy));
-                } else {
-                    chain.push(Box::new(Dist::new(self.seed)));
-                }
+        if self.mirostat == 0 {
+            for &t in &self.samplers {
+                chain.push(self.sampler(t, n_ctx));
             }
-            m => {
-                chain.push(Box::new(Temp::new(self.temp)));
-                if greedy {
-                    chain.push(Box::new(Greedy));
-                } else if m == 1 {
-                    let n_vocab = i32::try_from(n_vocab).unwrap_or(i32::MAX);
-                    chain.push(Box::new(Mirostat::new(
-                        n_vocab,
-                        self.seed,
-                        self.mirostat_tau,
-                        self.mirostat_eta,
-                        100,
-                    )));
-                } else {
-                    chain.push(Box::new(MirostatV2::new(
-                        self.seed,
-                        self.mirostat_tau,
-                        self.mirostat_eta,
-                    )));
-                }
-            }
+        } else {
+            chain.push(Box::new(Temp::new(self.temp)));
         }
+        chain.push(self.selector(n_vocab));
         Ok(chain)
+    }
+
+    /// The sampler of step `t` of a mirostat-0 chain. A window of -1 is
+    /// `n_ctx`.
+    fn sampler(&self, t: SamplerType, n_ctx: usize) -> Box<dyn Sampler> {
+        let resolve = |n: i32| if n == -1 { n_ctx } else { n.max(0) as usize };
+        match t {
+            SamplerType::Penalties => Box::new(Penalties::new(
+                resolve(self.penalty_last_n),
+                self.penalty_repeat,
+                self.penalty_freq,
+                self.penalty_present,
+            )),
+            SamplerType::Dry => Box::new(Dry::new(
+                n_ctx,
+                self.dry_multiplier,
+                self.dry_base,
+                self.dry_allowed_length,
+                i32::try_from(resolve(self.dry_penalty_last_n)).unwrap_or(i32::MAX),
+                &self.dry_sequence_breakers,
+            )),
+            SamplerType::TopNSigma => Box::new(TopNSigma::new(self.top_n_sigma)),
+            SamplerType::TopK => Box::new(TopK::new(self.top_k)),
+            SamplerType::TypicalP => Box::new(Typical::new(self.typ_p, self.min_keep)),
+            SamplerType::TopP => Box::new(TopP::new(self.top_p, self.min_keep)),
+            SamplerType::MinP => Box::new(MinP::new(self.min_p, self.min_keep)),
+            SamplerType::Xtc => Box::new(Xtc::new(
+                self.xtc_probability,
+                self.xtc_threshold,
+                self.min_keep,
+                self.seed,
+            )),
+            SamplerType::Temperature => Box::new(TempExt::new(
+                self.temp,
+                self.dynatemp_range,
+                self.dynatemp_exponent,
+            )),
+        }
+    }
+
+    /// The selecting sampler that ends the chain: greedy for `temp <= 0`,
+    /// else dist or the mirostat asked for.
+    fn selector(&self, n_vocab: usize) -> Box<dyn Sampler> {
+        if self.temp <= 0.0 {
+            return Box::new(Greedy);
+        }
+        match self.mirostat {
+            0 => Box::new(Dist::new(self.seed)),
+            1 => Box::new(Mirostat::new(
+                i32::try_from(n_vocab).unwrap_or(i32::MAX),
+                self.seed,
+                self.mirostat_tau,
+                self.mirostat_eta,
+                100,
+            )),
+            _ => Box::new(MirostatV2::new(
+                self.seed,
+                self.mirostat_tau,
+                self.mirostat_eta,
+            )),
+        }
     }
 }

@@ -155,3 +155,48 @@ pub fn resolve_seed(seed: u32) -> u32 {
     }
     h.finish() as u32
 }
+
+/// A generator together with the seed it was asked for and the seed in use:
+/// what llama.cpp's seeded samplers (`dist`, `xtc`, `mirostat`) keep, so that
+/// `reset` re-seeds (drawing a fresh seed again for [`DEFAULT_SEED`]).
+#[derive(Clone, Debug)]
+pub(crate) struct SeededRng {
+    seed: u32,
+    seed_cur: u32,
+    rng: Mt19937,
+}
+
+impl SeededRng {
+    pub(crate) fn new(seed: u32) -> Self {
+        let seed_cur = resolve_seed(seed);
+        SeededRng {
+            seed,
+            seed_cur,
+            rng: Mt19937::new(seed_cur),
+        }
+    }
+
+    /// The seed in use (the resolved one for [`DEFAULT_SEED`]).
+    pub(crate) fn seed_cur(&self) -> u32 {
+        self.seed_cur
+    }
+
+    /// Re-seed from the seed asked for, as the sampler's `reset` does.
+    pub(crate) fn reset(&mut self) {
+        self.seed_cur = resolve_seed(self.seed);
+        self.rng.seed(self.seed_cur);
+    }
+}
+
+impl std::ops::Deref for SeededRng {
+    type Target = Mt19937;
+    fn deref(&self) -> &Mt19937 {
+        &self.rng
+    }
+}
+
+impl std::ops::DerefMut for SeededRng {
+    fn deref_mut(&mut self) -> &mut Mt19937 {
+        &mut self.rng
+    }
+}

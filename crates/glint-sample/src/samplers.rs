@@ -6,7 +6,7 @@
 //! in how it leaves the order of the candidates, since the order decides
 //! which token a given random draw lands on.
 
-use crate::rng::{resolve_seed, Mt19937};
+use crate::rng::SeededRng;
 use crate::{Sampler, TokenDataArray};
 
 /// Select the candidate with the highest logit (the first one on ties).
@@ -31,10 +31,6 @@ impl Sampler for Greedy {
         }
         cur_p.selected = Some(sel);
     }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
-    }
 }
 
 /// Draw a candidate from the softmax of the logits: llama.cpp's `dist`.
@@ -44,25 +40,20 @@ impl Sampler for Greedy {
 /// in `p`. See [`crate::rng`] for the generator.
 #[derive(Clone, Debug)]
 pub struct Dist {
-    seed: u32,
-    seed_cur: u32,
-    rng: Mt19937,
+    rng: SeededRng,
 }
 
 impl Dist {
     /// A dist sampler; [`crate::DEFAULT_SEED`] picks a random seed.
     pub fn new(seed: u32) -> Self {
-        let seed_cur = resolve_seed(seed);
         Dist {
-            seed,
-            seed_cur,
-            rng: Mt19937::new(seed_cur),
+            rng: SeededRng::new(seed),
         }
     }
 
     /// The seed in use (the resolved one when created with the default seed).
     pub fn seed_cur(&self) -> u32 {
-        self.seed_cur
+        self.rng.seed_cur()
     }
 }
 
@@ -81,15 +72,7 @@ impl Sampler for Dist {
             cur_p.data[0].p = 1.0;
             return;
         }
-        let max_l = if cur_p.sorted {
-            cur_p.data[0].logit
-        } else {
-            cur_p
-                .data
-                .iter()
-                .map(|t| t.logit)
-                .fold(cur_p.data[0].logit, f32::max)
-        };
+        let max_l = cur_p.max_logit();
         let mut sum_cum = 0.0f64;
         for t in &mut cur_p.data {
             t.p = (t.logit - max_l).exp();
@@ -112,12 +95,7 @@ impl Sampler for Dist {
     }
 
     fn reset(&mut self) {
-        self.seed_cur = resolve_seed(self.seed);
-        self.rng.seed(self.seed_cur);
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
+        self.rng.reset();
     }
 }
 
@@ -153,10 +131,6 @@ impl Sampler for TopK {
 
     fn apply(&mut self, cur_p: &mut TokenDataArray) {
         top_k_impl(cur_p, self.k);
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
     }
 }
 
@@ -198,10 +172,6 @@ impl Sampler for TopP {
             }
         }
         cur_p.data.truncate(last_idx);
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
     }
 }
 
@@ -251,10 +221,6 @@ impl Sampler for MinP {
         }
         cur_p.data.truncate(i);
     }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
-    }
 }
 
 /// Locally typical sampling: order candidates by `|-ln p - H|` (H the
@@ -303,10 +269,6 @@ impl Sampler for Typical {
         cur_p.data = indices[..last_idx].iter().map(|&i| cur_p.data[i]).collect();
         cur_p.sorted = false;
     }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
-    }
 }
 
 /// llama.cpp's `llama_sampler_temp_impl`: divide logits by `temp`; for
@@ -354,10 +316,6 @@ impl Sampler for Temp {
 
     fn apply(&mut self, cur_p: &mut TokenDataArray) {
         temp_impl(cur_p, self.temp);
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
     }
 }
 
@@ -439,10 +397,6 @@ impl Sampler for TempExt {
             t.p = (f64::from(t.p) / cum_sum) as f32;
         }
     }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
-    }
 }
 
 /// Exclude Top Choices: with chance `probability`, drop every candidate with
@@ -454,22 +408,17 @@ pub struct Xtc {
     probability: f32,
     threshold: f32,
     min_keep: usize,
-    seed: u32,
-    seed_cur: u32,
-    rng: Mt19937,
+    rng: SeededRng,
 }
 
 impl Xtc {
     /// An XTC sampler; [`crate::DEFAULT_SEED`] picks a random seed.
     pub fn new(probability: f32, threshold: f32, min_keep: usize, seed: u32) -> Self {
-        let seed_cur = resolve_seed(seed);
         Xtc {
             probability,
             threshold,
             min_keep,
-            seed,
-            seed_cur,
-            rng: Mt19937::new(seed_cur),
+            rng: SeededRng::new(seed),
         }
     }
 }
@@ -502,12 +451,7 @@ impl Sampler for Xtc {
     }
 
     fn reset(&mut self) {
-        self.seed_cur = resolve_seed(self.seed);
-        self.rng.seed(self.seed_cur);
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(self.clone())
+        self.rng.reset();
     }
 }
 
@@ -570,9 +514,5 @@ impl Sampler for TopNSigma {
             }
         }
         cur_p.softmax(true);
-    }
-
-    fn clone_box(&self) -> Box<dyn Sampler> {
-        Box::new(*self)
     }
 }

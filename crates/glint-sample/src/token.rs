@@ -87,6 +87,19 @@ impl TokenDataArray {
         self.sorted = true;
     }
 
+    /// The highest logit: the first when sorted, else found by a scan.
+    /// Needs a candidate.
+    pub(crate) fn max_logit(&self) -> f32 {
+        if self.sorted {
+            self.data[0].logit
+        } else {
+            self.data
+                .iter()
+                .map(|t| t.logit)
+                .fold(self.data[0].logit, f32::max)
+        }
+    }
+
     /// llama.cpp's `llama_sampler_softmax_impl`: optionally sort, then
     /// `p = exp(logit - max) / sum` in f32. No-op on an empty array.
     pub fn softmax(&mut self, do_sort: bool) {
@@ -96,14 +109,7 @@ impl TokenDataArray {
         if do_sort && !self.sorted {
             self.sort();
         }
-        let max_l = if self.sorted {
-            self.data[0].logit
-        } else {
-            self.data
-                .iter()
-                .map(|t| t.logit)
-                .fold(self.data[0].logit, f32::max)
-        };
+        let max_l = self.max_logit();
         let mut cum_sum = 0.0f32;
         for t in &mut self.data {
             t.p = (t.logit - max_l).exp();

@@ -63,6 +63,7 @@ use tokenizers::SplitDelimiterBehavior;
 pub use error::{Result, TokenizerError};
 pub use vocab::TokenType;
 
+use pre::PreTokenizerRow;
 use vocab::{attr, Vocab};
 
 /// SentencePiece's visible space, U+2581.
@@ -130,6 +131,132 @@ fn backend(
     }
 }
 
+/// The BPE pre-tokenizer `tokenizer.ggml.pre` names (`default` when absent).
+fn find_pre(gguf: &GgufFile) -> Result<&'static PreTokenizerRow> {
+    let name = gguf.get_str(vocab::KEY_PRE)?.unwrap_or("default");
+    pre::find(name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
+        pre: name.to_string(),
+        supported: pre::supported_names(),
+    })
+}
+
+/// `(add_bos, add_eos, add_space_prefix)`: the file's flags, else
+/// llama.cpp's defaults for the model (`pre_row` is `None` for
+/// SentencePiece). A flag that adds a token the vocabulary lacks is an error.
+fn read_add_flags(
+    gguf: &GgufFile,
+    pre_row: Option<&PreTokenizerRow>,
+    vocab: &Vocab,
+) -> Result<(bool, bool, bool)> {
+    let (default_add_bos, default_space_prefix) = match pre_row {
+        Some(row) => (row.add_bos, false),
+        None => (true, true),
+    };
+    let add_bos = gguf
+        .get_bool(vocab::KEY_ADD_BOS)?
+        .unwrap_or(default_add_bos);
+    let add_eos = gguf.get_bool(vocab::KEY_ADD_EOS)?.unwrap_or(false);
+    let add_space_prefix = match pre_row {
+        None => gguf
+            .get_bool(vocab::KEY_ADD_SPACE_PREFIX)?
+            .unwrap_or(default_space_prefix),
+        Some(_) => false,
+    };
+    if add_bos && vocab.bos.is_none() {
+        return Err(TokenizerError::MissingSpecialToken {
+            add_key: vocab::KEY_ADD_BOS,
+            id_key: "tokenizer.ggml.bos_token_id",
+        });
+    }
+    if add_eos && vocab.eos.is_none() {
+        return Err(TokenizerError::MissingSpecialToken {
+            add_key: vocab::KEY_ADD_EOS,
+            id_key: "tokenizer.ggml.eos_token_id",
+        });
+    }
+    Ok((add_bos, add_eos, add_space_prefix))
+}
+
+/// Token text -> id, the vocabulary as the `tokenizers` models take it.
+fn hf_vocab(vocab: &Vocab) -> AHashMap<String, u32> {
+    vocab
+        .texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect()
+}
+
+/// GPT-2 style BPE: the file's merges, the row's regexes, then byte-level.
+fn bpe_tokenizer(
+    gguf: &GgufFile,
+    vocab: &Vocab,
+    row: &PreTokenizerRow,
+) -> Result<tokenizers::Tokenizer> {
+    let hf_vocab = hf_vocab(vocab);
+    let merges = gpt2_merges(gguf.require_str_array(vocab::KEY_MERGES)?, &hf_vocab);
+    let bpe = BPE::builder()
+        .vocab_and_merges(hf_vocab, merges)
+        .ignore_merges(row.ignore_merges)
+        .build()
+        .map_err(backend("building the BPE model"))?;
+    let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
+    for re in row.regexes {
+        let split = Split::new(
+            SplitPattern::Regex((*re).to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(backend("compiling a pre-tokenizer regex"))?;
+        steps.push(split.into());
+    }
+    steps.push(ByteLevel::new(false, false, false).into());
+    let mut t = tokenizers::Tokenizer::new(bpe);
+    t.with_pre_tokenizer(Some(Sequence::new(steps)));
+    Ok(t)
+}
+
+/// SentencePiece as BPE: merges rebuilt from the scores, byte fallback,
+/// spaces written as `▁`.
+fn spm_tokenizer(vocab: &Vocab) -> Result<tokenizers::Tokenizer> {
+    let hf_vocab = hf_vocab(vocab);
+    let merges = spm_merges(&vocab.texts, &vocab.scores, &hf_vocab);
+    let bpe = BPE::builder()
+        .vocab_and_merges(hf_vocab, merges)
+        .byte_fallback(true)
+        .build()
+        .map_err(backend("building the SentencePiece model"))?;
+    let mut t = tokenizers::Tokenizer::new(bpe);
+    t.with_normalizer(Some(
+        Replace::new(" ", SPM_SPACE).map_err(backend("building the ▁ normalizer"))?,
+    ));
+    Ok(t)
+}
+
+/// Control, user-defined and unknown tokens, longest text first (the order
+/// llama.cpp splits them out of the input), and a finder over their texts.
+fn special_tokens(vocab: &Vocab) -> Result<(Vec<u32>, Option<AhoCorasick>)> {
+    let mut special: Vec<u32> = (0..vocab.texts.len() as u32)
+        .filter(|&i| {
+            vocab.attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+        })
+        .collect();
+    special.sort_by_key(|&i| std::cmp::Reverse(vocab.texts[i as usize].len()));
+    let special_finder = if special.is_empty() {
+        None
+    } else {
+        Some(
+            AhoCorasick::new(special.iter().map(|&i| vocab.texts[i as usize].as_str())).map_err(
+                |e| TokenizerError::Backend {
+                    what: "indexing special tokens",
+                    message: e.to_string(),
+                },
+            )?,
+        )
+    };
+    Ok((special, special_finder))
+}
+
 impl Tokenizer {
     /// Builds the tokenizer described by `tokenizer.ggml.*` in `gguf`.
     ///
@@ -150,109 +277,16 @@ impl Tokenizer {
         };
         // Check the pre-tokenizer before the (slow) vocabulary work.
         let pre_row = match kind {
-            VocabKind::Bpe => {
-                let name = gguf.get_str(vocab::KEY_PRE)?.unwrap_or("default");
-                Some(
-                    pre::find(name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
-                        pre: name.to_string(),
-                        supported: pre::supported_names(),
-                    })?,
-                )
-            }
+            VocabKind::Bpe => Some(find_pre(gguf)?),
             VocabKind::Spm => None,
         };
-
         let vocab = Vocab::read(gguf, default_bos, default_eos)?;
-
-        let (default_add_bos, default_space_prefix) = match pre_row {
-            Some(row) => (row.add_bos, false),
-            None => (true, true),
+        let (add_bos, add_eos, add_space_prefix) = read_add_flags(gguf, pre_row, &vocab)?;
+        let inner = match pre_row {
+            Some(row) => bpe_tokenizer(gguf, &vocab, row)?,
+            None => spm_tokenizer(&vocab)?,
         };
-        let add_bos = gguf
-            .get_bool(vocab::KEY_ADD_BOS)?
-            .unwrap_or(default_add_bos);
-        let add_eos = gguf.get_bool(vocab::KEY_ADD_EOS)?.unwrap_or(false);
-        let add_space_prefix = match kind {
-            VocabKind::Spm => gguf
-                .get_bool(vocab::KEY_ADD_SPACE_PREFIX)?
-                .unwrap_or(default_space_prefix),
-            VocabKind::Bpe => false,
-        };
-        if add_bos && vocab.bos.is_none() {
-            return Err(TokenizerError::MissingSpecialToken {
-                add_key: vocab::KEY_ADD_BOS,
-                id_key: "tokenizer.ggml.bos_token_id",
-            });
-        }
-        if add_eos && vocab.eos.is_none() {
-            return Err(TokenizerError::MissingSpecialToken {
-                add_key: vocab::KEY_ADD_EOS,
-                id_key: "tokenizer.ggml.eos_token_id",
-            });
-        }
-
-        let hf_vocab: AHashMap<String, u32> = vocab
-            .texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        let inner = match (kind, pre_row) {
-            (VocabKind::Bpe, Some(row)) => {
-                let merges = gpt2_merges(gguf.require_str_array(vocab::KEY_MERGES)?, &hf_vocab);
-                let bpe = BPE::builder()
-                    .vocab_and_merges(hf_vocab, merges)
-                    .ignore_merges(row.ignore_merges)
-                    .build()
-                    .map_err(backend("building the BPE model"))?;
-                let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
-                for re in row.regexes {
-                    let split = Split::new(
-                        SplitPattern::Regex((*re).to_string()),
-                        SplitDelimiterBehavior::Isolated,
-                        false,
-                    )
-                    .map_err(backend("compiling a pre-tokenizer regex"))?;
-                    steps.push(split.into());
-                }
-                steps.push(ByteLevel::new(false, false, false).into());
-                let mut t = tokenizers::Tokenizer::new(bpe);
-                t.with_pre_tokenizer(Some(Sequence::new(steps)));
-                t
-            }
-            _ => {
-                let merges = spm_merges(&vocab.texts, &vocab.scores, &hf_vocab);
-                let bpe = BPE::builder()
-                    .vocab_and_merges(hf_vocab, merges)
-                    .byte_fallback(true)
-                    .build()
-                    .map_err(backend("building the SentencePiece model"))?;
-                let mut t = tokenizers::Tokenizer::new(bpe);
-                t.with_normalizer(Some(
-                    Replace::new(" ", SPM_SPACE).map_err(backend("building the ▁ normalizer"))?,
-                ));
-                t
-            }
-        };
-
-        let mut special: Vec<u32> = (0..vocab.texts.len() as u32)
-            .filter(|&i| {
-                vocab.attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-            })
-            .collect();
-        special.sort_by_key(|&i| std::cmp::Reverse(vocab.texts[i as usize].len()));
-        let special_finder = if special.is_empty() {
-            None
-        } else {
-            Some(
-                AhoCorasick::new(special.iter().map(|&i| vocab.texts[i as usize].as_str()))
-                    .map_err(|e| TokenizerError::Backend {
-                        what: "indexing special tokens",
-                        message: e.to_string(),
-                    })?,
-            )
-        };
-
+        let (special, special_finder) = special_tokens(&vocab)?;
         Ok(Tokenizer {
             kind,
             inner,

@@ -242,83 +242,18 @@ impl Vocab {
             }
         }
 
-        // Scores may be f32 or i32 (llama.cpp accepts both); any other type
-        // gets `require_f32_array`'s type error.
-        let scores: Vec<f32> = match gguf.get(KEY_SCORES) {
-            None => vec![0.0; n_vocab],
-            Some(Value::Array(Array::I32(v))) => v.iter().map(|&x| x as f32).collect(),
-            Some(_) => gguf.require_f32_array(KEY_SCORES)?.to_vec(),
-        };
-        check_len(KEY_SCORES, scores.len(), n_vocab)?;
-
-        let types: Vec<TokenType> = match gguf.get_i32_array(KEY_TOKEN_TYPE)? {
-            None => vec![TokenType::Normal; n_vocab],
-            Some(t) => {
-                check_len(KEY_TOKEN_TYPE, t.len(), n_vocab)?;
-                t[..n_vocab]
-                    .iter()
-                    .map(|&v| TokenType::from_gguf(v))
-                    .collect()
-            }
-        };
+        let scores = read_scores(gguf, n_vocab)?;
+        let types = read_types(gguf, n_vocab)?;
         let mut attrs: Vec<u8> = types.iter().map(|t| t.attr()).collect();
 
         let by_text = index_texts(&texts)?;
-        let id_key = |key: &str, default: Option<u32>| -> Result<Option<u32>> {
-            let default = default.filter(|&d| (d as usize) < n_vocab);
-            Ok(match gguf.get_usize(key)? {
-                Some(id) if id < n_vocab => Some(id as u32),
-                _ => default,
-            })
-        };
-        let bos = id_key(KEY_BOS, default_bos)?;
-        let eos = id_key(KEY_EOS, default_eos)?;
-
-        let mut eog: Vec<u32> = Vec::new();
-        let mut eot = None;
-        for row in ROLES {
-            let mut id = id_key(row.key, None)?;
-            if id.is_none() {
-                id = row.names.iter().find_map(|n| by_text.get(n).copied());
-                if let Some(i) = id {
-                    attrs[i as usize] |= attr::CONTROL;
-                }
-            }
-            if row.key.ends_with("eot_token_id") {
-                eot = id;
-            }
-            if row.eog {
-                eog.extend(id);
-            }
-        }
-        for name in EOG_NAMES {
-            if let Some(&i) = by_text.get(name) {
-                eog.push(i);
-                attrs[i as usize] |= attr::CONTROL;
-            }
-        }
+        let bos = id_key(gguf, KEY_BOS, default_bos, n_vocab)?;
+        let eos = id_key(gguf, KEY_EOS, default_eos, n_vocab)?;
+        let (eot, mut eog) = read_roles(gguf, &by_text, &mut attrs)?;
         eog.extend(eos);
         eog.sort_unstable();
         eog.dedup();
-
-        // llama.cpp's workarounds: with both <|return|> and <|call|> (or
-        // <|calls|> and <|flush|>), <|end|> is not end-of-generation; with
-        // <|tool_response>, </s> is a normal token.
-        let has = |eog: &[u32], t: &str| by_text.get(t).is_some_and(|i| eog.contains(i));
-        if (has(&eog, "<|return|>") && has(&eog, "<|call|>"))
-            || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>"))
-        {
-            if let Some(&i) = by_text.get("<|end|>") {
-                eog.retain(|&e| e != i);
-                attrs[i as usize] = attr::USER_DEFINED;
-            }
-        }
-        if has(&eog, "<|tool_response>") {
-            if let Some(&i) = by_text.get("</s>") {
-                eog.retain(|&e| e != i);
-                attrs[i as usize] = attr::NORMAL;
-            }
-        }
+        eog_workarounds(&by_text, &mut eog, &mut attrs);
         drop(by_text);
 
         Ok(Vocab {
@@ -331,6 +266,97 @@ impl Vocab {
             eot,
             eog,
         })
+    }
+}
+
+/// Scores, by id. They may be f32 or i32 (llama.cpp accepts both); any
+/// other type gets `require_f32_array`'s type error. Absent: all 0.
+fn read_scores(gguf: &GgufFile, n_vocab: usize) -> Result<Vec<f32>> {
+    let scores: Vec<f32> = match gguf.get(KEY_SCORES) {
+        None => vec![0.0; n_vocab],
+        Some(Value::Array(Array::I32(v))) => v.iter().map(|&x| x as f32).collect(),
+        Some(_) => gguf.require_f32_array(KEY_SCORES)?.to_vec(),
+    };
+    check_len(KEY_SCORES, scores.len(), n_vocab)?;
+    Ok(scores)
+}
+
+/// Stored token types, by id. Absent: all normal.
+fn read_types(gguf: &GgufFile, n_vocab: usize) -> Result<Vec<TokenType>> {
+    Ok(match gguf.get_i32_array(KEY_TOKEN_TYPE)? {
+        None => vec![TokenType::Normal; n_vocab],
+        Some(t) => {
+            check_len(KEY_TOKEN_TYPE, t.len(), n_vocab)?;
+            t[..n_vocab]
+                .iter()
+                .map(|&v| TokenType::from_gguf(v))
+                .collect()
+        }
+    })
+}
+
+/// The id stored at `key`, or `default`; an id outside the vocabulary
+/// counts as absent.
+fn id_key(gguf: &GgufFile, key: &str, default: Option<u32>, n_vocab: usize) -> Result<Option<u32>> {
+    let default = default.filter(|&d| (d as usize) < n_vocab);
+    Ok(match gguf.get_usize(key)? {
+        Some(id) if id < n_vocab => Some(id as u32),
+        _ => default,
+    })
+}
+
+/// `(eot, eog)`: the role tokens of [`ROLES`] (by key, else by name, which
+/// marks them control tokens) and the end-of-generation ids among them and
+/// in [`EOG_NAMES`], unsorted.
+fn read_roles(
+    gguf: &GgufFile,
+    by_text: &AHashMap<&str, u32>,
+    attrs: &mut [u8],
+) -> Result<(Option<u32>, Vec<u32>)> {
+    let mut eog: Vec<u32> = Vec::new();
+    let mut eot = None;
+    for row in ROLES {
+        let mut id = id_key(gguf, row.key, None, attrs.len())?;
+        if id.is_none() {
+            id = row.names.iter().find_map(|n| by_text.get(n).copied());
+            if let Some(i) = id {
+                attrs[i as usize] |= attr::CONTROL;
+            }
+        }
+        if row.key.ends_with("eot_token_id") {
+            eot = id;
+        }
+        if row.eog {
+            eog.extend(id);
+        }
+    }
+    for name in EOG_NAMES {
+        if let Some(&i) = by_text.get(name) {
+            eog.push(i);
+            attrs[i as usize] |= attr::CONTROL;
+        }
+    }
+    Ok((eot, eog))
+}
+
+/// llama.cpp's workarounds: with both <|return|> and <|call|> (or
+/// <|calls|> and <|flush|>), <|end|> is not end-of-generation; with
+/// <|tool_response>, </s> is a normal token.
+fn eog_workarounds(by_text: &AHashMap<&str, u32>, eog: &mut Vec<u32>, attrs: &mut [u8]) {
+    let has = |eog: &[u32], t: &str| by_text.get(t).is_some_and(|i| eog.contains(i));
+    if (has(eog, "<|return|>") && has(eog, "<|call|>"))
+        || (has(eog, "<|calls|>") && has(eog, "<|flush|>"))
+    {
+        if let Some(&i) = by_text.get("<|end|>") {
+            eog.retain(|&e| e != i);
+            attrs[i as usize] = attr::USER_DEFINED;
+        }
+    }
+    if has(eog, "<|tool_response>") {
+        if let Some(&i) = by_text.get("</s>") {
+            eog.retain(|&e| e != i);
+            attrs[i as usize] = attr::NORMAL;
+        }
     }
 }
 
