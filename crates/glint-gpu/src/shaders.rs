@@ -1,4 +1,5 @@
-//! WGSL sources, the tiny preprocessor, and the pipeline cache.
+//! WGSL sources and the tiny preprocessor that turns a file and a variant
+//! into one module's text.
 //!
 //! Every `.wgsl` file lives under the top-level `shaders/` folder and is
 //! compiled in with `include_str!`. Two preprocessor directives, applied
@@ -10,14 +11,8 @@
 //! - `#ifdef FLAG` / `#ifndef FLAG` / `#else` / `#endif` on the flags of the
 //!   pipeline: the variants that use an optional device feature
 //!   ([`F16`]: `enable f16;` is prepended; [`SUBGROUPS`]).
-//!
-//! Pipelines are created on first use and cached by (file, entry point,
-//! weight type, override constants, flags). Bind group layouts are explicit: every
-//! kernel binds `n_in` read-only storage buffers, then `n_out` read-write
-//! storage buffers, then one uniform block of parameters.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
 
 use glint_backend::GgmlType;
 
@@ -233,127 +228,6 @@ pub fn preprocess(path: &str, defines: &[(&str, &str)], flags: &[&str]) -> Resul
 pub const F16: &str = "SHADER_F16";
 /// Flag: the kernel's reductions use subgroup operations.
 pub const SUBGROUPS: &str = "USE_SUBGROUPS";
-
-/// What identifies a pipeline.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct PipelineKey {
-    /// Shader file under `shaders/`.
-    pub file: &'static str,
-    /// Entry point.
-    pub entry: &'static str,
-    /// Weight format (`TYPE`), for the weight templates.
-    pub ty: Option<GgmlType>,
-    /// Override constants: name and value (as f64 bits, for hashing).
-    pub constants: Vec<(&'static str, u64)>,
-    /// Preprocessor flags (`#ifdef`): the variant, e.g. [`F16`], [`SUBGROUPS`].
-    pub flags: Vec<&'static str>,
-    /// Read-only storage bindings, then read-write ones.
-    pub n_in: u32,
-    /// Read-write storage bindings.
-    pub n_out: u32,
-}
-
-/// A compiled pipeline and its layout.
-pub struct Pipeline {
-    pub pipeline: wgpu::ComputePipeline,
-    pub layout: Arc<wgpu::BindGroupLayout>,
-}
-
-/// Pipelines and bind group layouts, created on first use.
-#[derive(Default)]
-pub struct PipelineCache {
-    pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
-    layouts: Mutex<HashMap<(u32, u32), Arc<wgpu::BindGroupLayout>>>,
-}
-
-impl PipelineCache {
-    fn layout(&self, device: &wgpu::Device, n_in: u32, n_out: u32) -> Arc<wgpu::BindGroupLayout> {
-        let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
-        layouts
-            .entry((n_in, n_out))
-            .or_insert_with(|| {
-                let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
-                    binding,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Storage { read_only },
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                };
-                let mut entries: Vec<_> = (0..n_in).map(|b| storage(b, true)).collect();
-                entries.extend((n_in..n_in + n_out).map(|b| storage(b, false)));
-                entries.push(wgpu::BindGroupLayoutEntry {
-                    binding: n_in + n_out,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                });
-                Arc::new(
-                    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                        label: Some("glint"),
-                        entries: &entries,
-                    }),
-                )
-            })
-            .clone()
-    }
-
-    /// The pipeline for `key`, compiled now if it is new.
-    pub fn get(&self, device: &wgpu::Device, key: &PipelineKey) -> Result<Arc<Pipeline>, String> {
-        if let Some(p) = self
-            .pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-        {
-            return Ok(p.clone());
-        }
-        let mut defines = Vec::new();
-        if let Some(ty) = key.ty {
-            let stem = weight_shader(ty).ok_or_else(|| format!("no kernel for {}", ty.name()))?;
-            defines.push(("TYPE", stem));
-        }
-        let text = preprocess(key.file, &defines, &key.flags)?;
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(key.file),
-            source: wgpu::ShaderSource::Wgsl(text.into()),
-        });
-        let layout = self.layout(device, key.n_in, key.n_out);
-        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some(key.file),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let constants: Vec<(&str, f64)> = key
-            .constants
-            .iter()
-            .map(|(n, v)| (*n, f64::from_bits(*v)))
-            .collect();
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(key.entry),
-            layout: Some(&pl),
-            module: &module,
-            entry_point: Some(key.entry),
-            compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &constants,
-                zero_initialize_workgroup_memory: true,
-            },
-            cache: None,
-        });
-        let p = Arc::new(Pipeline { pipeline, layout });
-        self.pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), p.clone());
-        Ok(p)
-    }
-}
 
 #[cfg(test)]
 mod tests {

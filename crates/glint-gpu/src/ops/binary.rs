@@ -1,0 +1,69 @@
+//! `shaders/binary.wgsl`: add, mul (b broadcast over columns), swiglu, geglu.
+
+use glint_backend::{GgmlType, Glu, Result};
+
+use super::{check, f32_same_shape, want_type};
+use crate::pipelines::PipelineKey;
+use crate::tensor::{Bind, GpuTensor};
+use crate::GpuBackend;
+
+/// The kernel's `OP` constant.
+#[derive(Clone, Copy)]
+pub(crate) enum BinaryOp {
+    Add = 0,
+    Mul = 1,
+    SwiGlu = 2,
+    GeGlu = 3,
+}
+
+impl From<Glu> for BinaryOp {
+    fn from(op: Glu) -> Self {
+        match op {
+            Glu::SwiGlu => BinaryOp::SwiGlu,
+            Glu::GeGlu => BinaryOp::GeGlu,
+        }
+    }
+}
+
+/// `out = a op b`. a, out: [n, m] f32; b: [n, m] or [n] f32.
+pub(crate) fn binary(
+    be: &GpuBackend,
+    op: &'static str,
+    code: BinaryOp,
+    a: &GpuTensor,
+    b: &GpuTensor,
+    out: &GpuTensor,
+) -> Result<()> {
+    f32_same_shape(op, a, out)?;
+    want_type(op, b, &[GgmlType::F32], "b")?;
+    let n = a.desc.ne[0];
+    let nb = b.desc.n_elements();
+    check(
+        b.desc.ne == a.desc.ne || (nb == n && b.desc.ne[0] == n),
+        op,
+        || format!("b {:?} is neither {:?} nor [{n}]", b.desc.ne, a.desc.ne),
+    )?;
+    let total = a.desc.n_elements();
+    be.check_bindable(op, &[a, b, out])?;
+    be.dispatch(
+        PipelineKey::new("binary.wgsl", "main", 2, 1).with_constant("OP", code as u32 as f64),
+        &[Bind::whole(a), Bind::whole(b)],
+        &[Bind::whole(out)],
+        &[total as u32, nb as u32],
+        total.div_ceil(256),
+    )
+}
+
+/// `out = act(gate) * up`, all three [n, m] f32.
+pub(crate) fn glu(
+    be: &GpuBackend,
+    op: Glu,
+    gate: &GpuTensor,
+    up: &GpuTensor,
+    out: &GpuTensor,
+) -> Result<()> {
+    check(gate.desc.ne == up.desc.ne, "glu", || {
+        format!("gate {:?} vs up {:?}", gate.desc.ne, up.desc.ne)
+    })?;
+    binary(be, "glu", op.into(), gate, up, out)
+}

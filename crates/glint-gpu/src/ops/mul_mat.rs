@@ -1,0 +1,68 @@
+//! `shaders/mul_mat.wgsl`: `out[n, m] = W[k, n] . x[k, m]` for every weight
+//! format; the weight is bound in windows of whole rows, one dispatch each.
+
+use glint_backend::{BackendError, GgmlType, Result};
+
+use super::{check, want_type};
+use crate::pipelines::PipelineKey;
+use crate::shaders::weight_shader;
+use crate::tensor::{Bind, GpuTensor};
+use crate::GpuBackend;
+
+/// `m` up to this takes the matvec path of `mul_mat`.
+const MATVEC_MAX_M: usize = 4;
+
+/// w: [k, n] any weight format; x: [k, m] f32; out: [n, m] f32.
+pub(crate) fn mul_mat(
+    be: &GpuBackend,
+    w: &GpuTensor,
+    x: &GpuTensor,
+    out: &GpuTensor,
+) -> Result<()> {
+    let op = "mul_mat";
+    if weight_shader(w.desc.ty).is_none() {
+        return Err(BackendError::Type {
+            op,
+            ty: w.desc.ty,
+            what: "weight",
+        });
+    }
+    want_type(op, x, &[GgmlType::F32], "x")?;
+    want_type(op, out, &[GgmlType::F32], "out")?;
+    let (k, n) = (w.desc.ne[0], w.desc.n_rows());
+    let m = x.desc.n_rows();
+    check(x.desc.ne[0] == k, op, || {
+        format!("w {:?} vs x {:?}: k differs", w.desc.ne, x.desc.ne)
+    })?;
+    check(out.desc.ne[0] == n && out.desc.n_rows() == m, op, || {
+        format!("out {:?}, expected [{n}, {m}]", out.desc.ne)
+    })?;
+    be.check_bindable(op, &[x, out])?;
+    let matvec = m <= MATVEC_MAX_M;
+    let entry = if matvec { "matvec" } else { "matmul" };
+    let key = PipelineKey::new("mul_mat.wgsl", entry, 2, 1)
+        .with_type(w.desc.ty)
+        .with_flags(be.flags(matvec, w.desc.ty == GgmlType::F16));
+    for win in be.windows(op, w)? {
+        let n_wg = if matvec {
+            win.n_rows * m
+        } else {
+            win.n_rows.div_ceil(64) * m.div_ceil(64)
+        };
+        be.dispatch(
+            key.clone(),
+            &[Bind::window(w, &win), Bind::whole(x)],
+            &[Bind::whole(out)],
+            &[
+                k as u32,
+                n as u32,
+                m as u32,
+                win.row0 as u32,
+                win.n_rows as u32,
+                w.desc.row_bytes() as u32,
+            ],
+            n_wg,
+        )?;
+    }
+    Ok(())
+}
