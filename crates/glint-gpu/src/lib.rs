@@ -40,7 +40,6 @@ use glint_backend::{
     AttnParams, Backend, Glu, MemoryReport, Result, RopeParams, SharedBytes, TensorDesc, Unary,
 };
 pub use measure::CopyProbe;
-use ops::BinaryOp;
 use pipelines::PipelineCache;
 use submit::Pending;
 pub use submit::MAX_PENDING_OPS;
@@ -197,11 +196,11 @@ impl Backend for GpuBackend {
     }
 
     fn add(&self, a: &GpuTensor, b: &GpuTensor, out: &GpuTensor) -> Result<()> {
-        ops::binary(self, "add", BinaryOp::Add, a, b, out)
+        ops::add(self, a, b, out)
     }
 
     fn mul(&self, a: &GpuTensor, b: &GpuTensor, out: &GpuTensor) -> Result<()> {
-        ops::binary(self, "mul", BinaryOp::Mul, a, b, out)
+        ops::mul(self, a, b, out)
     }
 
     fn scale(&self, x: &GpuTensor, s: f32, out: &GpuTensor) -> Result<()> {

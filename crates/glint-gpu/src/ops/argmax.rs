@@ -1,8 +1,7 @@
 //! `shaders/argmax.wgsl`: index of the largest value of each row.
 
-use glint_backend::{GgmlType, Result};
+use glint_backend::{check, Result};
 
-use super::{check, want_type};
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -10,12 +9,9 @@ use crate::GpuBackend;
 /// x: [n, m] f32; out: [m] i32.
 pub(crate) fn argmax(be: &GpuBackend, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
     let op = "argmax";
-    want_type(op, x, &[GgmlType::F32], "x")?;
-    want_type(op, out, &[GgmlType::I32], "out")?;
-    let (n, m) = be.rowwise(op, x, out)?;
-    check(out.desc.n_elements() == m && n > 0, op, || {
-        format!("x {:?}, out {:?}: expected [{m}]", x.desc.ne, out.desc.ne)
-    })?;
+    check::argmax(x, out)?;
+    be.check_bindable(op, &[x, out])?;
+    let (n, m) = (x.desc.ne[0], x.desc.n_rows());
     be.dispatch(
         PipelineKey::new("argmax.wgsl", "main", 1, 1),
         &[Bind::whole(x)],

@@ -1,9 +1,9 @@
 //! `shaders/attention.wgsl`: a batch of queries over a window of the KV
 //! cache, one workgroup per (token, head), online softmax in f32.
 
-use glint_backend::{AttnParams, GgmlType, Result};
+use glint_backend::{check, AttnParams, BackendError, Result};
 
-use super::{check, f32_bits, kv_f16, want_type};
+use super::{f16_cache, f32_bits};
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -17,10 +17,9 @@ pub(crate) fn attention(
     out: &GpuTensor,
 ) -> Result<()> {
     let op = "attention";
-    let f16 = check_attention(op, [q, k, v, mask], p, out)?;
+    let (m, f16) = check_attention(op, [q, k, v, mask], p, out)?;
     be.check_bindable(op, &[q, k, v, mask, out])?;
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
-    let m = q.desc.ne[2] * q.desc.ne[3];
     be.dispatch(
         PipelineKey::new("attention.wgsl", "main", 4, 1)
             .with_constant("KV_F16", f16 as u32 as f64)
@@ -46,54 +45,27 @@ pub(crate) fn attention(
     )
 }
 
-/// Types and shapes; whether the cache is F16.
+/// The kernel keeps a head's query in workgroup memory of this many f32
+/// (`MAX_HEAD_DIM` in attention.wgsl): a limit of this kernel, not of the op.
+const MAX_HEAD_DIM: usize = 512;
+
+/// The op's checks (shared with the cpu backend), then this kernel's
+/// limits: `m` and whether the cache is F16.
 fn check_attention(
     op: &'static str,
-    [q, k, v, mask]: [&GpuTensor; 4],
+    qkvm: [&GpuTensor; 4],
     p: &AttnParams,
     out: &GpuTensor,
-) -> Result<bool> {
-    want_type(op, q, &[GgmlType::F32], "q")?;
-    want_type(op, mask, &[GgmlType::F32], "mask")?;
-    want_type(op, out, &[GgmlType::F32], "out")?;
-    let f16 = kv_f16(op, k, "k")?;
-    check(v.desc.ty == k.desc.ty, op, || {
-        format!("k is {} but v is {}", k.desc.ty.name(), v.desc.ty.name())
-    })?;
-    let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
-    let m = q.desc.ne[2] * q.desc.ne[3];
-    check(
-        nkv > 0 && nh % nkv == 0 && (1..=512).contains(&hd),
-        op,
-        || format!("n_head {nh}, n_head_kv {nkv}, head_dim {hd} (<= 512)"),
-    )?;
-    check(q.desc.ne[0] == hd && q.desc.ne[1] == nh, op, || {
-        format!("q {:?}, expected [{hd}, {nh}, m]", q.desc.ne)
-    })?;
-    for t in [k, v] {
-        check(
-            t.desc.ne[0] == hd * nkv && p.kv_start + p.n_kv <= t.desc.n_rows(),
+) -> Result<(usize, bool)> {
+    let m = check::attention(qkvm, p, out)?;
+    if p.head_dim > MAX_HEAD_DIM {
+        return Err(BackendError::Shape {
             op,
-            || {
-                format!(
-                    "cache {:?}: rows {}..{} of [{}, n_rows]",
-                    t.desc.ne,
-                    p.kv_start,
-                    p.kv_start + p.n_kv,
-                    hd * nkv
-                )
-            },
-        )?;
+            detail: format!(
+                "head_dim {} is over this kernel's {MAX_HEAD_DIM}",
+                p.head_dim
+            ),
+        });
     }
-    check(
-        mask.desc.ne[0] == p.n_kv && mask.desc.n_rows() == m,
-        op,
-        || format!("mask {:?}, expected [{}, {m}]", mask.desc.ne, p.n_kv),
-    )?;
-    check(
-        out.desc.ne[0] == hd * nh && out.desc.n_rows() == m,
-        op,
-        || format!("out {:?}, expected [{}, {m}]", out.desc.ne, hd * nh),
-    )?;
-    Ok(f16)
+    Ok((m, f16_cache(op, qkvm[1], "k")?))
 }

@@ -1,8 +1,7 @@
 //! `shaders/binary.wgsl`: add, mul (b broadcast over columns), swiglu, geglu.
 
-use glint_backend::{GgmlType, Glu, Result};
+use glint_backend::{check, Glu, Result};
 
-use super::{check, f32_same_shape, want_type};
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -25,8 +24,9 @@ impl From<Glu> for BinaryOp {
     }
 }
 
-/// `out = a op b`. a, out: [n, m] f32; b: [n, m] or [n] f32.
-pub(crate) fn binary(
+/// `out = a op b`. a, out: [n, m] f32; b: [n, m] or [n] f32 (checked by
+/// the caller).
+fn binary(
     be: &GpuBackend,
     op: &'static str,
     code: BinaryOp,
@@ -34,15 +34,7 @@ pub(crate) fn binary(
     b: &GpuTensor,
     out: &GpuTensor,
 ) -> Result<()> {
-    f32_same_shape(op, a, out)?;
-    want_type(op, b, &[GgmlType::F32], "b")?;
-    let n = a.desc.ne[0];
     let nb = b.desc.n_elements();
-    check(
-        b.desc.ne == a.desc.ne || (nb == n && b.desc.ne[0] == n),
-        op,
-        || format!("b {:?} is neither {:?} nor [{n}]", b.desc.ne, a.desc.ne),
-    )?;
     let total = a.desc.n_elements();
     be.check_bindable(op, &[a, b, out])?;
     be.dispatch(
@@ -54,6 +46,18 @@ pub(crate) fn binary(
     )
 }
 
+/// `out = a + b`.
+pub(crate) fn add(be: &GpuBackend, a: &GpuTensor, b: &GpuTensor, out: &GpuTensor) -> Result<()> {
+    check::add(a, b, out)?;
+    binary(be, "add", BinaryOp::Add, a, b, out)
+}
+
+/// `out = a * b`.
+pub(crate) fn mul(be: &GpuBackend, a: &GpuTensor, b: &GpuTensor, out: &GpuTensor) -> Result<()> {
+    check::mul(a, b, out)?;
+    binary(be, "mul", BinaryOp::Mul, a, b, out)
+}
+
 /// `out = act(gate) * up`, all three [n, m] f32.
 pub(crate) fn glu(
     be: &GpuBackend,
@@ -62,8 +66,6 @@ pub(crate) fn glu(
     up: &GpuTensor,
     out: &GpuTensor,
 ) -> Result<()> {
-    check(gate.desc.ne == up.desc.ne, "glu", || {
-        format!("gate {:?} vs up {:?}", gate.desc.ne, up.desc.ne)
-    })?;
+    check::glu(gate, up, out)?;
     binary(be, "glu", op.into(), gate, up, out)
 }

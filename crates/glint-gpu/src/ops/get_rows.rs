@@ -1,11 +1,9 @@
 //! `shaders/get_rows.wgsl`: gather rows of a weight table, dequantized; the
 //! table is bound in windows of whole rows, one dispatch each.
 
-use glint_backend::{BackendError, GgmlType, Result};
+use glint_backend::{check, GgmlType, Result};
 
-use super::{check, want_type};
 use crate::pipelines::PipelineKey;
-use crate::shaders::weight_shader;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
 
@@ -17,20 +15,8 @@ pub(crate) fn get_rows(
     out: &GpuTensor,
 ) -> Result<()> {
     let op = "get_rows";
-    if weight_shader(table.desc.ty).is_none() {
-        return Err(BackendError::Type {
-            op,
-            ty: table.desc.ty,
-            what: "table",
-        });
-    }
-    want_type(op, ids, &[GgmlType::I32], "ids")?;
-    want_type(op, out, &[GgmlType::F32], "out")?;
-    let k = table.desc.ne[0];
-    let m = ids.desc.n_elements();
-    check(out.desc.ne[0] == k && out.desc.n_rows() == m, op, || {
-        format!("out {:?}, expected [{k}, {m}]", out.desc.ne)
-    })?;
+    check::get_rows(table, ids, out)?;
+    let (k, m) = (table.desc.ne[0], ids.desc.n_elements());
     be.check_bindable(op, &[ids, out])?;
     let key = PipelineKey::new("get_rows.wgsl", "main", 2, 1)
         .with_type(table.desc.ty)

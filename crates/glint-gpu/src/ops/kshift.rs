@@ -1,9 +1,9 @@
 //! `shaders/kshift.wgsl`: rotate cached K rows in place by per-row deltas.
 
-use glint_backend::{GgmlType, Result, RopeParams};
+use glint_backend::{check, Result, RopeParams};
 
-use super::rope::{check_rope, rope_params};
-use super::{check, kv_f16, want_type};
+use super::f16_cache;
+use super::rope::rope_params;
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -16,20 +16,8 @@ pub(crate) fn kshift(
     p: &RopeParams,
 ) -> Result<()> {
     let op = "kshift";
-    let f16 = kv_f16(op, k, "k")?;
-    want_type(op, shift, &[GgmlType::I32], "shift")?;
-    check_rope(op, p)?;
-    let rows = k.desc.n_rows();
-    check(
-        k.desc.ne[0] == p.head_dim * p.n_head && shift.desc.n_elements() == rows,
-        op,
-        || {
-            format!(
-                "k {:?}, shift {:?}, head_dim {} x n_head {}",
-                k.desc.ne, shift.desc.ne, p.head_dim, p.n_head
-            )
-        },
-    )?;
+    let rows = check::kshift(k, shift, p)?;
+    let f16 = f16_cache(op, k, "k")?;
     be.check_bindable(op, &[k, shift])?;
     be.dispatch(
         PipelineKey::new("kshift.wgsl", "main", 1, 1).with_constant("KV_F16", f16 as u32 as f64),

@@ -25,49 +25,21 @@ fn f32_bits(v: f32) -> u32 {
     v.to_bits()
 }
 
-fn shape_err(op: &'static str, detail: String) -> BackendError {
-    BackendError::Shape { op, detail }
-}
-
-fn check(ok: bool, op: &'static str, detail: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(shape_err(op, detail()))
-    }
-}
-
-fn want_type(op: &'static str, t: &GpuTensor, tys: &[GgmlType], what: &'static str) -> Result<()> {
-    if tys.contains(&t.desc.ty) {
-        Ok(())
-    } else {
-        Err(BackendError::Type {
-            op,
-            ty: t.desc.ty,
-            what,
-        })
-    }
-}
-
-fn f32_same_shape(op: &'static str, a: &GpuTensor, out: &GpuTensor) -> Result<()> {
-    want_type(op, a, &[GgmlType::F32], "input")?;
-    want_type(op, out, &[GgmlType::F32], "output")?;
-    check(a.desc.ne == out.desc.ne, op, || {
-        format!("input {:?} vs output {:?}", a.desc.ne, out.desc.ne)
-    })
-}
-
-/// Whether a cache (`k`, `v`, `dst`) is F16; an f16 one needs an even row
-/// length (a u32 word never spans two rows).
-fn kv_f16(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<bool> {
-    want_type(op, t, &[GgmlType::F32, GgmlType::F16], what)?;
+/// Whether a cache (`k`, `v`, `dst`; F32 or F16, checked by
+/// `glint_backend::check`) is F16. The kernels read an F16 cache as u32
+/// words of two halves, so its rows must have an even length (a word never
+/// spans two rows): a limit of these kernels, not of the op.
+fn f16_cache(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<bool> {
     let f16 = t.desc.ty == GgmlType::F16;
-    check(!f16 || t.desc.ne[0].is_multiple_of(2), op, || {
-        format!(
-            "an f16 {what} needs an even row length, got {}",
-            t.desc.ne[0]
-        )
-    })?;
+    if f16 && !t.desc.ne[0].is_multiple_of(2) {
+        return Err(BackendError::Shape {
+            op,
+            detail: format!(
+                "an f16 {what} needs an even row length, got {}",
+                t.desc.ne[0]
+            ),
+        });
+    }
     Ok(f16)
 }
 
@@ -85,17 +57,11 @@ impl GpuBackend {
         }
         f
     }
-
-    /// Rows per (row-wise) op, and check both are bindable.
-    fn rowwise(&self, op: &'static str, x: &GpuTensor, out: &GpuTensor) -> Result<(usize, usize)> {
-        self.check_bindable(op, &[x, out])?;
-        Ok((x.desc.ne[0], x.desc.n_rows()))
-    }
 }
 
 pub(crate) use argmax::argmax;
 pub(crate) use attention::attention;
-pub(crate) use binary::{binary, glu, BinaryOp};
+pub(crate) use binary::{add, glu, mul};
 pub(crate) use get_rows::get_rows;
 pub(crate) use kshift::kshift;
 pub(crate) use mul_mat::mul_mat;

@@ -1,11 +1,9 @@
 //! `shaders/mul_mat.wgsl`: `out[n, m] = W[k, n] . x[k, m]` for every weight
 //! format; the weight is bound in windows of whole rows, one dispatch each.
 
-use glint_backend::{BackendError, GgmlType, Result};
+use glint_backend::{check, GgmlType, Result};
 
-use super::{check, want_type};
 use crate::pipelines::PipelineKey;
-use crate::shaders::weight_shader;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
 
@@ -20,23 +18,8 @@ pub(crate) fn mul_mat(
     out: &GpuTensor,
 ) -> Result<()> {
     let op = "mul_mat";
-    if weight_shader(w.desc.ty).is_none() {
-        return Err(BackendError::Type {
-            op,
-            ty: w.desc.ty,
-            what: "weight",
-        });
-    }
-    want_type(op, x, &[GgmlType::F32], "x")?;
-    want_type(op, out, &[GgmlType::F32], "out")?;
+    let m = check::mul_mat(w, x, out)?;
     let (k, n) = (w.desc.ne[0], w.desc.n_rows());
-    let m = x.desc.n_rows();
-    check(x.desc.ne[0] == k, op, || {
-        format!("w {:?} vs x {:?}: k differs", w.desc.ne, x.desc.ne)
-    })?;
-    check(out.desc.ne[0] == n && out.desc.n_rows() == m, op, || {
-        format!("out {:?}, expected [{n}, {m}]", out.desc.ne)
-    })?;
     be.check_bindable(op, &[x, out])?;
     let matvec = m <= MATVEC_MAX_M;
     let entry = if matvec { "matvec" } else { "matmul" };

@@ -1,8 +1,8 @@
 //! `shaders/rms_norm.wgsl`: RMSNorm, one workgroup per row.
 
-use glint_backend::{GgmlType, Result};
+use glint_backend::{check, Result};
 
-use super::{check, f32_bits, f32_same_shape, want_type};
+use super::f32_bits;
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -16,14 +16,9 @@ pub(crate) fn rms_norm(
     out: &GpuTensor,
 ) -> Result<()> {
     let op = "rms_norm";
-    f32_same_shape(op, x, out)?;
-    let (n, m) = be.rowwise(op, x, out)?;
-    if let Some(w) = w {
-        want_type(op, w, &[GgmlType::F32], "w")?;
-        check(w.desc.n_elements() == n, op, || {
-            format!("w {:?}, expected [{n}]", w.desc.ne)
-        })?;
-    }
+    check::rms_norm(x, w, out)?;
+    be.check_bindable(op, &[x, out])?;
+    let (n, m) = (x.desc.ne[0], x.desc.n_rows());
     be.dispatch(
         PipelineKey::new("rms_norm.wgsl", "main", 2, 1).with_flags(be.flags(true, false)),
         &[Bind::whole(x), Bind::whole(w.unwrap_or(x))],

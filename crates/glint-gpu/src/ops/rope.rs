@@ -1,9 +1,9 @@
 //! `shaders/rope.wgsl`: RoPE at explicit per-token positions. The params
 //! block is shared with `kshift.wgsl` (both include `rope_common.wgsl`).
 
-use glint_backend::{GgmlType, Result, RopeMode, RopeParams};
+use glint_backend::{check, Result, RopeMode, RopeParams};
 
-use super::{check, f32_bits, f32_same_shape, want_type};
+use super::f32_bits;
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -35,22 +35,6 @@ pub(super) fn rope_params(p: &RopeParams, rows: usize) -> Vec<u32> {
     ]
 }
 
-pub(super) fn check_rope(op: &'static str, p: &RopeParams) -> Result<()> {
-    check(
-        p.n_rot.is_multiple_of(2)
-            && p.n_rot <= p.head_dim
-            && p.head_dim.is_multiple_of(2)
-            && p.n_rot > 0,
-        op,
-        || {
-            format!(
-                "n_rot {} / head_dim {}: both even, n_rot <= head_dim",
-                p.n_rot, p.head_dim
-            )
-        },
-    )
-}
-
 /// x, out: [head_dim, n_head, m] f32; pos: [m] i32.
 pub(crate) fn rope(
     be: &GpuBackend,
@@ -60,20 +44,7 @@ pub(crate) fn rope(
     out: &GpuTensor,
 ) -> Result<()> {
     let op = "rope";
-    f32_same_shape(op, x, out)?;
-    want_type(op, pos, &[GgmlType::I32], "pos")?;
-    check_rope(op, p)?;
-    let m = x.desc.ne[2] * x.desc.ne[3];
-    check(
-        x.desc.ne[0] == p.head_dim && x.desc.ne[1] == p.n_head && pos.desc.n_elements() == m,
-        op,
-        || {
-            format!(
-                "x {:?}, pos {:?}, head_dim {}, n_head {}",
-                x.desc.ne, pos.desc.ne, p.head_dim, p.n_head
-            )
-        },
-    )?;
+    let m = check::rope(x, pos, p, out)?;
     be.check_bindable(op, &[x, out])?;
     let total = p.head_dim / 2 * p.n_head * m;
     be.dispatch(

@@ -1,8 +1,8 @@
 //! `shaders/set_rows.wgsl`: write rows into a cache, converted to its type.
 
-use glint_backend::{GgmlType, Result};
+use glint_backend::{check, Result};
 
-use super::{check, kv_f16, want_type};
+use super::f16_cache;
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -15,20 +15,9 @@ pub(crate) fn set_rows(
     dst: &GpuTensor,
 ) -> Result<()> {
     let op = "set_rows";
-    want_type(op, src, &[GgmlType::F32], "src")?;
-    want_type(op, idx, &[GgmlType::I32], "idx")?;
-    let f16 = kv_f16(op, dst, "dst")?;
-    let (n, m) = (src.desc.ne[0], src.desc.n_rows());
-    check(
-        dst.desc.ne[0] == n && idx.desc.n_elements() == m,
-        op,
-        || {
-            format!(
-                "src {:?}, idx {:?}, dst {:?}",
-                src.desc.ne, idx.desc.ne, dst.desc.ne
-            )
-        },
-    )?;
+    let m = check::set_rows(src, idx, dst)?;
+    let f16 = f16_cache(op, dst, "dst")?;
+    let n = dst.desc.ne[0];
     be.check_bindable(op, &[src, idx, dst])?;
     // One invocation per dst word: two f16 share one.
     let per_row = if f16 { n / 2 } else { n };

@@ -1,8 +1,7 @@
 //! `shaders/softmax.wgsl`: softmax over each row, one workgroup per row.
 
-use glint_backend::Result;
+use glint_backend::{check, Result};
 
-use super::f32_same_shape;
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -10,8 +9,9 @@ use crate::GpuBackend;
 /// x, out: [n, m] f32.
 pub(crate) fn softmax(be: &GpuBackend, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
     let op = "softmax";
-    f32_same_shape(op, x, out)?;
-    let (n, m) = be.rowwise(op, x, out)?;
+    check::softmax(x, out)?;
+    be.check_bindable(op, &[x, out])?;
+    let (n, m) = (x.desc.ne[0], x.desc.n_rows());
     be.dispatch(
         PipelineKey::new("softmax.wgsl", "main", 1, 1).with_flags(be.flags(true, false)),
         &[Bind::whole(x)],

@@ -1,14 +1,15 @@
 //! `shaders/unary.wgsl`: scale, silu, gelu.
 
-use glint_backend::{Result, Unary};
+use glint_backend::{check, Result, Unary};
 
-use super::{f32_bits, f32_same_shape};
+use super::f32_bits;
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
 
 /// `out = x * s`. x, out: [n, m] f32.
 pub(crate) fn scale(be: &GpuBackend, x: &GpuTensor, s: f32, out: &GpuTensor) -> Result<()> {
+    check::scale(x, out)?;
     launch(be, "scale", 0, s, x, out)
 }
 
@@ -18,6 +19,7 @@ pub(crate) fn unary(be: &GpuBackend, op: Unary, x: &GpuTensor, out: &GpuTensor) 
         Unary::Silu => 1,
         Unary::Gelu => 2,
     };
+    check::unary(x, out)?;
     launch(be, "unary", code, 1.0, x, out)
 }
 
@@ -29,7 +31,6 @@ fn launch(
     x: &GpuTensor,
     out: &GpuTensor,
 ) -> Result<()> {
-    f32_same_shape(op, x, out)?;
     let total = x.desc.n_elements();
     be.check_bindable(op, &[x, out])?;
     be.dispatch(
