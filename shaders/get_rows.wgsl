@@ -1,4 +1,5 @@
-// Gather rows of a weight table (any weight format), dequantized to f32.
+// Gather rows of a weight table (any weight format TYPE), dequantized to f32;
+// TYPE_FILE is its dequant file (quant/*.wgsl) from glint-quant's type table.
 // The table may be bound as a window of rows row0 .. row0 + n_local; each
 // window's dispatch writes only the ids inside it (the first also writes
 // zero rows for ids outside 0..n_rows).
@@ -7,7 +8,7 @@
 //   1 ids:    [m] i32
 //   2 out:    [k, m] f32
 //   3 params: uniform Params
-#include "quant/TYPE.wgsl"
+#include "TYPE_FILE"
 
 struct Params {
     k: u32,

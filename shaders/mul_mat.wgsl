@@ -1,4 +1,5 @@
-// out[n, m] = W[k, n] . x[k, m] for any weight format (TYPE).
+// out[n, m] = W[k, n] . x[k, m] for any weight format TYPE: TYPE_FILE is its
+// dequant file (quant/*.wgsl) from glint-quant's type table.
 // W may be bound as a window of rows row0 .. row0 + n_local; the dispatch
 // writes output rows row0 .. row0 + n_local.
 // Bindings, in order:
@@ -10,7 +11,7 @@
 // sums reduced with reduce.wgsl: subgroups with USE_SUBGROUPS, else a tree)
 // and `matmul` (64x64 output tiles, 4x4 per thread).
 // SHADER_F16 (F16 weights only): W is bound as `array<f16>`.
-#include "quant/TYPE.wgsl"
+#include "TYPE_FILE"
 #include "reduce.wgsl"
 
 struct Params {

@@ -7,8 +7,8 @@
 #include "quant/common.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 256u) * 84u;
-    let i = e % 256u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
     let d = f16_at(b + 80u);
     let dmin = f16_at(b + 82u);
     let sc = byte_at(b + i / 16u);

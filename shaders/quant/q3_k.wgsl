@@ -10,8 +10,8 @@
 #include "quant/common.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 256u) * 110u;
-    let i = e % 256u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
     let l = i % 32u;
     let j = i / 16u;
     let d = f16_at(b + 108u);

@@ -3,8 +3,8 @@
 #include "quant/common.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 32u) * 18u;
-    let j = e % 32u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let j = e % BLOCK_SIZE;
     let d = f16_at(b);
     let w = u32_at(b + 2u + (j % 16u));
     return d * (nib4(w, (j / 16u) * 4u) - vec4<f32>(8.0));

@@ -7,8 +7,8 @@
 #include "quant/common.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 256u) * 144u;
-    let i = e % 256u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
     let d = f16_at(b);
     let dmin = f16_at(b + 2u);
     let sm = scale_min_k4(b + 4u, i / 32u);

@@ -3,8 +3,8 @@
 #include "quant/common.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 32u) * 24u;
-    let j = e % 32u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let j = e % BLOCK_SIZE;
     let d = f16_at(b);
     let m = f16_at(b + 2u);
     let qh = u32_at(b + 4u) >> j;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use glint_backend::GgmlType;
 
-use crate::shaders::{preprocess, weight_shader};
+use crate::shaders::module_source;
 
 /// What identifies a pipeline.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -17,7 +17,8 @@ pub struct PipelineKey {
     pub file: &'static str,
     /// Entry point.
     pub entry: &'static str,
-    /// Weight format (`TYPE`), for the weight templates.
+    /// Weight format, for the weight kernels (`TYPE_FILE`, `BLOCK_SIZE`,
+    /// `TYPE_SIZE` come from its row of the type table).
     pub ty: Option<GgmlType>,
     /// Override constants: name and value (as f64 bits, for hashing).
     pub constants: Vec<(&'static str, u64)>,
@@ -90,12 +91,7 @@ impl PipelineCache {
         {
             return Ok(p.clone());
         }
-        let mut defines = Vec::new();
-        if let Some(ty) = key.ty {
-            let stem = weight_shader(ty).ok_or_else(|| format!("no kernel for {}", ty.name()))?;
-            defines.push(("TYPE", stem));
-        }
-        let text = preprocess(key.file, &defines, &key.flags)?;
+        let text = module_source(key.file, key.ty, &key.flags)?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key.file),
             source: wgpu::ShaderSource::Wgsl(text.into()),
@@ -146,7 +142,7 @@ impl PipelineKey {
         }
     }
 
-    /// The variant for weight format `ty` (`TYPE` in the file).
+    /// The variant for weight format `ty`.
     pub fn with_type(self, ty: GgmlType) -> Self {
         PipelineKey {
             ty: Some(ty),

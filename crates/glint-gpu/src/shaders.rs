@@ -7,10 +7,15 @@
 //! - `#include "path.wgsl"` (paths relative to `shaders/`, each file
 //!   included once per module);
 //! - defines: whole-word token replacement of `NAME` by a value given by the
-//!   launcher (used for `TYPE`, the weight format: `#include "quant/TYPE.wgsl"`);
+//!   launcher (used for `TYPE_FILE`, the weight format's dequant file from
+//!   glint-quant's type table: `#include "TYPE_FILE"`);
 //! - `#ifdef FLAG` / `#ifndef FLAG` / `#else` / `#endif` on the flags of the
 //!   pipeline: the variants that use an optional device feature
 //!   ([`F16`]: `enable f16;` is prepended; [`SUBGROUPS`]).
+//!
+//! A module for a weight format also gets that format's block size and bytes
+//! per block from the type table, as WGSL constants (`BLOCK_SIZE`,
+//! `TYPE_SIZE`) ahead of the text: the dequant files hard-code no sizes.
 
 use std::collections::HashSet;
 
@@ -111,25 +116,31 @@ const SOURCES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The weight formats `mul_mat` and `get_rows` have kernels for, and the
-/// file stem of each one's `shaders/quant/<stem>.wgsl`.
-pub fn weight_shader(ty: GgmlType) -> Option<&'static str> {
-    Some(match ty {
-        GgmlType::F32 => "f32",
-        GgmlType::F16 => "f16",
-        GgmlType::BF16 => "bf16",
-        GgmlType::Q4_0 => "q4_0",
-        GgmlType::Q4_1 => "q4_1",
-        GgmlType::Q5_0 => "q5_0",
-        GgmlType::Q5_1 => "q5_1",
-        GgmlType::Q8_0 => "q8_0",
-        GgmlType::Q2_K => "q2_k",
-        GgmlType::Q3_K => "q3_k",
-        GgmlType::Q4_K => "q4_k",
-        GgmlType::Q5_K => "q5_k",
-        GgmlType::Q6_K => "q6_k",
-        _ => return None,
-    })
+/// The text of a module: `file` preprocessed for weight format `ty` (if it
+/// takes one) and `flags`, with `ty`'s sizes from the type table as
+/// constants after the `enable` directives.
+pub fn module_source(file: &str, ty: Option<GgmlType>, flags: &[&str]) -> Result<String, String> {
+    let Some(ty) = ty else {
+        return preprocess(file, &[], flags);
+    };
+    let info = ty.info();
+    let wgsl = info
+        .wgsl
+        .ok_or_else(|| format!("no kernel for {}", info.name))?;
+    let text = preprocess(file, &[("TYPE_FILE", wgsl)], flags)?;
+    let header = format!(
+        "// {}, from glint-quant's type table.\n\
+         const BLOCK_SIZE: u32 = {}u; // elements per block\n\
+         const TYPE_SIZE: u32 = {}u; // bytes per block\n",
+        info.name, info.block_size, info.type_size
+    );
+    // `enable` directives come before every declaration.
+    let enables = if flags.contains(&F16) {
+        ENABLE_F16.len()
+    } else {
+        0
+    };
+    Ok(format!("{}{header}{}", &text[..enables], &text[enables..]))
 }
 
 fn source(path: &str) -> Option<&'static str> {
@@ -218,7 +229,7 @@ pub fn preprocess(path: &str, defines: &[(&str, &str)], flags: &[&str]) -> Resul
     };
     // `enable` directives come before every declaration.
     if flags.contains(&F16) {
-        pp.out.push_str("enable f16;\n");
+        pp.out.push_str(ENABLE_F16);
     }
     expand(&mut pp, path)?;
     Ok(pp.out)
@@ -226,6 +237,7 @@ pub fn preprocess(path: &str, defines: &[(&str, &str)], flags: &[&str]) -> Resul
 
 /// Flag: the kernel reads F16 data as `f16` (`enable f16;` is prepended).
 pub const F16: &str = "SHADER_F16";
+const ENABLE_F16: &str = "enable f16;\n";
 /// Flag: the kernel's reductions use subgroup operations.
 pub const SUBGROUPS: &str = "USE_SUBGROUPS";
 
@@ -241,10 +253,11 @@ mod tests {
 
     #[test]
     fn includes_expand_once() {
-        let s = preprocess("mul_mat.wgsl", &[("TYPE", "q4_0")], &[]).unwrap();
+        let s = module_source("mul_mat.wgsl", Some(GgmlType::Q4_0), &[]).unwrap();
         assert!(!s.contains("#include"));
         assert_eq!(s.matches("fn byte_at").count(), 1);
-        assert!(s.contains("18u"));
+        assert!(s.contains("const TYPE_SIZE: u32 = 18u;"));
+        assert!(s.contains("const BLOCK_SIZE: u32 = 32u;"));
     }
 
     #[test]
@@ -258,7 +271,8 @@ mod tests {
         assert!(both.contains("k: array<f16>") && !both.contains("k: array<u32>"));
         assert!(both.contains("subgroupMax(") && both.contains("@builtin(subgroup_size)"));
         assert!(!both.contains('#'), "a directive was left in");
-        let mv = preprocess("mul_mat.wgsl", &[("TYPE", "f16")], &[F16]).unwrap();
+        let mv = module_source("mul_mat.wgsl", Some(GgmlType::F16), &[F16]).unwrap();
+        assert!(mv.starts_with("enable f16;\n// F16, from"));
         assert!(mv.contains("W: array<f16>") && !mv.contains("fn u32_at"));
     }
 
@@ -266,7 +280,7 @@ mod tests {
     fn every_file_preprocesses_under_every_flag_set() {
         for (path, _) in SOURCES {
             for flags in [&[][..], &[F16], &[SUBGROUPS], &[F16, SUBGROUPS]] {
-                let s = preprocess(path, &[("TYPE", "f16")], flags)
+                let s = module_source(path, Some(GgmlType::F16), flags)
                     .unwrap_or_else(|e| panic!("{path} {flags:?}: {e}"));
                 assert!(!s.contains("#if") && !s.contains("#e"), "{path} {flags:?}");
             }
@@ -275,27 +289,29 @@ mod tests {
 
     #[test]
     fn every_weight_format_has_a_shader_file() {
+        let mut n = 0;
         for info in glint_quant::TYPES {
-            let Some(stem) = weight_shader(info.ty) else {
+            let Some(file) = info.wgsl else {
                 continue;
             };
-            for file in ["mul_mat.wgsl", "get_rows.wgsl"] {
-                let s = preprocess(file, &[("TYPE", stem)], &[]).unwrap();
+            assert!(
+                source(file).is_some(),
+                "{}: no {file} in SOURCES",
+                info.name
+            );
+            for kernel in ["mul_mat.wgsl", "get_rows.wgsl"] {
+                let s = module_source(kernel, Some(info.ty), &[]).unwrap();
                 assert!(
                     s.contains("fn dequant4(") && s.contains("fn dequant1("),
-                    "{stem}"
+                    "{}",
+                    info.name
                 );
             }
+            n += 1;
         }
-        for ty in [
-            GgmlType::Q2_K,
-            GgmlType::Q3_K,
-            GgmlType::Q4_K,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-        ] {
-            assert!(weight_shader(ty).is_some(), "{ty}");
-        }
-        assert!(weight_shader(GgmlType::IQ2_XXS).is_none());
+        // Every quant/ file but the shared helpers belongs to a row.
+        let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
+        assert_eq!(files.count(), n + 1);
+        assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }
