@@ -8,6 +8,7 @@
 //   1 ids:    [m] i32
 //   2 out:    [k, m] f32
 //   3 params: uniform Params
+#include "index.wgsl"
 #include "TYPE_FILE"
 
 struct Params {
@@ -30,9 +31,8 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = (wid.x + wid.y * nwg.x) * 256u + lid.x;
+fn main(inv: Inv) {
+    let g = global_index(inv, 256u);
     if (g >= p.k * p.m) {
         return;
     }

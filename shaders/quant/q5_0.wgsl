@@ -1,6 +1,7 @@
 // Q5_0: blocks of 32 in 22 bytes: f16 d, u8 qh[4], u8 qs[16]; the 5th bit of
 // element j is bit j of qh; x = d * (q - 16).
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
@@ -10,8 +11,4 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let w = u32_at(b + 6u + (j % 16u));
     let h = vec4<f32>(f32(qh & 1u), f32((qh >> 1u) & 1u), f32((qh >> 2u) & 1u), f32((qh >> 3u) & 1u));
     return d * (nib4(w, (j / 16u) * 4u) + 16.0 * h - vec4<f32>(16.0));
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

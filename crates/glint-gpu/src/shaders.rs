@@ -23,6 +23,7 @@ use glint_backend::GgmlType;
 
 /// Every shader file, by its path under `shaders/`.
 const SOURCES: &[(&str, &str)] = &[
+    ("index.wgsl", include_str!("../../../shaders/index.wgsl")),
     ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
     ("reduce.wgsl", include_str!("../../../shaders/reduce.wgsl")),
     ("binary.wgsl", include_str!("../../../shaders/binary.wgsl")),
@@ -61,6 +62,10 @@ const SOURCES: &[(&str, &str)] = &[
     (
         "quant/common.wgsl",
         include_str!("../../../shaders/quant/common.wgsl"),
+    ),
+    (
+        "quant/block.wgsl",
+        include_str!("../../../shaders/quant/block.wgsl"),
     ),
     (
         "quant/f32.wgsl",
@@ -309,9 +314,9 @@ mod tests {
             }
             n += 1;
         }
-        // Every quant/ file but the shared helpers belongs to a row.
+        // Every quant/ file but the two of shared helpers belongs to a row.
         let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
-        assert_eq!(files.count(), n + 1);
+        assert_eq!(files.count(), n + 2);
         assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }
