@@ -21,104 +21,45 @@ use std::collections::HashSet;
 
 use glint_backend::GgmlType;
 
+/// `(path, text)` of each file, embedded from the top-level `shaders/`.
+macro_rules! sources {
+    ($($path:literal),* $(,)?) => {
+        &[$(($path, include_str!(concat!("../../../shaders/", $path)))),*]
+    };
+}
+
 /// Every shader file, by its path under `shaders/`.
-const SOURCES: &[(&str, &str)] = &[
-    ("index.wgsl", include_str!("../../../shaders/index.wgsl")),
-    ("common.wgsl", include_str!("../../../shaders/common.wgsl")),
-    ("reduce.wgsl", include_str!("../../../shaders/reduce.wgsl")),
-    ("binary.wgsl", include_str!("../../../shaders/binary.wgsl")),
-    ("unary.wgsl", include_str!("../../../shaders/unary.wgsl")),
-    (
-        "rms_norm.wgsl",
-        include_str!("../../../shaders/rms_norm.wgsl"),
-    ),
-    (
-        "softmax.wgsl",
-        include_str!("../../../shaders/softmax.wgsl"),
-    ),
-    ("argmax.wgsl", include_str!("../../../shaders/argmax.wgsl")),
-    (
-        "get_rows.wgsl",
-        include_str!("../../../shaders/get_rows.wgsl"),
-    ),
-    (
-        "mul_mat.wgsl",
-        include_str!("../../../shaders/mul_mat.wgsl"),
-    ),
-    (
-        "rope_common.wgsl",
-        include_str!("../../../shaders/rope_common.wgsl"),
-    ),
-    ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
-    ("kshift.wgsl", include_str!("../../../shaders/kshift.wgsl")),
-    (
-        "set_rows.wgsl",
-        include_str!("../../../shaders/set_rows.wgsl"),
-    ),
-    (
-        "attention.wgsl",
-        include_str!("../../../shaders/attention.wgsl"),
-    ),
-    (
-        "quant/common.wgsl",
-        include_str!("../../../shaders/quant/common.wgsl"),
-    ),
-    (
-        "quant/block.wgsl",
-        include_str!("../../../shaders/quant/block.wgsl"),
-    ),
-    (
-        "quant/f32.wgsl",
-        include_str!("../../../shaders/quant/f32.wgsl"),
-    ),
-    (
-        "quant/f16.wgsl",
-        include_str!("../../../shaders/quant/f16.wgsl"),
-    ),
-    (
-        "quant/bf16.wgsl",
-        include_str!("../../../shaders/quant/bf16.wgsl"),
-    ),
-    (
-        "quant/q4_0.wgsl",
-        include_str!("../../../shaders/quant/q4_0.wgsl"),
-    ),
-    (
-        "quant/q4_1.wgsl",
-        include_str!("../../../shaders/quant/q4_1.wgsl"),
-    ),
-    (
-        "quant/q5_0.wgsl",
-        include_str!("../../../shaders/quant/q5_0.wgsl"),
-    ),
-    (
-        "quant/q5_1.wgsl",
-        include_str!("../../../shaders/quant/q5_1.wgsl"),
-    ),
-    (
-        "quant/q8_0.wgsl",
-        include_str!("../../../shaders/quant/q8_0.wgsl"),
-    ),
-    (
-        "quant/q2_k.wgsl",
-        include_str!("../../../shaders/quant/q2_k.wgsl"),
-    ),
-    (
-        "quant/q3_k.wgsl",
-        include_str!("../../../shaders/quant/q3_k.wgsl"),
-    ),
-    (
-        "quant/q4_k.wgsl",
-        include_str!("../../../shaders/quant/q4_k.wgsl"),
-    ),
-    (
-        "quant/q5_k.wgsl",
-        include_str!("../../../shaders/quant/q5_k.wgsl"),
-    ),
-    (
-        "quant/q6_k.wgsl",
-        include_str!("../../../shaders/quant/q6_k.wgsl"),
-    ),
+const SOURCES: &[(&str, &str)] = sources![
+    "index.wgsl",
+    "common.wgsl",
+    "reduce.wgsl",
+    "binary.wgsl",
+    "unary.wgsl",
+    "rms_norm.wgsl",
+    "softmax.wgsl",
+    "argmax.wgsl",
+    "get_rows.wgsl",
+    "mul_mat.wgsl",
+    "rope_common.wgsl",
+    "rope.wgsl",
+    "kshift.wgsl",
+    "set_rows.wgsl",
+    "attention.wgsl",
+    "quant/common.wgsl",
+    "quant/block.wgsl",
+    "quant/f32.wgsl",
+    "quant/f16.wgsl",
+    "quant/bf16.wgsl",
+    "quant/q4_0.wgsl",
+    "quant/q4_1.wgsl",
+    "quant/q5_0.wgsl",
+    "quant/q5_1.wgsl",
+    "quant/q8_0.wgsl",
+    "quant/q2_k.wgsl",
+    "quant/q3_k.wgsl",
+    "quant/q4_k.wgsl",
+    "quant/q5_k.wgsl",
+    "quant/q6_k.wgsl",
 ];
 
 /// The text of a module: `file` preprocessed for weight format `ty` (if it

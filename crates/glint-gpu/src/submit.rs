@@ -151,17 +151,7 @@ impl GpuBackend {
     /// `Backend::write`: `data` at byte `offset` of `t`, after the ops
     /// recorded so far.
     pub(crate) fn write_bytes(&self, t: &GpuTensor, offset: usize, data: &[u8]) -> Result<()> {
-        let size = t.desc.n_bytes();
-        let end = offset.saturating_add(data.len());
-        if end > size {
-            return Err(BackendError::Range {
-                op: "write",
-                label: t.desc.label.clone(),
-                start: offset,
-                end,
-                size,
-            });
-        }
+        let end = in_range("write", t, offset, data.len())?;
         if data.is_empty() {
             return Ok(());
         }
@@ -185,17 +175,7 @@ impl GpuBackend {
     /// `Backend::read`: `out.len()` bytes at byte `offset` of `t`, after all
     /// recorded work.
     pub(crate) fn read_bytes(&self, t: &GpuTensor, offset: usize, out: &mut [u8]) -> Result<()> {
-        let size = t.desc.n_bytes();
-        let end = offset.saturating_add(out.len());
-        if end > size {
-            return Err(BackendError::Range {
-                op: "read",
-                label: t.desc.label.clone(),
-                start: offset,
-                end,
-                size,
-            });
-        }
+        let end = in_range("read", t, offset, out.len())?;
         if out.is_empty() {
             self.flush();
             return self.wait();
@@ -241,4 +221,20 @@ impl GpuBackend {
         staging.unmap();
         Ok(())
     }
+}
+
+/// The end of bytes `offset .. offset + len` of `t`, if they are inside it.
+fn in_range(op: &'static str, t: &GpuTensor, offset: usize, len: usize) -> Result<usize> {
+    let size = t.desc.n_bytes();
+    let end = offset.saturating_add(len);
+    if end > size {
+        return Err(BackendError::Range {
+            op,
+            label: t.desc.label.clone(),
+            start: offset,
+            end,
+            size,
+        });
+    }
+    Ok(end)
 }

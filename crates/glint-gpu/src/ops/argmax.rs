@@ -2,21 +2,14 @@
 
 use glint_backend::{check, Result};
 
+use super::T;
 use crate::pipelines::PipelineKey;
-use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
 
-/// x: [n, m] f32; out: [m] i32.
-pub(crate) fn argmax(be: &GpuBackend, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
-    let op = "argmax";
+/// x: [n, m] f32; out: [m] i32. One workgroup per row.
+pub(crate) fn argmax(be: &GpuBackend, x: &T, out: &T) -> Result<()> {
     check::argmax(x, out)?;
-    be.check_bindable(op, &[x, out])?;
     let (n, m) = (x.desc.ne[0], x.desc.n_rows());
-    be.dispatch(
-        PipelineKey::new("argmax.wgsl", "main", 1, 1),
-        &[Bind::whole(x)],
-        &[Bind::whole(out)],
-        &[n as u32, m as u32],
-        m,
-    )
+    let key = PipelineKey::new("argmax.wgsl", "main", 1, 1);
+    be.launch("argmax", key, [&[x], &[out]], &[n as u32, m as u32], m)
 }

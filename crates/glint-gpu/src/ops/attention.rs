@@ -3,46 +3,23 @@
 
 use glint_backend::{check, AttnParams, BackendError, Result};
 
-use super::{f16_cache, f32_bits};
+use super::{f16_cache, f32_bits, T};
 use crate::pipelines::PipelineKey;
-use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
 
 /// q: [head_dim, n_head, m] f32; k, v: [head_dim * n_head_kv, n_rows] f32
-/// or f16; mask: [n_kv, m] f32; out: [head_dim * n_head, m] f32.
-pub(crate) fn attention(
-    be: &GpuBackend,
-    [q, k, v, mask]: [&GpuTensor; 4],
-    p: &AttnParams,
-    out: &GpuTensor,
-) -> Result<()> {
-    let op = "attention";
-    let (m, f16) = check_attention(op, [q, k, v, mask], p, out)?;
-    be.check_bindable(op, &[q, k, v, mask, out])?;
+/// or f16; mask: [n_kv, m] f32; out: [head_dim * n_head, m] f32. One
+/// workgroup per (token, head).
+pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
+    let (m, f16) = check_attention("attention", qkvm, p, out)?;
+    let key = PipelineKey::new("attention.wgsl", "main", 4, 1)
+        .with_constant("KV_F16", f16 as u32 as f64)
+        .with_flags(be.flags(true, f16));
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
-    be.dispatch(
-        PipelineKey::new("attention.wgsl", "main", 4, 1)
-            .with_constant("KV_F16", f16 as u32 as f64)
-            .with_flags(be.flags(true, f16)),
-        &[
-            Bind::whole(q),
-            Bind::whole(k),
-            Bind::whole(v),
-            Bind::whole(mask),
-        ],
-        &[Bind::whole(out)],
-        &[
-            hd as u32,
-            nh as u32,
-            nkv as u32,
-            m as u32,
-            p.kv_start as u32,
-            p.n_kv as u32,
-            f32_bits(p.scale),
-            f32_bits(p.softcap),
-        ],
-        m * nh,
-    )
+    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
+    let params = [hd, nh, nkv, m, p.kv_start, p.n_kv].map(|v| v as u32);
+    let params = [&params[..], &[scale, softcap]].concat();
+    be.launch("attention", key, [&qkvm, &[out]], &params, m * nh)
 }
 
 /// The kernel keeps a head's query in workgroup memory of this many f32
@@ -53,9 +30,9 @@ const MAX_HEAD_DIM: usize = 512;
 /// limits: `m` and whether the cache is F16.
 fn check_attention(
     op: &'static str,
-    qkvm: [&GpuTensor; 4],
+    qkvm: [&T; 4],
     p: &AttnParams,
-    out: &GpuTensor,
+    out: &T,
 ) -> Result<(usize, bool)> {
     let m = check::attention(qkvm, p, out)?;
     if p.head_dim > MAX_HEAD_DIM {

@@ -3,17 +3,15 @@
 
 use glint_backend::{check, GgmlType, Result};
 
+use super::T;
 use crate::pipelines::PipelineKey;
-use crate::tensor::{Bind, GpuTensor};
+use crate::tensor::Bind;
 use crate::GpuBackend;
 
 /// table: [k, n_rows] any weight format; ids: [m] i32; out: [k, m] f32.
-pub(crate) fn get_rows(
-    be: &GpuBackend,
-    table: &GpuTensor,
-    ids: &GpuTensor,
-    out: &GpuTensor,
-) -> Result<()> {
+/// One invocation per element of out; each window's dispatch writes the ids
+/// inside it, the first also zero rows for ids out of range.
+pub(crate) fn get_rows(be: &GpuBackend, table: &T, ids: &T, out: &T) -> Result<()> {
     let op = "get_rows";
     check::get_rows(table, ids, out)?;
     let (k, m) = (table.desc.ne[0], ids.desc.n_elements());
@@ -21,21 +19,25 @@ pub(crate) fn get_rows(
     let key = PipelineKey::new("get_rows.wgsl", "main", 2, 1)
         .with_type(table.desc.ty)
         .with_flags(be.flags(false, table.desc.ty == GgmlType::F16));
+    let d = &table.desc;
     for (i, win) in be.windows(op, table)?.iter().enumerate() {
+        let (row0, n_local) = (win.row0 as u32, win.n_rows as u32);
+        let first = (i == 0) as u32;
+        let params = [
+            k as u32,
+            m as u32,
+            row0,
+            n_local,
+            d.row_bytes() as u32,
+            d.n_rows() as u32,
+            first,
+        ];
+        let ins = [Bind::window(table, win), Bind::whole(ids)];
         be.dispatch(
             key.clone(),
-            &[Bind::window(table, win), Bind::whole(ids)],
+            &ins,
             &[Bind::whole(out)],
-            &[
-                k as u32,
-                m as u32,
-                win.row0 as u32,
-                win.n_rows as u32,
-                table.desc.row_bytes() as u32,
-                table.desc.n_rows() as u32,
-                // The first window also zeroes the rows of ids out of range.
-                (i == 0) as u32,
-            ],
+            &params,
             (k * m).div_ceil(256),
         )?;
     }

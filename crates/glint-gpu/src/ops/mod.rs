@@ -16,9 +16,13 @@ mod unary;
 
 use glint_backend::{BackendError, GgmlType, Result};
 
+use crate::pipelines::PipelineKey;
 use crate::shaders::{F16, SUBGROUPS};
-use crate::tensor::GpuTensor;
+use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
+
+/// The launchers' tensor type, short so their signatures fit one line.
+type T = GpuTensor;
 
 /// An f32 parameter as its uniform word.
 fn f32_bits(v: f32) -> u32 {
@@ -56,6 +60,23 @@ impl GpuBackend {
             f.push(SUBGROUPS);
         }
         f
+    }
+
+    /// Check that `inputs` and `outputs` each fit one binding, then record
+    /// the kernel with them bound whole (see [`GpuBackend::dispatch`]).
+    fn launch(
+        &self,
+        op: &'static str,
+        key: PipelineKey,
+        [inputs, outputs]: [&[&T]; 2],
+        params: &[u32],
+        n_workgroups: usize,
+    ) -> Result<()> {
+        self.check_bindable(op, inputs)?;
+        self.check_bindable(op, outputs)?;
+        let ins: Vec<Bind<'_>> = inputs.iter().map(|t| Bind::whole(t)).collect();
+        let outs: Vec<Bind<'_>> = outputs.iter().map(|t| Bind::whole(t)).collect();
+        self.dispatch(key, &ins, &outs, params, n_workgroups)
     }
 }
 

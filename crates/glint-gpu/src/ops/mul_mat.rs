@@ -3,20 +3,17 @@
 
 use glint_backend::{check, GgmlType, Result};
 
+use super::T;
 use crate::pipelines::PipelineKey;
-use crate::tensor::{Bind, GpuTensor};
+use crate::tensor::Bind;
 use crate::GpuBackend;
 
 /// `m` up to this takes the matvec path of `mul_mat`.
 const MATVEC_MAX_M: usize = 4;
 
 /// w: [k, n] any weight format; x: [k, m] f32; out: [n, m] f32.
-pub(crate) fn mul_mat(
-    be: &GpuBackend,
-    w: &GpuTensor,
-    x: &GpuTensor,
-    out: &GpuTensor,
-) -> Result<()> {
+/// `matvec`: one workgroup per (row, column); `matmul`: 64x64 output tiles.
+pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
     let op = "mul_mat";
     let m = check::mul_mat(w, x, out)?;
     let (k, n) = (w.desc.ne[0], w.desc.n_rows());
@@ -32,20 +29,17 @@ pub(crate) fn mul_mat(
         } else {
             win.n_rows.div_ceil(64) * m.div_ceil(64)
         };
-        be.dispatch(
-            key.clone(),
-            &[Bind::window(w, &win), Bind::whole(x)],
-            &[Bind::whole(out)],
-            &[
-                k as u32,
-                n as u32,
-                m as u32,
-                win.row0 as u32,
-                win.n_rows as u32,
-                w.desc.row_bytes() as u32,
-            ],
-            n_wg,
-        )?;
+        let (row0, n_local) = (win.row0 as u32, win.n_rows as u32);
+        let params = [
+            k as u32,
+            n as u32,
+            m as u32,
+            row0,
+            n_local,
+            w.desc.row_bytes() as u32,
+        ];
+        let ins = [Bind::window(w, &win), Bind::whole(x)];
+        be.dispatch(key.clone(), &ins, &[Bind::whole(out)], &params, n_wg)?;
     }
     Ok(())
 }

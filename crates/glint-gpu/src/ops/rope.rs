@@ -3,9 +3,8 @@
 
 use glint_backend::{check, Result, RopeMode, RopeParams};
 
-use super::f32_bits;
+use super::{f32_bits, T};
 use crate::pipelines::PipelineKey;
-use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
 
 /// The `Params` block of rope.wgsl and kshift.wgsl for `rows` rows.
@@ -35,23 +34,18 @@ pub(super) fn rope_params(p: &RopeParams, rows: usize) -> Vec<u32> {
     ]
 }
 
-/// x, out: [head_dim, n_head, m] f32; pos: [m] i32.
-pub(crate) fn rope(
-    be: &GpuBackend,
-    x: &GpuTensor,
-    pos: &GpuTensor,
-    p: &RopeParams,
-    out: &GpuTensor,
-) -> Result<()> {
-    let op = "rope";
+/// x, out: [head_dim, n_head, m] f32; pos: [m] i32. One invocation per
+/// (token, head, pair).
+pub(crate) fn rope(be: &GpuBackend, x: &T, pos: &T, p: &RopeParams, out: &T) -> Result<()> {
     let m = check::rope(x, pos, p, out)?;
-    be.check_bindable(op, &[x, out])?;
     let total = p.head_dim / 2 * p.n_head * m;
-    be.dispatch(
-        PipelineKey::new("rope.wgsl", "main", 2, 1),
-        &[Bind::whole(x), Bind::whole(pos)],
-        &[Bind::whole(out)],
-        &rope_params(p, m),
+    let key = PipelineKey::new("rope.wgsl", "main", 2, 1);
+    let params = rope_params(p, m);
+    be.launch(
+        "rope",
+        key,
+        [&[x, pos], &[out]],
+        &params,
         total.div_ceil(256),
     )
 }
