@@ -6,15 +6,16 @@
 //! Where the two backends used to differ, the stricter rule won: rope
 //! params need an even `head_dim`, `n_rot > 0` and positive frequencies;
 //! `argmax` needs non-empty rows; a broadcast `b` is `[n]` (not any shape
-//! of `n` elements); attention's `k` and `v` have one type and its mask is
-//! `[n_kv, m]` even when `n_kv` is 0; no output may be an input. One rule
+//! of `n` elements); attention's mask is `[n_kv, m]` even when `n_kv` is 0;
+//! no output may be an input. One rule
 //! went the other way, because a test pins it: a matrix operand `[n, m]`
 //! may be any shape whose leading dims multiply to `n` (`[head_dim,
 //! n_head, m]` is `[head_dim * n_head, m]`, see [`cols`]); the checks
 //! return that `m` and the kernels index flat buffers, so the wgpu backend
-//! now takes such shapes too. Limits of one backend's kernels (binding
-//! sizes, the wgpu attention's head_dim cap, even rows of packed f16
-//! caches) stay in that backend.
+//! now takes such shapes too. Limits of one backend's kernels stay in that
+//! backend: the wgpu one's binding sizes, its attention's head_dim cap and
+//! single cache type (the cpu backend takes `-ctk f32 -ctv f16`), and even
+//! rows of its packed f16 caches.
 
 use glint_quant::Support;
 
@@ -300,7 +301,7 @@ pub fn set_rows<T: Tensor + ?Sized>(src: &T, idx: &T, dst: &T) -> Result<usize> 
 }
 
 /// [`crate::Backend::attention`]: `q` F32 `[head_dim, n_head, m]`; `k`, `v`
-/// F32 or F16 (one type) `[head_dim * n_head_kv, n_rows]` with
+/// F32 or F16 (each) `[head_dim * n_head_kv, n_rows]` with
 /// `kv_start + n_kv <= n_rows`; `mask` F32 `[n_kv, m]`; `out` F32
 /// `[head_dim * n_head, m]`; `n_head` a multiple of `n_head_kv > 0`.
 /// Returns `m`.
@@ -313,13 +314,6 @@ pub fn attention<T: Tensor + ?Sized>(
     ty(OP, "q", q, GgmlType::F32)?;
     cache_ty(OP, "k", k)?;
     cache_ty(OP, "v", v)?;
-    if v.desc().ty != k.desc().ty {
-        return Err(BackendError::Type {
-            op: OP,
-            ty: v.desc().ty,
-            what: "v (k's type)",
-        });
-    }
     ty(OP, "mask", mask, GgmlType::F32)?;
     ty(OP, "out", out, GgmlType::F32)?;
     distinct(OP, out, &[q, k, v, mask])?;
@@ -444,7 +438,7 @@ mod tests {
     }
 
     #[test]
-    fn attention_wants_one_cache_type_and_a_window_inside_it() {
+    fn attention_takes_either_cache_type_and_wants_a_window_inside_it() {
         let q = f32s([8, 4, 2, 1]);
         let k = f32s([16, 10, 1, 1]);
         let v16 = t(GgmlType::F16, [16, 10, 1, 1]);
@@ -460,12 +454,15 @@ mod tests {
             n_kv: 10,
         };
         assert_eq!(attention([&q, &k, &k, &mask], &p, &out).unwrap(), 2);
-        let e = attention([&q, &k, &v16, &mask], &p, &out).unwrap_err();
+        assert_eq!(attention([&q, &k, &v16, &mask], &p, &out).unwrap(), 2);
+        let bf = t(GgmlType::BF16, [16, 10, 1, 1]);
+        let e = attention([&q, &k, &bf, &mask], &p, &out).unwrap_err();
         assert!(
             matches!(
                 e,
                 BackendError::Type {
-                    ty: GgmlType::F16,
+                    ty: GgmlType::BF16,
+                    what: "v",
                     ..
                 }
             ),

@@ -27,7 +27,7 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
 const MAX_HEAD_DIM: usize = 512;
 
 /// The op's checks (shared with the cpu backend), then this kernel's
-/// limits: `m` and whether the cache is F16.
+/// limits (one cache type, head_dim); `m` and whether the cache is F16.
 fn check_attention(
     op: &'static str,
     qkvm: [&T; 4],
@@ -35,6 +35,17 @@ fn check_attention(
     out: &T,
 ) -> Result<(usize, bool)> {
     let m = check::attention(qkvm, p, out)?;
+    let [_, k, v, _] = qkvm;
+    if v.desc.ty != k.desc.ty {
+        // One KV_F16 constant and one binding type serve both.
+        return Err(BackendError::Shape {
+            op,
+            detail: format!(
+                "k is {} but v is {}: this kernel takes one cache type",
+                k.desc.ty, v.desc.ty
+            ),
+        });
+    }
     if p.head_dim > MAX_HEAD_DIM {
         return Err(BackendError::Shape {
             op,
@@ -44,5 +55,5 @@ fn check_attention(
             ),
         });
     }
-    Ok((m, f16_cache(op, qkvm[1], "k")?))
+    Ok((m, f16_cache(op, k, "k")?))
 }
