@@ -138,6 +138,24 @@ fn f32_map<T: Tensor + ?Sized>(op: &'static str, x: &T, out: &T) -> Result<()> {
     distinct(op, out, &[x])
 }
 
+/// [`crate::Backend::view`]: the desc of a view of `d` with shape `ne`,
+/// which must be non-empty and need no more bytes than `d` has.
+pub fn view(d: &TensorDesc, ne: [usize; 4]) -> Result<TensorDesc> {
+    let v = TensorDesc { ne, ..d.clone() };
+    if v.n_bytes() > d.n_bytes() || v.n_elements() == 0 {
+        return Err(shape(
+            "view",
+            format!(
+                "view {ne:?} of `{}` needs {} bytes, the tensor has {}",
+                d.label,
+                v.n_bytes(),
+                d.n_bytes()
+            ),
+        ));
+    }
+    Ok(v)
+}
+
 /// [`crate::Backend::mul_mat`]: `w` any Compute type `[k, n]`, `x` F32
 /// `[k, m]`, `out` F32 `[n, m]`. Returns `m`.
 pub fn mul_mat<T: Tensor + ?Sized>(w: &T, x: &T, out: &T) -> Result<usize> {

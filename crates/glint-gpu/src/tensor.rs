@@ -204,21 +204,7 @@ impl GpuBackend {
 
     /// A handle on `t`'s buffer with shape `ne` (a reshape or a prefix).
     pub(crate) fn view_of(&self, t: &GpuTensor, ne: [usize; 4]) -> Result<GpuTensor> {
-        let desc = TensorDesc {
-            ne,
-            ..t.desc.clone()
-        };
-        if desc.n_bytes() > t.desc.n_bytes() || desc.n_elements() == 0 {
-            return Err(BackendError::Shape {
-                op: "view",
-                detail: format!(
-                    "view {ne:?} of `{}` needs {} bytes, the tensor has {}",
-                    t.desc.label,
-                    desc.n_bytes(),
-                    t.desc.n_bytes()
-                ),
-            });
-        }
+        let desc = glint_backend::check::view(&t.desc, ne)?;
         Ok(GpuTensor {
             buf: t.buf.clone(),
             size: pad4(desc.n_bytes() as u64).min(t.size),
