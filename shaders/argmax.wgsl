@@ -3,6 +3,7 @@
 //   0 x:      [n, m] f32
 //   1 out:    [m] i32
 //   2 params: uniform Params
+#include "index.wgsl"
 struct Params {
     n: u32,
     m: u32,
@@ -17,9 +18,8 @@ var<workgroup> red_v: array<f32, WG>;
 var<workgroup> red_i: array<u32, WG>;
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
+fn main(inv: Inv) {
+    let row = group_index(inv);
     if (row >= p.m) {
         return;
     }
@@ -27,30 +27,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var bv = -3.4028235e38;
     var bi = 0xffffffffu;
     // Each thread scans increasing indices, so a strict > keeps the first.
-    for (var i = lid.x; i < p.n; i += WG) {
+    for (var i = inv.lid.x; i < p.n; i += WG) {
         let v = x[base + i];
         if (bi == 0xffffffffu || v > bv) {
             bv = v;
             bi = i;
         }
     }
-    red_v[lid.x] = bv;
-    red_i[lid.x] = bi;
+    red_v[inv.lid.x] = bv;
+    red_i[inv.lid.x] = bi;
     workgroupBarrier();
     for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid.x < st) {
-            let ov = red_v[lid.x + st];
-            let oi = red_i[lid.x + st];
-            let mv = red_v[lid.x];
-            let mi = red_i[lid.x];
+        if (inv.lid.x < st) {
+            let ov = red_v[inv.lid.x + st];
+            let oi = red_i[inv.lid.x + st];
+            let mv = red_v[inv.lid.x];
+            let mi = red_i[inv.lid.x];
             if (oi != 0xffffffffu && (mi == 0xffffffffu || ov > mv || (ov == mv && oi < mi))) {
-                red_v[lid.x] = ov;
-                red_i[lid.x] = oi;
+                red_v[inv.lid.x] = ov;
+                red_i[inv.lid.x] = oi;
             }
         }
         workgroupBarrier();
     }
-    if (lid.x == 0u) {
+    if (inv.lid.x == 0u) {
         out[row] = i32(red_i[0]);
     }
 }

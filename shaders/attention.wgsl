@@ -13,7 +13,9 @@
 // SHADER_F16 (F16 caches only): k and v are bound as `array<f16>`.
 // The chunk's max logit goes through reduce.wgsl (subgroups with
 // USE_SUBGROUPS, else a tree in workgroup memory).
+#include "index.wgsl"
 #include "reduce.wgsl"
+#include "common.wgsl"
 
 override KV_F16: bool = false;
 
@@ -73,15 +75,9 @@ fn kv_at(buf_is_v: bool, i: u32) -> f32 {
 }
 #endif
 
-fn tanh_safe(x: f32) -> f32 {
-    let e = exp(-2.0 * abs(x));
-    return sign(x) * (1.0 - e) / (1.0 + e);
-}
-
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
-    let g = wid.x + wid.y * nwg.x; // token * n_head + h
+fn main(inv: Inv, ln: Lane) {
+    let g = group_index(inv); // token * n_head + h
     if (g >= p.m * p.n_head) {
         return;
     }
@@ -90,7 +86,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let h_kv = h / (p.n_head / p.n_head_kv);
     let hd = p.head_dim;
     let row_len = hd * p.n_head_kv;
-    for (var d = lid.x; d < hd; d += WG) {
+    for (var d = inv.lid.x; d < hd; d += WG) {
         qs[d] = q[g * hd + d];
     }
     var acc: array<f32, PER_THREAD>;
@@ -101,7 +97,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let n_chunk = min(CHUNK, p.n_kv - j0);
         // Logits of this chunk.
         var local_max = NEG_INF;
-        for (var jj = lid.x; jj < n_chunk; jj += WG) {
+        for (var jj = inv.lid.x; jj < n_chunk; jj += WG) {
             let j = j0 + jj;
             let kb = (p.kv_start + j) * row_len + h_kv * hd;
             var s = 0.0;
@@ -116,7 +112,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             local_max = max(local_max, s);
         }
         let cm = wg_max(ln, local_max);
-        if (lid.x == 0u) {
+        if (inv.lid.x == 0u) {
             chunk_max = cm;
         }
         // Uniform for the barriers under the branch below.
@@ -128,7 +124,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var t = 0u; t < PER_THREAD; t++) {
                 acc[t] *= corr;
             }
-            for (var jj = lid.x; jj < n_chunk; jj += WG) {
+            for (var jj = inv.lid.x; jj < n_chunk; jj += WG) {
                 sc[jj] = exp(sc[jj] - new_max);
             }
             workgroupBarrier();
@@ -138,7 +134,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 if (pj != 0.0) {
                     let vb = (p.kv_start + j0 + jj) * row_len + h_kv * hd;
                     for (var t = 0u; t < PER_THREAD; t++) {
-                        let d = lid.x + t * WG;
+                        let d = inv.lid.x + t * WG;
                         if (d < hd) {
                             acc[t] += pj * kv_at(true, vb + d);
                         }
@@ -150,7 +146,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     for (var t = 0u; t < PER_THREAD; t++) {
-        let d = lid.x + t * WG;
+        let d = inv.lid.x + t * WG;
         if (d < hd) {
             var o = 0.0;
             if (run_sum > 0.0) {

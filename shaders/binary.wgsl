@@ -5,6 +5,7 @@
 //   1 b:      [n, m] or [n] f32
 //   2 out:    [n, m] f32
 //   3 params: uniform Params
+#include "index.wgsl"
 #include "common.wgsl"
 
 // 0 add, 1 mul, 2 swiglu, 3 geglu
@@ -21,9 +22,8 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lid.x;
+fn main(inv: Inv) {
+    let i = global_index(inv, 256u);
     if (i >= p.n_total) {
         return;
     }

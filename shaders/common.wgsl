@@ -1,4 +1,4 @@
-// Shared helpers for the elementwise and attention kernels (no bindings).
+// Shared math for the elementwise and attention kernels (no bindings).
 
 // tanh that stays finite for large |x| (exp overflow would give inf/inf).
 fn tanh_safe(x: f32) -> f32 {

@@ -1,4 +1,5 @@
-// Gather rows of a weight table (any weight format), dequantized to f32.
+// Gather rows of a weight table (any weight format TYPE), dequantized to f32;
+// TYPE_FILE is its dequant file (quant/*.wgsl) from glint-quant's type table.
 // The table may be bound as a window of rows row0 .. row0 + n_local; each
 // window's dispatch writes only the ids inside it (the first also writes
 // zero rows for ids outside 0..n_rows).
@@ -7,7 +8,8 @@
 //   1 ids:    [m] i32
 //   2 out:    [k, m] f32
 //   3 params: uniform Params
-#include "quant/TYPE.wgsl"
+#include "index.wgsl"
+#include "TYPE_FILE"
 
 struct Params {
     k: u32,
@@ -29,9 +31,8 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = (wid.x + wid.y * nwg.x) * 256u + lid.x;
+fn main(inv: Inv) {
+    let g = global_index(inv, 256u);
     if (g >= p.k * p.m) {
         return;
     }

@@ -5,6 +5,7 @@
 //   0 shift:  [n_rows] i32
 //   1 k:      [head_dim * n_head, n_rows] f32, or f16 packed two to a u32 (KV_F16)
 //   2 params: uniform Params
+#include "index.wgsl"
 #include "rope_common.wgsl"
 
 override KV_F16: bool = false;
@@ -45,9 +46,8 @@ fn store_k(i: u32, v: f32) {
 }
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let g = (wid.x + wid.y * nwg.x) * 64u + lid.x; // row * n_head + h
+fn main(inv: Inv) {
+    let g = global_index(inv, 64u); // row * n_head + h
     if (g >= p.n_head * p.m) {
         return;
     }

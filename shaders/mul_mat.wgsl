@@ -1,4 +1,5 @@
-// out[n, m] = W[k, n] . x[k, m] for any weight format (TYPE).
+// out[n, m] = W[k, n] . x[k, m] for any weight format TYPE: TYPE_FILE is its
+// dequant file (quant/*.wgsl) from glint-quant's type table.
 // W may be bound as a window of rows row0 .. row0 + n_local; the dispatch
 // writes output rows row0 .. row0 + n_local.
 // Bindings, in order:
@@ -10,7 +11,8 @@
 // sums reduced with reduce.wgsl: subgroups with USE_SUBGROUPS, else a tree)
 // and `matmul` (64x64 output tiles, 4x4 per thread).
 // SHADER_F16 (F16 weights only): W is bound as `array<f16>`.
-#include "quant/TYPE.wgsl"
+#include "index.wgsl"
+#include "TYPE_FILE"
 #include "reduce.wgsl"
 
 struct Params {
@@ -34,9 +36,8 @@ struct Params {
 const WG: u32 = 64u; // matvec
 
 @compute @workgroup_size(WG)
-fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
-    let g = wid.x + wid.y * nwg.x; // c * n_local + r
+fn matvec(inv: Inv, ln: Lane) {
+    let g = group_index(inv); // c * n_local + r
     if (g >= p.n_local * p.m) {
         return;
     }
@@ -46,16 +47,16 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let xb = c * p.k;
     let k4 = p.k / 4u;
     var s = 0.0;
-    for (var q = lid.x; q < k4; q += WG) {
+    for (var q = inv.lid.x; q < k4; q += WG) {
         let e = q * 4u;
         let xv = vec4<f32>(x[xb + e], x[xb + e + 1u], x[xb + e + 2u], x[xb + e + 3u]);
         s += dot(dequant4(rb, e), xv);
     }
-    for (var e = k4 * 4u + lid.x; e < p.k; e += WG) {
+    for (var e = k4 * 4u + inv.lid.x; e < p.k; e += WG) {
         s += dequant1(rb, e) * x[xb + e];
     }
     let total = wg_sum(ln, s);
-    if (lid.x == 0u) {
+    if (inv.lid.x == 0u) {
         out[c * p.n + p.row0 + r] = total;
     }
 }
@@ -84,19 +85,18 @@ fn w_group(r: u32, e: u32) -> vec4<f32> {
 }
 
 @compute @workgroup_size(256)
-fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_id) lid: vec3<u32>) {
+fn matmul(inv: Inv) {
     let tiles_n = (p.n_local + TILE - 1u) / TILE;
-    let t = wid.x + wid.y * nwg.x;
+    let t = group_index(inv);
     if (t >= tiles_n * ((p.m + TILE - 1u) / TILE)) {
         return;
     }
     let r0 = (t % tiles_n) * TILE;
     let c0 = (t / tiles_n) * TILE;
-    let tx = lid.x % 16u; // rows r0 + tx*4 + a
-    let ty = lid.x / 16u; // columns c0 + ty*4 + b
-    let lr = lid.x / 4u;  // the row/column this thread loads
-    let lk = (lid.x % 4u) * 4u;
+    let tx = inv.lid.x % 16u; // rows r0 + tx*4 + a
+    let ty = inv.lid.x / 16u; // columns c0 + ty*4 + b
+    let lr = inv.lid.x / 4u;  // the row/column this thread loads
+    let lk = (inv.lid.x % 4u) * 4u;
     var acc: array<f32, 16>;
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         let wv = w_group(r0 + lr, k0 + lk);

@@ -1,5 +1,6 @@
 // RMSNorm, one workgroup per row; the sum of squares through reduce.wgsl
 // (subgroups with USE_SUBGROUPS, else a tree in workgroup memory).
+#include "index.wgsl"
 #include "reduce.wgsl"
 // Bindings, in order:
 //   0 x:      [n, m] f32
@@ -21,20 +22,19 @@ struct Params {
 const WG: u32 = 256u;
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
-    let row = wid.x + wid.y * nwg.x;
+fn main(inv: Inv, ln: Lane) {
+    let row = group_index(inv);
     if (row >= p.m) {
         return;
     }
     let base = row * p.n;
     var s = 0.0;
-    for (var i = lid.x; i < p.n; i += WG) {
+    for (var i = inv.lid.x; i < p.n; i += WG) {
         let v = x[base + i];
         s += v * v;
     }
     let r = 1.0 / sqrt(wg_sum(ln, s) / f32(p.n) + p.eps);
-    for (var i = lid.x; i < p.n; i += WG) {
+    for (var i = inv.lid.x; i < p.n; i += WG) {
         var v = x[base + i] * r;
         if (p.has_w != 0u) {
             v *= w[i];

@@ -6,6 +6,7 @@
 //   1 pos:    [m] i32
 //   2 out:    [head_dim, n_head, m] f32
 //   3 params: uniform Params
+#include "index.wgsl"
 #include "rope_common.wgsl"
 
 struct Params {
@@ -28,10 +29,9 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
+fn main(inv: Inv) {
     let half_dim = p.head_dim / 2u;
-    let g = (wid.x + wid.y * nwg.x) * 256u + lid.x;
+    let g = global_index(inv, 256u);
     if (g >= half_dim * p.n_head * p.m) {
         return;
     }

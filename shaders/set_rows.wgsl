@@ -6,6 +6,7 @@
 //   1 idx:    [m] i32
 //   2 dst:    [n, n_rows] f32 or f16 (as u32 words)
 //   3 params: uniform Params
+#include "index.wgsl"
 override KV_F16: bool = false;
 
 struct Params {
@@ -20,13 +21,12 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
+fn main(inv: Inv) {
     var per_row = p.n;
     if (KV_F16) {
         per_row = p.n / 2u;
     }
-    let g = (wid.x + wid.y * nwg.x) * 256u + lid.x;
+    let g = global_index(inv, 256u);
     if (g >= per_row * p.m) {
         return;
     }

@@ -1,5 +1,6 @@
 // Softmax over each row (ne[0]), max-subtracted, in f32; one workgroup per row.
 // Max and sum through reduce.wgsl (subgroups with USE_SUBGROUPS, else a tree).
+#include "index.wgsl"
 #include "reduce.wgsl"
 // Bindings, in order:
 //   0 x:      [n, m] f32
@@ -17,26 +18,25 @@ struct Params {
 const WG: u32 = 256u;
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>, ln: Lane) {
-    let row = wid.x + wid.y * nwg.x;
+fn main(inv: Inv, ln: Lane) {
+    let row = group_index(inv);
     if (row >= p.m) {
         return;
     }
     let base = row * p.n;
     var mx = -3.4028235e38;
-    for (var i = lid.x; i < p.n; i += WG) {
+    for (var i = inv.lid.x; i < p.n; i += WG) {
         mx = max(mx, x[base + i]);
     }
     let row_max = wg_max(ln, mx);
     var s = 0.0;
-    for (var i = lid.x; i < p.n; i += WG) {
+    for (var i = inv.lid.x; i < p.n; i += WG) {
         let e = exp(x[base + i] - row_max);
         out[base + i] = e;
         s += e;
     }
-    let inv = 1.0 / wg_sum(ln, s);
-    for (var i = lid.x; i < p.n; i += WG) {
-        out[base + i] *= inv;
+    let inv_sum = 1.0 / wg_sum(ln, s);
+    for (var i = inv.lid.x; i < p.n; i += WG) {
+        out[base + i] *= inv_sum;
     }
 }

@@ -3,6 +3,7 @@
 //   0 x:      [n, m] f32
 //   1 out:    [n, m] f32
 //   2 params: uniform Params
+#include "index.wgsl"
 #include "common.wgsl"
 
 // 0 scale, 1 silu, 2 gelu
@@ -18,9 +19,8 @@ struct Params {
 @group(0) @binding(2) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lid.x;
+fn main(inv: Inv) {
+    let i = global_index(inv, 256u);
     if (i >= p.n_total) {
         return;
     }

@@ -8,10 +8,11 @@
 // high 2 bits are bits 2*(j/4)..+2 of scales[8 + j % 4];
 // x = (d * (sc - 32)) * q.
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 256u) * 110u;
-    let i = e % 256u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
     let l = i % 32u;
     let j = i / 16u;
     let d = f16_at(b + 108u);
@@ -22,8 +23,4 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let wh = u32_at(b + l);
     let q = field4(wq, 2u * ((i % 128u) / 32u), 3u) + 4.0 * field4(wh, i / 32u, 1u) - vec4<f32>(4.0);
     return (d * sc) * q;
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

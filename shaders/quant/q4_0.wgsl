@@ -1,15 +1,12 @@
 // Q4_0: blocks of 32 in 18 bytes: f16 d, u8 qs[16]; element j < 16 is the low
 // nibble of qs[j], j >= 16 the high nibble of qs[j - 16]; x = d * (q - 8).
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 32u) * 18u;
-    let j = e % 32u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let j = e % BLOCK_SIZE;
     let d = f16_at(b);
     let w = u32_at(b + 2u + (j % 16u));
     return d * (nib4(w, (j / 16u) * 4u) - vec4<f32>(8.0));
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

@@ -5,18 +5,15 @@
 // high) of qs[32*h + l]; its sub-block is j = i / 32;
 // x = (d * sc[j]) * q - dmin * m[j].
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 256u) * 144u;
-    let i = e % 256u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
     let d = f16_at(b);
     let dmin = f16_at(b + 2u);
     let sm = scale_min_k4(b + 4u, i / 32u);
     let w = u32_at(b + 16u + 32u * (i / 64u) + i % 32u);
     let q = field4(w, 4u * ((i / 32u) % 2u), 0xfu);
     return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

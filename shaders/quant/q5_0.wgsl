@@ -1,17 +1,14 @@
 // Q5_0: blocks of 32 in 22 bytes: f16 d, u8 qh[4], u8 qs[16]; the 5th bit of
 // element j is bit j of qh; x = d * (q - 16).
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 32u) * 22u;
-    let j = e % 32u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let j = e % BLOCK_SIZE;
     let d = f16_at(b);
     let qh = u32_at(b + 2u) >> j;
     let w = u32_at(b + 6u + (j % 16u));
     let h = vec4<f32>(f32(qh & 1u), f32((qh >> 1u) & 1u), f32((qh >> 2u) & 1u), f32((qh >> 3u) & 1u));
     return d * (nib4(w, (j / 16u) * 4u) + 16.0 * h - vec4<f32>(16.0));
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

@@ -5,10 +5,11 @@
 // qs[32*h + l]), 5th bit is bit i / 32 of qh[l];
 // x = (d * sc[j]) * q - dmin * m[j], j = i / 32.
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 256u) * 176u;
-    let i = e % 256u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
     let l = i % 32u;
     let d = f16_at(b);
     let dmin = f16_at(b + 2u);
@@ -17,8 +18,4 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let wl = u32_at(b + 48u + 32u * (i / 64u) + l);
     let q = field4(wl, 4u * ((i / 32u) % 2u), 0xfu) + 16.0 * field4(wh, i / 32u, 1u);
     return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

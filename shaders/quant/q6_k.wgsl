@@ -5,10 +5,11 @@
 // qh[32*h + r % 32]; q is 0..63;
 // x = (d * scales[i / 16]) * (q - 32).
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 256u) * 210u;
-    let i = e % 256u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
     let h = i / 128u;
     let r = i % 128u;
     let d = f16_at(b + 208u);
@@ -17,8 +18,4 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let wh = u32_at(b + 128u + 32u * h + r % 32u);
     let q = field4(wl, 4u * (r / 64u), 0xfu) + 16.0 * field4(wh, 2u * (r / 32u), 3u);
     return (d * sc) * (q - vec4<f32>(32.0));
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

@@ -1,13 +1,10 @@
 // Q8_0: blocks of 32 in 34 bytes: f16 d, i8 qs[32]; x = d * q.
 #include "quant/common.wgsl"
+#include "quant/block.wgsl"
 
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / 32u) * 34u;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
     let d = f16_at(b);
-    let w = u32_at(b + 2u + (e % 32u));
+    let w = u32_at(b + 2u + (e % BLOCK_SIZE));
     return d * vec4<f32>(i8_of(w, 0u), i8_of(w, 1u), i8_of(w, 2u), i8_of(w, 3u));
-}
-
-fn dequant1(row_byte: u32, e: u32) -> f32 {
-    return dequant4(row_byte, e & ~3u)[e & 3u];
 }

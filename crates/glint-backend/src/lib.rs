@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 pub use glint_quant::GgmlType;
 
+pub mod check;
 mod params;
 pub use params::{AttnParams, Glu, RopeMode, RopeParams, Unary};
 

@@ -17,7 +17,6 @@
 
 pub mod act;
 mod attention;
-mod check;
 mod elementwise;
 mod matmul;
 pub mod qdot;
@@ -30,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use glint_backend::{
-    AttnParams, Backend, BackendError, GgmlType, Glu, MemoryReport, Result, RopeParams,
+    check, AttnParams, Backend, BackendError, GgmlType, Glu, MemoryReport, Result, RopeParams,
     SharedBytes, TensorDesc, Unary, Usage,
 };
 
@@ -40,8 +39,7 @@ pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;
 pub use weights::{dequant_row, dot, row_dot};
 
-use check::shape_err;
-use GgmlType::{F16, F32, I32};
+use GgmlType::F16;
 
 /// Ops over fewer elements than this run on the calling thread.
 const SERIAL_BELOW: usize = 4 * elementwise::ELEMS_PER_TASK;
@@ -123,6 +121,10 @@ impl CpuBackend {
     }
 }
 
+fn shape_err(op: &'static str, detail: String) -> BackendError {
+    BackendError::Shape { op, detail }
+}
+
 /// The desc's byte size, or an error naming why it has none.
 fn checked_bytes(op: &'static str, d: &TensorDesc) -> Result<usize> {
     let row = d.ty.bytes_for(d.ne[0] as u64).ok_or_else(|| {
@@ -156,28 +158,6 @@ fn check_range(op: &'static str, t: &CpuTensor, offset: usize, len: usize) -> Re
             size,
         }),
     }
-}
-
-fn check_rope(op: &'static str, p: &RopeParams) -> Result<()> {
-    if p.n_rot % 2 != 0 || p.n_rot > p.head_dim || p.head_dim == 0 {
-        return Err(shape_err(
-            op,
-            format!(
-                "n_rot = {} must be even and <= head_dim = {} (> 0)",
-                p.n_rot, p.head_dim
-            ),
-        ));
-    }
-    if !(p.freq_base > 0.0 && p.freq_scale > 0.0) {
-        return Err(shape_err(
-            op,
-            format!(
-                "freq_base = {} and freq_scale = {} must be > 0",
-                p.freq_base, p.freq_scale
-            ),
-        ));
-    }
-    Ok(())
 }
 
 impl Backend for CpuBackend {
@@ -250,22 +230,8 @@ impl Backend for CpuBackend {
 
     fn mul_mat(&self, w: &CpuTensor, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
         const OP: &str = "mul_mat";
-        check::compute_ty(OP, "w", w)?;
-        check::ty(OP, "x", x, F32)?;
-        check::ty(OP, "out", out, F32)?;
-        check::distinct(OP, out, &[w, x])?;
+        let m = check::mul_mat(w, x, out)?;
         let (k, n) = (w.desc.ne[0], w.desc.n_rows());
-        let m = check::cols(OP, "x", &x.desc, k)?;
-        let m_out = check::cols(OP, "out", &out.desc, n)?;
-        if m_out != m {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "w [{k}, {n}] · x [{k}, {m}] needs out [{n}, {m}], got {:?}",
-                    out.desc.ne
-                ),
-            ));
-        }
         let (wg, xg) = (w.read_guard()?, x.read_guard()?);
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
@@ -292,22 +258,8 @@ impl Backend for CpuBackend {
 
     fn get_rows(&self, table: &CpuTensor, ids: &CpuTensor, out: &CpuTensor) -> Result<()> {
         const OP: &str = "get_rows";
-        check::compute_ty(OP, "table", table)?;
-        check::ty(OP, "ids", ids, I32)?;
-        check::ty(OP, "out", out, F32)?;
-        check::distinct(OP, out, &[table, ids])?;
+        check::get_rows(table, ids, out)?;
         let (k, n_rows) = (table.desc.ne[0], table.desc.n_rows());
-        let m = ids.desc.n_elements();
-        let m_out = check::cols(OP, "out", &out.desc, k)?;
-        if m_out != m {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "{m} ids of rows of {k} need out [{k}, {m}], got {:?}",
-                    out.desc.ne
-                ),
-            ));
-        }
         let (tg, ig) = (table.read_guard()?, ids.read_guard()?);
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
@@ -327,17 +279,8 @@ impl Backend for CpuBackend {
         out: &CpuTensor,
     ) -> Result<()> {
         const OP: &str = "rms_norm";
-        check::ty(OP, "x", x, F32)?;
-        check::ty(OP, "out", out, F32)?;
-        check::same(OP, x, out)?;
+        check::rms_norm(x, w, out)?;
         let n = x.desc.ne[0];
-        if let Some(w) = w {
-            check::ty(OP, "w", w, F32)?;
-            check::len(OP, "w", w, n)?;
-            check::distinct(OP, out, &[x, w])?;
-        } else {
-            check::distinct(OP, out, &[x])?;
-        }
         let xg = x.read_guard()?;
         let wg = w.map(|w| w.read_guard()).transpose()?;
         let mut og = out.write_guard(OP)?;
@@ -351,14 +294,17 @@ impl Backend for CpuBackend {
     }
 
     fn add(&self, a: &CpuTensor, b: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        check::add(a, b, out)?;
         self.binary("add", a, b, out, |x, y| x + y)
     }
 
     fn mul(&self, a: &CpuTensor, b: &CpuTensor, out: &CpuTensor) -> Result<()> {
+        check::mul(a, b, out)?;
         self.binary("mul", a, b, out, |x, y| x * y)
     }
 
     fn scale(&self, x: &CpuTensor, s: f32, out: &CpuTensor) -> Result<()> {
+        check::scale(x, out)?;
         self.map("scale", x, out, move |v| v * s)
     }
 
@@ -367,6 +313,7 @@ impl Backend for CpuBackend {
             Precision::Ggml => elementwise::unary_fn_ggml(op),
             Precision::F32 => elementwise::unary_fn(op),
         };
+        check::unary(x, out)?;
         self.map("unary", x, out, f)
     }
 
@@ -375,15 +322,13 @@ impl Backend for CpuBackend {
             Precision::Ggml => elementwise::glu_fn_ggml(op),
             Precision::F32 => elementwise::glu_fn(op),
         };
-        self.binary_same("glu", gate, up, out, move |g, u| act(g) * u)
+        check::glu(gate, up, out)?;
+        self.binary("glu", gate, up, out, move |g, u| act(g) * u)
     }
 
     fn softmax(&self, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
         const OP: &str = "softmax";
-        check::ty(OP, "x", x, F32)?;
-        check::ty(OP, "out", out, F32)?;
-        check::same(OP, x, out)?;
-        check::distinct(OP, out, &[x])?;
+        check::softmax(x, out)?;
         let xg = x.read_guard()?;
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
@@ -395,10 +340,7 @@ impl Backend for CpuBackend {
 
     fn argmax(&self, x: &CpuTensor, out: &CpuTensor) -> Result<()> {
         const OP: &str = "argmax";
-        check::ty(OP, "x", x, F32)?;
-        check::ty(OP, "out", out, I32)?;
-        check::len(OP, "out", out, x.desc.n_rows())?;
-        check::distinct(OP, out, &[x])?;
+        check::argmax(x, out)?;
         let xg = x.read_guard()?;
         let mut og = out.write_guard(OP)?;
         let xs = xg.f32s();
@@ -410,14 +352,7 @@ impl Backend for CpuBackend {
 
     fn rope(&self, x: &CpuTensor, pos: &CpuTensor, p: &RopeParams, out: &CpuTensor) -> Result<()> {
         const OP: &str = "rope";
-        check_rope(OP, p)?;
-        check::ty(OP, "x", x, F32)?;
-        check::ty(OP, "pos", pos, I32)?;
-        check::ty(OP, "out", out, F32)?;
-        check::same(OP, x, out)?;
-        check::distinct(OP, out, &[x, pos])?;
-        let m = check::cols(OP, "x", &x.desc, p.head_dim * p.n_head)?;
-        check::len(OP, "pos", pos, m)?;
+        check::rope(x, pos, p, out)?;
         let (xg, pg) = (x.read_guard()?, pos.read_guard()?);
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
@@ -428,13 +363,8 @@ impl Backend for CpuBackend {
 
     fn set_rows(&self, src: &CpuTensor, idx: &CpuTensor, dst: &CpuTensor) -> Result<()> {
         const OP: &str = "set_rows";
-        check::ty(OP, "src", src, F32)?;
-        check::ty(OP, "idx", idx, I32)?;
-        check::cache_ty(OP, "dst", dst)?;
-        check::distinct(OP, dst, &[src, idx])?;
+        check::set_rows(src, idx, dst)?;
         let n = dst.desc.ne[0];
-        let m = check::cols(OP, "src", &src.desc, n)?;
-        check::len(OP, "idx", idx, m)?;
         let (sg, ig) = (src.read_guard()?, idx.read_guard()?);
         let mut dg = dst.write_guard(OP)?;
         let (ss, is) = (sg.f32s(), ig.i32s());
@@ -455,46 +385,7 @@ impl Backend for CpuBackend {
         out: &CpuTensor,
     ) -> Result<()> {
         const OP: &str = "attention";
-        check::ty(OP, "q", q, F32)?;
-        check::cache_ty(OP, "k", k)?;
-        check::cache_ty(OP, "v", v)?;
-        check::ty(OP, "mask", mask, F32)?;
-        check::ty(OP, "out", out, F32)?;
-        check::distinct(OP, out, &[q, k, v, mask])?;
-        if p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 || p.head_dim == 0 {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "n_head = {} must be a multiple of n_head_kv = {} (> 0), head_dim = {} > 0",
-                    p.n_head, p.n_head_kv, p.head_dim
-                ),
-            ));
-        }
-        let m = check::cols(OP, "q", &q.desc, p.head_dim * p.n_head)?;
-        let m_out = check::cols(OP, "out", &out.desc, p.head_dim * p.n_head)?;
-        let row = p.head_dim * p.n_head_kv;
-        let k_rows = check::cols(OP, "k", &k.desc, row)?;
-        let v_rows = check::cols(OP, "v", &v.desc, row)?;
-        let end = p.kv_start.checked_add(p.n_kv);
-        if m_out != m || end.is_none_or(|e| e > k_rows.min(v_rows)) {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "q has {m} tokens, out {m_out}; rows {}..{}+{} of k ({k_rows} rows), v ({v_rows} rows)",
-                    p.kv_start, p.kv_start, p.n_kv
-                ),
-            ));
-        }
-        check::len(OP, "mask", mask, p.n_kv * m)?;
-        if p.n_kv > 0 {
-            let mask_m = check::cols(OP, "mask", &mask.desc, p.n_kv)?;
-            if mask_m != m {
-                return Err(shape_err(
-                    OP,
-                    format!("mask {:?} for n_kv = {}, m = {m}", mask.desc.ne, p.n_kv),
-                ));
-            }
-        }
+        check::attention([q, k, v, mask], p, out)?;
         let (qg, kg, vg, mg) = (
             q.read_guard()?,
             k.read_guard()?,
@@ -530,12 +421,7 @@ impl Backend for CpuBackend {
 
     fn kshift(&self, k: &CpuTensor, shift: &CpuTensor, p: &RopeParams) -> Result<()> {
         const OP: &str = "kshift";
-        check_rope(OP, p)?;
-        check::cache_ty(OP, "k", k)?;
-        check::ty(OP, "shift", shift, I32)?;
-        check::distinct(OP, k, &[shift])?;
-        let n_rows = check::cols(OP, "k", &k.desc, p.head_dim * p.n_head)?;
-        check::len(OP, "shift", shift, n_rows)?;
+        check::kshift(k, shift, p)?;
         let sg = shift.read_guard()?;
         let mut kg = k.write_guard(OP)?;
         let ss = sg.i32s();
@@ -554,7 +440,8 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
-    /// `out = f(a, b)` with `b` the same shape as `a` or one row broadcast.
+    /// `out = f(a, b)` with `b` the same shape as `a` or one row broadcast
+    /// (checked by the caller).
     fn binary(
         &self,
         op: &'static str,
@@ -563,21 +450,7 @@ impl CpuBackend {
         out: &CpuTensor,
         f: impl Fn(f32, f32) -> f32 + Send + Sync,
     ) -> Result<()> {
-        check::ty(op, "a", a, F32)?;
-        check::ty(op, "b", b, F32)?;
-        check::ty(op, "out", out, F32)?;
-        check::same(op, a, out)?;
         let n = a.desc.ne[0];
-        if a.desc.ne != b.desc.ne && b.desc.n_elements() != n {
-            return Err(shape_err(
-                op,
-                format!(
-                    "b `{}` {:?} is neither a's shape {:?} nor one row of {n}",
-                    b.desc.label, b.desc.ne, a.desc.ne
-                ),
-            ));
-        }
-        check::distinct(op, out, &[a, b])?;
         let (ag, bg) = (a.read_guard()?, b.read_guard()?);
         let mut og = out.write_guard(op)?;
         let o = og.f32s_mut();
@@ -586,20 +459,7 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// `out = f(a, b)` with all three the same shape.
-    fn binary_same(
-        &self,
-        op: &'static str,
-        a: &CpuTensor,
-        b: &CpuTensor,
-        out: &CpuTensor,
-        f: impl Fn(f32, f32) -> f32 + Send + Sync,
-    ) -> Result<()> {
-        check::same(op, a, b)?;
-        self.binary(op, a, b, out, f)
-    }
-
-    /// `out = f(x)`, same shapes.
+    /// `out = f(x)`, same shapes (checked by the caller).
     fn map(
         &self,
         op: &'static str,
@@ -607,10 +467,6 @@ impl CpuBackend {
         out: &CpuTensor,
         f: impl Fn(f32) -> f32 + Send + Sync,
     ) -> Result<()> {
-        check::ty(op, "x", x, F32)?;
-        check::ty(op, "out", out, F32)?;
-        check::same(op, x, out)?;
-        check::distinct(op, out, &[x])?;
         let xg = x.read_guard()?;
         let mut og = out.write_guard(op)?;
         let o = og.f32s_mut();

@@ -225,6 +225,23 @@ fn rope_ref(x: &[f64], pos: f64, p: &RopeParams, with_mscale: bool) -> Vec<f64> 
     out
 }
 
+/// [`rope_ref`] (with mscale) of every head of `x` ([head_dim, n_head, m]),
+/// token t at `pos[t]`.
+fn rope_ref_heads(x: &[f32], pos: &[i32], p: &RopeParams) -> Vec<f64> {
+    let (hd, nh) = (p.head_dim, p.n_head);
+    let mut want = Vec::new();
+    for (t, &q) in pos.iter().enumerate() {
+        for h in 0..nh {
+            let head: Vec<f64> = x[(t * nh + h) * hd..][..hd]
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            want.extend(rope_ref(&head, q as f64, p, true));
+        }
+    }
+    want
+}
+
 fn yarn(mode: RopeMode, head_dim: usize, n_rot: usize, n_head: usize) -> RopeParams {
     RopeParams {
         n_rot,
@@ -255,16 +272,7 @@ fn rope_norm_neox_partial_and_yarn() {
             let tp = i32s(&pos);
             let out = poisoned(F32, [hd, nh, m, 1]);
             gpu().rope(&tx, &tp, &p, &out).unwrap();
-            let mut want = Vec::new();
-            for t in 0..m {
-                for h in 0..nh {
-                    let head: Vec<f64> = x[(t * nh + h) * hd..][..hd]
-                        .iter()
-                        .map(|&v| v as f64)
-                        .collect();
-                    want.extend(rope_ref(&head, pos[t] as f64, &p, true));
-                }
-            }
+            let want = rope_ref_heads(&x, &pos, &p);
             assert_close(&format!("rope {p:?}"), &read_f32(&out), &want, tol::ROPE);
         }
     }
@@ -473,16 +481,7 @@ fn kshift_invariant() {
                         gpu().kshift(&c, &i32s(&shift), &p).unwrap();
                         pos.iter_mut().zip(&shift).for_each(|(q, s)| *q += s);
                         let got = read_cache(&c, ty, hd * nkv * rows);
-                        let mut want = Vec::new();
-                        for j in 0..rows {
-                            for h in 0..nkv {
-                                let head: Vec<f64> = k[(j * nkv + h) * hd..][..hd]
-                                    .iter()
-                                    .map(|&v| v as f64)
-                                    .collect();
-                                want.extend(rope_ref(&head, pos[j] as f64, &p, true));
-                            }
-                        }
+                        let want = rope_ref_heads(&k, &pos, &p);
                         let t = if ty == GgmlType::F16 {
                             tol::KSHIFT_F16
                         } else {

@@ -135,23 +135,8 @@ fn elementwise_norm_softmax_argmax() {
 fn weights_every_type_gpu_has() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        let types = [
-            GgmlType::F32,
-            GgmlType::F16,
-            GgmlType::BF16,
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::Q2_K,
-            GgmlType::Q3_K,
-            GgmlType::Q4_K,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-        ];
         let n = 67;
-        for ty in types {
+        for ty in weight_types() {
             // 768: an odd number of K-quant super-blocks.
             let k = if is_k_quant(ty) { 768 } else { 512 };
             let rb = ty.bytes_for(k as u64).unwrap() as usize;
@@ -187,7 +172,7 @@ fn weights_every_type_gpu_has() {
                 let o = out([n, m, 1, 1]);
                 gpu().mul_mat(&wg, &x.0, &o.0).unwrap();
                 cpu().mul_mat(&wc, &x.1, &o.1).unwrap();
-                let t = if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+                let t = if is_float(ty) {
                     tol::MATMUL_FLOAT
                 } else {
                     tol::MATMUL_QUANT

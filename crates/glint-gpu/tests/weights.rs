@@ -10,26 +10,6 @@ use glint_backend::{Backend, BackendError, GgmlType, SharedBytes, Usage};
 use glint_gpu::{GpuBackend, GpuOptions, GpuTensor};
 use half::{bf16, f16};
 
-const TYPES: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
-
-fn is_float(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-}
-
 fn h(b: &[u8], o: usize) -> f64 {
     f16::from_le_bytes([b[o], b[o + 1]]).to_f64()
 }
@@ -216,14 +196,10 @@ fn check_get_rows(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize
 fn mul_mat_matvec_and_matmul_every_type() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        for &ty in TYPES {
+        for ty in weight_types() {
             // Float rows of 998 exercise the tails; quant rows are whole blocks
             // (768: an odd number of K-quant super-blocks).
-            let k = match ty {
-                _ if is_float(ty) => 998,
-                _ if is_k_quant(ty) => 768,
-                _ => 1024,
-            };
+            let k = row_len(ty, [998, 768, 1024]);
             for (n, m) in [(67, 1), (13, 3), (131, 67)] {
                 check_mul_mat(gpu(), &mut r, ty, k, n, m);
             }
@@ -235,12 +211,8 @@ fn mul_mat_matvec_and_matmul_every_type() {
 fn get_rows_every_type() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        for &ty in TYPES {
-            let k = match ty {
-                _ if is_float(ty) => 998,
-                _ if is_k_quant(ty) => 512,
-                _ => 256,
-            };
+        for ty in weight_types() {
+            let k = row_len(ty, [998, 512, 256]);
             check_get_rows(gpu(), &mut r, ty, k, 67);
         }
     });
@@ -282,7 +254,7 @@ fn k_quant_windows_under_a_small_binding_limit() {
         let be = GpuBackend::new(opts).unwrap();
         eprintln!("on {}", be.name());
         let mut r = Rng(seed());
-        for &ty in K_TYPES {
+        for ty in k_types() {
             let (k, n) = (256, 801);
             assert!(ty.bytes_for((k * n) as u64).unwrap() > 64 << 10, "{ty}");
             check_mul_mat(&be, &mut r, ty, k, n, 1);

@@ -71,11 +71,18 @@ pub struct TypeInfo {
     /// float types take f32 activations here. Meaningful for Compute types;
     /// other rows carry ggml's choice or the type itself.
     pub vec_dot_type: GgmlType,
+    /// The WGSL file (under the top-level `shaders/`) defining `dequant1`
+    /// and `dequant4` for rows of this type: every Compute type has one, and
+    /// the wgpu backend picks its weight kernels by it (with the block size
+    /// and bytes per block above, injected as WGSL constants).
+    pub wgsl: Option<&'static str>,
 }
 
 use GgmlType as T;
 use Support::{Activation as A, Compute as C, SizeOnly as S};
 
+// One argument per column of the table.
+#[allow(clippy::too_many_arguments)]
 const fn row(
     ty: GgmlType,
     id: u32,
@@ -84,6 +91,7 @@ const fn row(
     ts: usize,
     s: Support,
     vdt: GgmlType,
+    wgsl: Option<&'static str>,
 ) -> TypeInfo {
     TypeInfo {
         ty,
@@ -93,6 +101,7 @@ const fn row(
         type_size: ts,
         support: s,
         vec_dot_type: vdt,
+        wgsl,
     }
 }
 
@@ -100,39 +109,40 @@ const fn row(
 /// ggml's C `type_traits` (`sizeof(block_*)`). Note: Q8_1 is 36 bytes
 /// (`{f16 d; f16 s; i8 qs[32]}`); gguf-py's `GGML_QUANT_SIZES` still says 40
 /// from the days `d` and `s` were f32.
+#[rustfmt::skip]
 pub const TYPES: &[TypeInfo] = &[
-    row(T::F32, 0, "F32", 1, 4, C, T::F32),
-    row(T::F16, 1, "F16", 1, 2, C, T::F32),
-    row(T::Q4_0, 2, "Q4_0", 32, 18, C, T::Q8_0),
-    row(T::Q4_1, 3, "Q4_1", 32, 20, C, T::Q8_1),
-    row(T::Q5_0, 6, "Q5_0", 32, 22, C, T::Q8_0),
-    row(T::Q5_1, 7, "Q5_1", 32, 24, C, T::Q8_1),
-    row(T::Q8_0, 8, "Q8_0", 32, 34, C, T::Q8_0),
-    row(T::Q8_1, 9, "Q8_1", 32, 36, A, T::Q8_1),
-    row(T::Q2_K, 10, "Q2_K", 256, 84, C, T::Q8_K),
-    row(T::Q3_K, 11, "Q3_K", 256, 110, C, T::Q8_K),
-    row(T::Q4_K, 12, "Q4_K", 256, 144, C, T::Q8_K),
-    row(T::Q5_K, 13, "Q5_K", 256, 176, C, T::Q8_K),
-    row(T::Q6_K, 14, "Q6_K", 256, 210, C, T::Q8_K),
-    row(T::Q8_K, 15, "Q8_K", 256, 292, A, T::Q8_K),
-    row(T::IQ2_XXS, 16, "IQ2_XXS", 256, 66, S, T::Q8_K),
-    row(T::IQ2_XS, 17, "IQ2_XS", 256, 74, S, T::Q8_K),
-    row(T::IQ3_XXS, 18, "IQ3_XXS", 256, 98, S, T::Q8_K),
-    row(T::IQ1_S, 19, "IQ1_S", 256, 50, S, T::Q8_K),
-    row(T::IQ4_NL, 20, "IQ4_NL", 32, 18, S, T::Q8_0),
-    row(T::IQ3_S, 21, "IQ3_S", 256, 110, S, T::Q8_K),
-    row(T::IQ2_S, 22, "IQ2_S", 256, 82, S, T::Q8_K),
-    row(T::IQ4_XS, 23, "IQ4_XS", 256, 136, S, T::Q8_K),
-    row(T::I8, 24, "I8", 1, 1, S, T::I8),
-    row(T::I16, 25, "I16", 1, 2, S, T::I16),
-    row(T::I32, 26, "I32", 1, 4, S, T::I32),
-    row(T::I64, 27, "I64", 1, 8, S, T::I64),
-    row(T::F64, 28, "F64", 1, 8, S, T::F64),
-    row(T::IQ1_M, 29, "IQ1_M", 256, 56, S, T::Q8_K),
-    row(T::BF16, 30, "BF16", 1, 2, C, T::F32),
-    row(T::TQ1_0, 34, "TQ1_0", 256, 54, S, T::Q8_K),
-    row(T::TQ2_0, 35, "TQ2_0", 256, 66, S, T::Q8_K),
-    row(T::MXFP4, 39, "MXFP4", 32, 17, S, T::Q8_0),
+    row(T::F32, 0, "F32", 1, 4, C, T::F32, Some("quant/f32.wgsl")),
+    row(T::F16, 1, "F16", 1, 2, C, T::F32, Some("quant/f16.wgsl")),
+    row(T::Q4_0, 2, "Q4_0", 32, 18, C, T::Q8_0, Some("quant/q4_0.wgsl")),
+    row(T::Q4_1, 3, "Q4_1", 32, 20, C, T::Q8_1, Some("quant/q4_1.wgsl")),
+    row(T::Q5_0, 6, "Q5_0", 32, 22, C, T::Q8_0, Some("quant/q5_0.wgsl")),
+    row(T::Q5_1, 7, "Q5_1", 32, 24, C, T::Q8_1, Some("quant/q5_1.wgsl")),
+    row(T::Q8_0, 8, "Q8_0", 32, 34, C, T::Q8_0, Some("quant/q8_0.wgsl")),
+    row(T::Q8_1, 9, "Q8_1", 32, 36, A, T::Q8_1, None),
+    row(T::Q2_K, 10, "Q2_K", 256, 84, C, T::Q8_K, Some("quant/q2_k.wgsl")),
+    row(T::Q3_K, 11, "Q3_K", 256, 110, C, T::Q8_K, Some("quant/q3_k.wgsl")),
+    row(T::Q4_K, 12, "Q4_K", 256, 144, C, T::Q8_K, Some("quant/q4_k.wgsl")),
+    row(T::Q5_K, 13, "Q5_K", 256, 176, C, T::Q8_K, Some("quant/q5_k.wgsl")),
+    row(T::Q6_K, 14, "Q6_K", 256, 210, C, T::Q8_K, Some("quant/q6_k.wgsl")),
+    row(T::Q8_K, 15, "Q8_K", 256, 292, A, T::Q8_K, None),
+    row(T::IQ2_XXS, 16, "IQ2_XXS", 256, 66, S, T::Q8_K, None),
+    row(T::IQ2_XS, 17, "IQ2_XS", 256, 74, S, T::Q8_K, None),
+    row(T::IQ3_XXS, 18, "IQ3_XXS", 256, 98, S, T::Q8_K, None),
+    row(T::IQ1_S, 19, "IQ1_S", 256, 50, S, T::Q8_K, None),
+    row(T::IQ4_NL, 20, "IQ4_NL", 32, 18, S, T::Q8_0, None),
+    row(T::IQ3_S, 21, "IQ3_S", 256, 110, S, T::Q8_K, None),
+    row(T::IQ2_S, 22, "IQ2_S", 256, 82, S, T::Q8_K, None),
+    row(T::IQ4_XS, 23, "IQ4_XS", 256, 136, S, T::Q8_K, None),
+    row(T::I8, 24, "I8", 1, 1, S, T::I8, None),
+    row(T::I16, 25, "I16", 1, 2, S, T::I16, None),
+    row(T::I32, 26, "I32", 1, 4, S, T::I32, None),
+    row(T::I64, 27, "I64", 1, 8, S, T::I64, None),
+    row(T::F64, 28, "F64", 1, 8, S, T::F64, None),
+    row(T::IQ1_M, 29, "IQ1_M", 256, 56, S, T::Q8_K, None),
+    row(T::BF16, 30, "BF16", 1, 2, C, T::F32, Some("quant/bf16.wgsl")),
+    row(T::TQ1_0, 34, "TQ1_0", 256, 54, S, T::Q8_K, None),
+    row(T::TQ2_0, 35, "TQ2_0", 256, 66, S, T::Q8_K, None),
+    row(T::MXFP4, 39, "MXFP4", 32, 17, S, T::Q8_0, None),
 ];
 
 impl GgmlType {
@@ -212,6 +222,12 @@ mod tests {
             assert_eq!(GgmlType::from_id(a.id), Some(a.ty));
             assert_eq!(GgmlType::from_name(a.name), Some(a.ty));
             assert_eq!(a.ty.info().id, a.id);
+            assert_eq!(
+                a.wgsl.is_some(),
+                a.support == Support::Compute,
+                "{}: a WGSL file exactly for the Compute types",
+                a.name
+            );
         }
         assert_eq!(GgmlType::from_id(4), None, "Q4_2 was removed from ggml");
         assert_eq!(GgmlType::from_id(1000), None);

@@ -181,17 +181,38 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
     );
 }
 
+/// Every weight format the wgpu backend has kernels for: the rows of
+/// glint-quant's type table with a WGSL file.
+pub fn weight_types() -> impl Iterator<Item = GgmlType> {
+    glint_quant::TYPES
+        .iter()
+        .filter(|info| info.wgsl.is_some())
+        .map(|info| info.ty)
+}
+
 /// The K-quant weight formats (256-element super-blocks).
-pub const K_TYPES: &[GgmlType] = &[
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+pub fn k_types() -> impl Iterator<Item = GgmlType> {
+    weight_types().filter(|ty| ty.block_size() == 256)
+}
 
 pub fn is_k_quant(ty: GgmlType) -> bool {
-    K_TYPES.contains(&ty)
+    k_types().any(|t| t == ty)
+}
+
+/// F32, F16, BF16: weight formats of one element per block.
+pub fn is_float(ty: GgmlType) -> bool {
+    weight_types().any(|t| t == ty) && ty.block_size() == 1
+}
+
+/// A row length for `ty` by its kind: `[float, K-quant, other block format]`.
+pub fn row_len(ty: GgmlType, [float, k_quant, block]: [usize; 3]) -> usize {
+    if is_float(ty) {
+        float
+    } else if is_k_quant(ty) {
+        k_quant
+    } else {
+        block
+    }
 }
 
 /// A positive f16 scale of about `1 / max_level`: random levels and

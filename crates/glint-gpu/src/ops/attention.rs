@@ -1,0 +1,59 @@
+//! `shaders/attention.wgsl`: a batch of queries over a window of the KV
+//! cache, one workgroup per (token, head), online softmax in f32.
+
+use glint_backend::{check, AttnParams, BackendError, Result};
+
+use super::{f16_cache, f32_bits, T};
+use crate::pipelines::PipelineKey;
+use crate::GpuBackend;
+
+/// q: [head_dim, n_head, m] f32; k, v: [head_dim * n_head_kv, n_rows] f32
+/// or f16; mask: [n_kv, m] f32; out: [head_dim * n_head, m] f32. One
+/// workgroup per (token, head).
+pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
+    let (m, f16) = check_attention("attention", qkvm, p, out)?;
+    let key = PipelineKey::new("attention.wgsl", "main", 4, 1)
+        .with_constant("KV_F16", f16 as u32 as f64)
+        .with_flags(be.flags(true, f16));
+    let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
+    let params = [hd, nh, nkv, m, p.kv_start, p.n_kv].map(|v| v as u32);
+    let params = [&params[..], &[scale, softcap]].concat();
+    be.launch("attention", key, [&qkvm, &[out]], &params, m * nh)
+}
+
+/// The kernel keeps a head's query in workgroup memory of this many f32
+/// (`MAX_HEAD_DIM` in attention.wgsl): a limit of this kernel, not of the op.
+const MAX_HEAD_DIM: usize = 512;
+
+/// The op's checks (shared with the cpu backend), then this kernel's
+/// limits (one cache type, head_dim); `m` and whether the cache is F16.
+fn check_attention(
+    op: &'static str,
+    qkvm: [&T; 4],
+    p: &AttnParams,
+    out: &T,
+) -> Result<(usize, bool)> {
+    let m = check::attention(qkvm, p, out)?;
+    let [_, k, v, _] = qkvm;
+    if v.desc.ty != k.desc.ty {
+        // One KV_F16 constant and one binding type serve both.
+        return Err(BackendError::Shape {
+            op,
+            detail: format!(
+                "k is {} but v is {}: this kernel takes one cache type",
+                k.desc.ty, v.desc.ty
+            ),
+        });
+    }
+    if p.head_dim > MAX_HEAD_DIM {
+        return Err(BackendError::Shape {
+            op,
+            detail: format!(
+                "head_dim {} is over this kernel's {MAX_HEAD_DIM}",
+                p.head_dim
+            ),
+        });
+    }
+    Ok((m, f16_cache(op, k, "k")?))
+}

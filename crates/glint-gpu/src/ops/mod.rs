@@ -1,0 +1,93 @@
+//! The op launchers, one module per kernel family (one WGSL file under
+//! `shaders/` each): check the operands, pick the pipeline variant, bind and
+//! dispatch.
+
+mod argmax;
+mod attention;
+mod binary;
+mod get_rows;
+mod kshift;
+mod mul_mat;
+mod rms_norm;
+mod rope;
+mod set_rows;
+mod softmax;
+mod unary;
+
+use glint_backend::{BackendError, GgmlType, Result};
+
+use crate::pipelines::PipelineKey;
+use crate::shaders::{F16, SUBGROUPS};
+use crate::tensor::{Bind, GpuTensor};
+use crate::GpuBackend;
+
+/// The launchers' tensor type, short so their signatures fit one line.
+type T = GpuTensor;
+
+/// An f32 parameter as its uniform word.
+fn f32_bits(v: f32) -> u32 {
+    v.to_bits()
+}
+
+/// Whether a cache (`k`, `v`, `dst`; F32 or F16, checked by
+/// `glint_backend::check`) is F16. The kernels read an F16 cache as u32
+/// words of two halves, so its rows must have an even length (a word never
+/// spans two rows): a limit of these kernels, not of the op.
+fn f16_cache(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<bool> {
+    let f16 = t.desc.ty == GgmlType::F16;
+    if f16 && !t.desc.ne[0].is_multiple_of(2) {
+        return Err(BackendError::Shape {
+            op,
+            detail: format!(
+                "an f16 {what} needs an even row length, got {}",
+                t.desc.ne[0]
+            ),
+        });
+    }
+    Ok(f16)
+}
+
+impl GpuBackend {
+    /// The flags of a kernel variant: `SUBGROUPS` for a kernel with
+    /// reductions, `F16` for one reading F16 data, where the device has them.
+    fn flags(&self, reduces: bool, reads_f16: bool) -> Vec<&'static str> {
+        let used = self.features_used();
+        let mut f = Vec::new();
+        if reads_f16 && used.f16 {
+            f.push(F16);
+        }
+        if reduces && used.subgroups {
+            f.push(SUBGROUPS);
+        }
+        f
+    }
+
+    /// Check that `inputs` and `outputs` each fit one binding, then record
+    /// the kernel with them bound whole (see [`GpuBackend::dispatch`]).
+    fn launch(
+        &self,
+        op: &'static str,
+        key: PipelineKey,
+        [inputs, outputs]: [&[&T]; 2],
+        params: &[u32],
+        n_workgroups: usize,
+    ) -> Result<()> {
+        self.check_bindable(op, inputs)?;
+        self.check_bindable(op, outputs)?;
+        let ins: Vec<Bind<'_>> = inputs.iter().map(|t| Bind::whole(t)).collect();
+        let outs: Vec<Bind<'_>> = outputs.iter().map(|t| Bind::whole(t)).collect();
+        self.dispatch(key, &ins, &outs, params, n_workgroups)
+    }
+}
+
+pub(crate) use argmax::argmax;
+pub(crate) use attention::attention;
+pub(crate) use binary::{add, glu, mul};
+pub(crate) use get_rows::get_rows;
+pub(crate) use kshift::kshift;
+pub(crate) use mul_mat::mul_mat;
+pub(crate) use rms_norm::rms_norm;
+pub(crate) use rope::rope;
+pub(crate) use set_rows::set_rows;
+pub(crate) use softmax::softmax;
+pub(crate) use unary::{scale, unary};

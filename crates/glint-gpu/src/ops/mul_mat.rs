@@ -1,0 +1,45 @@
+//! `shaders/mul_mat.wgsl`: `out[n, m] = W[k, n] . x[k, m]` for every weight
+//! format; the weight is bound in windows of whole rows, one dispatch each.
+
+use glint_backend::{check, GgmlType, Result};
+
+use super::T;
+use crate::pipelines::PipelineKey;
+use crate::tensor::Bind;
+use crate::GpuBackend;
+
+/// `m` up to this takes the matvec path of `mul_mat`.
+const MATVEC_MAX_M: usize = 4;
+
+/// w: [k, n] any weight format; x: [k, m] f32; out: [n, m] f32.
+/// `matvec`: one workgroup per (row, column); `matmul`: 64x64 output tiles.
+pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
+    let op = "mul_mat";
+    let m = check::mul_mat(w, x, out)?;
+    let (k, n) = (w.desc.ne[0], w.desc.n_rows());
+    be.check_bindable(op, &[x, out])?;
+    let matvec = m <= MATVEC_MAX_M;
+    let entry = if matvec { "matvec" } else { "matmul" };
+    let key = PipelineKey::new("mul_mat.wgsl", entry, 2, 1)
+        .with_type(w.desc.ty)
+        .with_flags(be.flags(matvec, w.desc.ty == GgmlType::F16));
+    for win in be.windows(op, w)? {
+        let n_wg = if matvec {
+            win.n_rows * m
+        } else {
+            win.n_rows.div_ceil(64) * m.div_ceil(64)
+        };
+        let (row0, n_local) = (win.row0 as u32, win.n_rows as u32);
+        let params = [
+            k as u32,
+            n as u32,
+            m as u32,
+            row0,
+            n_local,
+            w.desc.row_bytes() as u32,
+        ];
+        let ins = [Bind::window(w, &win), Bind::whole(x)];
+        be.dispatch(key.clone(), &ins, &[Bind::whole(out)], &params, n_wg)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! WGSL sources and the tiny preprocessor that turns a file and a variant
+//! into one module's text.
+//!
+//! Every `.wgsl` file lives under the top-level `shaders/` folder and is
+//! compiled in with `include_str!`. Two preprocessor directives, applied
+//! before naga sees the text:
+//! - `#include "path.wgsl"` (paths relative to `shaders/`, each file
+//!   included once per module);
+//! - defines: whole-word token replacement of `NAME` by a value given by the
+//!   launcher (used for `TYPE_FILE`, the weight format's dequant file from
+//!   glint-quant's type table: `#include "TYPE_FILE"`);
+//! - `#ifdef FLAG` / `#ifndef FLAG` / `#else` / `#endif` on the flags of the
+//!   pipeline: the variants that use an optional device feature
+//!   ([`F16`]: `enable f16;` is prepended; [`SUBGROUPS`]).
+//!
+//! A module for a weight format also gets that format's block size and bytes
+//! per block from the type table, as WGSL constants (`BLOCK_SIZE`,
+//! `TYPE_SIZE`) ahead of the text: the dequant files hard-code no sizes.
+
+use std::collections::HashSet;
+
+use glint_backend::GgmlType;
+
+/// `(path, text)` of each file, embedded from the top-level `shaders/`.
+macro_rules! sources {
+    ($($path:literal),* $(,)?) => {
+        &[$(($path, include_str!(concat!("../../../shaders/", $path)))),*]
+    };
+}
+
+/// Every shader file, by its path under `shaders/`.
+const SOURCES: &[(&str, &str)] = sources![
+    "index.wgsl",
+    "common.wgsl",
+    "reduce.wgsl",
+    "binary.wgsl",
+    "unary.wgsl",
+    "rms_norm.wgsl",
+    "softmax.wgsl",
+    "argmax.wgsl",
+    "get_rows.wgsl",
+    "mul_mat.wgsl",
+    "rope_common.wgsl",
+    "rope.wgsl",
+    "kshift.wgsl",
+    "set_rows.wgsl",
+    "attention.wgsl",
+    "quant/common.wgsl",
+    "quant/block.wgsl",
+    "quant/f32.wgsl",
+    "quant/f16.wgsl",
+    "quant/bf16.wgsl",
+    "quant/q4_0.wgsl",
+    "quant/q4_1.wgsl",
+    "quant/q5_0.wgsl",
+    "quant/q5_1.wgsl",
+    "quant/q8_0.wgsl",
+    "quant/q2_k.wgsl",
+    "quant/q3_k.wgsl",
+    "quant/q4_k.wgsl",
+    "quant/q5_k.wgsl",
+    "quant/q6_k.wgsl",
+];
+
+/// The text of a module: `file` preprocessed for weight format `ty` (if it
+/// takes one) and `flags`, with `ty`'s sizes from the type table as
+/// constants after the `enable` directives.
+pub fn module_source(file: &str, ty: Option<GgmlType>, flags: &[&str]) -> Result<String, String> {
+    let Some(ty) = ty else {
+        return preprocess(file, &[], flags);
+    };
+    let info = ty.info();
+    let wgsl = info
+        .wgsl
+        .ok_or_else(|| format!("no kernel for {}", info.name))?;
+    let text = preprocess(file, &[("TYPE_FILE", wgsl)], flags)?;
+    let header = format!(
+        "// {}, from glint-quant's type table.\n\
+         const BLOCK_SIZE: u32 = {}u; // elements per block\n\
+         const TYPE_SIZE: u32 = {}u; // bytes per block\n",
+        info.name, info.block_size, info.type_size
+    );
+    // `enable` directives come before every declaration.
+    let enables = if flags.contains(&F16) {
+        ENABLE_F16.len()
+    } else {
+        0
+    };
+    Ok(format!("{}{header}{}", &text[..enables], &text[enables..]))
+}
+
+fn source(path: &str) -> Option<&'static str> {
+    SOURCES.iter().find(|(p, _)| *p == path).map(|(_, s)| *s)
+}
+
+/// Replace whole-word occurrences of each define's name by its value.
+fn apply_defines(text: &str, defines: &[(&str, &str)]) -> String {
+    let mut s = text.to_string();
+    for (name, value) in defines {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s.as_str();
+        while let Some(i) = rest.find(name) {
+            let before = rest[..i].chars().next_back();
+            let after = rest[i + name.len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            out.push_str(&rest[..i]);
+            if word(before) || word(after) {
+                out.push_str(name);
+            } else {
+                out.push_str(value);
+            }
+            rest = &rest[i + name.len()..];
+        }
+        out.push_str(rest);
+        s = out;
+    }
+    s
+}
+
+/// Expand `#include`s (each file once) and the conditional blocks
+/// `#ifdef NAME` / `#ifndef NAME` / `#else` / `#endif` (nestable; `NAME` is
+/// one of `flags`), applying the defines to every other line.
+pub fn preprocess(path: &str, defines: &[(&str, &str)], flags: &[&str]) -> Result<String, String> {
+    struct Pp<'a> {
+        defines: &'a [(&'a str, &'a str)],
+        flags: &'a [&'a str],
+        seen: HashSet<String>,
+        out: String,
+    }
+    fn expand(pp: &mut Pp<'_>, path: &str) -> Result<(), String> {
+        if !pp.seen.insert(path.to_string()) {
+            return Ok(());
+        }
+        let text = source(path).ok_or_else(|| format!("no shader file `{path}`"))?;
+        // One entry per open conditional: (this branch taken, the parent active).
+        let mut stack: Vec<(bool, bool)> = Vec::new();
+        let active = |st: &[(bool, bool)]| st.last().is_none_or(|&(t, parent)| t && parent);
+        for (no, line) in text.lines().enumerate() {
+            let t = line.trim();
+            let err = |what: &str| format!("{path}:{}: {what}", no + 1);
+            let cond = t
+                .strip_prefix("#ifdef ")
+                .map(|n| (n, true))
+                .or_else(|| t.strip_prefix("#ifndef ").map(|n| (n, false)));
+            if let Some((name, want)) = cond {
+                let parent = active(&stack);
+                stack.push((pp.flags.contains(&name.trim()) == want, parent));
+            } else if t == "#else" {
+                let top = stack
+                    .last_mut()
+                    .ok_or_else(|| err("#else without #ifdef"))?;
+                top.0 = !top.0;
+            } else if t == "#endif" {
+                stack.pop().ok_or_else(|| err("#endif without #ifdef"))?;
+            } else if !active(&stack) {
+                continue;
+            } else if let Some(rest) = t.strip_prefix("#include") {
+                let inc = apply_defines(rest.trim().trim_matches('"'), pp.defines);
+                expand(pp, &inc)?;
+            } else {
+                pp.out.push_str(&apply_defines(line, pp.defines));
+                pp.out.push('\n');
+            }
+        }
+        if !stack.is_empty() {
+            return Err(format!("{path}: #ifdef without #endif"));
+        }
+        Ok(())
+    }
+    let mut pp = Pp {
+        defines,
+        flags,
+        seen: HashSet::new(),
+        out: String::new(),
+    };
+    // `enable` directives come before every declaration.
+    if flags.contains(&F16) {
+        pp.out.push_str(ENABLE_F16);
+    }
+    expand(&mut pp, path)?;
+    Ok(pp.out)
+}
+
+/// Flag: the kernel reads F16 data as `f16` (`enable f16;` is prepended).
+pub const F16: &str = "SHADER_F16";
+const ENABLE_F16: &str = "enable f16;\n";
+/// Flag: the kernel's reductions use subgroup operations.
+pub const SUBGROUPS: &str = "USE_SUBGROUPS";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defines_replace_whole_words_only() {
+        let s = apply_defines("quant/TYPE.wgsl TYPES MY_TYPE TYPE", &[("TYPE", "q8_0")]);
+        assert_eq!(s, "quant/q8_0.wgsl TYPES MY_TYPE q8_0");
+    }
+
+    #[test]
+    fn includes_expand_once() {
+        let s = module_source("mul_mat.wgsl", Some(GgmlType::Q4_0), &[]).unwrap();
+        assert!(!s.contains("#include"));
+        assert_eq!(s.matches("fn byte_at").count(), 1);
+        assert!(s.contains("const TYPE_SIZE: u32 = 18u;"));
+        assert!(s.contains("const BLOCK_SIZE: u32 = 32u;"));
+    }
+
+    #[test]
+    fn flags_pick_the_variant() {
+        let plain = preprocess("attention.wgsl", &[], &[]).unwrap();
+        let both = preprocess("attention.wgsl", &[], &[F16, SUBGROUPS]).unwrap();
+        assert!(!plain.contains("k: array<f16>") && !plain.contains("enable f16"));
+        assert!(!plain.contains("subgroupMax(") && !plain.contains("@builtin(subgroup"));
+        assert!(plain.contains("k: array<u32>") && plain.contains("unpack2x16float"));
+        assert!(both.starts_with("enable f16;\n"));
+        assert!(both.contains("k: array<f16>") && !both.contains("k: array<u32>"));
+        assert!(both.contains("subgroupMax(") && both.contains("@builtin(subgroup_size)"));
+        assert!(!both.contains('#'), "a directive was left in");
+        let mv = module_source("mul_mat.wgsl", Some(GgmlType::F16), &[F16]).unwrap();
+        assert!(mv.starts_with("enable f16;\n// F16, from"));
+        assert!(mv.contains("W: array<f16>") && !mv.contains("fn u32_at"));
+    }
+
+    #[test]
+    fn every_file_preprocesses_under_every_flag_set() {
+        for (path, _) in SOURCES {
+            for flags in [&[][..], &[F16], &[SUBGROUPS], &[F16, SUBGROUPS]] {
+                let s = module_source(path, Some(GgmlType::F16), flags)
+                    .unwrap_or_else(|e| panic!("{path} {flags:?}: {e}"));
+                assert!(!s.contains("#if") && !s.contains("#e"), "{path} {flags:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_weight_format_has_a_shader_file() {
+        let mut n = 0;
+        for info in glint_quant::TYPES {
+            let Some(file) = info.wgsl else {
+                continue;
+            };
+            assert!(
+                source(file).is_some(),
+                "{}: no {file} in SOURCES",
+                info.name
+            );
+            for kernel in ["mul_mat.wgsl", "get_rows.wgsl"] {
+                let s = module_source(kernel, Some(info.ty), &[]).unwrap();
+                assert!(
+                    s.contains("fn dequant4(") && s.contains("fn dequant1("),
+                    "{}",
+                    info.name
+                );
+            }
+            n += 1;
+        }
+        // Every quant/ file but the two of shared helpers belongs to a row.
+        let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
+        assert_eq!(files.count(), n + 2);
+        assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
+    }
+}

@@ -1,0 +1,216 @@
+//! Buffers and tensors: a [`GpuTensor`] is a storage buffer (size padded to
+//! 4 bytes) and its shape; big ones are bound as windows of whole rows.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use glint_backend::{BackendError, Result, Tensor, TensorDesc, Usage};
+
+use crate::GpuBackend;
+
+/// A tensor on the device: a buffer (size padded to 4 bytes) and its shape.
+pub struct GpuTensor {
+    pub(crate) buf: wgpu::Buffer,
+    pub(crate) desc: TensorDesc,
+    counters: Arc<Counters>,
+    /// Bytes of `buf` this tensor may bind (a view sees a prefix).
+    pub(crate) size: u64,
+    /// Whether this handle owns the buffer for the memory report (views don't).
+    counted: bool,
+}
+
+impl Tensor for GpuTensor {
+    fn desc(&self) -> &TensorDesc {
+        &self.desc
+    }
+}
+
+impl Drop for GpuTensor {
+    fn drop(&mut self) {
+        if self.counted {
+            self.counters
+                .of(self.desc.usage)
+                .fetch_sub(self.buf.size() as usize, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Bytes held, by usage (owning handles only).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) weights: AtomicUsize,
+    pub(crate) kv_cache: AtomicUsize,
+    pub(crate) scratch: AtomicUsize,
+}
+
+impl Counters {
+    fn of(&self, u: Usage) -> &AtomicUsize {
+        match u {
+            Usage::Weights => &self.weights,
+            Usage::KvCache => &self.kv_cache,
+            Usage::Scratch => &self.scratch,
+        }
+    }
+}
+
+/// One buffer binding: the whole buffer or a window of it.
+pub(crate) struct Bind<'a> {
+    pub(crate) buf: &'a wgpu::Buffer,
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
+}
+
+impl<'a> Bind<'a> {
+    pub(crate) fn whole(t: &'a GpuTensor) -> Self {
+        Bind {
+            buf: &t.buf,
+            offset: 0,
+            size: t.size,
+        }
+    }
+
+    /// The rows of `t` that `win` covers.
+    pub(crate) fn window(t: &'a GpuTensor, win: &Window) -> Self {
+        Bind {
+            buf: &t.buf,
+            offset: win.offset,
+            size: win.size,
+        }
+    }
+}
+
+/// A window of whole rows of a tensor: rows `row0 .. row0 + n_rows`.
+pub(crate) struct Window {
+    pub(crate) row0: usize,
+    pub(crate) n_rows: usize,
+    offset: u64,
+    size: u64,
+}
+
+pub(crate) fn pad4(n: u64) -> u64 {
+    n.div_ceil(4) * 4
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl GpuBackend {
+    fn max_binding(&self) -> u64 {
+        // Window sizes stay below 2 GiB so byte offsets fit a u32 in WGSL.
+        let max = self.ctx.limits.max_storage_buffer_binding_size.min(1 << 31);
+        self.max_binding_bytes.map_or(max, |m| m.min(max))
+    }
+
+    /// Split `t` into windows of whole rows, each under the binding limit and
+    /// starting at an offset aligned to `min_storage_buffer_offset_alignment`.
+    pub(crate) fn windows(&self, op: &'static str, t: &GpuTensor) -> Result<Vec<Window>> {
+        let row_bytes = t.desc.row_bytes() as u64;
+        let n_rows = t.desc.n_rows();
+        let max = self.max_binding();
+        if t.size <= max || row_bytes == 0 {
+            return Ok(vec![Window {
+                row0: 0,
+                n_rows,
+                offset: 0,
+                size: t.size,
+            }]);
+        }
+        let align = self.ctx.limits.min_storage_buffer_offset_alignment.max(4) as u64;
+        // row0 must be a multiple of `step` for row0 * row_bytes to be aligned.
+        let step = align / gcd(row_bytes, align);
+        let per = ((max - 4) / row_bytes) / step * step;
+        if per == 0 {
+            return Err(BackendError::Device(format!(
+                "{op}: a row of `{}` ({row_bytes} bytes) does not fit a binding of {max} bytes",
+                t.desc.label
+            )));
+        }
+        let mut out = Vec::new();
+        let mut row0 = 0usize;
+        while row0 < n_rows {
+            let n = (per as usize).min(n_rows - row0);
+            let offset = row0 as u64 * row_bytes;
+            out.push(Window {
+                row0,
+                n_rows: n,
+                offset,
+                size: pad4(n as u64 * row_bytes),
+            });
+            row0 += n;
+        }
+        Ok(out)
+    }
+
+    /// Every one of `ts` fits one binding (the tensors ops bind whole).
+    pub(crate) fn check_bindable(&self, op: &'static str, ts: &[&GpuTensor]) -> Result<()> {
+        let max = self.ctx.limits.max_storage_buffer_binding_size;
+        for t in ts {
+            if t.size > max {
+                return Err(BackendError::Device(format!(
+                    "{op}: `{}` is {} bytes, over the binding limit of {} bytes",
+                    t.desc.label, t.size, max
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn new_tensor(&self, desc: TensorDesc) -> Result<GpuTensor> {
+        let bytes = desc
+            .ty
+            .bytes_for(desc.ne[0] as u64)
+            .and_then(|r| r.checked_mul(desc.n_rows() as u64))
+            .ok_or_else(|| BackendError::Shape {
+                op: "alloc",
+                detail: format!(
+                    "`{}`: {:?} is not whole blocks of {}",
+                    desc.label,
+                    desc.ne,
+                    desc.ty.name()
+                ),
+            })?;
+        let size = pad4(bytes.max(4));
+        if size > self.ctx.limits.max_buffer_size {
+            return Err(BackendError::Device(format!(
+                "alloc `{}`: {size} bytes over the device's max buffer size {}",
+                desc.label, self.ctx.limits.max_buffer_size
+            )));
+        }
+        let buf = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(&desc.label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.ctx.take_error()?;
+        self.counters
+            .of(desc.usage)
+            .fetch_add(size as usize, Ordering::Relaxed);
+        Ok(GpuTensor {
+            buf,
+            desc,
+            counters: self.counters.clone(),
+            size,
+            counted: true,
+        })
+    }
+
+    /// A handle on `t`'s buffer with shape `ne` (a reshape or a prefix).
+    pub(crate) fn view_of(&self, t: &GpuTensor, ne: [usize; 4]) -> Result<GpuTensor> {
+        let desc = glint_backend::check::view(&t.desc, ne)?;
+        Ok(GpuTensor {
+            buf: t.buf.clone(),
+            size: pad4(desc.n_bytes() as u64).min(t.size),
+            desc,
+            counters: Arc::clone(&t.counters),
+            counted: false,
+        })
+    }
+}
