@@ -306,7 +306,7 @@ impl Heads<'_> {
 #[allow(unsafe_code)]
 mod wide {
     use super::*;
-    use crate::qdot::simd::kernels::hsum_f32;
+    use crate::qdot::shared::hsum_f32;
     use std::arch::x86_64::*;
 
     /// Task `ig`: the `per_task` query heads from `(ig % tasks_per_token) *
