@@ -17,11 +17,37 @@ pub(super) fn q4_k_cols_vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
     q4_k_cols_with(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
 }
 
+/// [`q4_k_cols_vnni`] with the lane model of `vpdpwssd` (AVX2 only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_cols_model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    q4_k_cols_with(x, ys, dpwssd_model)
+}
+
 /// [`q6_k_cols`](super::avx2::q6_k_cols) with `vpdpwssd` (see [`q4_k_cols_vnni`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn q6_k_cols_vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
     q6_k_cols_with(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
+}
+
+/// [`q6_k_cols_vnni`] with the lane model of `vpdpwssd` (AVX2 only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_cols_model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    q6_k_cols_with(x, ys, dpwssd_model)
+}
+
+/// [`emulated::dpwssd`] on vectors: `vpdpwssd` without VNNI.
+fn dpwssd_model(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    use bytemuck::cast;
+    cast(emulated::dpwssd(cast(acc), cast(a), cast(b)))
+}
+
+/// [`emulated::dpbusd`] on vectors: `vpdpbusd` without VNNI.
+fn dpbusd_model(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    use bytemuck::cast;
+    cast(emulated::dpbusd(cast(acc), cast(u), cast(s)))
 }
 
 // ---- AVX-512 VNNI prefill tiles (see `fast_tile`) ----
@@ -39,11 +65,31 @@ fn tile_params(ty: GgmlType) -> (u8, usize, bool) {
     }
 }
 
-/// One activation column into [`TILE_BLOCK`]-byte blocks: levels,
-/// `init = -off * lane sums of the levels`, `dy`, `sy` (Q8_1 only).
+/// One activation column into [`TILE_BLOCK`]-byte blocks (for `vpdpbusd`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn prepare(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    prepare_with(ty, act, out, |acc, u, s| _mm256_dpbusd_epi32(acc, u, s))
+}
+
+/// [`prepare`] with the lane model of `vpdpbusd` (AVX2 only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn prepare_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    prepare_with(ty, act, out, dpbusd_model)
+}
+
+/// One activation column into [`TILE_BLOCK`]-byte blocks: levels,
+/// `init = -off * lane sums of the levels`, `dy`, `sy` (Q8_1 only);
+/// `dpbusd(acc, u, s)` is `vpdpbusd` or its model.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prepare_with(
+    ty: GgmlType,
+    act: &[u8],
+    out: &mut [u8],
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) {
     let (off, y_at, min) = tile_params(ty);
     let y_size = y_at + 32;
     let offv = _mm256_set1_epi8(off as i8);
@@ -52,7 +98,7 @@ pub(super) fn prepare(ty: GgmlType, act: &[u8], out: &mut [u8]) {
         .zip(out.chunks_exact_mut(TILE_BLOCK))
     {
         let y = load32(yb, y_at);
-        let lane_sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), offv, y);
+        let lane_sums = dpbusd(_mm256_setzero_si256(), offv, y);
         let init = _mm256_sub_epi32(_mm256_setzero_si256(), lane_sums);
         let ob: &mut [u8; TILE_BLOCK] = (&mut ob[..]).try_into().expect("72 bytes");
         ob[..32].copy_from_slice(&yb[y_at..y_at + 32]);
@@ -87,15 +133,19 @@ fn _mm256_extract_epi32_dyn(v: __m256i, l: usize) -> i32 {
 
 /// The tile loop: `levels(block)` gives a weight block's unsigned
 /// levels (`x + off`); `x_size` bytes a weight block; with `min`,
-/// the weight's `m` (f16 at bytes 2..4) meets the column's `sy`.
+/// the weight's `m` (f16 at bytes 2..4) meets the column's `sy`;
+/// `dpbusd(acc, u, s)` is `vpdpbusd` or its model. Compiled for AVX2 so
+/// the model's kernels run without VNNI; inlined into the VNNI kernels, it
+/// is compiled with their features.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn tile(
     xs: [&[u8]; TILE],
     ys: [&[u8]; TILE],
     x_size: usize,
     min: bool,
     levels: impl Fn(&[u8]) -> __m256i,
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
 ) -> [[f32; TILE]; TILE] {
     // No closures or `array::from_fn` in here: they would not inherit
     // the target features, stay out of line and spill the tile.
@@ -122,7 +172,7 @@ fn tile(
             let dy = _mm256_set1_ps(f32_at(yb, 64));
             let sy = f32_at(yb, 68);
             for r in 0..TILE {
-                let l = _mm256_dpbusd_epi32(init, xu[r], y);
+                let l = dpbusd(init, xu[r], y);
                 let d = _mm256_mul_ps(dx[r], dy);
                 acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), acc[r][c]);
                 if min {
@@ -140,39 +190,30 @@ fn tile(
     out
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) fn q4_0_tile(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
-    tile(xs, ys, Q4_0, false, |xb| nibbles(xb, 2))
+/// Each tile kernel twice: `$vnni` with `vpdpbusd`, `$model` with its lane
+/// model (AVX2 only, for the tests); `$levels` gives a weight block's
+/// levels made unsigned (`x + off`, see [`tile_params`]).
+macro_rules! tile_kernels {
+    ($($vnni:ident, $model:ident: $x_size:expr, $min:expr, |$xb:ident| $levels:expr;)*) => {$(
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $vnni(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+            let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
+            tile(xs, ys, $x_size, $min, |$xb: &[u8]| $levels, dpbusd)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $model(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+            tile(xs, ys, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
+        }
+    )*};
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) fn q5_0_tile(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
-    tile(xs, ys, Q5_0, false, |xb| {
-        _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2))
-    })
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) fn q8_0_tile(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
-    let flip = _mm256_set1_epi8(-128);
-    tile(xs, ys, Q8_0, false, |xb| {
-        _mm256_xor_si256(load32(xb, 2), flip)
-    })
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) fn q4_1_tile(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
-    tile(xs, ys, Q4_1, true, |xb| nibbles(xb, 4))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) fn q5_1_tile(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
-    tile(xs, ys, Q5_1, true, |xb| {
-        _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4))
-    })
+tile_kernels! {
+    q4_0_tile, q4_0_tile_model: Q4_0, false, |xb| nibbles(xb, 2);
+    q4_1_tile, q4_1_tile_model: Q4_1, true, |xb| nibbles(xb, 4);
+    q5_0_tile, q5_0_tile_model: Q5_0, false, |xb| _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
+    q5_1_tile, q5_1_tile_model: Q5_1, true, |xb| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+    q8_0_tile, q8_0_tile_model: Q8_0, false, |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128));
 }

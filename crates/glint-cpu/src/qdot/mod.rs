@@ -22,6 +22,7 @@
 //! | `shared.rs` | x86_64: vector helpers both tiers use (loads, nibbles, sums) |
 //! | `avx2.rs` | the AVX2 (+FMA, F16C) kernels: one column and [`COLS`] columns |
 //! | `avx512.rs` | the AVX-512 VNNI kernels: prefill tiles, `vpdpwssd` K-quants |
+//! | `emulated.rs` | the VNNI tier on any AVX2 cpu: its instructions modelled |
 //!
 //! Callers guarantee that `x` and `y` hold the same number of whole blocks
 //! (`mul_mat_ggml` checks the row lengths once per call). A short row is
@@ -189,6 +190,7 @@ const Q5_K: usize = 176; // d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u
 const Q6_K: usize = 210; // ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16
 const Q8_K: usize = 292; // d: f32, qs: [i8; 256], bsums: [i16; 16]
 
+pub mod emulated;
 pub mod plain;
 
 #[cfg(target_arch = "x86_64")]
