@@ -134,15 +134,14 @@ fn avx2_kernels_match_ggml_reference() {
 fn cpu_tiers() -> (bool, bool) {
     #[cfg(target_arch = "x86_64")]
     {
-        let avx2 = std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c");
-        let vnni = avx2
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512vnni");
-        (avx2, vnni)
+        macro_rules! all {
+            ($($f:tt),*) => { $(std::is_x86_feature_detected!($f))&&* };
+        }
+        let avx2 = all!("avx2", "fma", "f16c");
+        (
+            avx2,
+            avx2 && all!("avx512f", "avx512bw", "avx512vl", "avx512vnni"),
+        )
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -192,8 +192,6 @@ pub(super) fn q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m30 = _mm256_set1_epi8(0x30);
     let thirty_two = _mm256_set1_epi8(32);
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.chunks_exact(Q6_K).zip(y.chunks_exact(Q8_K)) {
@@ -201,27 +199,7 @@ pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
         let scales: &[u8; 16] = arr(xb, 192);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
-            let (qa, qb) = (load32(xb, 64 * h), load32(xb, 64 * h + 32));
-            let qh = load32(xb, 128 + 32 * h);
-            // the 6-bit levels (0..64) of elements 128h + 32s + l
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(qa, m4),
-                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(qb, m4),
-                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                    _mm256_and_si256(qh, m30),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
-                ),
-            ];
+            let q = q6_levels(xb, h);
             for (s, &qs) in q.iter().enumerate() {
                 let y8 = load32(yb, 4 + 128 * h + 32 * s);
                 // (q - 32) * y in i16 pairs, exact
@@ -229,11 +207,8 @@ pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
                     _mm256_maddubs_epi16(qs, y8),
                     _mm256_maddubs_epi16(thirty_two, y8),
                 );
-                let g = 8 * h + 2 * s; // the two 16-element groups
-                let sc = _mm256_set_m128i(
-                    _mm_set1_epi16(scales[g + 1] as i8 as i16),
-                    _mm_set1_epi16(scales[g] as i8 as i16),
-                );
+                // the two 16-element groups 8h + 2s, 8h + 2s + 1
+                let sc = q6_scales(scales, 8 * h + 2 * s);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
             }
         }
@@ -315,11 +290,7 @@ pub(super) fn q4_k_cols_with(
     let mut sumf = [0.0f32; COLS];
     for (b, xb) in x.chunks_exact(Q4_K).enumerate() {
         prefetch(xb);
-        // (a loop, not `array::from_fn`: its closure would stay out of line)
-        let mut yb: [&[u8]; COLS] = [&[]; COLS];
-        for c in 0..COLS {
-            yb[c] = &ys[c][b * Q8_K..(b + 1) * Q8_K];
-        }
+        let yb = col_blocks(ys, b, Q8_K);
         let (sc, mins) = k4_scales_mins(xb);
         let mut sumi = [_mm256_setzero_si256(); COLS];
         for h in 0..4 {
@@ -414,11 +385,7 @@ pub(super) fn q6_k_cols_with(
     let mut acc = [_mm256_setzero_ps(); COLS];
     for (b, xb) in x.chunks_exact(Q6_K).enumerate() {
         prefetch(xb);
-        // (a loop, not `array::from_fn`: its closure would stay out of line)
-        let mut yb: [&[u8]; COLS] = [&[]; COLS];
-        for c in 0..COLS {
-            yb[c] = &ys[c][b * Q8_K..(b + 1) * Q8_K];
-        }
+        let yb = col_blocks(ys, b, Q8_K);
         let scales: &[u8; 16] = arr(xb, 192);
         // sc16: the 16 scales as i16, to meet the 16 bsums.
         let sc16 = _mm256_cvtepi8_epi16(load16(xb, 192));
@@ -447,6 +414,17 @@ pub(super) fn q6_k_cols_with(
         out[c] = hsum_f32(acc[c]);
     }
     out
+}
+
+/// Block `b` (`size` bytes) of each activation column.
+#[inline(always)]
+fn col_blocks(ys: [&[u8]; COLS], b: usize, size: usize) -> [&[u8]; COLS] {
+    // (a loop, not `array::from_fn`: its closure would stay out of line)
+    let mut yb: [&[u8]; COLS] = [&[]; COLS];
+    for c in 0..COLS {
+        yb[c] = &ys[c][b * size..(b + 1) * size];
+    }
+    yb
 }
 
 /// A hint to fetch the weights [`PREFETCH`] bytes past `xb` (never

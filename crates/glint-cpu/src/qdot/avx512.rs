@@ -8,34 +8,30 @@ use super::shared::*;
 use super::*;
 use std::arch::x86_64::*;
 
-/// [`q4_k_cols`](super::avx2::q4_k_cols) with `vpdpwssd` for each multiply-add of i16
-/// pairs into i32 lanes (one instruction for `madd` + `add`; the
-/// same exact integers).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) fn q4_k_cols_vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
-    q4_k_cols_with(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
+/// The K-quant multi-column kernels ([`q4_k_cols`](super::avx2::q4_k_cols),
+/// [`q6_k_cols`](super::avx2::q6_k_cols)) with `vpdpwssd` for each
+/// multiply-add of i16 pairs into i32 lanes (one instruction for `madd` +
+/// `add`; the same exact integers), each twice: `$vnni` with the
+/// instruction, `$model` with its lane model (AVX2 only, for the tests).
+macro_rules! dpwssd_kernels {
+    ($($vnni:ident, $model:ident = $body:ident;)*) => {$(
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            $body(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            $body(x, ys, dpwssd_model)
+        }
+    )*};
 }
 
-/// [`q4_k_cols_vnni`] with the lane model of `vpdpwssd` (AVX2 only).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_k_cols_model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
-    q4_k_cols_with(x, ys, dpwssd_model)
-}
-
-/// [`q6_k_cols`](super::avx2::q6_k_cols) with `vpdpwssd` (see [`q4_k_cols_vnni`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) fn q6_k_cols_vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
-    q6_k_cols_with(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
-}
-
-/// [`q6_k_cols_vnni`] with the lane model of `vpdpwssd` (AVX2 only).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q6_k_cols_model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
-    q6_k_cols_with(x, ys, dpwssd_model)
+dpwssd_kernels! {
+    q4_k_cols_vnni, q4_k_cols_model = q4_k_cols_with;
+    q6_k_cols_vnni, q6_k_cols_model = q6_k_cols_with;
 }
 
 /// [`emulated::dpwssd`] on vectors: `vpdpwssd` without VNNI.

@@ -37,41 +37,21 @@ pub fn dpwssd(acc: [i32; 8], a: [i16; 16], b: [i16; 16]) -> [i32; 8] {
 /// with `vpdpbusd` replaced by [`dpbusd`]; `None` where the cpu lacks AVX2
 /// or the type has no tile kernel.
 pub fn tile(ty: GgmlType) -> Option<TileFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::simd::has_avx2() {
-            return super::simd::tile_model(ty);
-        }
-    }
-    let _ = ty;
-    None
+    super::simd::tile_model(ty)
 }
 
 /// [`super::prepare_tile_col`] with `vpdpbusd` replaced by [`dpbusd`]:
 /// the columns [`tile`]'s kernels read. Does nothing where [`tile`] gives
 /// no kernel for `ty`.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::simd::has_avx2() && super::simd::tile_model(ty).is_some() {
-            super::simd::prepare_model(ty, act, out);
-        }
-    }
-    let _ = (ty, act, out);
+    super::simd::prepare_model(ty, act, out)
 }
 
 /// The multi-column kernel of `ty` that [`super::fast_dot_cols`] gives on a
 /// VNNI cpu, with `vpdpwssd` replaced by [`dpwssd`] (Q4_K, Q6_K; the other
 /// types use the AVX2 kernels on that tier too); `None` without AVX2.
 pub fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::simd::has_avx2() {
-            return super::simd::dot_cols_model(ty);
-        }
-    }
-    let _ = ty;
-    None
+    super::simd::dot_cols_model(ty)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //! | `mod.rs` | the public entry points: which kernel a type gets on this cpu |
 //! | `plain.rs` | the plain twins, portable, bit-exact with ggml's reference |
 //! | `simd.rs` | x86_64: run-time detection of each tier, the safe entries |
+//! | `no_simd.rs` | `simd.rs` elsewhere: no tier, no kernel |
 //! | `shared.rs` | x86_64: vector helpers both tiers use (loads, nibbles, sums) |
 //! | `avx2.rs` | the AVX2 (+FMA, F16C) kernels: one column and [`COLS`] columns |
 //! | `avx512.rs` | the AVX-512 VNNI kernels: prefill tiles, `vpdpwssd` K-quants |
@@ -48,28 +49,14 @@ pub const COLS: usize = 4;
 /// The multi-column kernel for `ty` on this cpu, or `None`: use [`fast_dot`]
 /// once per column.
 pub fn fast_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if simd::has_avx2() {
-            return simd::dot_cols(ty);
-        }
-    }
-    let _ = ty;
-    None
+    simd::dot_cols(ty)
 }
 
 /// The AVX2-only multi-column kernels (no VNNI), or `None` where the cpu
 /// lacks AVX2: what [`fast_dot_cols`] gives on AVX2 cpus without AVX-512
 /// VNNI (the tests hold the two equal).
 pub fn avx2_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if simd::has_avx2() {
-            return simd::dot_cols_avx2(ty);
-        }
-    }
-    let _ = ty;
-    None
+    simd::dot_cols_avx2(ty)
 }
 
 /// Weight rows and activation columns of one [`TileFn`] call.
@@ -93,14 +80,7 @@ pub type TileFn = fn([&[u8]; TILE], [&[u8]; TILE]) -> [[f32; TILE]; TILE];
 /// lane ends at exactly the `sum(x * y)` of the AVX2 kernels' `maddubs` +
 /// `madd`, and the float steps after it are theirs.
 pub fn fast_tile(ty: GgmlType) -> Option<TileFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if simd::has_vnni() {
-            return simd::tile(ty);
-        }
-    }
-    let _ = ty;
-    None
+    simd::tile(ty)
 }
 
 /// One activation column (Q8_0 blocks for Q4_0/Q5_0/Q8_0 weights, Q8_1 for
@@ -108,25 +88,12 @@ pub fn fast_tile(ty: GgmlType) -> Option<TileFn> {
 /// [`TILE_BLOCK`] bytes per block. Only call it where [`fast_tile`] gave a
 /// kernel for `ty`; it does nothing otherwise.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if simd::has_vnni() && simd::tile(ty).is_some() {
-            simd::prepare(ty, act, out);
-        }
-    }
-    let _ = (ty, act, out);
+    simd::prepare(ty, act, out)
 }
 
 /// Whether this cpu has AVX2, FMA and F16C (detected once).
 pub(crate) fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        simd::has_avx2()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    simd::has_avx2()
 }
 
 /// The fastest dot for `ty` on this cpu, or `None`: use `glint_quant::vec_dot`.
@@ -152,14 +119,7 @@ pub fn plain_dot(ty: GgmlType) -> Option<DotFn> {
 
 /// The AVX2 kernels, or `None` where the cpu lacks AVX2, FMA or F16C (or is not x86_64).
 pub fn avx2_dot(ty: GgmlType) -> Option<DotFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if simd::has_avx2() {
-            return simd::dot(ty);
-        }
-    }
-    let _ = ty;
-    None
+    simd::dot(ty)
 }
 
 #[inline(always)]
@@ -199,5 +159,5 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod shared;
-#[cfg(target_arch = "x86_64")]
+#[cfg_attr(not(target_arch = "x86_64"), path = "no_simd.rs")]
 mod simd;

@@ -3,8 +3,8 @@
 //! code that does not itself have the features.
 //!
 //! Every entry is handed out only by a table below (`dot`, `dot_cols`,
-//! `tile`, ...), and each table is called only after the detection of its
-//! tier said yes (its doc line names which).
+//! `tile`, ...), and each table hands one out only after the detection of
+//! its tier said yes.
 
 #![allow(unsafe_code)]
 
@@ -45,9 +45,9 @@ macro_rules! entries {
             fn tf($($arg: $t),*) $(-> $ret)? {
                 $body($($arg),*)
             }
-            // SAFETY: `$name` is private to this file, where it is used
-            // only by the functions below, each called only after the
-            // detection of the tier of `$features` said yes.
+            // SAFETY: `$name` is private to this file, where only the
+            // tables below hand it out, each through `kernels` with the
+            // detection of the tier of `$features`.
             unsafe { tf($($arg),*) }
         }
     };
@@ -105,92 +105,95 @@ entries!("avx2,fma,f16c", [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] {
     prepare_model_avx2 = avx512::prepare_model;
 });
 
-/// Only called after [`has_avx2`] said yes.
+/// `None` unless [`has_avx2`].
+/// One type's kernels on the x86 tiers.
+struct Kernels {
+    ty: GgmlType,
+    /// AVX2: one column, and [`COLS`] columns.
+    dot: DotFn,
+    cols: Option<DotColsFn>,
+    /// AVX-512 VNNI, where it has its own: `cols` with `vpdpwssd`, and
+    /// the prefill tile; each with its instruction's lane model (AVX2 only).
+    cols_vnni: Option<(DotColsFn, DotColsFn)>,
+    tile: Option<(TileFn, TileFn)>,
+}
+
+/// Every type with an x86 kernel, one row each.
+#[rustfmt::skip]
+const KERNELS: [Kernels; 8] = [
+    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(q4_0_cols), cols_vnni: None,
+              tile: Some((q4_0_tile, q4_0_tile_model)) },
+    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(q4_1_cols), cols_vnni: None,
+              tile: Some((q4_1_tile, q4_1_tile_model)) },
+    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(q5_0_cols), cols_vnni: None,
+              tile: Some((q5_0_tile, q5_0_tile_model)) },
+    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(q5_1_cols), cols_vnni: None,
+              tile: Some((q5_1_tile, q5_1_tile_model)) },
+    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(q8_0_cols), cols_vnni: None,
+              tile: Some((q8_0_tile, q8_0_tile_model)) },
+    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(q4_k_cols),
+              cols_vnni: Some((q4_k_cols_vnni, q4_k_cols_model)), tile: None },
+    Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None },
+    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(q6_k_cols),
+              cols_vnni: Some((q6_k_cols_vnni, q6_k_cols_model)), tile: None },
+];
+
+/// `ty`'s row of [`KERNELS`] where this cpu has `tier` (the AVX2 tier
+/// or the VNNI tier), else `None`: the one gate every table below takes.
+fn kernels(ty: GgmlType, tier: fn() -> bool) -> Option<&'static Kernels> {
+    KERNELS.iter().find(|k| k.ty == ty).filter(|_| tier())
+}
+
+/// The AVX2 one-column kernels; `None` unless [`has_avx2`].
 pub(super) fn dot(ty: GgmlType) -> Option<DotFn> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_0 => q4_0_q8_0,
-        T::Q4_1 => q4_1_q8_1,
-        T::Q5_0 => q5_0_q8_0,
-        T::Q5_1 => q5_1_q8_1,
-        T::Q8_0 => q8_0_q8_0,
-        T::Q4_K => q4_k_q8_k,
-        T::Q5_K => q5_k_q8_k,
-        T::Q6_K => q6_k_q8_k,
-        _ => return None,
-    })
+    kernels(ty, has_avx2).map(|k| k.dot)
 }
 
-/// Only called after [`has_avx2`] said yes.
+/// The multi-column kernels (VNNI ones where [`has_vnni`]); `None`
+/// unless [`has_avx2`].
 pub(super) fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_K if has_vnni() => q4_k_cols_vnni,
-        T::Q6_K if has_vnni() => q6_k_cols_vnni,
-        _ => return dot_cols_avx2(ty),
-    })
+    match kernels(ty, has_vnni).and_then(|k| k.cols_vnni) {
+        Some((vnni, _)) => Some(vnni),
+        None => dot_cols_avx2(ty),
+    }
 }
 
-/// Only called after [`has_avx2`] said yes.
+/// The AVX2 multi-column kernels; `None` unless [`has_avx2`].
 pub(super) fn dot_cols_avx2(ty: GgmlType) -> Option<DotColsFn> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_0 => q4_0_cols,
-        T::Q4_1 => q4_1_cols,
-        T::Q5_0 => q5_0_cols,
-        T::Q5_1 => q5_1_cols,
-        T::Q8_0 => q8_0_cols,
-        T::Q4_K => q4_k_cols,
-        T::Q6_K => q6_k_cols,
-        _ => return None,
-    })
+    kernels(ty, has_avx2).and_then(|k| k.cols)
 }
 
 /// [`dot_cols`] of a VNNI cpu with `vpdpwssd` modelled (AVX2 only).
-/// Only called after [`has_avx2`] said yes.
 pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotColsFn> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_K => q4_k_cols_model,
-        T::Q6_K => q6_k_cols_model,
-        _ => return dot_cols_avx2(ty),
-    })
+    let k = kernels(ty, has_avx2)?;
+    k.cols_vnni.map(|(_, model)| model).or(k.cols)
 }
 
-/// Only called after [`has_vnni`] said yes.
+/// The tile kernels; `None` unless [`has_vnni`].
 pub(super) fn tile(ty: GgmlType) -> Option<TileFn> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_0 => q4_0_tile,
-        T::Q4_1 => q4_1_tile,
-        T::Q5_0 => q5_0_tile,
-        T::Q5_1 => q5_1_tile,
-        T::Q8_0 => q8_0_tile,
-        _ => return None,
-    })
+    kernels(ty, has_vnni)
+        .and_then(|k| k.tile)
+        .map(|(vnni, _)| vnni)
 }
 
 /// [`tile`] with `vpdpbusd` modelled (AVX2 only).
-/// Only called after [`has_avx2`] said yes.
 pub(super) fn tile_model(ty: GgmlType) -> Option<TileFn> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_0 => q4_0_tile_model,
-        T::Q4_1 => q4_1_tile_model,
-        T::Q5_0 => q5_0_tile_model,
-        T::Q5_1 => q5_1_tile_model,
-        T::Q8_0 => q8_0_tile_model,
-        _ => return None,
-    })
+    kernels(ty, has_avx2)
+        .and_then(|k| k.tile)
+        .map(|(_, model)| model)
 }
 
-/// Only called after [`has_vnni`] said yes.
+/// Does nothing unless [`tile`] has a kernel for `ty`.
 pub(super) fn prepare(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    prepare_vnni(ty, act, out)
+    if tile(ty).is_some() {
+        prepare_vnni(ty, act, out)
+    }
 }
 
 /// [`prepare`] with `vpdpbusd` modelled (AVX2 only).
-/// Only called after [`has_avx2`] said yes.
+/// Does nothing unless [`tile_model`] has a kernel for `ty`.
 pub(super) fn prepare_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    prepare_model_avx2(ty, act, out)
+    if tile_model(ty).is_some() {
+        prepare_model_avx2(ty, act, out)
+    }
 }
