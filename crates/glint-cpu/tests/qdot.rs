@@ -224,11 +224,14 @@ fn fast_dot_covers_exactly_the_fast_types() {
 }
 
 /// `mul_mat_ggml` with each kernel set against the reference loops, on the
-/// decode (m <= 8) and tiled prefill (m > 8) paths, with row counts that
-/// leave partial tasks and tiles: the plain kernels bit for bit, the fast
+/// decode (m = 1), few-column and column-block prefill (`m_prefill`) paths,
+/// with row counts that leave partial tasks and tiles: the plain kernels bit for bit, the fast
 /// ones within their tolerance (relative to sum |w| |x|).
 #[test]
 fn mul_mat_ggml_fast_and_plain_match_reference() {
+    // Enough columns for the column-block prefill path (and its tiles) on
+    // this pool, with an odd block and columns left over at the end.
+    let m_prefill = 2 * 16 * rayon::current_num_threads() + 7;
     let mut rng = Rng(77);
     let mut n_checked = 0;
     for ty in FAST {
@@ -243,7 +246,7 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
                     .unwrap();
                 dst.iter_mut().for_each(|v| *v = v.abs());
             }
-            for m in [1, 3, 8, 9, 40] {
+            for m in [1, 3, 8, 9, 40, m_prefill] {
                 let x = rng.vec(k * m);
                 let run = |kern| {
                     let mut out = vec![0f32; n * m];
@@ -278,7 +281,7 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
     }
     assert_eq!(
         n_checked,
-        FAST.len() * 2 * (1 + 37 + 203) * (1 + 3 + 8 + 9 + 40)
+        FAST.len() * 2 * (1 + 37 + 203) * (1 + 3 + 8 + 9 + 40 + m_prefill)
     );
 }
 
