@@ -376,18 +376,36 @@ fn check_tile(
     (all_prep, n)
 }
 
+/// [`check_tile`] for every tile type, the kernels from `tile_of`; the
+/// prepared columns of each type.
+fn check_tiles(
+    what: &str,
+    tile_of: fn(GgmlType) -> Option<qdot::TileFn>,
+    prepare: fn(GgmlType, &[u8], &mut [u8]),
+) -> Vec<Vec<Vec<u8>>> {
+    let mut n = 0;
+    let mut preps = Vec::new();
+    for ty in TILE_TYPES {
+        let tile = tile_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no tile kernel"));
+        let (prep, m) = check_tile(what, ty, tile, prepare);
+        preps.push(prep);
+        n += m;
+    }
+    assert_eq!(n, 5 * 20 * qdot::TILE * qdot::TILE);
+    preps
+}
+
 /// The VNNI tiles' arithmetic on any AVX2 cpu: the tile kernels with
 /// `vpdpbusd` run through its lane model (`qdot::emulated`), everything
 /// else the tier's own code, held bit for bit to the AVX2 kernels.
 #[test]
 #[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
 fn emulated_vnni_tiles_equal_the_multi_column_kernels_bit_for_bit() {
-    let mut n = 0;
-    for ty in TILE_TYPES {
-        let tile = qdot::emulated::tile(ty).expect("the emulated tile on an AVX2 cpu");
-        n += check_tile("emulated", ty, tile, qdot::emulated::prepare_tile_col).1;
-    }
-    assert_eq!(n, 5 * 20 * qdot::TILE * qdot::TILE);
+    check_tiles(
+        "emulated",
+        qdot::emulated::tile,
+        qdot::emulated::prepare_tile_col,
+    );
 }
 
 /// The real AVX-512 VNNI tiles: bit for bit the AVX2 kernels' results, and
@@ -396,17 +414,13 @@ fn emulated_vnni_tiles_equal_the_multi_column_kernels_bit_for_bit() {
 #[test]
 #[cfg_attr(not(host_vnni), ignore = "this cpu lacks AVX-512 F, BW, VL or VNNI")]
 fn vnni_tiles_equal_the_multi_column_kernels_and_their_emulation() {
-    let mut n = 0;
-    for ty in TILE_TYPES {
-        let tile = qdot::fast_tile(ty).expect("a VNNI tile on a VNNI cpu");
-        let (prep, m) = check_tile("vnni", ty, tile, qdot::prepare_tile_col);
-        let emulated = qdot::emulated::tile(ty).expect("the emulated tile");
-        let (prep_emulated, _) =
-            check_tile("emulated", ty, emulated, qdot::emulated::prepare_tile_col);
-        assert_eq!(prep, prep_emulated, "{ty}: prepared columns");
-        n += m;
-    }
-    assert_eq!(n, 5 * 20 * qdot::TILE * qdot::TILE);
+    let vnni = check_tiles("vnni", qdot::fast_tile, qdot::prepare_tile_col);
+    let emulated = check_tiles(
+        "emulated",
+        qdot::emulated::tile,
+        qdot::emulated::prepare_tile_col,
+    );
+    assert!(vnni == emulated, "prepared columns differ");
 }
 
 /// The AVX2-only multi-column kernels (what cpus without AVX-512 VNNI run)

@@ -44,7 +44,7 @@ pub fn tile(ty: GgmlType) -> Option<TileFn> {
 /// the columns [`tile`]'s kernels read. Does nothing where [`tile`] gives
 /// no kernel for `ty`.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    super::simd::prepare_model(ty, act, out)
+    super::simd::prepare_tile_col_model(ty, act, out)
 }
 
 /// The multi-column kernel of `ty` that [`super::fast_dot_cols`] gives on a

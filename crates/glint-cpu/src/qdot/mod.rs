@@ -88,7 +88,7 @@ pub fn fast_tile(ty: GgmlType) -> Option<TileFn> {
 /// [`TILE_BLOCK`] bytes per block. Only call it where [`fast_tile`] gave a
 /// kernel for `ty`; it does nothing otherwise.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    simd::prepare(ty, act, out)
+    simd::prepare_tile_col(ty, act, out)
 }
 
 /// Whether this cpu has AVX2, FMA and F16C (detected once).

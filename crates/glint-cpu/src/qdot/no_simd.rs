@@ -31,6 +31,6 @@ pub(super) fn tile_model(_: GgmlType) -> Option<TileFn> {
     None
 }
 
-pub(super) fn prepare(_: GgmlType, _: &[u8], _: &mut [u8]) {}
+pub(super) fn prepare_tile_col(_: GgmlType, _: &[u8], _: &mut [u8]) {}
 
-pub(super) fn prepare_model(_: GgmlType, _: &[u8], _: &mut [u8]) {}
+pub(super) fn prepare_tile_col_model(_: GgmlType, _: &[u8], _: &mut [u8]) {}

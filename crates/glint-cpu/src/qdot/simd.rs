@@ -33,11 +33,11 @@ pub(super) fn has_vnni() -> bool {
     })
 }
 
-/// Safe entries `$name` to the kernels `$body`, compiled for `$features`;
-/// `$sig` is their signature, in brackets.
+/// Safe entries `$name` to the kernels `$module::$name`, compiled for
+/// `$features`; `$sig` is their signature, in brackets.
 macro_rules! entries {
-    ($features:literal, $sig:tt { $($name:ident = $body:path;)* }) => {
-        $(entries!(@one $features, $sig, $name, $body);)*
+    ($features:literal, $sig:tt, $module:ident::{$($name:ident),* $(,)?}) => {
+        $(entries!(@one $features, $sig, $name, $module::$name);)*
     };
     (@one $features:literal, [fn($($arg:ident: $t:ty),*) $(-> $ret:ty)?], $name:ident, $body:path) => {
         fn $name($($arg: $t),*) $(-> $ret)? {
@@ -53,59 +53,52 @@ macro_rules! entries {
     };
 }
 
-entries!("avx2,fma,f16c", [fn(x: &[u8], y: &[u8]) -> f32] {
-    q4_0_q8_0 = avx2::q4_0_q8_0;
-    q4_1_q8_1 = avx2::q4_1_q8_1;
-    q5_0_q8_0 = avx2::q5_0_q8_0;
-    q5_1_q8_1 = avx2::q5_1_q8_1;
-    q8_0_q8_0 = avx2::q8_0_q8_0;
-    q4_k_q8_k = avx2::q4_k_q8_k;
-    q5_k_q8_k = avx2::q5_k_q8_k;
-    q6_k_q8_k = avx2::q6_k_q8_k;
-});
+// The AVX2 tier.
+entries!(
+    "avx2,fma,f16c",
+    [fn(x: &[u8], y: &[u8]) -> f32],
+    avx2::{q4_0_q8_0, q4_1_q8_1, q5_0_q8_0, q5_1_q8_1, q8_0_q8_0, q4_k_q8_k, q5_k_q8_k, q6_k_q8_k}
+);
+entries!(
+    "avx2,fma,f16c",
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
+    avx2::{q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols}
+);
 
-entries!("avx2,fma,f16c", [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]] {
-    q4_0_cols = avx2::q4_0_cols;
-    q4_1_cols = avx2::q4_1_cols;
-    q5_0_cols = avx2::q5_0_cols;
-    q5_1_cols = avx2::q5_1_cols;
-    q8_0_cols = avx2::q8_0_cols;
-    q4_k_cols = avx2::q4_k_cols;
-    q6_k_cols = avx2::q6_k_cols;
-    q4_k_cols_model = avx512::q4_k_cols_model;
-    q6_k_cols_model = avx512::q6_k_cols_model;
-});
+// The AVX-512 VNNI tier.
+entries!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
+    avx512::{q4_k_cols_vnni, q6_k_cols_vnni}
+);
+entries!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]],
+    avx512::{q4_0_tile, q4_1_tile, q5_0_tile, q5_1_tile, q8_0_tile}
+);
+entries!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])],
+    avx512::{prepare}
+);
 
-entries!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]] {
-    q4_k_cols_vnni = avx512::q4_k_cols_vnni;
-    q6_k_cols_vnni = avx512::q6_k_cols_vnni;
-});
+// The VNNI tier with its instructions modelled: AVX2 only.
+entries!(
+    "avx2,fma,f16c",
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
+    avx512::{q4_k_cols_model, q6_k_cols_model}
+);
+entries!(
+    "avx2,fma,f16c",
+    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]],
+    avx512::{q4_0_tile_model, q4_1_tile_model, q5_0_tile_model, q5_1_tile_model, q8_0_tile_model}
+);
+entries!(
+    "avx2,fma,f16c",
+    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])],
+    avx512::{prepare_model}
+);
 
-entries!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]] {
-    q4_0_tile = avx512::q4_0_tile;
-    q4_1_tile = avx512::q4_1_tile;
-    q5_0_tile = avx512::q5_0_tile;
-    q5_1_tile = avx512::q5_1_tile;
-    q8_0_tile = avx512::q8_0_tile;
-});
-
-entries!("avx2,fma,f16c", [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]] {
-    q4_0_tile_model = avx512::q4_0_tile_model;
-    q4_1_tile_model = avx512::q4_1_tile_model;
-    q5_0_tile_model = avx512::q5_0_tile_model;
-    q5_1_tile_model = avx512::q5_1_tile_model;
-    q8_0_tile_model = avx512::q8_0_tile_model;
-});
-
-entries!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] {
-    prepare_vnni = avx512::prepare;
-});
-
-entries!("avx2,fma,f16c", [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] {
-    prepare_model_avx2 = avx512::prepare_model;
-});
-
-/// `None` unless [`has_avx2`].
 /// One type's kernels on the x86 tiers.
 struct Kernels {
     ty: GgmlType,
@@ -184,16 +177,16 @@ pub(super) fn tile_model(ty: GgmlType) -> Option<TileFn> {
 }
 
 /// Does nothing unless [`tile`] has a kernel for `ty`.
-pub(super) fn prepare(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+pub(super) fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     if tile(ty).is_some() {
-        prepare_vnni(ty, act, out)
+        prepare(ty, act, out)
     }
 }
 
-/// [`prepare`] with `vpdpbusd` modelled (AVX2 only).
+/// [`prepare_tile_col`] with `vpdpbusd` modelled (AVX2 only).
 /// Does nothing unless [`tile_model`] has a kernel for `ty`.
-pub(super) fn prepare_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+pub(super) fn prepare_tile_col_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     if tile_model(ty).is_some() {
-        prepare_model_avx2(ty, act, out)
+        prepare_model(ty, act, out)
     }
 }
