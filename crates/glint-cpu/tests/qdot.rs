@@ -109,25 +109,26 @@ fn check_kernel(what: &str, ty: GgmlType, kernel: qdot::DotFn, n_seeds: u64) -> 
     n
 }
 
-#[test]
-fn plain_kernels_match_ggml_reference() {
+/// [`check_kernel`] for every fast type, the kernels from `kernel_of`, on
+/// 50 seeds each.
+fn check_kernels(what: &str, kernel_of: fn(GgmlType) -> Option<qdot::DotFn>) {
     let mut n = 0;
     for ty in FAST {
-        let kernel = qdot::plain_dot(ty).unwrap_or_else(|| panic!("{ty}: no plain kernel"));
-        n += check_kernel("plain", ty, kernel, 50);
+        let kernel = kernel_of(ty).unwrap_or_else(|| panic!("{ty}: no {what} kernel"));
+        n += check_kernel(what, ty, kernel, 50);
     }
     assert_eq!(n, FAST.len() * 50 * 4);
 }
 
 #[test]
+fn plain_kernels_match_ggml_reference() {
+    check_kernels("plain", qdot::plain_dot);
+}
+
+#[test]
 #[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
 fn avx2_kernels_match_ggml_reference() {
-    let mut n = 0;
-    for ty in FAST {
-        let kernel = qdot::avx2_dot(ty).unwrap_or_else(|| panic!("{ty}: no AVX2 kernel"));
-        n += check_kernel("avx2", ty, kernel, 50);
-    }
-    assert_eq!(n, FAST.len() * 50 * 4);
+    check_kernels("avx2", qdot::avx2_dot);
 }
 
 /// Whether this cpu runs `qdot`'s AVX2 tier and its AVX-512 VNNI tier.
