@@ -135,20 +135,9 @@ pub fn attention_with(
             sum: vec![0f32; per_task],
             qr: vec![0f32; gw],
         };
-        let task = |s: &mut GroupScratch, (ig, (o, qg)): (usize, (&mut [f32], &[f32]))| {
+        for_each_chunk(par, out, q, gw, init, |s, ig, o, qg| {
             wide::group(&ctx, s, ig, o, qg)
-        };
-        if par {
-            out.par_chunks_mut(gw)
-                .zip(q.par_chunks(gw))
-                .enumerate()
-                .for_each_init(init, task);
-        } else {
-            let mut state = init();
-            for item in out.chunks_mut(gw).zip(q.chunks(gw)).enumerate() {
-                task(&mut state, item);
-            }
-        }
+        });
         return;
     }
 
@@ -176,17 +165,29 @@ pub fn attention_with(
         kv: vec![0f32; hd],
         qr: vec![0f32; hd],
     };
-    let head =
-        |s: &mut Scratch, (ih, (o, qh)): (usize, (&mut [f32], &[f32]))| ctx.head(s, ih, o, qh);
+    for_each_chunk(par, out, q, hd, init, |s, ih, o, qh| ctx.head(s, ih, o, qh));
+}
+
+/// `task(scratch, i, o, q)` for each chunk `i` of `width` elements of `out`
+/// and of `q`, on the current rayon pool when `par` (one `init()` scratch
+/// per worker), else on the calling thread.
+fn for_each_chunk<S>(
+    par: bool,
+    out: &mut [f32],
+    q: &[f32],
+    width: usize,
+    init: impl Fn() -> S + Sync + Send,
+    task: impl Fn(&mut S, usize, &mut [f32], &[f32]) + Sync + Send,
+) {
     if par {
-        out.par_chunks_mut(hd)
-            .zip(q.par_chunks(hd))
+        out.par_chunks_mut(width)
+            .zip(q.par_chunks(width))
             .enumerate()
-            .for_each_init(init, head);
+            .for_each_init(init, |s, (i, (o, q))| task(s, i, o, q));
     } else {
-        let mut state = init();
-        for item in out.chunks_mut(hd).zip(q.chunks(hd)).enumerate() {
-            head(&mut state, item);
+        let mut s = init();
+        for (i, (o, q)) in out.chunks_mut(width).zip(q.chunks(width)).enumerate() {
+            task(&mut s, i, o, q);
         }
     }
 }
@@ -306,7 +307,7 @@ impl Heads<'_> {
 #[allow(unsafe_code)]
 mod wide {
     use super::*;
-    use crate::qdot::simd::kernels::hsum_f32;
+    use crate::qdot::shared::hsum_f32;
     use std::arch::x86_64::*;
 
     /// Task `ig`: the `per_task` query heads from `(ig % tasks_per_token) *

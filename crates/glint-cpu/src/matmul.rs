@@ -158,15 +158,7 @@ pub(crate) fn mul_mat_ggml_par(
     let vt = ty.vec_dot_type();
     match vt {
         GgmlType::F16 | GgmlType::BF16 => {
-            // xr: [k, m] f32, x rounded to the weight's float type.
-            let xr: Vec<f32> = match vt {
-                GgmlType::F16 => x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
-                _ => x
-                    .iter()
-                    .map(|&v| half::bf16::from_f32(v).to_f32())
-                    .collect(),
-            };
-            return mul_mat(ty, w, row_bytes, k, n, &xr, m, out);
+            return mul_mat(ty, w, row_bytes, k, n, &round_to(vt, x), m, out);
         }
         GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K => {}
         _ => return mul_mat(ty, w, row_bytes, k, n, x, m, out),
@@ -174,16 +166,101 @@ pub(crate) fn mul_mat_ggml_par(
     if n == 0 || m == 0 {
         return Ok(());
     }
-    let err = |e: glint_quant::QuantError| BackendError::Shape {
+    let act_bytes = check_rows(ty, w, row_bytes, k, n)?;
+    let fast: Option<DotFn> = match kernels {
+        Kernels::Fast => qdot::fast_dot(ty),
+        Kernels::Plain => qdot::plain_dot(ty),
+        Kernels::Reference => None,
+    };
+    if fast.is_none() {
+        // ggml's reference loop; with the lengths checked above it can only
+        // fail for a type it does not support, which this call reports.
+        glint_quant::vec_dot(ty, &w[..row_bytes], &vec![0u8; act_bytes]).map_err(quant_err)?;
+    }
+    with_buffer(&ACT, |act| -> Result<()> {
+        // act: [m] rows of act_bytes, each column of x quantized once.
+        act.resize(act_bytes * m, 0);
+        let act = &mut act[..act_bytes * m];
+        quantize_cols(par, vt, &x[..k * m], act_bytes, act)?;
+        let multi = kernels == Kernels::Fast; // multi-column and tile kernels
+        let product = QProduct {
+            par,
+            ty,
+            fast,
+            dot_cols: qdot::fast_dot_cols(ty).filter(|_| multi),
+            w,
+            row_bytes,
+            n,
+            act,
+            act_bytes,
+            m,
+        };
+        let threads = if par {
+            rayon::current_num_threads().max(1)
+        } else {
+            1
+        };
+        if m == 1 {
+            product.decode(&mut out[..n]);
+        } else if m >= 2 * threads * MIN_COL_BLOCK {
+            let tile_fn = qdot::fast_tile(ty).filter(|_| product.dot_cols.is_some());
+            product.prefill(tile_fn, threads, k, out);
+        } else {
+            product.few_columns(out);
+        }
+        Ok(())
+    })
+}
+
+/// `x` (`[k, m]` f32) quantized to `vt` a column at a time into `act`
+/// (`[m]` rows of `act_bytes` = `vt.bytes_for(k)`, checked by the caller).
+fn quantize_cols(
+    par: bool,
+    vt: GgmlType,
+    x: &[f32],
+    act_bytes: usize,
+    act: &mut [u8],
+) -> Result<()> {
+    if act.len() == act_bytes {
+        return act::quantize_row(vt, x, act).map_err(quant_err);
+    }
+    // quantize_row cannot fail here: x has m columns of k, and act_bytes is
+    // vt.bytes_for(k).
+    let k = x.len() / (act.len() / act_bytes);
+    elementwise::rows(par, act, act_bytes, |c, a| {
+        let _ = act::quantize_row(vt, &x[c * k..(c + 1) * k], a);
+    });
+    Ok(())
+}
+
+/// `x` rounded to the float type `vt` (F16 or BF16), as f32.
+fn round_to(vt: GgmlType, x: &[f32]) -> Vec<f32> {
+    match vt {
+        GgmlType::F16 => x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+        _ => x
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_f32())
+            .collect(),
+    }
+}
+
+fn quant_err(e: glint_quant::QuantError) -> BackendError {
+    BackendError::Shape {
         op: "mul_mat",
         detail: e.to_string(),
-    };
+    }
+}
+
+/// The bytes of one activation row of `k` (the weight type's
+/// `vec_dot_type`), once `n` weight rows of `row_bytes` hold `k` elements
+/// each: the fast dots trust that a weight row and an activation row hold
+/// the same number of blocks, so it is checked once here.
+fn check_rows(ty: GgmlType, w: &[u8], row_bytes: usize, k: usize, n: usize) -> Result<usize> {
+    let vt = ty.vec_dot_type();
     let act_bytes = vt.bytes_for(k as u64).ok_or_else(|| BackendError::Shape {
         op: "mul_mat",
         detail: format!("row of {k} is not a whole number of {vt} blocks"),
     })? as usize;
-    // The fast dots trust that a weight row and an activation row hold the
-    // same number of blocks: check it once here.
     if ty.bytes_for(k as u64) != Some(row_bytes as u64) || w.len() < n * row_bytes {
         return Err(BackendError::Shape {
             op: "mul_mat",
@@ -194,158 +271,178 @@ pub(crate) fn mul_mat_ggml_par(
             ),
         });
     }
-    let fast: Option<DotFn> = match kernels {
-        Kernels::Fast => qdot::fast_dot(ty),
-        Kernels::Plain => qdot::plain_dot(ty),
-        Kernels::Reference => None,
-    };
-    if fast.is_none() {
-        // ggml's reference loop; with the lengths checked above it can only
-        // fail for a type it does not support, which this call reports.
-        glint_quant::vec_dot(ty, &w[..row_bytes], &vec![0u8; act_bytes]).map_err(err)?;
+    Ok(act_bytes)
+}
+
+/// One integer-dot product, its activations quantized: what its three
+/// paths (decode, prefill, a few columns) share.
+struct QProduct<'a> {
+    par: bool,
+    ty: GgmlType,
+    /// The one-column dot; `None`: ggml's reference loop.
+    fast: Option<DotFn>,
+    /// The multi-column dot, for [`Kernels::Fast`] where the cpu has one.
+    dot_cols: Option<qdot::DotColsFn>,
+    /// w: `n` rows of `row_bytes`.
+    w: &'a [u8],
+    row_bytes: usize,
+    n: usize,
+    /// act: `[m]` rows of `act_bytes`, the quantized activation columns.
+    act: &'a [u8],
+    act_bytes: usize,
+    m: usize,
+}
+
+impl QProduct<'_> {
+    fn w_row(&self, r: usize) -> &[u8] {
+        &self.w[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
-    let dot = |row: &[u8], act: &[u8]| -> f32 {
-        match fast {
-            Some(f) => f(row, act),
-            None => glint_quant::vec_dot(ty, row, act).unwrap_or(f32::NAN),
+
+    fn act_col(&self, c: usize) -> &[u8] {
+        &self.act[c * self.act_bytes..(c + 1) * self.act_bytes]
+    }
+
+    /// Weight row `r` · activation column `a` (one column's bytes).
+    #[inline]
+    fn dot(&self, r: usize, a: &[u8]) -> f32 {
+        match self.fast {
+            Some(f) => f(self.w_row(r), a),
+            None => glint_quant::vec_dot(self.ty, self.w_row(r), a).unwrap_or(f32::NAN),
         }
-    };
-    with_buffer(&ACT, |act| -> Result<()> {
-        // act: [m] rows of act_bytes, each column of x quantized once.
-        act.resize(act_bytes * m, 0);
-        let act = &mut act[..act_bytes * m];
-        if m == 1 {
-            act::quantize_row(vt, &x[..k], act).map_err(err)?;
-        } else {
-            // quantize_row cannot fail here: x has m columns of k, and
-            // act_bytes is vt.bytes_for(k) (checked above).
-            elementwise::rows(par, act, act_bytes, |c, a| {
-                let _ = act::quantize_row(vt, &x[c * k..(c + 1) * k], a);
-            });
-        }
-        let act: &[u8] = act;
-        let w_row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
-        let act_col = |c: usize| &act[c * act_bytes..(c + 1) * act_bytes];
-        if m == 1 {
-            // Decode, one token: out is [n] — tasks write their rows in place.
-            let rows = rows_per_task(n, row_bytes);
-            elementwise::rows(par, &mut out[..n], rows, |t, o| {
-                for (rr, o) in o.iter_mut().enumerate() {
-                    *o = dot(w_row(t * rows + rr), act);
-                }
-            });
-            return Ok(());
-        }
-        let dot_cols = match kernels {
-            Kernels::Fast => qdot::fast_dot_cols(ty),
-            _ => None,
-        };
-        let threads = if par {
-            rayon::current_num_threads().max(1)
-        } else {
-            1
-        };
-        if m >= 2 * threads * MIN_COL_BLOCK {
-            // Prefill: a task owns a block of output columns (contiguous in
-            // out) and passes every weight row over them, a tile of rows at
-            // a time (a few KiB, stays in L1).
-            let cb = col_block(m, threads);
-            let tile = tile_rows(row_bytes);
-            // With a tile kernel (AVX-512 VNNI) each activation column is
-            // prepared once: prep: [m] columns of prep_bytes.
-            let tile_fn = match kernels {
-                Kernels::Fast => qdot::fast_tile(ty).filter(|_| dot_cols.is_some()),
-                _ => None,
+    }
+
+    /// Columns `c..c + COLS` against weight row `r` (needs `dot_cols`).
+    fn cols_of(&self, c: usize) -> [&[u8]; qdot::COLS] {
+        std::array::from_fn(|i| self.act_col(c + i))
+    }
+
+    /// Decode, one token: out is `[n]`; tasks write their rows in place.
+    fn decode(&self, out: &mut [f32]) {
+        let rows = rows_per_task(self.n, self.row_bytes);
+        elementwise::rows(self.par, out, rows, |t, o| {
+            for (rr, o) in o.iter_mut().enumerate() {
+                *o = self.dot(t * rows + rr, self.act);
+            }
+        });
+    }
+
+    /// Prefill: a task owns a block of output columns (contiguous in
+    /// out: `[n, m]`) and passes every weight row over them, a tile of rows
+    /// at a time (a few KiB, stays in L1). With a tile kernel (AVX-512
+    /// VNNI) each activation column is prepared once (`k` elements).
+    fn prefill(&self, tile_fn: Option<qdot::TileFn>, threads: usize, k: usize, out: &mut [f32]) {
+        let cb = col_block(self.m, threads);
+        // prep: [m] columns of prep_bytes, for the tile kernel.
+        let prep_bytes = (k / 32) * qdot::TILE_BLOCK;
+        with_buffer(&PREP, |prep| {
+            if tile_fn.is_some() {
+                prep.resize(prep_bytes * self.m, 0);
+                let prep = &mut prep[..prep_bytes * self.m];
+                elementwise::rows(self.par, prep, prep_bytes, |c, p| {
+                    qdot::prepare_tile_col(self.ty, self.act_col(c), p)
+                });
+            }
+            let prep = Prepared {
+                tile_fn,
+                bytes: prep_bytes,
+                cols: prep,
             };
-            let prep_bytes = (k / 32) * qdot::TILE_BLOCK;
-            with_buffer(&PREP, |prep| -> Result<()> {
-                if tile_fn.is_some() {
-                    prep.resize(prep_bytes * m, 0);
-                    elementwise::rows(par, &mut prep[..prep_bytes * m], prep_bytes, |c, p| {
-                        qdot::prepare_tile_col(ty, act_col(c), p)
-                    });
-                }
-                let prep: &[u8] = prep;
-                let prep_col = |c: usize| &prep[c * prep_bytes..(c + 1) * prep_bytes];
-                elementwise::rows(par, out, n * cb, |t, o| {
-                    let c0 = t * cb;
-                    let mc = o.len() / n;
-                    for r0 in (0..n).step_by(tile) {
-                        let rs = r0..(r0 + tile).min(n);
-                        let mut c = 0;
-                        if let Some(dot_cols) = dot_cols {
-                            // COLS columns at a time: each weight block unpacked once.
-                            while c + qdot::COLS <= mc {
-                                let acts: [&[u8]; qdot::COLS] =
-                                    std::array::from_fn(|i| act_col(c0 + c + i));
-                                let mut r = rs.start;
-                                if let Some(tile_fn) = tile_fn {
-                                    // TILE rows x TILE columns a call.
-                                    let ys: [&[u8]; qdot::TILE] =
-                                        std::array::from_fn(|i| prep_col(c0 + c + i));
-                                    while r + qdot::TILE <= rs.end {
-                                        let xs = std::array::from_fn(|j| w_row(r + j));
-                                        let v = tile_fn(xs, ys);
-                                        for (j, v) in v.into_iter().enumerate() {
-                                            for (i, v) in v.into_iter().enumerate() {
-                                                o[(c + i) * n + r + j] = v;
-                                            }
-                                        }
-                                        r += qdot::TILE;
-                                    }
+            elementwise::rows(self.par, out, self.n * cb, |t, o| {
+                self.prefill_task(&prep, t * cb, o)
+            });
+        })
+    }
+
+    /// One prefill task: output columns `c0..` (`o`: `[n, mc]`).
+    fn prefill_task(&self, prep: &Prepared, c0: usize, o: &mut [f32]) {
+        let n = self.n;
+        let mc = o.len() / n;
+        let tile = tile_rows(self.row_bytes);
+        for r0 in (0..n).step_by(tile) {
+            let rs = r0..(r0 + tile).min(n);
+            let mut c = 0;
+            if let Some(dot_cols) = self.dot_cols {
+                // COLS columns at a time: each weight block unpacked once.
+                while c + qdot::COLS <= mc {
+                    let mut r = rs.start;
+                    if let Some(tile_fn) = prep.tile_fn {
+                        // TILE rows x TILE columns a call.
+                        let ys: [&[u8]; qdot::TILE] = std::array::from_fn(|i| prep.col(c0 + c + i));
+                        while r + qdot::TILE <= rs.end {
+                            let xs = std::array::from_fn(|j| self.w_row(r + j));
+                            for (j, v) in tile_fn(xs, ys).into_iter().enumerate() {
+                                for (i, v) in v.into_iter().enumerate() {
+                                    o[(c + i) * n + r + j] = v;
                                 }
-                                for r in r..rs.end {
-                                    let v = dot_cols(w_row(r), acts);
-                                    for (i, v) in v.into_iter().enumerate() {
-                                        o[(c + i) * n + r] = v;
-                                    }
-                                }
-                                c += qdot::COLS;
                             }
-                        }
-                        for c in c..mc {
-                            let a = act_col(c0 + c);
-                            for r in rs.clone() {
-                                o[c * n + r] = dot(w_row(r), a);
-                            }
+                            r += qdot::TILE;
                         }
                     }
-                });
-                Ok(())
-            })?;
-            return Ok(());
+                    let acts = self.cols_of(c0 + c);
+                    for r in r..rs.end {
+                        for (i, v) in dot_cols(self.w_row(r), acts).into_iter().enumerate() {
+                            o[(c + i) * n + r] = v;
+                        }
+                    }
+                    c += qdot::COLS;
+                }
+            }
+            for c in c..mc {
+                let a = self.act_col(c0 + c);
+                for r in rs.clone() {
+                    o[c * n + r] = self.dot(r, a);
+                }
+            }
         }
-        // A few columns: by_row: [m, n] as in mul_mat. A task owns a tile of
-        // weight rows and passes every column over it; out is its transpose.
-        let rows = rows_per_task(n, row_bytes).min(tile_rows(row_bytes));
+    }
+
+    /// A few columns: by_row: `[m, n]` as in [`mul_mat`]. A task owns a
+    /// tile of weight rows and passes every column over it; out is its
+    /// transpose.
+    fn few_columns(&self, out: &mut [f32]) {
+        let (n, m) = (self.n, self.m);
+        let rows = rows_per_task(n, self.row_bytes).min(tile_rows(self.row_bytes));
         let mut by_row = vec![0f32; n * m];
-        elementwise::rows(par, &mut by_row, m * rows, |t, chunk| {
+        elementwise::rows(self.par, &mut by_row, m * rows, |t, chunk| {
             let nr = chunk.len() / m;
             let mut c = 0;
-            if let Some(dot_cols) = dot_cols {
+            if let Some(dot_cols) = self.dot_cols {
                 while c + qdot::COLS <= m {
-                    let acts: [&[u8]; qdot::COLS] = std::array::from_fn(|i| act_col(c + i));
+                    let acts = self.cols_of(c);
                     for rr in 0..nr {
-                        let r = dot_cols(w_row(t * rows + rr), acts);
+                        let r = dot_cols(self.w_row(t * rows + rr), acts);
                         chunk[rr * m + c..rr * m + c + qdot::COLS].copy_from_slice(&r);
                     }
                     c += qdot::COLS;
                 }
             }
             for c in c..m {
-                let a = act_col(c);
+                let a = self.act_col(c);
                 for rr in 0..nr {
-                    chunk[rr * m + c] = dot(w_row(t * rows + rr), a);
+                    chunk[rr * m + c] = self.dot(t * rows + rr, a);
                 }
             }
         });
-        elementwise::rows(par, out, n, |c, col| {
+        elementwise::rows(self.par, out, n, |c, col| {
             for (r, o) in col.iter_mut().enumerate() {
                 *o = by_row[r * m + c];
             }
         });
-        Ok(())
-    })
+    }
+}
+
+/// Activation columns prepared for a tile kernel (`[m]` columns of
+/// `bytes`; empty without one).
+struct Prepared<'a> {
+    tile_fn: Option<qdot::TileFn>,
+    bytes: usize,
+    cols: &'a [u8],
+}
+
+impl Prepared<'_> {
+    fn col(&self, c: usize) -> &[u8] {
+        &self.cols[c * self.bytes..(c + 1) * self.bytes]
+    }
 }
 
 /// `f` with this thread's cached buffer from `key`; with a fresh one when

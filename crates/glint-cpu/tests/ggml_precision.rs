@@ -13,6 +13,11 @@ use half::f16;
 /// Relative to the sum of |terms|: only summation order may differ.
 const GGML_DOT_TOL: f32 = 1e-5;
 
+/// An F16 tensor of `shape` holding `v`.
+fn f16s(be: &glint_cpu::CpuBackend, shape: [usize; 4], v: &[f16]) -> glint_cpu::CpuTensor {
+    from_bytes(be, GgmlType::F16, shape, bytemuck::cast_slice(v))
+}
+
 fn read_f32(be: &glint_cpu::CpuBackend, t: &glint_cpu::CpuTensor, n: usize) -> Vec<f32> {
     let mut b = vec![0u8; n * 4];
     be.read(t, 0, &mut b).unwrap();
@@ -91,17 +96,9 @@ fn attention_rounds_q_and_weights_to_f16_over_an_f16_cache() {
         }
     }
     let qt = f32s(&be, [hd, nh, m, 1], &q);
-    let kt = from_bytes(
-        &be,
-        GgmlType::F16,
-        [hd * nkv, n_kv, 1, 1],
-        bytemuck::cast_slice(&k16),
-    );
-    let vt = from_bytes(
-        &be,
-        GgmlType::F16,
-        [hd * nkv, n_kv, 1, 1],
-        bytemuck::cast_slice(&v16),
+    let (kt, vt) = (
+        f16s(&be, [hd * nkv, n_kv, 1, 1], &k16),
+        f16s(&be, [hd * nkv, n_kv, 1, 1], &v16),
     );
     let mt = f32s(&be, [n_kv, m, 1, 1], &mask);
     let out = zeros(&be, GgmlType::F32, [hd * nh, m, 1, 1]);
@@ -217,18 +214,8 @@ fn attention_of_a_batch_equals_its_tokens_one_at_a_time() {
             .iter()
             .map(|&x| f16::from_f32(x))
             .collect();
-        let kt = from_bytes(
-            &be,
-            GgmlType::F16,
-            [hd * nkv, n_kv, 1, 1],
-            bytemuck::cast_slice(&k16),
-        );
-        let vt = from_bytes(
-            &be,
-            GgmlType::F16,
-            [hd * nkv, n_kv, 1, 1],
-            bytemuck::cast_slice(&v16),
-        );
+        let kt = f16s(&be, [hd * nkv, n_kv, 1, 1], &k16);
+        let vt = f16s(&be, [hd * nkv, n_kv, 1, 1], &v16);
         let mut mask = vec![0f32; n_kv * m];
         for i in 0..m {
             for j in n_kv - m + i + 1..n_kv {

@@ -250,14 +250,8 @@ fn kshift_by_seq_div_deltas_is_negative_and_exact() {
             .collect();
         let d: Vec<i32> = pos.iter().map(|&ps| ps / 4 - ps).collect();
         assert!(d[1..].iter().all(|&x| x < 0));
-        check_invariant(
-            &format!("seq_div {:?} {name}", p.mode),
-            &p,
-            &k,
-            &pos,
-            &[d],
-            GgmlType::F32,
-        );
+        let what = format!("seq_div {:?} {name}", p.mode);
+        check_invariant(&what, &p, &k, &pos, &[d], GgmlType::F32);
     }
 }
 
@@ -271,22 +265,10 @@ fn four_kshifts_in_a_row_compose() {
         let deltas: Vec<Vec<i32>> = (0..4)
             .map(|_| (0..rows).map(|_| rng.below(1000) as i32 - 500).collect())
             .collect();
-        check_invariant(
-            &format!("4 shifts {:?} {name}", p.mode),
-            &p,
-            &k,
-            &pos,
-            &deltas,
-            GgmlType::F32,
-        );
-        check_invariant(
-            &format!("4 shifts f16 {:?} {name}", p.mode),
-            &p,
-            &k,
-            &pos,
-            &deltas,
-            GgmlType::F16,
-        );
+        for (ty, tag) in [(GgmlType::F32, ""), (GgmlType::F16, " f16")] {
+            let what = format!("4 shifts{tag} {:?} {name}", p.mode);
+            check_invariant(&what, &p, &k, &pos, &deltas, ty);
+        }
     }
 }
 
@@ -313,12 +295,13 @@ fn kshift_never_reapplies_the_yarn_magnitude() {
         "the shift is a pure rotation: {}",
         n1 / n0
     );
+    let deltas = [vec![37], vec![-90]];
     check_invariant(
         "yarn attn_factor 1.3",
         &p,
         &k,
         &[100],
-        &[vec![37], vec![-90]],
+        &deltas,
         GgmlType::F32,
     );
 }

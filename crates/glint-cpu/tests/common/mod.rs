@@ -101,3 +101,12 @@ fn pods<T: bytemuck::Pod>(b: &[u8]) -> Vec<T> {
         .map(bytemuck::pod_read_unaligned)
         .collect()
 }
+
+/// `w · x` through the backend: `w` is `[k, n]`, `xv` is `[k, m]`; the
+/// `[n, m]` result.
+pub fn mul_mat(be: &CpuBackend, w: &CpuTensor, xv: &[f32], [k, n, m]: [usize; 3]) -> Vec<f32> {
+    let x = f32s(be, [k, m, 1, 1], xv);
+    let out = zeros(be, GgmlType::F32, [n, m, 1, 1]);
+    be.mul_mat(w, &x, &out).unwrap();
+    read_f32(be, &out)
+}

@@ -1,0 +1,29 @@
+//! Tells the tests which x86_64 tiers of `qdot` this machine runs: cfg
+//! `host_avx2` (AVX2, FMA, F16C) and `host_vnni` (AVX-512 F, BW, VL, VNNI
+//! too), so that a test of a tier the cpu lacks is reported as ignored,
+//! with its reason, instead of passing without checking anything. The
+//! library itself detects the cpu at run time and does not read these.
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(host_avx2)");
+    println!("cargo::rustc-check-cfg=cfg(host_vnni)");
+    println!("cargo::rerun-if-changed=build.rs");
+    // Only when the tests run where they are built.
+    if std::env::var("TARGET").ok() != std::env::var("HOST").ok() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! all {
+            ($($f:tt),*) => { $(std::is_x86_feature_detected!($f))&&* };
+        }
+        let avx2 = all!("avx2", "fma", "f16c");
+        let vnni = avx2 && all!("avx512f", "avx512bw", "avx512vl", "avx512vnni");
+        if avx2 {
+            println!("cargo::rustc-cfg=host_avx2");
+        }
+        if vnni {
+            println!("cargo::rustc-cfg=host_vnni");
+        }
+    }
+}

@@ -1,0 +1,522 @@
+//! The AVX2 kernels (with FMA and F16C).
+
+#![allow(unsafe_code)]
+
+use super::shared::*;
+use super::*;
+use std::arch::x86_64::*;
+
+/// One 16-byte vector from `b[at..at + 16]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load16(b: &[u8], at: usize) -> __m128i {
+    let b: &[u8; 16] = arr(b, at);
+    // SAFETY: `b` is 16 readable bytes; loadu has no alignment need.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+/// How far ahead of the weight block being read to prefetch (bytes).
+const PREFETCH: usize = 1024;
+
+/// `dx * dy` from the f16 scales at the start of two blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dd(xb: &[u8], yb: &[u8]) -> __m256 {
+    _mm256_broadcastss_ps(_mm_mul_ss(f16x2(xb, 0), f16x2(yb, 0)))
+}
+
+/// `dx * dy` of two consecutive block pairs (`x_size`, `y_size` bytes a block),
+/// both converted in one vector: with only one lane used, LLVM
+/// narrows the load into a merge that chains onto the accumulator.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dd2(xb: &[u8], yb: &[u8], x_size: usize, y_size: usize) -> (__m256, __m256) {
+    let pair = |b: &[u8], size: usize| {
+        let lo = u16::from_le_bytes([b[0], b[1]]) as u32;
+        let hi = u16::from_le_bytes([b[size], b[size + 1]]) as u32;
+        _mm_cvtph_ps(_mm_cvtsi32_si128((lo | (hi << 16)) as i32))
+    };
+    let p = _mm_mul_ps(pair(xb, x_size), pair(yb, y_size));
+    (
+        _mm256_broadcastss_ps(p),
+        _mm256_broadcastss_ps(_mm_movehdup_ps(p)),
+    )
+}
+
+/// `sum(x[j] * y[j])` of unsigned `x` (< 128) and signed `y`, as
+/// 8 f32 lanes of pair sums (ggml's `mul_sum_us8_pairs_float`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lanes_u8_i8(x: __m256i, y: __m256i) -> __m256 {
+    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+    _mm256_cvtepi32_ps(p)
+}
+
+/// [`lanes_u8_i8`] for signed `x` (-127..=127).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lanes_i8_i8(x: __m256i, y: __m256i) -> __m256 {
+    lanes_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+// The kernels below are ggml's AVX2 loops (`ggml_vec_dot_*_q8_*` in
+// arch/x86/quants.c): block integer sums stay exact, but each block
+// adds `d * lanes` into 8 f32 lanes with FMA and the lanes are summed
+// at the end, so they differ from the reference loop by float
+// rounding only (the tests name the tolerance).
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    let eight = _mm256_set1_epi8(8);
+    let levels = |xb: &[u8]| _mm256_sub_epi8(nibbles(xb, 2), eight);
+    pairs_i8(x, y, Q4_0, levels)
+}
+
+/// The loop shared by the symmetric formats (Q4_0, Q5_0, Q8_0):
+/// `levels(block)` gives a weight block's 32 signed levels, its
+/// activation block (Q8_0) has its levels at byte `2`. Two blocks
+/// an iteration into two accumulators (ggml sums them at the end).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pairs_i8(x: &[u8], y: &[u8], size: usize, levels: impl Fn(&[u8]) -> __m256i) -> f32 {
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut xs = x.chunks_exact(2 * size);
+    let mut ys = y.chunks_exact(2 * Q8_0);
+    for (xb, yb) in (&mut xs).zip(&mut ys) {
+        prefetch(xb);
+        let (d0, d1) = dd2(xb, yb, size, Q8_0);
+        let l0 = lanes_i8_i8(levels(xb), load32(yb, 2));
+        let l1 = lanes_i8_i8(levels(&xb[size..]), load32(yb, Q8_0 + 2));
+        acc0 = _mm256_fmadd_ps(d0, l0, acc0);
+        acc1 = _mm256_fmadd_ps(d1, l1, acc1);
+    }
+    let (xr, yr) = (xs.remainder(), ys.remainder());
+    for (xb, yb) in xr.chunks_exact(size).zip(yr.chunks_exact(Q8_0)) {
+        let l = lanes_i8_i8(levels(xb), load32(yb, 2));
+        acc0 = _mm256_fmadd_ps(dd(xb, yb), l, acc0);
+    }
+    hsum_f32(_mm256_add_ps(acc0, acc1))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (xb, yb) in x.chunks_exact(Q4_1).zip(y.chunks_exact(Q8_1)) {
+        prefetch(xb);
+        // [dx * dy, mx * sy]
+        let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
+        summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
+        let d = _mm256_broadcastss_ps(p);
+        acc = _mm256_fmadd_ps(d, lanes_u8_i8(nibbles(xb, 4), load32(yb, 4)), acc);
+    }
+    hsum_f32(acc) + summs
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    let sixteen = _mm256_set1_epi8(16);
+    let levels =
+        |xb: &[u8]| _mm256_sub_epi8(_mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2)), sixteen);
+    pairs_i8(x, y, Q5_0, levels)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (xb, yb) in x.chunks_exact(Q5_1).zip(y.chunks_exact(Q8_1)) {
+        prefetch(xb);
+        // [dx * dy, mx * sy]
+        let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
+        summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
+        let d = _mm256_broadcastss_ps(p);
+        let xv = _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+        acc = _mm256_fmadd_ps(d, lanes_u8_i8(xv, load32(yb, 4)), acc);
+    }
+    hsum_f32(acc) + summs
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    pairs_i8(x, y, Q8_0, |xb| load32(xb, 2))
+}
+
+/// Q5_K: the plain body compiled for AVX2 (the compiler vectorizes
+/// it; bit-exact), prefetching weights ahead. Q4_K and Q6_K: ggml's
+/// AVX2 loops (`maddubs` pairs times the sub-block scale with `madd`,
+/// exact integers; 8 f32 lanes per block with FMA, so they differ
+/// from the reference by rounding).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.chunks_exact(Q4_K).zip(y.chunks_exact(Q8_K)) {
+        prefetch(xb);
+        let (sc, sumi_m) = k4_scales_and_mins(xb, yb);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..4 {
+            // elements 64h..64h+32 (low nibbles), 64h+32..64h+64 (high)
+            let q4 = load32(xb, 16 + 32 * h);
+            let lo = _mm256_and_si256(q4, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            let p_lo = _mm256_maddubs_epi16(lo, load32(yb, 4 + 64 * h));
+            let p_hi = _mm256_maddubs_epi16(hi, load32(yb, 4 + 64 * h + 32));
+            let s_lo = _mm256_set1_epi16(sc[2 * h] as i16);
+            let s_hi = _mm256_set1_epi16(sc[2 * h + 1] as i16);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_lo, p_lo));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_hi, p_hi));
+        }
+        let yd = f32_at(yb, 0);
+        let dd = f16x2(xb, 0); // [d, dmin]
+        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi), acc);
+        sumf -= dmin * yd * sumi_m as f32;
+    }
+    sumf + hsum_f32(acc)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    plain::q5_k_q8_k_body(x, y, |xb| prefetch(xb))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    let thirty_two = _mm256_set1_epi8(32);
+    let mut acc = _mm256_setzero_ps();
+    for (xb, yb) in x.chunks_exact(Q6_K).zip(y.chunks_exact(Q8_K)) {
+        prefetch(xb);
+        let scales: &[u8; 16] = arr(xb, 192);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let q = q6_levels(xb, h);
+            for (s, &qs) in q.iter().enumerate() {
+                let y8 = load32(yb, 4 + 128 * h + 32 * s);
+                // (q - 32) * y in i16 pairs, exact
+                let p = _mm256_sub_epi16(
+                    _mm256_maddubs_epi16(qs, y8),
+                    _mm256_maddubs_epi16(thirty_two, y8),
+                );
+                // the two 16-element groups 8h + 2s, 8h + 2s + 1
+                let sc = q6_scales(scales, 8 * h + 2 * s);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+            }
+        }
+        // d: the f16 at bytes 208..210, lane 1 of the pair at 206
+        let d = _mm_cvtss_f32(_mm_movehdup_ps(f16x2(xb, 206))) * f32_at(yb, 0);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_f32(acc)
+}
+
+/// A Q4_K block's 8 six-bit scales, and `sum(bsums[j] * min[j / 2])`
+/// with its 8 mins (exact): ggml's `utmp` unpacking of the 12 scale
+/// bytes, the same values as `get_scale_min_k4`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_scales_and_mins(xb: &[u8], yb: &[u8]) -> ([u8; 8], i32) {
+    let (sc, mins) = k4_scales_mins(xb);
+    (sc, k4_min_sum(mins, yb))
+}
+
+/// A Q4_K block's 8 scales, and its 8 mins as i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_scales_mins(xb: &[u8]) -> ([u8; 8], __m128i) {
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    let u = |at: usize| u32::from_le_bytes(*arr(xb, 4 + at));
+    let (u0, u1, u2) = (u(0), u(4), u(8));
+    let scales_lo = u0 & K1;
+    let scales_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
+    let mins_lo = u1 & K1;
+    let mins_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
+    let mut sc = [0u8; 8];
+    sc[..4].copy_from_slice(&scales_lo.to_le_bytes());
+    sc[4..].copy_from_slice(&scales_hi.to_le_bytes());
+    let mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mins_hi as i32, mins_lo as i32));
+    (sc, mins)
+}
+
+/// `sum(bsums[j] * mins[j / 2])` of a Q8_K block `yb` (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_min_sum(mins: __m128i, yb: &[u8]) -> i32 {
+    // bsums: 16 i16; pairs share a min.
+    let bsums = load32(yb, 4 + 256);
+    let pairs = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bsums),
+        _mm256_extracti128_si256(bsums, 1),
+    );
+    let p = _mm_madd_epi16(pairs, mins);
+    let p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0b01_00_11_10));
+    let p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0b10_11_00_01));
+    _mm_cvtsi128_si32(p)
+}
+
+/// [`q4_k_q8_k`] for [`COLS`] activation rows: each weight block's
+/// nibbles and scales are unpacked once; every column's float
+/// operations are those of the one-column kernel, in its order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    q4_k_cols_with(x, ys, |acc, a, b| {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    })
+}
+
+/// The body of [`q4_k_cols`]; `madd_acc(acc, a, b)` is
+/// `acc + madd(a, b)` (i16 pairs into i32 lanes).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_cols_with(
+    x: &[u8],
+    ys: [&[u8]; COLS],
+    madd_acc: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> [f32; COLS] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = [_mm256_setzero_ps(); COLS];
+    let mut sumf = [0.0f32; COLS];
+    for (b, xb) in x.chunks_exact(Q4_K).enumerate() {
+        prefetch(xb);
+        let yb = col_blocks(ys, b, Q8_K);
+        let (sc, mins) = k4_scales_mins(xb);
+        let mut sumi = [_mm256_setzero_si256(); COLS];
+        for h in 0..4 {
+            let q4 = load32(xb, 16 + 32 * h);
+            let lo = _mm256_and_si256(q4, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            let s_lo = _mm256_set1_epi16(sc[2 * h] as i16);
+            let s_hi = _mm256_set1_epi16(sc[2 * h + 1] as i16);
+            for c in 0..COLS {
+                let p_lo = _mm256_maddubs_epi16(lo, load32(yb[c], 4 + 64 * h));
+                let p_hi = _mm256_maddubs_epi16(hi, load32(yb[c], 4 + 64 * h + 32));
+                sumi[c] = madd_acc(sumi[c], s_lo, p_lo);
+                sumi[c] = madd_acc(sumi[c], s_hi, p_hi);
+            }
+        }
+        let dd = f16x2(xb, 0); // [d, dmin]
+        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+        for c in 0..COLS {
+            let yd = f32_at(yb[c], 0);
+            let sumi_m = k4_min_sum(mins, yb[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            sumf[c] -= dmin * yd * sumi_m as f32;
+        }
+    }
+    let mut out = [0.0f32; COLS];
+    for c in 0..COLS {
+        out[c] = sumf[c] + hsum_f32(acc[c]);
+    }
+    out
+}
+
+/// The 6-bit levels (0..64) of Q6_K elements `128h + 32s + l`
+/// (s = 0..4) of block `xb`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_levels(xb: &[u8], h: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m30 = _mm256_set1_epi8(0x30);
+    let (qa, qb) = (load32(xb, 64 * h), load32(xb, 64 * h + 32));
+    let qh = load32(xb, 128 + 32 * h);
+    [
+        _mm256_or_si256(
+            _mm256_and_si256(qa, m4),
+            _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(qb, m4),
+            _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+            _mm256_and_si256(qh, m30),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+        ),
+    ]
+}
+
+/// The sub-block scales of groups `g`, `g + 1` of a Q6_K block, as
+/// i16 lanes (low half `g`, high half `g + 1`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_scales(scales: &[u8; 16], g: usize) -> __m256i {
+    _mm256_set_m128i(
+        _mm_set1_epi16(scales[g + 1] as i8 as i16),
+        _mm_set1_epi16(scales[g] as i8 as i16),
+    )
+}
+
+/// [`q6_k_q8_k`] for [`COLS`] activation rows. The `- 32` offset is
+/// taken out through the activation's block sums:
+/// `sum(sc * (q - 32) * y) = sum(sc * q * y) - 32 * sum(sc * bsum)`,
+/// the same exact integer per block (spread over the 8 lanes
+/// differently, so the f32 sums round differently).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    q6_k_cols_with(x, ys, |acc, a, b| {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    })
+}
+/// The body of [`q6_k_cols`], `madd_acc` as in [`q4_k_cols_with`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_cols_with(
+    x: &[u8],
+    ys: [&[u8]; COLS],
+    madd_acc: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> [f32; COLS] {
+    let mut acc = [_mm256_setzero_ps(); COLS];
+    for (b, xb) in x.chunks_exact(Q6_K).enumerate() {
+        prefetch(xb);
+        let yb = col_blocks(ys, b, Q8_K);
+        let scales: &[u8; 16] = arr(xb, 192);
+        // sc16: the 16 scales as i16, to meet the 16 bsums.
+        let sc16 = _mm256_cvtepi8_epi16(load16(xb, 192));
+        let mut sumi = [_mm256_setzero_si256(); COLS];
+        for h in 0..2 {
+            let q = q6_levels(xb, h);
+            for (s, &qs) in q.iter().enumerate() {
+                let sc = q6_scales(scales, 8 * h + 2 * s);
+                for c in 0..COLS {
+                    let p = _mm256_maddubs_epi16(qs, load32(yb[c], 4 + 128 * h + 32 * s));
+                    sumi[c] = madd_acc(sumi[c], p, sc);
+                }
+            }
+        }
+        let d = _mm_cvtss_f32(_mm_movehdup_ps(f16x2(xb, 206)));
+        for c in 0..COLS {
+            // 32 * sum(sc * bsum), spread over the lanes before the sum
+            let off = _mm256_madd_epi16(load32(yb[c], 4 + 256), sc16);
+            let si = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(off, 5));
+            let dc = d * f32_at(yb[c], 0);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dc), _mm256_cvtepi32_ps(si), acc[c]);
+        }
+    }
+    let mut out = [0.0f32; COLS];
+    for c in 0..COLS {
+        out[c] = hsum_f32(acc[c]);
+    }
+    out
+}
+
+/// Block `b` (`size` bytes) of each activation column.
+#[inline(always)]
+fn col_blocks(ys: [&[u8]; COLS], b: usize, size: usize) -> [&[u8]; COLS] {
+    // (a loop, not `array::from_fn`: its closure would stay out of line)
+    let mut yb: [&[u8]; COLS] = [&[]; COLS];
+    for c in 0..COLS {
+        yb[c] = &ys[c][b * size..(b + 1) * size];
+    }
+    yb
+}
+
+/// A hint to fetch the weights [`PREFETCH`] bytes past `xb` (never
+/// faults; past the end of the row it fetches the next row).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch(xb: &[u8]) {
+    _mm_prefetch::<_MM_HINT_T0>(xb.as_ptr().wrapping_add(PREFETCH).cast());
+}
+
+/// The multi-column loop of the 32-element formats: the weight
+/// block's levels (`levels`, signed when `signed`, else unsigned)
+/// are unpacked once and meet the block of each activation column
+/// (`y_size` bytes, levels at byte `y_at`); with `min` the weight's
+/// offset meets the activation's `s` (Q4_1/Q5_1: f16 at bytes 2..4 of
+/// both blocks).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn cols(
+    x: &[u8],
+    ys: [&[u8]; COLS],
+    x_size: usize,
+    y_size: usize,
+    y_at: usize,
+    signed: bool,
+    min: bool,
+    levels: impl Fn(&[u8]) -> __m256i,
+) -> [f32; COLS] {
+    let mut acc = [_mm256_setzero_ps(); COLS];
+    let mut summs = [_mm_setzero_ps(); COLS];
+    for (b, xb) in x.chunks_exact(x_size).enumerate() {
+        prefetch(xb);
+        let xv = levels(xb);
+        let ux = if signed { _mm256_sign_epi8(xv, xv) } else { xv };
+        let dx = f16x2(xb, 0); // [d, m] (m only with `min`)
+        for c in 0..COLS {
+            let yb = &ys[c][b * y_size..(b + 1) * y_size];
+            let yv = load32(yb, y_at);
+            let yv = if signed { _mm256_sign_epi8(yv, xv) } else { yv };
+            let p = _mm_mul_ps(dx, f16x2(yb, 0)); // [dx * dy, mx * sy]
+            if min {
+                summs[c] = _mm_add_ps(summs[c], p);
+            }
+            let d = _mm256_broadcastss_ps(p);
+            acc[c] = _mm256_fmadd_ps(d, lanes_u8_i8(ux, yv), acc[c]);
+        }
+    }
+    let mut out = [0.0f32; COLS];
+    for c in 0..COLS {
+        let s = hsum_f32(acc[c]);
+        out[c] = if min {
+            s + _mm_cvtss_f32(_mm_movehdup_ps(summs[c]))
+        } else {
+            s
+        };
+    }
+    out
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    let eight = _mm256_set1_epi8(8);
+    let levels = |xb: &[u8]| _mm256_sub_epi8(nibbles(xb, 2), eight);
+    cols(x, ys, Q4_0, Q8_0, 2, true, false, levels)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    let sixteen = _mm256_set1_epi8(16);
+    let levels =
+        |xb: &[u8]| _mm256_sub_epi8(_mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2)), sixteen);
+    cols(x, ys, Q5_0, Q8_0, 2, true, false, levels)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q8_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    cols(x, ys, Q8_0, Q8_0, 2, true, false, |xb| load32(xb, 2))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_1_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    cols(x, ys, Q4_1, Q8_1, 4, false, true, |xb| nibbles(xb, 4))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_1_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+    let levels = |xb: &[u8]| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+    cols(x, ys, Q5_1, Q8_1, 4, false, true, levels)
+}

@@ -1,0 +1,215 @@
+//! The AVX-512 VNNI kernels: the prefill tiles and `vpdpwssd` versions
+//! of the K-quant multi-column kernels.
+
+#![allow(unsafe_code)]
+
+use super::avx2::{q4_k_cols_with, q6_k_cols_with};
+use super::shared::*;
+use super::*;
+use std::arch::x86_64::*;
+
+/// The K-quant multi-column kernels ([`q4_k_cols`](super::avx2::q4_k_cols),
+/// [`q6_k_cols`](super::avx2::q6_k_cols)) with `vpdpwssd` for each
+/// multiply-add of i16 pairs into i32 lanes (one instruction for `madd` +
+/// `add`; the same exact integers), each twice: `$vnni` with the
+/// instruction, `$model` with its lane model (AVX2 only, for the tests).
+macro_rules! dpwssd_kernels {
+    ($($vnni:ident, $model:ident = $body:ident;)*) => {$(
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            $body(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+            $body(x, ys, dpwssd_model)
+        }
+    )*};
+}
+
+dpwssd_kernels! {
+    q4_k_cols_vnni, q4_k_cols_model = q4_k_cols_with;
+    q6_k_cols_vnni, q6_k_cols_model = q6_k_cols_with;
+}
+
+/// [`emulated::dpwssd`] on vectors: `vpdpwssd` without VNNI.
+fn dpwssd_model(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    use bytemuck::cast;
+    cast(emulated::dpwssd(cast(acc), cast(a), cast(b)))
+}
+
+/// [`emulated::dpbusd`] on vectors: `vpdpbusd` without VNNI.
+fn dpbusd_model(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    use bytemuck::cast;
+    cast(emulated::dpbusd(cast(acc), cast(u), cast(s)))
+}
+
+// ---- AVX-512 VNNI prefill tiles (see `fast_tile`) ----
+
+/// The offset that makes a type's weight levels unsigned, the byte
+/// of its levels in a Q8 activation block, and whether it has a min.
+fn tile_params(ty: GgmlType) -> (u8, usize, bool) {
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 => (8, 2, false),
+        T::Q5_0 => (16, 2, false),
+        T::Q8_0 => (128, 2, false),
+        T::Q4_1 | T::Q5_1 => (0, 4, true),
+        _ => (0, 2, false),
+    }
+}
+
+/// One activation column into [`TILE_BLOCK`]-byte blocks (for `vpdpbusd`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) fn prepare(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    prepare_with(ty, act, out, |acc, u, s| _mm256_dpbusd_epi32(acc, u, s))
+}
+
+/// [`prepare`] with the lane model of `vpdpbusd` (AVX2 only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn prepare_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    prepare_with(ty, act, out, dpbusd_model)
+}
+
+/// One activation column into [`TILE_BLOCK`]-byte blocks: levels,
+/// `init = -off * lane sums of the levels`, `dy`, `sy` (Q8_1 only);
+/// `dpbusd(acc, u, s)` is `vpdpbusd` or its model.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prepare_with(
+    ty: GgmlType,
+    act: &[u8],
+    out: &mut [u8],
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) {
+    let (off, y_at, min) = tile_params(ty);
+    let y_size = y_at + 32;
+    let offv = _mm256_set1_epi8(off as i8);
+    for (yb, ob) in act
+        .chunks_exact(y_size)
+        .zip(out.chunks_exact_mut(TILE_BLOCK))
+    {
+        let y = load32(yb, y_at);
+        let lane_sums = dpbusd(_mm256_setzero_si256(), offv, y);
+        let init = _mm256_sub_epi32(_mm256_setzero_si256(), lane_sums);
+        let ob: &mut [u8; TILE_BLOCK] = (&mut ob[..]).try_into().expect("72 bytes");
+        ob[..32].copy_from_slice(&yb[y_at..y_at + 32]);
+        let mut lanes = [0i32; 8];
+        for (l, v) in lanes.iter_mut().enumerate() {
+            *v = _mm256_extract_epi32_dyn(init, l);
+        }
+        for (l, v) in lanes.iter().enumerate() {
+            ob[32 + 4 * l..36 + 4 * l].copy_from_slice(&v.to_le_bytes());
+        }
+        let ds = f16x2(yb, 0); // [d, s] for Q8_1; [d, first level bytes] for Q8_0
+        let dy = _mm_cvtss_f32(ds);
+        let sy = if min {
+            _mm_cvtss_f32(_mm_movehdup_ps(ds))
+        } else {
+            0.0
+        };
+        ob[64..68].copy_from_slice(&dy.to_le_bytes());
+        ob[68..72].copy_from_slice(&sy.to_le_bytes());
+    }
+}
+
+/// Lane `l` of `v` (a runtime index).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn _mm256_extract_epi32_dyn(v: __m256i, l: usize) -> i32 {
+    let mut a = [0i32; 8];
+    // SAFETY: `a` is 32 writable bytes; storeu has no alignment need.
+    unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) };
+    a[l & 7]
+}
+
+/// The tile loop: `levels(block)` gives a weight block's unsigned
+/// levels (`x + off`); `x_size` bytes a weight block; with `min`,
+/// the weight's `m` (f16 at bytes 2..4) meets the column's `sy`;
+/// `dpbusd(acc, u, s)` is `vpdpbusd` or its model. Compiled for AVX2 so
+/// the model's kernels run without VNNI; inlined into the VNNI kernels, it
+/// is compiled with their features.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile(
+    xs: [&[u8]; TILE],
+    ys: [&[u8]; TILE],
+    x_size: usize,
+    min: bool,
+    levels: impl Fn(&[u8]) -> __m256i,
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> [[f32; TILE]; TILE] {
+    // No closures or `array::from_fn` in here: they would not inherit
+    // the target features, stay out of line and spill the tile.
+    let nb = xs[0].len() / x_size;
+    let mut acc = [[_mm256_setzero_ps(); TILE]; TILE];
+    let mut summs = [[0.0f32; TILE]; TILE];
+    let mut xu = [_mm256_setzero_si256(); TILE];
+    let mut dx = [_mm256_setzero_ps(); TILE];
+    let mut mx = [0.0f32; TILE];
+    for b in 0..nb {
+        for r in 0..TILE {
+            let xb = &xs[r][b * x_size..(b + 1) * x_size];
+            xu[r] = levels(xb);
+            let dm = f16x2(xb, 0); // [d, m]
+            dx[r] = _mm256_broadcastss_ps(dm);
+            if min {
+                mx[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+            }
+        }
+        for c in 0..TILE {
+            let yb: &[u8; TILE_BLOCK] = arr(ys[c], b * TILE_BLOCK);
+            let y = load32(yb, 0);
+            let init = load32(yb, 32);
+            let dy = _mm256_set1_ps(f32_at(yb, 64));
+            let sy = f32_at(yb, 68);
+            for r in 0..TILE {
+                let l = dpbusd(init, xu[r], y);
+                let d = _mm256_mul_ps(dx[r], dy);
+                acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l), acc[r][c]);
+                if min {
+                    summs[r][c] += mx[r] * sy;
+                }
+            }
+        }
+    }
+    let mut out = [[0.0f32; TILE]; TILE];
+    for r in 0..TILE {
+        for c in 0..TILE {
+            out[r][c] = hsum_f32(acc[r][c]) + if min { summs[r][c] } else { 0.0 };
+        }
+    }
+    out
+}
+
+/// Each tile kernel twice: `$vnni` with `vpdpbusd`, `$model` with its lane
+/// model (AVX2 only, for the tests); `$levels` gives a weight block's
+/// levels made unsigned (`x + off`, see [`tile_params`]).
+macro_rules! tile_kernels {
+    ($($vnni:ident, $model:ident: $x_size:expr, $min:expr, |$xb:ident| $levels:expr;)*) => {$(
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $vnni(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+            let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
+            tile(xs, ys, $x_size, $min, |$xb: &[u8]| $levels, dpbusd)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $model(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+            tile(xs, ys, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
+        }
+    )*};
+}
+
+tile_kernels! {
+    q4_0_tile, q4_0_tile_model: Q4_0, false, |xb| nibbles(xb, 2);
+    q4_1_tile, q4_1_tile_model: Q4_1, true, |xb| nibbles(xb, 4);
+    q5_0_tile, q5_0_tile_model: Q5_0, false, |xb| _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
+    q5_1_tile, q5_1_tile_model: Q5_1, true, |xb| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+    q8_0_tile, q8_0_tile_model: Q8_0, false, |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128));
+}

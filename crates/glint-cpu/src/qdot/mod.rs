@@ -1,0 +1,163 @@
+//! Fast integer dots of one quantized weight row with one row of quantized
+//! activations: the same numbers as `glint_quant::vec_dot` (ggml's
+//! `ggml_vec_dot_*_generic`), computed whole blocks at a time.
+//!
+//! Each type has a plain twin ([`plain_dot`]) written over fixed-size block
+//! arrays so the compiler can vectorize it without bounds checks, and — on
+//! x86_64 with AVX2, FMA and F16C, detected once at run time — an AVX2
+//! version ([`avx2_dot`]). The plain kernels keep ggml's integer sums and
+//! ggml's float operations in ggml's order, so they agree bit for bit with
+//! `glint_quant::vec_dot`. The AVX2 Q5_K kernel is the plain one compiled
+//! for AVX2 (also bit-exact); the other AVX2 kernels are ggml's own AVX2
+//! loops, with exact integer sums but f32 lanes summed in a different order,
+//! so they differ by rounding only. The tests hold every kernel to the
+//! reference with a tolerance named per type. [`fast_dot_cols`] is the
+//! prefill variant: one weight row against several activation columns.
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `mod.rs` | the public entry points: which kernel a type gets on this cpu |
+//! | `plain.rs` | the plain twins, portable, bit-exact with ggml's reference |
+//! | `simd.rs` | x86_64: run-time detection of each tier, the safe entries |
+//! | `no_simd.rs` | `simd.rs` elsewhere: no tier, no kernel |
+//! | `shared.rs` | x86_64: vector helpers both tiers use (loads, nibbles, sums) |
+//! | `avx2.rs` | the AVX2 (+FMA, F16C) kernels: one column and [`COLS`] columns |
+//! | `avx512.rs` | the AVX-512 VNNI kernels: prefill tiles, `vpdpwssd` K-quants |
+//! | `emulated.rs` | the VNNI tier on any AVX2 cpu: its instructions modelled |
+//!
+//! Callers guarantee that `x` and `y` hold the same number of whole blocks
+//! (`mul_mat_ggml` checks the row lengths once per call). A short row is
+//! never read out of bounds: the one-column kernels truncate it, the
+//! multi-column and tile kernels panic on the bounds-checked slice.
+
+use glint_backend::GgmlType;
+use glint_quant::kquants::get_scale_min_k4;
+use half::f16;
+
+/// A dot of one weight row (`x`) with one activation row (`y`, the weight
+/// type's `vec_dot_type`).
+pub type DotFn = fn(&[u8], &[u8]) -> f32;
+
+/// One weight row dotted with [`COLS`] activation rows at once (prefill):
+/// the weight block is unpacked once for all of them. Each column's result
+/// is what [`avx2_dot`] gives for it, up to f32 rounding.
+pub type DotColsFn = fn(&[u8], [&[u8]; COLS]) -> [f32; COLS];
+
+/// Activation columns per [`DotColsFn`] call.
+pub const COLS: usize = 4;
+
+/// The multi-column kernel for `ty` on this cpu, or `None`: use [`fast_dot`]
+/// once per column.
+pub fn fast_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+    simd::dot_cols(ty)
+}
+
+/// The AVX2-only multi-column kernels (no VNNI), or `None` where the cpu
+/// lacks AVX2: what [`fast_dot_cols`] gives on AVX2 cpus without AVX-512
+/// VNNI (the tests hold the two equal).
+pub fn avx2_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+    simd::dot_cols_avx2(ty)
+}
+
+/// Weight rows and activation columns of one [`TileFn`] call.
+pub const TILE: usize = 4;
+
+/// Bytes of one prepared activation block ([`prepare_tile_col`]):
+/// levels `[i8; 32]`, `init: [i32; 8]`, `dy: f32`, `sy: f32`.
+pub const TILE_BLOCK: usize = 72;
+
+/// [`TILE`] weight rows against [`TILE`] prepared activation columns:
+/// `out[r][c]`. Each result is bit-identical to [`fast_dot_cols`]'s.
+pub type TileFn = fn([&[u8]; TILE], [&[u8]; TILE]) -> [[f32; TILE]; TILE];
+
+/// The prefill tile kernel for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the
+/// cpu has AVX-512 VNNI (with VL and BW), else `None`.
+///
+/// The weight levels are made unsigned (`x + off`: 8, 16 or 128; 0 for the
+/// types with a min) and meet the activation levels in `vpdpbusd`, which
+/// sums four u8·i8 products into each i32 lane exactly; the lanes start at
+/// `init = -off * (the sum of the lane's four activation levels)`, so each
+/// lane ends at exactly the `sum(x * y)` of the AVX2 kernels' `maddubs` +
+/// `madd`, and the float steps after it are theirs.
+pub fn fast_tile(ty: GgmlType) -> Option<TileFn> {
+    simd::tile(ty)
+}
+
+/// One activation column (Q8_0 blocks for Q4_0/Q5_0/Q8_0 weights, Q8_1 for
+/// Q4_1/Q5_1) prepared for [`fast_tile`]'s kernel of `ty`: `out` is
+/// [`TILE_BLOCK`] bytes per block. Only call it where [`fast_tile`] gave a
+/// kernel for `ty`; it does nothing otherwise.
+pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    simd::prepare_tile_col(ty, act, out)
+}
+
+/// Whether this cpu has AVX2, FMA and F16C (detected once).
+pub(crate) fn has_avx2() -> bool {
+    simd::has_avx2()
+}
+
+/// The fastest dot for `ty` on this cpu, or `None`: use `glint_quant::vec_dot`.
+pub fn fast_dot(ty: GgmlType) -> Option<DotFn> {
+    avx2_dot(ty).or_else(|| plain_dot(ty))
+}
+
+/// The portable kernels.
+pub fn plain_dot(ty: GgmlType) -> Option<DotFn> {
+    use GgmlType as T;
+    Some(match ty {
+        T::Q4_0 => plain::q4_0_q8_0,
+        T::Q4_1 => plain::q4_1_q8_1,
+        T::Q5_0 => plain::q5_0_q8_0,
+        T::Q5_1 => plain::q5_1_q8_1,
+        T::Q8_0 => plain::q8_0_q8_0,
+        T::Q4_K => plain::q4_k_q8_k,
+        T::Q5_K => plain::q5_k_q8_k,
+        T::Q6_K => plain::q6_k_q8_k,
+        _ => return None,
+    })
+}
+
+/// The AVX2 kernels, or `None` where the cpu lacks AVX2, FMA or F16C (or is not x86_64).
+pub fn avx2_dot(ty: GgmlType) -> Option<DotFn> {
+    simd::dot(ty)
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+#[inline(always)]
+fn f32_at(b: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// `&b[at..at + N]` as an array: lets the kernels index without bounds checks.
+#[inline(always)]
+fn arr<const N: usize>(b: &[u8], at: usize) -> &[u8; N] {
+    b[at..at + N].try_into().expect("slice of N bytes")
+}
+
+// Block sizes in bytes.
+const Q4_0: usize = 18; // d: f16, qs: [u8; 16]
+const Q4_1: usize = 20; // d, m: f16, qs: [u8; 16]
+const Q5_0: usize = 22; // d: f16, qh: [u8; 4], qs: [u8; 16]
+const Q5_1: usize = 24; // d, m: f16, qh: [u8; 4], qs: [u8; 16]
+const Q8_0: usize = 34; // d: f16, qs: [i8; 32]
+const Q8_1: usize = 36; // d, s: f16, qs: [i8; 32]
+const Q4_K: usize = 144; // d, dmin: f16, scales: [u8; 12], qs: [u8; 128]
+const Q5_K: usize = 176; // d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]
+const Q6_K: usize = 210; // ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16
+const Q8_K: usize = 292; // d: f32, qs: [i8; 256], bsums: [i16; 16]
+
+pub mod emulated;
+pub mod plain;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod shared;
+#[cfg_attr(not(target_arch = "x86_64"), path = "no_simd.rs")]
+mod simd;

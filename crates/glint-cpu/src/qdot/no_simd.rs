@@ -1,0 +1,36 @@
+//! `simd.rs` on targets other than x86_64: no tier, so no kernel; the
+//! callers fall back to the plain twins.
+
+use super::*;
+
+pub(super) fn has_avx2() -> bool {
+    false
+}
+
+pub(super) fn dot(_: GgmlType) -> Option<DotFn> {
+    None
+}
+
+pub(super) fn dot_cols(_: GgmlType) -> Option<DotColsFn> {
+    None
+}
+
+pub(super) fn dot_cols_avx2(_: GgmlType) -> Option<DotColsFn> {
+    None
+}
+
+pub(super) fn dot_cols_model(_: GgmlType) -> Option<DotColsFn> {
+    None
+}
+
+pub(super) fn tile(_: GgmlType) -> Option<TileFn> {
+    None
+}
+
+pub(super) fn tile_model(_: GgmlType) -> Option<TileFn> {
+    None
+}
+
+pub(super) fn prepare_tile_col(_: GgmlType, _: &[u8], _: &mut [u8]) {}
+
+pub(super) fn prepare_tile_col_model(_: GgmlType, _: &[u8], _: &mut [u8]) {}

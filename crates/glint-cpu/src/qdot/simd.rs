@@ -1,0 +1,192 @@
+//! x86_64: run-time detection of each tier, and the safe entries to its
+//! kernels: the only place the `#[target_feature]` kernels are called from
+//! code that does not itself have the features.
+//!
+//! Every entry is handed out only by a table below (`dot`, `dot_cols`,
+//! `tile`, ...), and each table hands one out only after the detection of
+//! its tier said yes.
+
+#![allow(unsafe_code)]
+
+use super::*;
+use std::sync::OnceLock;
+
+/// Whether this cpu has AVX2, FMA and F16C (detected once).
+pub(super) fn has_avx2() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+    })
+}
+
+/// Whether this cpu has the AVX2 tier and AVX-512 F, BW, VL and VNNI.
+pub(super) fn has_vnni() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        has_avx2()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+    })
+}
+
+/// Safe entries `$name` to the kernels `$module::$name`, compiled for
+/// `$features`; `$sig` is their signature, in brackets.
+macro_rules! entries {
+    ($features:literal, $sig:tt, $module:ident::{$($name:ident),* $(,)?}) => {
+        $(entries!(@one $features, $sig, $name, $module::$name);)*
+    };
+    (@one $features:literal, [fn($($arg:ident: $t:ty),*) $(-> $ret:ty)?], $name:ident, $body:path) => {
+        fn $name($($arg: $t),*) $(-> $ret)? {
+            #[target_feature(enable = $features)]
+            fn tf($($arg: $t),*) $(-> $ret)? {
+                $body($($arg),*)
+            }
+            // SAFETY: `$name` is private to this file, where only the
+            // tables below hand it out, each through `kernels` with the
+            // detection of the tier of `$features`.
+            unsafe { tf($($arg),*) }
+        }
+    };
+}
+
+// The AVX2 tier.
+entries!(
+    "avx2,fma,f16c",
+    [fn(x: &[u8], y: &[u8]) -> f32],
+    avx2::{q4_0_q8_0, q4_1_q8_1, q5_0_q8_0, q5_1_q8_1, q8_0_q8_0, q4_k_q8_k, q5_k_q8_k, q6_k_q8_k}
+);
+entries!(
+    "avx2,fma,f16c",
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
+    avx2::{q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols}
+);
+
+// The AVX-512 VNNI tier.
+entries!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
+    avx512::{q4_k_cols_vnni, q6_k_cols_vnni}
+);
+entries!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]],
+    avx512::{q4_0_tile, q4_1_tile, q5_0_tile, q5_1_tile, q8_0_tile}
+);
+entries!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])],
+    avx512::{prepare}
+);
+
+// The VNNI tier with its instructions modelled: AVX2 only.
+entries!(
+    "avx2,fma,f16c",
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
+    avx512::{q4_k_cols_model, q6_k_cols_model}
+);
+entries!(
+    "avx2,fma,f16c",
+    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]],
+    avx512::{q4_0_tile_model, q4_1_tile_model, q5_0_tile_model, q5_1_tile_model, q8_0_tile_model}
+);
+entries!(
+    "avx2,fma,f16c",
+    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])],
+    avx512::{prepare_model}
+);
+
+/// One type's kernels on the x86 tiers.
+struct Kernels {
+    ty: GgmlType,
+    /// AVX2: one column, and [`COLS`] columns.
+    dot: DotFn,
+    cols: Option<DotColsFn>,
+    /// AVX-512 VNNI, where it has its own: `cols` with `vpdpwssd`, and
+    /// the prefill tile; each with its instruction's lane model (AVX2 only).
+    cols_vnni: Option<(DotColsFn, DotColsFn)>,
+    tile: Option<(TileFn, TileFn)>,
+}
+
+/// Every type with an x86 kernel, one row each.
+#[rustfmt::skip]
+const KERNELS: [Kernels; 8] = [
+    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(q4_0_cols), cols_vnni: None,
+              tile: Some((q4_0_tile, q4_0_tile_model)) },
+    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(q4_1_cols), cols_vnni: None,
+              tile: Some((q4_1_tile, q4_1_tile_model)) },
+    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(q5_0_cols), cols_vnni: None,
+              tile: Some((q5_0_tile, q5_0_tile_model)) },
+    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(q5_1_cols), cols_vnni: None,
+              tile: Some((q5_1_tile, q5_1_tile_model)) },
+    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(q8_0_cols), cols_vnni: None,
+              tile: Some((q8_0_tile, q8_0_tile_model)) },
+    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(q4_k_cols),
+              cols_vnni: Some((q4_k_cols_vnni, q4_k_cols_model)), tile: None },
+    Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None },
+    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(q6_k_cols),
+              cols_vnni: Some((q6_k_cols_vnni, q6_k_cols_model)), tile: None },
+];
+
+/// `ty`'s row of [`KERNELS`] where this cpu has `tier` (the AVX2 tier
+/// or the VNNI tier), else `None`: the one gate every table below takes.
+fn kernels(ty: GgmlType, tier: fn() -> bool) -> Option<&'static Kernels> {
+    KERNELS.iter().find(|k| k.ty == ty).filter(|_| tier())
+}
+
+/// The AVX2 one-column kernels; `None` unless [`has_avx2`].
+pub(super) fn dot(ty: GgmlType) -> Option<DotFn> {
+    kernels(ty, has_avx2).map(|k| k.dot)
+}
+
+/// The multi-column kernels (VNNI ones where [`has_vnni`]); `None`
+/// unless [`has_avx2`].
+pub(super) fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+    match kernels(ty, has_vnni).and_then(|k| k.cols_vnni) {
+        Some((vnni, _)) => Some(vnni),
+        None => dot_cols_avx2(ty),
+    }
+}
+
+/// The AVX2 multi-column kernels; `None` unless [`has_avx2`].
+pub(super) fn dot_cols_avx2(ty: GgmlType) -> Option<DotColsFn> {
+    kernels(ty, has_avx2).and_then(|k| k.cols)
+}
+
+/// [`dot_cols`] of a VNNI cpu with `vpdpwssd` modelled (AVX2 only).
+pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotColsFn> {
+    let k = kernels(ty, has_avx2)?;
+    k.cols_vnni.map(|(_, model)| model).or(k.cols)
+}
+
+/// The tile kernels; `None` unless [`has_vnni`].
+pub(super) fn tile(ty: GgmlType) -> Option<TileFn> {
+    kernels(ty, has_vnni)
+        .and_then(|k| k.tile)
+        .map(|(vnni, _)| vnni)
+}
+
+/// [`tile`] with `vpdpbusd` modelled (AVX2 only).
+pub(super) fn tile_model(ty: GgmlType) -> Option<TileFn> {
+    kernels(ty, has_avx2)
+        .and_then(|k| k.tile)
+        .map(|(_, model)| model)
+}
+
+/// Does nothing unless [`tile`] has a kernel for `ty`.
+pub(super) fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    if tile(ty).is_some() {
+        prepare(ty, act, out)
+    }
+}
+
+/// [`prepare_tile_col`] with `vpdpbusd` modelled (AVX2 only).
+/// Does nothing unless [`tile_model`] has a kernel for `ty`.
+pub(super) fn prepare_tile_col_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    if tile_model(ty).is_some() {
+        prepare_model(ty, act, out)
+    }
+}
