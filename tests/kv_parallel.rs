@@ -4,7 +4,7 @@
 
 mod common;
 
-use glint::{BackendKind, Batch, Context, ContextParams, Model, ModelParams};
+use glint::{Batch, Context, ContextParams, Model};
 
 /// Unified vs per-sequence streams (and vs one sequence alone): the same
 /// math over the same keys, only the masked-out slots and the summation
@@ -19,11 +19,7 @@ const PROMPTS: [&str; 4] = [
 ];
 
 fn load() -> Model {
-    let p = ModelParams {
-        backend: BackendKind::Cpu,
-        ..Default::default()
-    };
-    Model::load(common::model("smollm2"), &p).unwrap()
+    common::cpu_model("smollm2")
 }
 
 /// Decode every prompt (sequence i = prompt i) in one batch, then one greedy

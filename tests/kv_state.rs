@@ -5,7 +5,7 @@
 
 mod common;
 
-use glint::{BackendKind, Batch, Context, ContextParams, Model, ModelParams};
+use glint::{Batch, Context, ContextParams, Model};
 
 /// Restoring writes back the very bytes that were saved: the next-token
 /// logits are the same computation on the same keys.
@@ -15,11 +15,7 @@ const PROMPT: &str = "The capital of France is Paris. The capital of Germany is"
 const CHILD_ENV: &str = "GLINT_KV_STATE_CHILD";
 
 fn load() -> Model {
-    let p = ModelParams {
-        backend: BackendKind::Cpu,
-        ..Default::default()
-    };
-    Model::load(common::model("smollm2"), &p).unwrap()
+    common::cpu_model("smollm2")
 }
 
 fn context(model: &Model) -> Context {

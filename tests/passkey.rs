@@ -4,16 +4,11 @@
 
 mod common;
 
-use glint::{BackendKind, Model, ModelParams};
 use glint_cli::cli::passkey::{first_integer, prompt};
 
 #[test]
 fn the_key_sits_at_its_depth_and_the_scorer_reads_the_first_integer() {
-    let p = ModelParams {
-        backend: BackendKind::Cpu,
-        ..Default::default()
-    };
-    let model = Model::load(common::model("smollm2"), &p).unwrap();
+    let model = common::cpu_model("smollm2");
     for depth in [0.0, 0.5, 1.0] {
         let text = prompt(&model, 1024, depth, 12345).unwrap();
         let n = model.tokenizer().encode(&text, true, true).unwrap().len();

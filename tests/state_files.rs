@@ -6,17 +6,13 @@
 mod common;
 
 use glint::state::PromptCache;
-use glint::{BackendKind, Batch, Context, ContextParams, Model, ModelParams};
+use glint::{Batch, Context, ContextParams, Model};
 use glint_testkit::Rng;
 
 const PROMPT: &str = "The capital of France is Paris. The capital of Germany is";
 
 fn load() -> Model {
-    let p = ModelParams {
-        backend: BackendKind::Cpu,
-        ..Default::default()
-    };
-    Model::load(common::model("smollm2"), &p).unwrap()
+    common::cpu_model("smollm2")
 }
 
 fn context(model: &Model, n_ctx: u32) -> Context {

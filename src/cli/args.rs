@@ -19,6 +19,15 @@ pub struct Flag {
     pub help: &'static str,
 }
 
+/// One row of a command's flag table:
+/// `flag!("ctx-size", ["-c"], Some("N"), "context size")`.
+macro_rules! flag {
+    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
+        $crate::cli::args::Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
+    };
+}
+pub(crate) use flag;
+
 /// Parsed flags and positionals.
 #[derive(Default, Debug)]
 pub struct Parsed {

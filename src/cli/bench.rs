@@ -10,14 +10,8 @@ use crate::bench::{self, Test, TokenRng};
 use glint::{BackendKind, CacheType, Context, ContextParams, Model, ModelParams};
 use serde_json::{json, Value as Json};
 
-use super::args::{self, Flag, Parsed};
+use super::args::{self, flag, Flag, Parsed};
 use super::output;
-
-macro_rules! flag {
-    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
-        Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
-    };
-}
 
 pub const FLAGS: &[Flag] = &[
     flag!("model", ["-m"], Some("FILE"), "GGUF model (repeatable)"),

@@ -6,13 +6,7 @@ use glint::sample::SamplerParams;
 use glint::{CacheType, ContextParams, Model, ModelParams};
 use serde_json::Value;
 
-use super::args::{Flag, Parsed};
-
-macro_rules! flag {
-    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
-        Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
-    };
-}
+use super::args::{flag, Flag, Parsed};
 
 pub const FLAGS: &[Flag] = &[
     flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use)"),

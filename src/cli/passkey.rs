@@ -9,15 +9,9 @@ use glint::sample::SamplerParams;
 use glint::{Context, ContextParams, Model};
 use glint_testkit::Rng;
 
-use super::args::{self, Flag, Parsed};
+use super::args::{self, flag, Flag, Parsed};
 use super::options::{model_params, model_path, num};
 use super::output;
-
-macro_rules! flag {
-    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
-        Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
-    };
-}
 
 const FLAGS: &[Flag] = &[
     flag!(

@@ -11,15 +11,9 @@ use glint::perplexity::{
 };
 use glint::{Context, ContextParams, Model};
 
-use super::args::{self, Flag, Parsed};
+use super::args::{self, flag, Flag, Parsed};
 use super::options::{model_params, model_path, num, read_text_file, threads};
 use super::output;
-
-macro_rules! flag {
-    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
-        Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
-    };
-}
 
 const FLAGS: &[Flag] = &[
     flag!(

@@ -66,6 +66,15 @@ pub fn one_line_error(out: &Output, what: &str) -> String {
     lines[0].to_string()
 }
 
+/// The real model `name` on the cpu backend.
+pub fn cpu_model(name: &str) -> glint::Model {
+    let p = glint::ModelParams {
+        backend: glint::BackendKind::Cpu,
+        ..Default::default()
+    };
+    glint::Model::load(model(name), &p).unwrap()
+}
+
 /// A context of `n_ctx` cells, everything else at its default.
 pub fn context(model: &glint::Model, n_ctx: u32) -> glint::Context {
     glint::Context::new(
