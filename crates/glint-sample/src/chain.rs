@@ -99,13 +99,20 @@ impl Chain {
 
     /// Run the samplers over the raw `logits` and return the candidates with
     /// the selection, without accepting. Errors: empty logits, a NaN or `+inf`
-    /// logit (`-inf` is a legal mask), or a chain that selected nothing (it
+    /// logit (`-inf` is a legal mask), a chain that masked every token (a
+    /// logit bias banning all, say), or a chain that selected nothing (it
     /// lacks a selecting sampler such as `dist` or `greedy`).
     pub fn apply_logits(&mut self, logits: &[f32]) -> Result<TokenDataArray, SampleError> {
         check_logits(logits)?;
         let mut cur_p = TokenDataArray::from_logits(logits);
         self.apply(&mut cur_p);
         match cur_p.selected {
+            // A selection with no probability: the chain (a logit bias of
+            // -inf on every token, say) masked everything, and a selector
+            // that still returned a token must not be believed.
+            Some(i) if i < cur_p.data.len() && cur_p.data[i].logit == f32::NEG_INFINITY => {
+                Err(SampleError::AllMasked)
+            }
             Some(i) if i < cur_p.data.len() => Ok(cur_p),
             _ => Err(SampleError::NoSelection {
                 chain: self.describe(),

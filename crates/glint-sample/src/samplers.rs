@@ -277,7 +277,16 @@ pub(crate) fn temp_impl(cur_p: &mut TokenDataArray, temp: f32) {
     if cur_p.data.is_empty() {
         return;
     }
-    if temp <= 0.0 {
+    // A positive temperature so small that a logit divided by it is no
+    // longer finite (1e-38, say) is greedy: dividing would turn the best
+    // logits into +inf (and their differences into NaN).
+    let max_abs = cur_p
+        .data
+        .iter()
+        .map(|t| t.logit.abs())
+        .filter(|a| a.is_finite())
+        .fold(0.0f32, f32::max);
+    if temp <= 0.0 || !(max_abs / temp).is_finite() {
         let mut max_i = 0;
         let mut max_l = cur_p.data[0].logit;
         for i in 1..cur_p.data.len() {

@@ -535,3 +535,49 @@ fn samplers_survive_degenerate_inputs() {
         }
     }
 }
+
+/// A positive temperature so small that logit / temp overflows (1e-38) is
+/// greedy: with llama.cpp's default chain every seed picks the argmax.
+#[test]
+fn a_vanishing_temperature_acts_greedy() {
+    for seed in 0..20u32 {
+        let logits = random_logits(seed, 50);
+        let best = logits
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, &l)| if l > logits[b] { i } else { b }) as u32;
+        let mut chain = glint_sample::SamplerParams {
+            temp: 1e-38,
+            seed,
+            ..Default::default()
+        }
+        .build_chain(50, 64)
+        .unwrap();
+        assert_eq!(chain.sample(&logits).unwrap(), best, "seed {seed}");
+    }
+}
+
+/// A logit bias that bans every token is an error, never a token.
+#[test]
+fn a_logit_bias_banning_every_token_is_an_error() {
+    let n = 8;
+    let params = glint_sample::SamplerParams {
+        logit_bias: (0..n as u32)
+            .map(|token| glint_sample::LogitBiasEntry {
+                token,
+                bias: f32::NEG_INFINITY,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    for temp in [0.0, 0.8] {
+        let mut chain = glint_sample::SamplerParams {
+            temp,
+            ..params.clone()
+        }
+        .build_chain(n, 64)
+        .unwrap();
+        let e = chain.sample(&random_logits(3, n)).unwrap_err();
+        assert_eq!(e, glint_sample::SampleError::AllMasked, "temp {temp}");
+    }
+}
