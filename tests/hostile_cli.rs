@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::unix::fs::FileTypeExt;
 use std::process::{Command, Output, Stdio};
 
 /// `glint args...` through `sh` with `ulimit -v` (KiB) and `tail` of shell
@@ -153,6 +154,21 @@ fn sizes_from_outside_are_checked_before_anything_is_allocated() {
         "",
     );
     refused(out, "-f missing", &["/nonexistent/prompt.txt"]);
+
+    // A prompt cache that is a device, not a file: neither read nor
+    // replaced (as root, a rename over /dev/full would replace the device).
+    for dev in ["/dev/full", "/dev/zero"] {
+        let out = gen(&["--prompt-cache", dev]);
+        refused(
+            out,
+            &format!("--prompt-cache {dev}"),
+            &[dev, "not a regular file"],
+        );
+    }
+    assert!(std::fs::metadata("/dev/full")
+        .unwrap()
+        .file_type()
+        .is_char_device());
 
     // bench sizes in the millions.
     let out = sh(

@@ -51,6 +51,17 @@ pub enum TokenizerError {
         second: u32,
     },
 
+    /// A special token id the file names lies outside the vocabulary.
+    #[error("{key} = {id}, outside the vocabulary of {n_vocab} tokens")]
+    SpecialIdOutOfRange {
+        /// The metadata key.
+        key: &'static str,
+        /// The id it holds.
+        id: u64,
+        /// Tokens in the vocabulary.
+        n_vocab: usize,
+    },
+
     /// The file says to add a special token that it does not define.
     #[error("{add_key} is true but {id_key} is not set (or out of range)")]
     MissingSpecialToken {

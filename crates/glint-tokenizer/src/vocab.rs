@@ -247,8 +247,8 @@ impl Vocab {
         let mut attrs: Vec<u8> = types.iter().map(|t| t.attr()).collect();
 
         let by_text = index_texts(&texts)?;
-        let bos = id_key(gguf, KEY_BOS, default_bos, n_vocab)?;
-        let eos = id_key(gguf, KEY_EOS, default_eos, n_vocab)?;
+        let bos = checked_id(gguf, KEY_BOS, default_bos, n_vocab)?;
+        let eos = checked_id(gguf, KEY_EOS, default_eos, n_vocab)?;
         let (eot, mut eog) = read_roles(gguf, &by_text, &mut attrs)?;
         eog.extend(eos);
         eog.sort_unstable();
@@ -295,8 +295,29 @@ fn read_types(gguf: &GgufFile, n_vocab: usize) -> Result<Vec<TokenType>> {
     })
 }
 
+/// The BOS/EOS id stored at `key`, or `default` when absent (or stored as
+/// 0xffffffff, the converters' "none"): an id outside the vocabulary is an
+/// error naming the key, never silently another token.
+fn checked_id(
+    gguf: &GgufFile,
+    key: &'static str,
+    default: Option<u32>,
+    n_vocab: usize,
+) -> Result<Option<u32>> {
+    match gguf.get_usize(key)? {
+        Some(id) if id < n_vocab => Ok(Some(id as u32)),
+        Some(id) if id as u64 == u32::MAX as u64 => Ok(default.filter(|&d| (d as usize) < n_vocab)),
+        Some(id) => Err(TokenizerError::SpecialIdOutOfRange {
+            key,
+            id: id as u64,
+            n_vocab,
+        }),
+        None => Ok(default.filter(|&d| (d as usize) < n_vocab)),
+    }
+}
+
 /// The id stored at `key`, or `default`; an id outside the vocabulary
-/// counts as absent.
+/// counts as absent (role tokens are optional).
 fn id_key(gguf: &GgufFile, key: &str, default: Option<u32>, n_vocab: usize) -> Result<Option<u32>> {
     let default = default.filter(|&d| (d as usize) < n_vocab);
     Ok(match gguf.get_usize(key)? {

@@ -127,12 +127,27 @@ impl PromptCache {
         write_atomic(path, &self.to_bytes())
     }
 
-    /// Read `path`.
+    /// Read `path`: a regular file of at most [`MAX_STATE_FILE_BYTES`].
     pub fn load(path: &Path) -> Result<PromptCache, Error> {
-        let b = std::fs::read(path).map_err(|err| Error::Io {
+        let io = |err| Error::Io {
             path: path.display().to_string(),
             err,
-        })?;
+        };
+        let md = std::fs::metadata(path).map_err(io)?;
+        if !md.is_file() {
+            return Err(Error::State(format!(
+                "{}: not a regular file",
+                path.display()
+            )));
+        }
+        if md.len() > MAX_STATE_FILE_BYTES {
+            return Err(Error::State(format!(
+                "{}: {} bytes, more than the {MAX_STATE_FILE_BYTES} a state file may have",
+                path.display(),
+                md.len()
+            )));
+        }
+        let b = std::fs::read(path).map_err(io)?;
         PromptCache::from_bytes(&b).map_err(|e| match e {
             Error::State(m) => Error::State(format!("{}: {m}", path.display())),
             e => e,
@@ -140,14 +155,27 @@ impl PromptCache {
     }
 }
 
+/// Largest state file read (64 GiB: a 70B model's full 32k context in f16
+/// is about 10 GiB).
+pub const MAX_STATE_FILE_BYTES: u64 = 64 << 30;
+
 /// Write `bytes` to `path` through a temporary file in the same folder,
 /// synced, then renamed over `path`: `path` is either the old file or the
-/// new one, never half of one.
+/// new one, never half of one. An existing `path` must be a regular file
+/// (renaming over `/dev/full` as root would replace the device).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let io = |err| Error::Io {
         path: path.display().to_string(),
         err,
     };
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if !md.is_file() {
+            return Err(Error::State(format!(
+                "{}: exists and is not a regular file: not overwritten",
+                path.display()
+            )));
+        }
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
