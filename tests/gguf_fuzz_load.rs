@@ -11,7 +11,8 @@ use glint::quant::GgmlType;
 use glint::{BackendKind, Model, ModelParams};
 use glint_testkit::Rng;
 
-/// SmolLM2's metadata (tokenizer included) over a 2-layer model of width 64.
+/// SmolLM2's metadata (tokenizer included) over a 2-layer model of width 64:
+/// F16 matrices, F32 norms.
 fn tiny_model() -> Vec<u8> {
     let src = GgufFile::open(common::model("smollm2")).unwrap();
     let n_vocab = 49152u64;
@@ -29,12 +30,18 @@ fn tiny_model() -> Vec<u8> {
         w.add_kv(k, v).unwrap();
     }
     let mut rng = Rng::new(11);
+    // Matrices F16, norms F32 (as converters write them).
     let mut add = |name: &str, dims: &[u64]| {
         let n: u64 = dims.iter().product();
-        let mut bytes = vec![0u8; 2 * n as usize];
+        let ty = if dims.len() == 1 {
+            GgmlType::F32
+        } else {
+            GgmlType::F16
+        };
+        let mut bytes = vec![0u8; ty.bytes_for(n).unwrap() as usize];
         let vals = rng.vec_scaled(n as usize, 0.05);
-        glint::quant::quantize_row(GgmlType::F16, &vals, &mut bytes).unwrap();
-        w.add_tensor(name, dims, GgmlType::F16, bytes).unwrap();
+        glint::quant::quantize_row(ty, &vals, &mut bytes).unwrap();
+        w.add_tensor(name, dims, ty, bytes).unwrap();
     };
     add("token_embd.weight", &[n_embd, n_vocab]);
     for il in 0..n_layer {
@@ -99,7 +106,74 @@ fn mutated_model_files_load_or_fail_cleanly() {
         }
     }
     eprintln!("{tried} mutated files: {loaded} loaded, {refused} refused, {panics} panics");
+    assert_eq!(tried, 1000);
     assert_eq!(panics, 0);
     assert_eq!(loaded + refused, tried);
     assert!(refused > tried / 4, "mutations that matter are refused");
+}
+
+/// The same mutations through the binary, as a user meets them: `glint
+/// generate -m FILE` exits 0 or 1 with one error line, never a panic or an
+/// abort (a subset: each run is a process).
+#[test]
+fn generate_on_mutated_model_files_exits_cleanly() {
+    let good = tiny_model();
+    let data_at = GgufFile::from_bytes(good.clone()).unwrap().data_offset() as usize;
+    let dir = std::env::temp_dir().join(format!("glint-fuzz-gen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.gguf");
+    let run = |path: &std::path::Path| {
+        common::glint(&[
+            "generate",
+            "-m",
+            path.to_str().unwrap(),
+            "-p",
+            "Hi",
+            "-n",
+            "1",
+            "--backend",
+            "cpu",
+            "-t",
+            "1",
+            "-c",
+            "64",
+        ])
+    };
+    // The untouched file generates.
+    std::fs::write(&path, &good).unwrap();
+    common::success(run(&path));
+    let mut rng = Rng::new(0x9e11);
+    let (mut ok, mut refused) = (0, 0);
+    for i in 0..40 {
+        let mut b = good.clone();
+        for _ in 0..1 + rng.next_u64() % 4 {
+            let k = (rng.next_u64() % data_at as u64) as usize;
+            b[k] = rng.next_u64() as u8;
+        }
+        std::fs::write(&path, &b).unwrap();
+        let out = common::glint(&[
+            "generate",
+            "-m",
+            path.to_str().unwrap(),
+            "-p",
+            "Hi",
+            "-n",
+            "1",
+            "--backend",
+            "cpu",
+            "-t",
+            "1",
+            "-c",
+            "64",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "mutation {i}: {err}");
+        match out.status.code() {
+            Some(0) => ok += 1,
+            Some(1) => refused += 1,
+            other => panic!("mutation {i}: exit {other:?}: {err}"),
+        }
+    }
+    eprintln!("40 mutated files through glint generate: {ok} ran, {refused} refused");
+    let _ = std::fs::remove_dir_all(&dir);
 }

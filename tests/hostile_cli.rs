@@ -199,3 +199,30 @@ fn chat_refuses_the_flags_it_would_ignore() {
         refused(sh(&a, ""), &format!("chat {flag:?}"), &[flag[0]]);
     }
 }
+
+/// A synthetic model whose write fails half-way (a file-size limit stands
+/// in for a full disk) leaves no multi-GB `.partial` file behind.
+#[test]
+fn a_failed_synthetic_write_leaves_no_partial_file() {
+    let dir = std::env::temp_dir().join(format!("glint-synth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "trap '' XFSZ; ulimit -f 2048; exec \"$0\" bench --synthetic smollm2-135m:q4_1 -p 8 -n 0 -r 1 --backend cpu",
+            env!("CARGO_BIN_EXE_glint"),
+        ])
+        .env("GLINT_MODELS", &dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // The model cache's synthetic/ folder may stay; no file in it may.
+    let left: Vec<_> = std::fs::read_dir(dir.join("synthetic"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
