@@ -166,6 +166,50 @@ const MAX_TEST_TOKENS: u64 = 1 << 20;
 /// Most repetitions of each test.
 const MAX_REPS: usize = 1000;
 
+/// The tests the flags ask for: every depth with every -p, -n and -pg.
+fn tests(p: &Parsed) -> Result<Vec<Test>, String> {
+    let depths: Vec<u32> = list(p, "n-depth", "0")?;
+    let mut base = Vec::new();
+    for n in list::<u32>(p, "n-prompt", "512")? {
+        if n > 0 {
+            base.push((n, 0));
+        }
+    }
+    for n in list::<u32>(p, "n-gen", "128")? {
+        if n > 0 {
+            base.push((0, n));
+        }
+    }
+    for pg in p.all("pg") {
+        let bad = || format!("-pg: `{pg}` is not PP,TG (two numbers)");
+        let (a, b) = pg.split_once(',').ok_or_else(bad)?;
+        let a: u32 = a.trim().parse().map_err(|_| bad())?;
+        let b: u32 = b.trim().parse().map_err(|_| bad())?;
+        base.push((a, b));
+    }
+    let mut tests = Vec::new();
+    for &d in &depths {
+        for &(pp, tg) in &base {
+            tests.push(Test {
+                n_prompt: pp,
+                n_gen: tg,
+                n_depth: d,
+            });
+        }
+    }
+    if tests.is_empty() {
+        return Err("bench: no tests (-p 0 and -n 0 and no -pg)".into());
+    }
+    if let Some(t) = tests.iter().find(|t| t.n_ctx() as u64 > MAX_TEST_TOKENS) {
+        return Err(format!(
+            "bench: {} needs {} tokens of context, more than the {MAX_TEST_TOKENS} a test may have",
+            t.name(),
+            t.n_ctx()
+        ));
+    }
+    Ok(tests)
+}
+
 fn config(p: &Parsed) -> Result<Config, String> {
     if !p.positional.is_empty() {
         return Err(format!(
@@ -206,45 +250,7 @@ fn config(p: &Parsed) -> Result<Config, String> {
     } else {
         vec![None]
     };
-    let depths: Vec<u32> = list(p, "n-depth", "0")?;
-    let mut base = Vec::new();
-    for n in list::<u32>(p, "n-prompt", "512")? {
-        if n > 0 {
-            base.push((n, 0));
-        }
-    }
-    for n in list::<u32>(p, "n-gen", "128")? {
-        if n > 0 {
-            base.push((0, n));
-        }
-    }
-    for pg in p.all("pg") {
-        let bad = || format!("-pg: `{pg}` is not PP,TG (two numbers)");
-        let (a, b) = pg.split_once(',').ok_or_else(bad)?;
-        let a: u32 = a.trim().parse().map_err(|_| bad())?;
-        let b: u32 = b.trim().parse().map_err(|_| bad())?;
-        base.push((a, b));
-    }
-    let mut tests = Vec::new();
-    for &d in &depths {
-        for &(pp, tg) in &base {
-            tests.push(Test {
-                n_prompt: pp,
-                n_gen: tg,
-                n_depth: d,
-            });
-        }
-    }
-    if tests.is_empty() {
-        return Err("bench: no tests (-p 0 and -n 0 and no -pg)".into());
-    }
-    if let Some(t) = tests.iter().find(|t| t.n_ctx() as u64 > MAX_TEST_TOKENS) {
-        return Err(format!(
-            "bench: {} needs {} tokens of context, more than the {MAX_TEST_TOKENS} a test may have",
-            t.name(),
-            t.n_ctx()
-        ));
-    }
+    let tests = tests(p)?;
     let reps = p.parse::<usize>("repetitions")?.unwrap_or(5).max(1);
     if reps > MAX_REPS {
         return Err(format!(
