@@ -70,7 +70,7 @@ pub fn attention(
     attention_with(Kernels::Fast, par, q, k, v, mask, p, out, ggml_f16)
 }
 
-/// [`attention`] with a choice of path: [`Kernels::Fast`] takes the AVX2
+/// `attention` with a choice of path: [`Kernels::Fast`] takes the AVX2
 /// path where the cpu has it; [`Kernels::Plain`] and
 /// [`Kernels::Reference`] always take the plain loops (for tests and
 /// benchmarks). Shapes as the backend's `attention` checks them: `q` is
@@ -401,7 +401,7 @@ mod wide {
     }
 
     /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
-    /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps; V[j] is
+    /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps; `V[j]` is
     /// `v[j * row..][..hd]`. A 16-element chunk of every head's output
     /// stays in registers across all rows, and each V chunk is loaded
     /// once for the group.
@@ -597,8 +597,8 @@ fn finish_dot(s: [f32; 8], ta: &[f32], tb: &[f32]) -> f32 {
 
 /// `o += sum_j w[j] * V[j]` over the rows `j` whose weight is not -inf, in
 /// order of `j` for each element (the plain loop's order, so the same
-/// numbers). V[j] is `v[j * row..][..o.len()]`. `o` is walked a chunk of
-/// [`CHUNK`] elements at a time, held in registers across all rows instead
+/// numbers). `V[j]` is `v[j * row..][..o.len()]`. `o` is walked a chunk of
+/// `CHUNK` elements at a time, held in registers across all rows instead
 /// of being reloaded and stored once per row.
 #[inline(always)]
 fn weigh_v(o: &mut [f32], w: &[f32], v: &[f32], row: usize) {

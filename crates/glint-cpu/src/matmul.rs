@@ -96,7 +96,7 @@ pub fn mul_mat(
 /// quantized once per column to the weight type's `vec_dot_type` (Q8_0, Q8_1
 /// or Q8_K) through integer dots (`glint_quant::vec_dot`, ggml's reference
 /// loops); F16/BF16 weights meet activations rounded to that type; F32 is
-/// plain f32. Same shapes as [`mul_mat`].
+/// plain f32. Same shapes as `mul_mat`.
 #[allow(clippy::too_many_arguments)]
 pub fn mul_mat_ggml(
     ty: GgmlType,

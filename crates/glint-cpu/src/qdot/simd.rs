@@ -34,10 +34,10 @@ pub(super) fn has_vnni() -> bool {
 }
 
 /// Safe entries `$name` to the kernels `$module::$name`, compiled for
-/// `$features`; `$sig` is their signature, in brackets.
+/// `$features`; each group of names follows its signature, in brackets.
 macro_rules! entries {
-    ($features:literal, $sig:tt, $module:ident::{$($name:ident),* $(,)?}) => {
-        $(entries!(@one $features, $sig, $name, $module::$name);)*
+    ($features:literal, $module:ident { $($sig:tt $($name:ident),+;)* }) => {
+        $($(entries!(@one $features, $sig, $name, $module::$name);)+)*
     };
     (@one $features:literal, [fn($($arg:ident: $t:ty),*) $(-> $ret:ty)?], $name:ident, $body:path) => {
         fn $name($($arg: $t),*) $(-> $ret)? {
@@ -53,51 +53,37 @@ macro_rules! entries {
     };
 }
 
-// The AVX2 tier.
-entries!(
-    "avx2,fma,f16c",
-    [fn(x: &[u8], y: &[u8]) -> f32],
-    avx2::{q4_0_q8_0, q4_1_q8_1, q5_0_q8_0, q5_1_q8_1, q8_0_q8_0, q4_k_q8_k, q5_k_q8_k, q6_k_q8_k}
-);
-entries!(
-    "avx2,fma,f16c",
-    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
-    avx2::{q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols}
-);
+/// [`entries!`] for the AVX-512 VNNI tier: each `(kernel, twin)` pair is a
+/// kernel of `avx512` and its twin with the tier's instructions modelled,
+/// which needs only the AVX2 tier.
+macro_rules! vnni_entries {
+    ($($sig:tt $(($vnni:ident, $model:ident)),+;)*) => {
+        $($(
+            entries!(
+                @one "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+                $sig, $vnni, avx512::$vnni
+            );
+            entries!(@one "avx2,fma,f16c", $sig, $model, avx512::$model);
+        )+)*
+    };
+}
 
-// The AVX-512 VNNI tier.
-entries!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
-    avx512::{q4_k_cols_vnni, q6_k_cols_vnni}
-);
-entries!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]],
-    avx512::{q4_0_tile, q4_1_tile, q5_0_tile, q5_1_tile, q8_0_tile}
-);
-entries!(
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])],
-    avx512::{prepare}
-);
+entries!("avx2,fma,f16c", avx2 {
+    [fn(x: &[u8], y: &[u8]) -> f32]
+        q4_0_q8_0, q4_1_q8_1, q5_0_q8_0, q5_1_q8_1, q8_0_q8_0, q4_k_q8_k, q5_k_q8_k, q6_k_q8_k;
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]]
+        q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols;
+});
 
-// The VNNI tier with its instructions modelled: AVX2 only.
-entries!(
-    "avx2,fma,f16c",
-    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]],
-    avx512::{q4_k_cols_model, q6_k_cols_model}
-);
-entries!(
-    "avx2,fma,f16c",
-    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]],
-    avx512::{q4_0_tile_model, q4_1_tile_model, q5_0_tile_model, q5_1_tile_model, q8_0_tile_model}
-);
-entries!(
-    "avx2,fma,f16c",
-    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])],
-    avx512::{prepare_model}
-);
+vnni_entries! {
+    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]]
+        (q4_k_cols_vnni, q4_k_cols_model), (q6_k_cols_vnni, q6_k_cols_model);
+    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]]
+        (q4_0_tile, q4_0_tile_model), (q4_1_tile, q4_1_tile_model),
+        (q5_0_tile, q5_0_tile_model), (q5_1_tile, q5_1_tile_model),
+        (q8_0_tile, q8_0_tile_model);
+    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] (prepare, prepare_model);
+}
 
 /// One type's kernels on the x86 tiers.
 struct Kernels {
