@@ -19,7 +19,7 @@
 //!   says which. Accumulation is f32 either way. F16 caches need an even
 //!   row length (a u32 word never spans two rows).
 //! - Device errors (validation, out of memory) are caught by an uncaptured
-//!   error handler and returned as [`BackendError::Device`] by the next
+//!   error handler and returned as [`glint_backend::BackendError::Device`] by the next
 //!   `read`/`sync`/`alloc`, never a panic.
 #![deny(unsafe_code)]
 
