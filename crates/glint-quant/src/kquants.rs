@@ -366,37 +366,7 @@ impl Quantize for BlockQ4_K {
     fn quantize(x: &[f32]) -> Self {
         let x = &x[..QK_K];
         let mut levels = [0u8; QK_K];
-        let mut scales = [0.0f32; QK_K / 32];
-        let mut mins = [0.0f32; QK_K / 32];
-        let mut max_scale = 0.0f32;
-        let mut max_min = 0.0f32;
-        for j in 0..QK_K / 32 {
-            let xs = &x[32 * j..32 * j + 32];
-            let mut sum_x2 = 0.0f32;
-            for &v in xs {
-                sum_x2 += v * v;
-            }
-            let av_x = (sum_x2 / 32.0).sqrt();
-            let weights: [f32; 32] = std::array::from_fn(|l| av_x + xs[l].abs());
-            let (scale, min) = make_qkx2_quants(
-                15,
-                xs,
-                &weights,
-                &mut levels[32 * j..32 * j + 32],
-                -1.0,
-                0.1,
-                20,
-                false,
-            );
-            scales[j] = scale;
-            mins[j] = min;
-            if scale > max_scale {
-                max_scale = scale;
-            }
-            if min > max_min {
-                max_min = min;
-            }
-        }
+        let (scales, mins, max_scale, max_min) = q4_k_sub_blocks(x, &mut levels);
 
         let inv_scale = if max_scale > 0.0 {
             63.0 / max_scale
@@ -409,14 +379,7 @@ impl Quantize for BlockQ4_K {
             // C stores nearest_int's int into a uint8_t (truncating) before MIN.
             let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
             let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
-            if j < 4 {
-                b.scales[j] = ls;
-                b.scales[j + 4] = lm;
-            } else {
-                b.scales[j + 4] = (ls & 0x0f) | ((lm & 0x0f) << 4);
-                b.scales[j - 4] |= (ls >> 4) << 6;
-                b.scales[j] |= (lm >> 4) << 6;
-            }
+            put_scale_min_k4(j, ls, lm, &mut b.scales);
         }
         b.d = f16::from_f32(max_scale / 63.0);
         b.dmin = f16::from_f32(max_min / 63.0);
@@ -440,6 +403,62 @@ impl Quantize for BlockQ4_K {
             }
         }
         b
+    }
+}
+
+/// Q4_K's first pass: each 32-element sub-block's float scale and min from
+/// `make_qkx2_quants` (weights `sqrt(mean(x^2)) + |x|`), its levels into
+/// `levels`, and the largest scale and min. Returns
+/// `(scales, mins, max_scale, max_min)`.
+fn q4_k_sub_blocks(
+    x: &[f32],
+    levels: &mut [u8; QK_K],
+) -> ([f32; QK_K / 32], [f32; QK_K / 32], f32, f32) {
+    let mut scales = [0.0f32; QK_K / 32];
+    let mut mins = [0.0f32; QK_K / 32];
+    let mut max_scale = 0.0f32;
+    let mut max_min = 0.0f32;
+    for j in 0..QK_K / 32 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let weights: [f32; 32] = std::array::from_fn(|l| av_x + xs[l].abs());
+        let (scale, min) = make_qkx2_quants(
+            15,
+            xs,
+            &weights,
+            &mut levels[32 * j..32 * j + 32],
+            -1.0,
+            0.1,
+            20,
+            false,
+        );
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+    (scales, mins, max_scale, max_min)
+}
+
+/// The inverse of [`get_scale_min_k4`]: stores the 6-bit scale `ls` and min
+/// `lm` of sub-block `j`. Called for j = 0..8 in order on a zeroed `q`:
+/// sub-blocks 4..8 put their top two bits beside those of 0..4.
+fn put_scale_min_k4(j: usize, ls: u8, lm: u8, q: &mut [u8; K_SCALE_SIZE]) {
+    if j < 4 {
+        q[j] = ls;
+        q[j + 4] = lm;
+    } else {
+        q[j + 4] = (ls & 0x0f) | ((lm & 0x0f) << 4);
+        q[j - 4] |= (ls >> 4) << 6;
+        q[j] |= (lm >> 4) << 6;
     }
 }
 
