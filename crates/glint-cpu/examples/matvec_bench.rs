@@ -11,18 +11,7 @@ use glint_backend::GgmlType as T;
 use glint_cpu::{mul_mat_ggml_with, Kernels};
 
 /// xorshift64*: deterministic inputs without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
+use glint_testkit::Rng;
 
 /// Random rows of `ty`: quantized from random data where glint_quant has a
 /// quantizer, else random bytes (the speed does not depend on the values).
@@ -32,7 +21,7 @@ fn weights(ty: T, k: usize, n: usize, rng: &mut Rng) -> (Vec<u8>, usize) {
     let x: Vec<f32> = (0..k).map(|_| rng.f32()).collect();
     for row in w.chunks_mut(row_bytes) {
         if glint_quant::quantize_row(ty, &x, row).is_err() {
-            row.iter_mut().for_each(|b| *b = rng.next() as u8);
+            row.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
         }
     }
     (w, row_bytes)
