@@ -10,7 +10,7 @@ use std::time::Instant;
 use glint_backend::GgmlType as T;
 use glint_cpu::{mul_mat_ggml_with, Kernels};
 
-/// xorshift64*: deterministic inputs without a dependency.
+/// The workspace's one seeded generator: deterministic inputs.
 use glint_testkit::Rng;
 
 /// Random rows of `ty`: quantized from random data where glint_quant has a
