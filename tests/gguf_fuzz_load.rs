@@ -123,21 +123,10 @@ fn generate_on_mutated_model_files_exits_cleanly() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("m.gguf");
     let run = |path: &std::path::Path| {
-        common::glint(&[
-            "generate",
-            "-m",
-            path.to_str().unwrap(),
-            "-p",
-            "Hi",
-            "-n",
-            "1",
-            "--backend",
-            "cpu",
-            "-t",
-            "1",
-            "-c",
-            "64",
-        ])
+        #[rustfmt::skip]
+        let args = ["generate", "-m", path.to_str().unwrap(), "-p", "Hi", "-n", "1",
+            "--backend", "cpu", "-t", "1", "-c", "64"];
+        common::glint(&args)
     };
     // The untouched file generates.
     std::fs::write(&path, &good).unwrap();
@@ -151,21 +140,7 @@ fn generate_on_mutated_model_files_exits_cleanly() {
             b[k] = rng.next_u64() as u8;
         }
         std::fs::write(&path, &b).unwrap();
-        let out = common::glint(&[
-            "generate",
-            "-m",
-            path.to_str().unwrap(),
-            "-p",
-            "Hi",
-            "-n",
-            "1",
-            "--backend",
-            "cpu",
-            "-t",
-            "1",
-            "-c",
-            "64",
-        ]);
+        let out = run(&path);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "mutation {i}: {err}");
         match out.status.code() {

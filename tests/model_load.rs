@@ -105,44 +105,20 @@ fn tensor_shape_that_disagrees_with_hparams_is_named() {
 /// `block_count` of 0xffffffff once asked for terabytes).
 #[test]
 fn lying_hyperparameters_are_refused_at_load() {
-    for (key, value, needle) in [
-        (
-            "llama.block_count",
-            Value::U32(0xffff_ffff),
-            "llama.block_count = 4294967295",
-        ),
+    #[rustfmt::skip]
+    let cases = [
+        ("llama.block_count", Value::U32(0xffff_ffff), "llama.block_count = 4294967295"),
         ("llama.block_count", Value::U32(0), "llama.block_count = 0"),
-        (
-            "llama.embedding_length",
-            Value::U32(0),
-            "llama.embedding_length = 0",
-        ),
-        (
-            "llama.context_length",
-            Value::U32(0xffff_ffff),
-            "llama.context_length",
-        ),
-        (
-            "llama.attention.layer_norm_rms_epsilon",
-            Value::F32(f32::NAN),
-            "layer_norm_rms_epsilon = NaN",
-        ),
-        (
-            "llama.attention.layer_norm_rms_epsilon",
-            Value::F32(-1e-5),
-            "layer_norm_rms_epsilon = -0.00001",
-        ),
-        (
-            "llama.rope.freq_base",
-            Value::F32(0.0),
-            "llama.rope.freq_base = 0",
-        ),
-        (
-            "llama.rope.dimension_count",
-            Value::U32(0),
-            "rope.dimension_count = 0",
-        ),
-    ] {
+        ("llama.embedding_length", Value::U32(0), "llama.embedding_length = 0"),
+        ("llama.context_length", Value::U32(0xffff_ffff), "llama.context_length"),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(f32::NAN), "layer_norm_rms_epsilon = NaN"),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(-1e-5), "layer_norm_rms_epsilon = -0.00001"),
+        ("llama.rope.freq_base", Value::F32(0.0), "llama.rope.freq_base = 0"),
+        ("llama.rope.dimension_count", Value::U32(0), "rope.dimension_count = 0"),
+        // once silently replaced by another token
+        ("tokenizer.ggml.bos_token_id", Value::U32(60_000), "bos_token_id = 60000, outside the vocabulary of 49152"),
+    ];
+    for (key, value, needle) in cases {
         let p = rewritten(
             "hparams",
             |k, v| if k == key { value.clone() } else { v.clone() },

@@ -26,6 +26,16 @@ fn context(model: &Model, n_ctx: u32) -> Context {
     .unwrap()
 }
 
+/// A context of `n_ctx` cells holding `PROMPT` in sequence 0, its ids, and
+/// its prompt cache.
+fn prefilled(model: &Model, n_ctx: u32) -> (Context, Vec<u32>, PromptCache) {
+    let ids = model.tokenizer().encode(PROMPT, true, true).unwrap();
+    let mut ctx = context(model, n_ctx);
+    ctx.decode(&Batch::from_tokens(&ids, 0, 0)).unwrap();
+    let cache = PromptCache::capture(&mut ctx, 0, &ids).unwrap();
+    (ctx, ids, cache)
+}
+
 /// One way of breaking a file: flips, overwrites, truncations, extensions,
 /// NaN-filled runs, an edited token id.
 fn mutate(rng: &mut Rng, good: &[u8]) -> Vec<u8> {
@@ -66,10 +76,8 @@ fn mutate(rng: &mut Rng, good: &[u8]) -> Vec<u8> {
 #[test]
 fn ten_thousand_mutated_prompt_caches_never_load_a_different_payload() {
     let model = load();
-    let ids = model.tokenizer().encode(PROMPT, true, true).unwrap();
-    let mut ctx = context(&model, 64);
-    ctx.decode(&Batch::from_tokens(&ids, 0, 0)).unwrap();
-    let good = PromptCache::capture(&mut ctx, 0, &ids).unwrap().to_bytes();
+    let (mut ctx, ids, cache) = prefilled(&model, 64);
+    let good = cache.to_bytes();
 
     let mut rng = Rng::new(0x5eed);
     let (mut tried, mut refused, mut same, mut different) = (0, 0, 0, 0);
@@ -147,10 +155,7 @@ fn a_save_that_fails_half_way_leaves_the_old_cache_byte_for_byte() {
 #[test]
 fn a_cache_from_a_larger_context_restores_the_reused_prefix() {
     let model = load();
-    let ids = model.tokenizer().encode(PROMPT, true, true).unwrap();
-    let mut big = context(&model, 256);
-    big.decode(&Batch::from_tokens(&ids, 0, 0)).unwrap();
-    let cache = PromptCache::capture(&mut big, 0, &ids).unwrap();
+    let (_, ids, cache) = prefilled(&model, 256);
 
     // A context with fewer cells than the saved sequence has.
     let n_reuse = 4;

@@ -66,6 +66,20 @@ pub const FLAGS: &[Flag] = &[
     flag!("help", ["-h"], None, "this text"),
 ];
 
+/// The flags every command that loads a model takes for the device.
+#[rustfmt::skip]
+pub const DEVICE_FLAGS: &[Flag] = &[
+    flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
+    flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
+    flag!("adapter", [], Some("N"), "wgpu adapter index"),
+    flag!("help", ["-h"], None, "this text"),
+];
+
+/// A command's own flags followed by [`DEVICE_FLAGS`].
+pub fn with_device_flags(own: &[Flag]) -> Vec<Flag> {
+    own.iter().chain(DEVICE_FLAGS).copied().collect()
+}
+
 pub fn num<T: std::str::FromStr>(p: &Parsed, name: &str) -> Result<Option<T>, String> {
     p.parse::<T>(name)
 }

@@ -10,72 +10,20 @@ use glint::{Context, ContextParams, Model};
 use glint_testkit::Rng;
 
 use super::args::{self, flag, Flag, Parsed};
-use super::options::{model_params, model_path, num};
+use super::options::{model_params, model_path, num, with_device_flags};
 use super::output;
 
-const FLAGS: &[Flag] = &[
-    flag!(
-        "model",
-        ["-m"],
-        Some("FILE"),
-        "GGUF model (default: SmolLM2-135M-Instruct Q4_1)"
-    ),
-    flag!(
-        "lengths",
-        [],
-        Some("LIST"),
-        "prompt lengths in tokens, e.g. 2048,8192 (default 2048)"
-    ),
-    flag!(
-        "depths",
-        [],
-        Some("LIST"),
-        "where the key sits, fractions of the filler (default 0.2,0.5,0.8)"
-    ),
-    flag!(
-        "seeds",
-        [],
-        Some("N"),
-        "prompts (keys) per length and depth (default 1)"
-    ),
-    flag!(
-        "grp-attn-n",
-        ["-gan"],
-        Some("N"),
-        "self-extend group size (default 1 = off)"
-    ),
-    flag!(
-        "grp-attn-w",
-        ["-gaw"],
-        Some("N"),
-        "self-extend window (default 512)"
-    ),
-    flag!(
-        "batch-size",
-        ["-b"],
-        Some("N"),
-        "prompt tokens per decode (default 2048)"
-    ),
-    flag!(
-        "threads",
-        ["-t"],
-        Some("N"),
-        "cpu threads (default: all cores)"
-    ),
-    flag!(
-        "backend",
-        [],
-        Some("cpu|wgpu|auto"),
-        "compute backend (default auto)"
-    ),
-    flag!("adapter", [], Some("N"), "wgpu adapter index"),
-    flag!(
-        "verbose",
-        ["-v"],
-        None,
-        "print each prompt's answer to stderr"
-    ),
-    flag!("help", ["-h"], None, "this text"),
+/// Flags of this command; the device flags follow (`with_device_flags`).
+#[rustfmt::skip]
+const OWN_FLAGS: &[Flag] = &[
+    flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1)"),
+    flag!("lengths", [], Some("LIST"), "prompt lengths in tokens, e.g. 2048,8192 (default 2048)"),
+    flag!("depths", [], Some("LIST"), "where the key sits, fractions of the filler (default 0.2,0.5,0.8)"),
+    flag!("seeds", [], Some("N"), "prompts (keys) per length and depth (default 1)"),
+    flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group size (default 1 = off)"),
+    flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window (default 512)"),
+    flag!("batch-size", ["-b"], Some("N"), "prompt tokens per decode (default 2048)"),
+    flag!("verbose", ["-v"], None, "print each prompt's answer to stderr"),
 ];
 
 const INSTRUCTION: &str = "There is an important info hidden inside a lot of irrelevant text. \
@@ -138,9 +86,10 @@ fn list<T: std::str::FromStr>(p: &Parsed, name: &str, default: &str) -> Result<V
 }
 
 pub fn run(rest: &[String]) -> Result<(), String> {
-    let p = args::parse(rest, FLAGS)?;
+    let flags = with_device_flags(OWN_FLAGS);
+    let p = args::parse(rest, &flags)?;
     if p.has("help") {
-        return output::println(&args::help("glint passkey -m MODEL [options]", FLAGS));
+        return output::println(&args::help("glint passkey -m MODEL [options]", &flags));
     }
     let lengths: Vec<usize> = list(&p, "lengths", "2048")?;
     let depths: Vec<f64> = list(&p, "depths", "0.2,0.5,0.8")?;

@@ -12,67 +12,20 @@ use glint::perplexity::{
 use glint::{Context, ContextParams, Model};
 
 use super::args::{self, flag, Flag, Parsed};
-use super::options::{model_params, model_path, num, read_text_file, threads};
+use super::options::{model_params, model_path, num, read_text_file, threads, with_device_flags};
 use super::output;
 
-const FLAGS: &[Flag] = &[
-    flag!(
-        "model",
-        ["-m"],
-        Some("FILE"),
-        "GGUF model (default: SmolLM2-135M-Instruct Q4_1)"
-    ),
+/// Flags of this command; the device flags follow (`with_device_flags`).
+#[rustfmt::skip]
+const OWN_FLAGS: &[Flag] = &[
+    flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1)"),
     flag!("file", ["-f"], Some("FILE"), "the text to score"),
-    flag!(
-        "ctx-size",
-        ["-c"],
-        Some("N"),
-        "tokens per chunk (default 512)"
-    ),
-    flag!(
-        "batch-size",
-        ["-b"],
-        Some("N"),
-        "tokens per decode (default 2048, at most -c used)"
-    ),
-    flag!(
-        "chunks",
-        [],
-        Some("N"),
-        "chunks to score (default -1 = all)"
-    ),
-    flag!(
-        "kl-divergence-base",
-        [],
-        Some("FILE"),
-        "write the base's log-probabilities here (or read them with --kl-divergence)"
-    ),
-    flag!(
-        "kl-divergence",
-        [],
-        None,
-        "score against --kl-divergence-base instead of writing it"
-    ),
-    flag!(
-        "precision",
-        [],
-        Some("ggml|f32"),
-        "cpu numerics: ggml's (default) or plain f32 (a base for the fast paths)"
-    ),
-    flag!(
-        "threads",
-        ["-t"],
-        Some("N"),
-        "cpu threads (default: all cores)"
-    ),
-    flag!(
-        "backend",
-        [],
-        Some("cpu|wgpu|auto"),
-        "compute backend (default auto)"
-    ),
-    flag!("adapter", [], Some("N"), "wgpu adapter index"),
-    flag!("help", ["-h"], None, "this text"),
+    flag!("ctx-size", ["-c"], Some("N"), "tokens per chunk (default 512)"),
+    flag!("batch-size", ["-b"], Some("N"), "tokens per decode (default 2048, at most -c used)"),
+    flag!("chunks", [], Some("N"), "chunks to score (default -1 = all)"),
+    flag!("kl-divergence-base", [], Some("FILE"), "write the base's log-probabilities here (or read them with --kl-divergence)"),
+    flag!("kl-divergence", [], None, "score against --kl-divergence-base instead of writing it"),
+    flag!("precision", [], Some("ggml|f32"), "cpu numerics: ggml's (default) or plain f32 (a base for the fast paths)"),
 ];
 
 /// What a run needs, checked before the model is loaded.
@@ -85,11 +38,12 @@ struct Job {
 }
 
 pub fn run(rest: &[String]) -> Result<(), String> {
-    let p = args::parse(rest, FLAGS)?;
+    let flags = with_device_flags(OWN_FLAGS);
+    let p = args::parse(rest, &flags)?;
     if p.has("help") {
         return output::println(&args::help(
             "glint perplexity -m MODEL -f FILE [options]",
-            FLAGS,
+            &flags,
         ));
     }
     let job = job(&p)?;
