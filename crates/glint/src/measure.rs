@@ -40,15 +40,9 @@ pub fn cpu_read_bandwidth(n_bytes: usize, n_threads: usize, reps: usize) -> f64 
 pub fn memory_limit() -> Option<u64> {
     let read = |p: &str| std::fs::read_to_string(p).ok();
     let mut limits = Vec::new();
-    if let Some(s) = read("/proc/meminfo") {
-        if let Some(kb) = s
-            .lines()
-            .find(|l| l.starts_with("MemAvailable:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            limits.push(kb * 1024);
-        }
+    // "MemAvailable:   123 kB"
+    if let Some(kb) = read("/proc/meminfo").and_then(|s| field(&s, "MemAvailable:", 1)) {
+        limits.push(kb * 1024);
     }
     // cgroup v2, then v1; "max" (or a huge v1 number) means no limit.
     for (max, cur) in [
@@ -66,15 +60,18 @@ pub fn memory_limit() -> Option<u64> {
             break;
         }
     }
-    if let Some(s) = read("/proc/self/limits") {
-        if let Some(v) = s
-            .lines()
-            .find(|l| l.starts_with("Max address space"))
-            .and_then(|l| l.split_whitespace().nth(3))
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            limits.push(v);
-        }
+    // "Max address space   <soft> <hard> bytes" ("unlimited" parses to none)
+    if let Some(v) = read("/proc/self/limits").and_then(|s| field(&s, "Max address space", 3)) {
+        limits.push(v);
     }
     limits.into_iter().min()
+}
+
+/// The `n`-th whitespace-separated field, as a number, of the first line of
+/// `text` that starts with `prefix`.
+fn field(text: &str, prefix: &str, n: usize) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.split_whitespace().nth(n))
+        .and_then(|v| v.parse().ok())
 }
