@@ -100,6 +100,27 @@ fn generate(ctx: &mut Context, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<
     Ok(())
 }
 
+/// The wgpu backend's work for one decode step of one sequence at depth
+/// `n_prompt` (after two warm-up steps, so pipelines are compiled): `None`
+/// on the cpu backend.
+pub fn step_counters(
+    ctx: &mut Context,
+    n_prompt: u32,
+    rng: &mut TokenRng,
+) -> Result<Option<glint::GpuCounters>, Error> {
+    let model = ctx.model().clone();
+    if model.gpu_counters().is_none() {
+        return Ok(None);
+    }
+    ctx.clear();
+    prompt(ctx, n_prompt.max(1), 0, rng)?;
+    generate(ctx, 2, n_prompt.max(1), rng)?;
+    let before = model.gpu_counters().unwrap_or_default();
+    generate(ctx, 1, n_prompt.max(1) + 2, rng)?;
+    let after = model.gpu_counters().unwrap_or_default();
+    Ok(Some(after.since(&before)))
+}
+
 /// llama-bench's warm-up: the prompt (if any) and one generated token.
 pub fn warm_up(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<(), Error> {
     ctx.clear();

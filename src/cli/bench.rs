@@ -89,6 +89,12 @@ pub const FLAGS: &[Flag] = &[
     ),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
     flag!(
+        "counters",
+        [],
+        None,
+        "wgpu: the work of one decode step per row (dispatches, passes, submits, creations, readbacks)"
+    ),
+    flag!(
         "output",
         ["-o"],
         Some("md|json|csv"),
@@ -152,6 +158,7 @@ struct Config {
     reps: usize,
     adapter: Option<usize>,
     format: Format,
+    counters: bool,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -289,6 +296,7 @@ fn config(p: &Parsed) -> Result<Config, String> {
         reps,
         adapter: p.parse("adapter")?,
         format,
+        counters: p.has("counters"),
     })
 }
 
@@ -383,8 +391,9 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                                         type_v,
                                         ..Default::default()
                                     };
-                                    let r = run_test(&model, cp, test, c.reps, &label, tty)
-                                        .map_err(|e| format!("{label}: {e}"))?;
+                                    let r =
+                                        run_test(&model, cp, test, c.reps, &label, tty, c.counters)
+                                            .map_err(|e| format!("{label}: {e}"))?;
                                     let bytes = bench::bytes_read(
                                         &model, test, n_batch, n_ubatch, type_k, type_v,
                                     );
@@ -412,6 +421,8 @@ struct Measured {
     seconds: Vec<f64>,
     memory: glint::MemoryReport,
     peak_rss: Option<u64>,
+    /// With `--counters` on wgpu: the work of one decode step.
+    counters: Option<glint::GpuCounters>,
 }
 
 fn run_test(
@@ -421,6 +432,7 @@ fn run_test(
     reps: usize,
     label: &str,
     tty: bool,
+    counters: bool,
 ) -> Result<Measured, glint::Error> {
     let mut ctx = Context::new(model, cp)?;
     let mut rng = TokenRng::new(0x5eed);
@@ -447,10 +459,17 @@ fn run_test(
     if tty {
         eprintln!();
     }
+    let counters = if counters {
+        // A step at the test's depth: prompt and depth tokens in the cache.
+        bench::step_counters(&mut ctx, test.n_depth + test.n_prompt, &mut rng)?
+    } else {
+        None
+    };
     Ok(Measured {
         seconds,
         memory: model.memory(),
         peak_rss: bench::peak_rss_bytes(),
+        counters,
     })
 }
 
@@ -512,6 +531,12 @@ fn row(
             "kv_cache_bytes": r.memory.kv_cache,
             "scratch_bytes": r.memory.scratch,
         },
+        "counters": r.counters.map(|c| {
+            c.fields()
+                .iter()
+                .map(|&(k, v)| (k.to_string(), json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+        }),
     })
 }
 
@@ -596,6 +621,37 @@ fn markdown(rows: &[Json]) -> String {
         devices.join("; "),
         bench::BYTES_FORMULA
     ));
+    s.push_str(&counters_markdown(rows));
+    s
+}
+
+/// With `--counters`: the work of one decode step per row, as a table.
+fn counters_markdown(rows: &[Json]) -> String {
+    let with: Vec<&Json> = rows.iter().filter(|r| r["counters"].is_object()).collect();
+    let Some(first) = with.first() else {
+        return String::new();
+    };
+    let names: Vec<&String> = first["counters"]
+        .as_object()
+        .map_or(vec![], |o| o.keys().collect());
+    let mut s =
+        format!(
+        "\nwork of one decode step (wgpu counters):\n\n| model | test | {} |\n| --- | --- |{}\n",
+        names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(" | "),
+        " ---: |".repeat(names.len())
+    );
+    for r in with {
+        let cells: Vec<String> = names
+            .iter()
+            .map(|n| r["counters"][n.as_str()].to_string())
+            .collect();
+        s.push_str(&format!(
+            "| {} | {} | {} |\n",
+            r["model"].as_str().unwrap_or(""),
+            r["test"].as_str().unwrap_or(""),
+            cells.join(" | ")
+        ));
+    }
     s
 }
 

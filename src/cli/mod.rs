@@ -24,6 +24,7 @@ commands:
   chat [-m MODEL]               talk to a model, one line per turn (see `glint chat --help`)
   passkey [-m MODEL]            passkey retrieval over lengths x depths (long-context modes)
   perplexity -m MODEL -f FILE   perplexity / KL divergence as llama-perplexity (see --help)
+  devices                       the cpu and every wgpu adapter: api, kind, features, limits
   pull [NAME ...|all]           fetch known models (smollm2, gemma3, qwen2) into the model cache
   help                          this text
 
@@ -43,6 +44,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         "bench" => bench::run(rest),
         "chat" => chat::run(rest),
         "pull" => pull(rest),
+        "devices" | "--list-devices" => devices(rest),
         "perplexity" => perplexity::run(rest),
         "passkey" => passkey::run(rest),
         "help" | "-h" | "--help" => output::println(USAGE),
@@ -123,4 +125,26 @@ fn pull(rest: &[String]) -> Result<(), String> {
         output::println(&path.display().to_string())?;
     }
     Ok(())
+}
+
+/// `glint devices` (llama.cpp's `--list-devices`): what each device offers
+/// the kernels.
+fn devices(rest: &[String]) -> Result<(), String> {
+    if let Some(a) = rest.first() {
+        return Err(format!("devices: unexpected argument `{a}`"));
+    }
+    let mut s = String::new();
+    for d in glint::devices() {
+        let id = d
+            .adapter
+            .map_or("cpu".to_string(), |i| format!("--adapter {i}"));
+        s += &format!("{id}: {} ({}, {})\n", d.name, d.api, d.kind);
+        if !d.features.is_empty() {
+            s += &format!("  features: {}\n", d.features.join(", "));
+        }
+        for (k, v) in &d.limits {
+            s += &format!("  {k}: {v}\n");
+        }
+    }
+    output::print(&s)
 }

@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 mod context;
+mod counters;
 mod measure;
 mod ops;
 mod pipelines;
@@ -36,6 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use context::Context;
 pub use context::{list_adapters, AdapterSummary, GpuOptions};
+pub use counters::GpuCounters;
 use glint_backend::{
     AttnParams, Backend, Glu, MemoryReport, Result, RopeParams, SharedBytes, TensorDesc, Unary,
 };
@@ -65,6 +67,8 @@ pub struct GpuBackend {
     pipelines: PipelineCache,
     pending: Mutex<Pending>,
     counters: Arc<Counters>,
+    /// What was asked of the device (dispatches, submits, buffers, ...).
+    work: counters::Work,
     max_binding_bytes: Option<u64>,
 }
 
@@ -76,8 +80,20 @@ impl GpuBackend {
             pipelines: PipelineCache::default(),
             pending: Mutex::new(Pending::new()),
             counters: Arc::default(),
+            work: counters::Work::default(),
             max_binding_bytes: opts.max_binding_bytes,
         })
+    }
+
+    /// The work counters so far: read before and after a step, the
+    /// difference ([`GpuCounters::since`]) is the step's structure.
+    pub fn work_counters(&self) -> GpuCounters {
+        let mut c = self.work.snapshot();
+        c.pipelines_created = self
+            .pipelines
+            .created
+            .load(std::sync::atomic::Ordering::Relaxed);
+        c
     }
 
     /// The adapter in use (tests assert its backend).

@@ -39,6 +39,8 @@ pub struct Pipeline {
 /// Pipelines and bind group layouts, created on first use.
 #[derive(Default)]
 pub struct PipelineCache {
+    /// Pipelines compiled so far (cache misses), for the work counters.
+    pub(crate) created: std::sync::atomic::AtomicU64,
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
     layouts: Mutex<HashMap<(u32, u32), Arc<wgpu::BindGroupLayout>>>,
 }
@@ -119,6 +121,8 @@ impl PipelineCache {
             cache: None,
         });
         let p = Arc::new(Pipeline { pipeline, layout });
+        self.created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.pipelines
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -5,6 +5,7 @@
 use glint_backend::{BackendError, Result};
 use wgpu::util::DeviceExt;
 
+use crate::counters::Work;
 use crate::pipelines::PipelineKey;
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -33,6 +34,7 @@ impl GpuBackend {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(enc) = p.encoder.take() {
             self.ctx.queue.submit([enc.finish()]);
+            Work::add(&self.work.submits, 1);
         }
         p.n_ops = 0;
     }
@@ -89,6 +91,8 @@ impl GpuBackend {
                 contents: bytemuck::cast_slice(&words),
                 usage: wgpu::BufferUsages::UNIFORM,
             });
+        Work::add(&self.work.buffers_created, 1);
+        Work::add(&self.work.bind_groups_created, 1);
         let mut entries = Vec::new();
         for (i, b) in binds.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry {
@@ -136,6 +140,8 @@ impl GpuBackend {
         let max_x = self.ctx.limits.max_compute_workgroups_per_dimension.max(1) as usize;
         let x = n_workgroups.min(max_x);
         let y = n_workgroups.div_ceil(x);
+        Work::add(&self.work.dispatches, 1);
+        Work::add(&self.work.passes, 1);
         self.record(true, |enc| {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(key.entry),
@@ -158,6 +164,8 @@ impl GpuBackend {
         // Queue writes land before any work submitted after them: submit
         // what was recorded so far first, so the order is the call order.
         self.flush();
+        Work::add(&self.work.queue_writes, 1);
+        Work::add(&self.work.queue_write_bytes, data.len() as u64);
         let start4 = offset / 4 * 4;
         let end4 = end.div_ceil(4) * 4;
         if start4 == offset && end4 == end {
@@ -192,6 +200,9 @@ impl GpuBackend {
     /// out of `buf`, after all recorded work.
     fn read_raw(&self, buf: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
         let size = out.len() as u64;
+        Work::add(&self.work.readbacks, 1);
+        Work::add(&self.work.readback_bytes, size);
+        Work::add(&self.work.buffers_created, 1);
         let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("staging"),
             size,

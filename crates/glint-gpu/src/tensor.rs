@@ -190,6 +190,7 @@ impl GpuBackend {
             mapped_at_creation: false,
         });
         self.ctx.take_error()?;
+        crate::counters::Work::add(&self.work.buffers_created, 1);
         self.counters
             .of(desc.usage)
             .fetch_add(size as usize, Ordering::Relaxed);

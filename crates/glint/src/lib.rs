@@ -56,11 +56,13 @@ pub use glint_backend::MemoryReport;
 #[cfg(feature = "cpu")]
 pub use glint_cpu::Precision as CpuPrecision;
 pub use glint_gguf as gguf;
+#[cfg(feature = "wgpu")]
+pub use glint_gpu::GpuCounters;
 pub use glint_kv as kv;
 pub use glint_model::HParams;
 pub use glint_quant as quant;
 pub use glint_sample as sample;
 pub use glint_tokenizer::{StreamDecoder, Tokenizer};
-pub use measure::cpu_read_bandwidth;
+pub use measure::{cpu_read_bandwidth, devices, DeviceInfo};
 pub use model::Model;
 pub use params::{BackendKind, CacheType, ContextParams, ModelParams};

@@ -75,3 +75,113 @@ fn field(text: &str, prefix: &str, n: usize) -> Option<u64> {
         .and_then(|l| l.split_whitespace().nth(n))
         .and_then(|v| v.parse().ok())
 }
+
+/// One compute device glint can run on (`glint devices`).
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Index for [`crate::ModelParams::adapter`] (`--adapter`); `None` for the cpu.
+    pub adapter: Option<usize>,
+    /// The adapter's or the cpu's name.
+    pub name: String,
+    /// Vulkan, Metal, Dx12, Gl, or cpu.
+    pub api: String,
+    /// DiscreteGpu, IntegratedGpu, Cpu (a software adapter), ...
+    pub kind: String,
+    /// Optional features the kernels use that the device has.
+    pub features: Vec<&'static str>,
+    /// Limits the kernels size themselves by: (name, value).
+    pub limits: Vec<(&'static str, u64)>,
+}
+
+/// The devices this build can run on: the cpu backend, then every wgpu
+/// adapter (opened, to read its limits and features; one that fails to open
+/// is listed with no limits).
+pub fn devices() -> Vec<DeviceInfo> {
+    let mut out = Vec::new();
+    #[cfg(feature = "cpu")]
+    out.push(DeviceInfo {
+        adapter: None,
+        name: format!(
+            "cpu ({} threads)",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
+        api: "cpu".into(),
+        kind: "Cpu".into(),
+        features: cpu_features(),
+        limits: vec![],
+    });
+    #[cfg(feature = "wgpu")]
+    for a in glint_gpu::list_adapters() {
+        let opened = glint_gpu::GpuBackend::new(glint_gpu::GpuOptions {
+            adapter_index: Some(a.index),
+            ..Default::default()
+        });
+        let (features, limits) = match &opened {
+            Ok(g) => {
+                let l = g.limits();
+                let mut f = Vec::new();
+                if g.features().contains(glint_gpu::wgpu::Features::SHADER_F16) {
+                    f.push("shader-f16");
+                }
+                if g.features().contains(glint_gpu::wgpu::Features::SUBGROUP) {
+                    f.push("subgroup");
+                }
+                let limits = vec![
+                    ("max_buffer_size", l.max_buffer_size),
+                    (
+                        "max_storage_buffer_binding_size",
+                        l.max_storage_buffer_binding_size,
+                    ),
+                    (
+                        "max_compute_workgroup_storage_size",
+                        l.max_compute_workgroup_storage_size as u64,
+                    ),
+                    (
+                        "max_compute_invocations_per_workgroup",
+                        l.max_compute_invocations_per_workgroup as u64,
+                    ),
+                    (
+                        "max_compute_workgroups_per_dimension",
+                        l.max_compute_workgroups_per_dimension as u64,
+                    ),
+                ];
+                (f, limits)
+            }
+            Err(_) => (vec![], vec![]),
+        };
+        out.push(DeviceInfo {
+            adapter: Some(a.index),
+            name: a.name,
+            api: format!("{:?}", a.backend),
+            kind: format!("{:?}", a.device_type),
+            features,
+            limits,
+        });
+    }
+    out
+}
+
+/// The x86 instruction sets the cpu kernels pick from at run time.
+#[cfg(feature = "cpu")]
+fn cpu_features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            f.push("avx2");
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            f.push("fma");
+        }
+        if std::arch::is_x86_feature_detected!("f16c") {
+            f.push("f16c");
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            f.push("avx512f");
+        }
+        if std::arch::is_x86_feature_detected!("avx512vnni") {
+            f.push("avx512vnni");
+        }
+    }
+    f
+}

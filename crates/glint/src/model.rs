@@ -111,6 +111,19 @@ impl Model {
         self.inner.backend.measure_bandwidth(n_bytes, reps)
     }
 
+    /// The wgpu backend's work counters so far (dispatches, passes,
+    /// submits, buffers / bind groups / pipelines created, queue writes,
+    /// readbacks); `None` on the cpu backend. Read before and after a step:
+    /// the difference is the step's structure.
+    #[cfg(feature = "wgpu")]
+    pub fn gpu_counters(&self) -> Option<glint_gpu::GpuCounters> {
+        match &self.inner.backend {
+            LoadedBackend::Gpu(l) => Some(l.be.work_counters()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     pub(crate) fn backend(&self) -> &LoadedBackend {
         &self.inner.backend
     }

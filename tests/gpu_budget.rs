@@ -1,0 +1,120 @@
+//! The structure of one wgpu decode step, held to budgets (the GPU issue).
+//! Timings on the software driver say nothing about a GPU; what the backend
+//! asks of the device per token does, and it is deterministic. The budgets
+//! are today's structure: each line lowers as the decode path is reshaped,
+//! towards the targets beside it.
+
+mod common;
+
+use glint::{BackendKind, Batch, Context, ContextParams, GpuCounters, Model, ModelParams};
+
+/// Per decode step of one sequence, after two warm-up steps.
+struct Budget {
+    /// Kernels per layer, plus a fixed number around the layers
+    /// (target: 7 per layer + 6, after fusion).
+    dispatches_per_layer: u64,
+    dispatches_fixed: u64,
+    /// Command-buffer submits (target: 1, at most 2).
+    submits: u64,
+    /// Buffers and bind groups created (target: 0 — an arena and a cache).
+    created_per_dispatch: u64,
+    /// Pipelines created after warm-up (met: 0).
+    pipelines_created: u64,
+    /// Bytes read back for a greedy token (met: 4, one i32).
+    readback_bytes: u64,
+}
+
+const BUDGET: Budget = Budget {
+    dispatches_per_layer: 22,
+    dispatches_fixed: 6,
+    submits: 3,
+    created_per_dispatch: 1,
+    pipelines_created: 0,
+    readback_bytes: 4,
+};
+
+/// The counters of one greedy decode step after `warm` steps.
+fn one_step(model: &Model, warm: usize) -> GpuCounters {
+    let mut ctx = Context::new(
+        model,
+        ContextParams {
+            n_ctx: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids = model
+        .tokenizer()
+        .encode("The capital of France is", true, true)
+        .unwrap();
+    ctx.decode(&Batch::from_tokens(&ids, 0, 0)).unwrap();
+    let mut next = ctx.argmax(ids.len() - 1).unwrap();
+    let mut pos = ids.len() as i32;
+    let mut step = |ctx: &mut Context| {
+        ctx.decode(&Batch::from_tokens(&[next], pos, 0)).unwrap();
+        next = ctx.argmax(0).unwrap();
+        pos += 1;
+    };
+    for _ in 0..warm {
+        step(&mut ctx);
+    }
+    let before = model.gpu_counters().unwrap();
+    step(&mut ctx);
+    model.gpu_counters().unwrap().since(&before)
+}
+
+#[test]
+fn one_decode_step_stays_within_the_budget() {
+    for name in ["smollm2", "gemma3"] {
+        let p = ModelParams {
+            backend: BackendKind::Wgpu,
+            ..Default::default()
+        };
+        let model = Model::load(common::model(name), &p).unwrap();
+        assert!(
+            model.backend_name().contains("Vulkan"),
+            "{}",
+            model.backend_name()
+        );
+        let c = one_step(&model, 2);
+        let n_layer = model.hparams().n_layer as u64;
+        eprintln!("{name}: {c:?}");
+        let b = &BUDGET;
+        assert!(c.dispatches > 0, "{name}: nothing dispatched: {c:?}");
+        assert!(
+            c.dispatches <= b.dispatches_per_layer * n_layer + b.dispatches_fixed,
+            "{name}: {} dispatches for {n_layer} layers",
+            c.dispatches
+        );
+        assert_eq!(
+            c.passes, c.dispatches,
+            "{name}: one pass per dispatch today"
+        );
+        assert!(c.submits <= b.submits, "{name}: {c:?}");
+        assert!(
+            c.buffers_created <= b.created_per_dispatch * c.dispatches + 1,
+            "{name}: {c:?}"
+        );
+        assert!(
+            c.bind_groups_created <= b.created_per_dispatch * c.dispatches,
+            "{name}: {c:?}"
+        );
+        assert!(c.pipelines_created <= b.pipelines_created, "{name}: {c:?}");
+        assert!(c.readback_bytes <= b.readback_bytes, "{name}: {c:?}");
+        // The counts are a property of the model and the code, not of the
+        // run: a second step counts the same.
+        assert_eq!(one_step(&model, 3).dispatches, c.dispatches, "{name}");
+    }
+}
+
+/// `glint devices` lists the cpu and the Vulkan adapter with its limits.
+#[test]
+fn devices_lists_the_cpu_and_the_adapters() {
+    let (out, _) = common::success(common::glint(&["devices"]));
+    assert!(out.starts_with("cpu: cpu ("), "{out}");
+    assert!(
+        out.contains("--adapter 0: ") && out.contains("(Vulkan, "),
+        "{out}"
+    );
+    assert!(out.contains("max_storage_buffer_binding_size: "), "{out}");
+}
