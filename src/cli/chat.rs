@@ -9,7 +9,7 @@ use glint::chat::{Chat, Conversation};
 use glint::{Context, Model};
 
 use super::args::{self, Flag};
-use super::options::{context_params, model_params, model_path, sampler_params, FLAGS};
+use super::options::{context_params, model_params, model_path, sampler_params, FLAGS, ROPE_FLAGS};
 
 /// `generate`'s flags that `chat` does not take: they make no sense in a
 /// conversation, or the conversation loop does not implement them (prompt
@@ -43,6 +43,7 @@ and start over; /system alone drops it), /exit (or end of input)";
 fn chat_flags() -> Vec<Flag> {
     FLAGS
         .iter()
+        .chain(ROPE_FLAGS)
         .filter(|f| !NOT_IN_CHAT.contains(&f.name))
         .copied()
         .collect()

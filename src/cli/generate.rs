@@ -17,7 +17,7 @@ use super::args::{self, Parsed};
 use super::logprobs_out;
 use super::options::{
     chat_prompt, context_params, model_params, model_path, num, prompt_list, prompt_text,
-    sampler_params, FLAGS,
+    sampler_params, FLAGS, ROPE_FLAGS,
 };
 use super::output;
 
@@ -202,9 +202,10 @@ fn tokenize(p: &Parsed, model: &Model, job: &mut Job) -> Result<Vec<Vec<u32>>, S
 }
 
 pub fn run(rest: &[String]) -> Result<(), String> {
-    let p = args::parse(rest, FLAGS)?;
+    let flags: Vec<args::Flag> = FLAGS.iter().chain(ROPE_FLAGS).copied().collect();
+    let p = args::parse(rest, &flags)?;
     if p.has("help") {
-        return output::println(&args::help("glint generate [options] [PROMPT]", FLAGS));
+        return output::println(&args::help("glint generate [options] [PROMPT]", &flags));
     }
     let mut job = job(&p)?;
     let (model, mut ctx, load_secs) = load(&p, job.verbose)?;

@@ -66,6 +66,41 @@ pub const FLAGS: &[Flag] = &[
     flag!("help", ["-h"], None, "this text"),
 ];
 
+/// llama.cpp's RoPE overrides, for contexts beyond the trained one.
+#[rustfmt::skip]
+pub const ROPE_FLAGS: &[Flag] = &[
+    flag!("rope-scaling", [], Some("none|linear|yarn"), "RoPE frequency scaling (default: the model's)"),
+    flag!("rope-scale", [], Some("N"), "RoPE context scale factor: frequencies divided by N"),
+    flag!("rope-freq-base", [], Some("X"), "RoPE base frequency (default: the model's)"),
+    flag!("rope-freq-scale", [], Some("X"), "RoPE frequency scale (1/N of --rope-scale)"),
+    flag!("yarn-orig-ctx", [], Some("N"), "YaRN: the trained context (default: the model's)"),
+    flag!("yarn-ext-factor", [], Some("X"), "YaRN: extrapolation mix (default 1)"),
+    flag!("yarn-attn-factor", [], Some("X"), "YaRN: magnitude factor (default 1)"),
+    flag!("yarn-beta-fast", [], Some("X"), "YaRN: low correction dim (default 32)"),
+    flag!("yarn-beta-slow", [], Some("X"), "YaRN: high correction dim (default 1)"),
+];
+
+/// The RoPE overrides the flags give.
+pub fn rope_overrides(p: &Parsed) -> Result<glint::RopeOverrides, String> {
+    let scale: Option<f32> = num(p, "rope-scale")?;
+    let freq_scale: Option<f32> = num(p, "rope-freq-scale")?;
+    let factor = match (scale, freq_scale) {
+        (Some(_), Some(_)) => return Err("give --rope-scale or --rope-freq-scale, not both".into()),
+        (s, None) => s,
+        (None, Some(f)) => Some(1.0 / f),
+    };
+    Ok(glint::RopeOverrides {
+        scaling: p.get("rope-scaling").map(str::to_string),
+        factor,
+        freq_base: num(p, "rope-freq-base")?,
+        yarn_orig_ctx: num(p, "yarn-orig-ctx")?,
+        yarn_ext_factor: num(p, "yarn-ext-factor")?,
+        yarn_attn_factor: num(p, "yarn-attn-factor")?,
+        yarn_beta_fast: num(p, "yarn-beta-fast")?,
+        yarn_beta_slow: num(p, "yarn-beta-slow")?,
+    })
+}
+
 /// The flags every command that loads a model takes for the device.
 #[rustfmt::skip]
 pub const DEVICE_FLAGS: &[Flag] = &[
@@ -75,9 +110,13 @@ pub const DEVICE_FLAGS: &[Flag] = &[
     flag!("help", ["-h"], None, "this text"),
 ];
 
-/// A command's own flags followed by [`DEVICE_FLAGS`].
+/// A command's own flags followed by [`ROPE_FLAGS`] and [`DEVICE_FLAGS`].
 pub fn with_device_flags(own: &[Flag]) -> Vec<Flag> {
-    own.iter().chain(DEVICE_FLAGS).copied().collect()
+    own.iter()
+        .chain(ROPE_FLAGS)
+        .chain(DEVICE_FLAGS)
+        .copied()
+        .collect()
 }
 
 pub fn num<T: std::str::FromStr>(p: &Parsed, name: &str) -> Result<Option<T>, String> {
@@ -169,6 +208,7 @@ pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
             .map_err(|e: glint::Error| e.to_string())?,
         adapter: num(p, "adapter")?,
         n_threads: threads(p)?,
+        rope: rope_overrides(p)?,
         ..Default::default()
     })
 }
@@ -183,7 +223,8 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
     if n_ctx > n_ctx_train && n_ctx_train > 0 {
         eprintln!(
             "glint: warning: -c {n_ctx} is above the model's trained context ({n_ctx_train}): \
-             quality drops past it without self-extend (-gan/-gaw) or RoPE scaling"
+             quality drops past it without self-extend (-gan/-gaw) or RoPE scaling \
+             (--rope-scaling yarn --rope-scale N)"
         );
     }
     // As llama.cpp: a batch larger than the context is clamped to it.

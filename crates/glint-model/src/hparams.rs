@@ -28,7 +28,32 @@ pub enum RopeScaling {
         beta_fast: f32,
         /// High correction parameter.
         beta_slow: f32,
+        /// Extrapolation mix (llama.cpp's `yarn_ext_factor`; 1 = full YaRN).
+        ext_factor: f32,
     },
+}
+
+/// Command-line overrides of the file's RoPE settings (llama.cpp's
+/// `--rope-scaling`, `--rope-scale`, `--rope-freq-base`,
+/// `--rope-freq-scale`, `--yarn-*`); `None` keeps the file's value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RopeOverrides {
+    /// `none`, `linear` or `yarn`.
+    pub scaling: Option<String>,
+    /// Context scale factor (`--rope-scale N`: frequencies divided by N).
+    pub factor: Option<f32>,
+    /// `--rope-freq-base`.
+    pub freq_base: Option<f32>,
+    /// `--yarn-orig-ctx`: the context the model was trained at.
+    pub yarn_orig_ctx: Option<usize>,
+    /// `--yarn-ext-factor`.
+    pub yarn_ext_factor: Option<f32>,
+    /// `--yarn-attn-factor`.
+    pub yarn_attn_factor: Option<f32>,
+    /// `--yarn-beta-fast`.
+    pub yarn_beta_fast: Option<f32>,
+    /// `--yarn-beta-slow`.
+    pub yarn_beta_slow: Option<f32>,
 }
 
 /// What the forward pass needs to know about a model.
@@ -205,9 +230,10 @@ impl HParams {
                 attn_factor,
                 beta_fast,
                 beta_slow,
+                ext_factor,
             } => {
                 p.freq_scale = 1.0 / factor;
-                p.ext_factor = 1.0;
+                p.ext_factor = ext_factor;
                 p.attn_factor = attn_factor;
                 p.beta_fast = beta_fast;
                 p.beta_slow = beta_slow;
@@ -215,6 +241,72 @@ impl HParams {
             }
         }
         p
+    }
+
+    /// Apply command-line RoPE overrides on top of the file's settings, as
+    /// llama.cpp does: a scaling type, a factor, a base, YaRN's parameters.
+    /// Each value is checked (finite, positive where it must be).
+    pub fn apply_rope_overrides(&mut self, o: &RopeOverrides) -> Result<(), ModelError> {
+        let bad = |what: &str, v: f32| {
+            Err(ModelError::Invalid(format!(
+                "--{what} {v}: must be finite and > 0"
+            )))
+        };
+        for (what, v) in [
+            ("rope-scale", o.factor),
+            ("rope-freq-base", o.freq_base),
+            ("yarn-attn-factor", o.yarn_attn_factor),
+            ("yarn-beta-fast", o.yarn_beta_fast),
+            ("yarn-beta-slow", o.yarn_beta_slow),
+        ] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return bad(what, v);
+            }
+        }
+        if let Some(e) = o.yarn_ext_factor.filter(|e| !(e.is_finite() && *e >= 0.0)) {
+            return Err(ModelError::Invalid(format!(
+                "--yarn-ext-factor {e}: must be finite and >= 0"
+            )));
+        }
+        if let Some(b) = o.freq_base {
+            self.rope_freq_base = b;
+        }
+        let (cur_kind, cur_factor) = match self.rope_scaling {
+            RopeScaling::None => ("none", 1.0),
+            RopeScaling::Linear { factor } => ("linear", factor),
+            RopeScaling::Yarn { factor, .. } => ("yarn", factor),
+        };
+        let kind = o.scaling.as_deref().unwrap_or(cur_kind);
+        let factor = o.factor.unwrap_or(cur_factor);
+        let (n_ctx_orig, attn, fast, slow, ext) = match self.rope_scaling {
+            RopeScaling::Yarn {
+                n_ctx_orig,
+                attn_factor,
+                beta_fast,
+                beta_slow,
+                ext_factor,
+                ..
+            } => (n_ctx_orig, attn_factor, beta_fast, beta_slow, ext_factor),
+            _ => (self.n_ctx_train, 1.0, 32.0, 1.0, 1.0),
+        };
+        self.rope_scaling = match kind {
+            "none" => RopeScaling::None,
+            "linear" => RopeScaling::Linear { factor },
+            "yarn" => RopeScaling::Yarn {
+                factor,
+                n_ctx_orig: o.yarn_orig_ctx.filter(|&n| n > 0).unwrap_or(n_ctx_orig),
+                attn_factor: o.yarn_attn_factor.unwrap_or(attn),
+                beta_fast: o.yarn_beta_fast.unwrap_or(fast),
+                beta_slow: o.yarn_beta_slow.unwrap_or(slow),
+                ext_factor: o.yarn_ext_factor.unwrap_or(ext),
+            },
+            other => {
+                return Err(ModelError::Invalid(format!(
+                    "--rope-scaling `{other}` (none, linear, yarn)"
+                )))
+            }
+        };
+        Ok(())
     }
 
     /// The RoPE mode (for K-shift).
@@ -268,6 +360,7 @@ fn read_rope_scaling(f: &GgufFile, n_ctx_train: usize) -> Result<RopeScaling, Mo
             attn_factor: f.arch_f32(Key::RopeScalingAttnFactor)?.unwrap_or(1.0),
             beta_fast: f.arch_f32(Key::RopeScalingYarnBetaFast)?.unwrap_or(32.0),
             beta_slow: f.arch_f32(Key::RopeScalingYarnBetaSlow)?.unwrap_or(1.0),
+            ext_factor: 1.0,
         },
         other => {
             return Err(ModelError::Invalid(format!(

@@ -14,7 +14,7 @@ use glint_gguf::GgufError;
 
 pub use arch::{arch_info, ArchInfo, ARCHS};
 pub use forward::{forward, KvStorage, Output, Scratch, UBatch, OUTPUTS_AT_FIRST};
-pub use hparams::{HParams, RopeScaling};
+pub use hparams::{HParams, RopeOverrides, RopeScaling};
 pub use weights::{LayerWeights, Weights};
 
 /// Errors of loading or running a model.

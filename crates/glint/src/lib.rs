@@ -59,7 +59,7 @@ pub use glint_gguf as gguf;
 #[cfg(feature = "wgpu")]
 pub use glint_gpu::GpuCounters;
 pub use glint_kv as kv;
-pub use glint_model::HParams;
+pub use glint_model::{HParams, RopeOverrides, RopeScaling};
 pub use glint_quant as quant;
 pub use glint_sample as sample;
 pub use glint_tokenizer::{StreamDecoder, Tokenizer};

@@ -53,7 +53,8 @@ impl Model {
 
     /// A model from an already opened GGUF file.
     pub fn from_gguf(file: GgufFile, params: &ModelParams) -> Result<Model, Error> {
-        let hparams = HParams::from_gguf(&file)?;
+        let mut hparams = HParams::from_gguf(&file)?;
+        hparams.apply_rope_overrides(&params.rope)?;
         let tokenizer = glint_tokenizer::Tokenizer::from_gguf(&file)?;
         if tokenizer.n_vocab() != hparams.n_vocab {
             return Err(Error::Invalid(format!(

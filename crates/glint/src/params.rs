@@ -40,6 +40,9 @@ pub struct ModelParams {
     pub adapter: Option<usize>,
     /// cpu threads; `None` = all cores.
     pub n_threads: Option<usize>,
+    /// Overrides of the file's RoPE settings (`--rope-scaling yarn
+    /// --rope-scale 4`, ...), for contexts beyond the trained one.
+    pub rope: glint_model::RopeOverrides,
     /// cpu numerics: ggml's (default; follows llama.cpp) or plain f32 (what
     /// the WGSL kernels compute).
     #[cfg(feature = "cpu")]
