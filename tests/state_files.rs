@@ -179,3 +179,26 @@ fn a_cache_from_a_larger_context_restores_the_reused_prefix() {
     let d = common::max_abs_diff(&restored, cold.logits(n_reuse as usize).unwrap());
     assert!(d <= 1e-3, "max-abs {d}");
 }
+
+/// A prompt cache made by another model is refused, even when no token of
+/// it would be reused, and left as it was (it was once overwritten).
+#[test]
+fn a_cache_from_another_model_is_refused_and_kept() {
+    let dir = std::env::temp_dir().join(format!("glint-foreign-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = dir.join("p.cache");
+    let cache = cache.to_str().unwrap();
+    let run = |model: &str| {
+        let m = common::model(model);
+        #[rustfmt::skip]
+        let args = ["generate", "-m", m.to_str().unwrap(), "-p", "Hello", "-n", "1", "--temp", "0",
+            "--backend", "cpu", "-c", "128", "--prompt-cache", cache];
+        common::glint(&args)
+    };
+    common::success(run("smollm2"));
+    let before = std::fs::read(cache).unwrap();
+    let e = common::one_line_error(&run("gemma3"), "gemma3 with smollm2's cache");
+    assert!(e.contains("different model"), "{e}");
+    assert_eq!(std::fs::read(cache).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -67,13 +67,15 @@ fn restore_prompt_cache(ctx: &mut Context, path: &Path, ids: &[u32]) -> Result<u
     } = PromptCache::load(path).map_err(|e| e.to_string())?;
     let common = saved.iter().zip(ids).take_while(|(a, b)| a == b).count();
     let n_reuse = common.min(ids.len() - 1);
+    // Only the reused prefix: a cache saved by a larger context still
+    // restores when that prefix fits. Even when nothing is reused, the
+    // whole file is checked (seal, the model's identity) first: a cache
+    // another model made is an error, never silently overwritten.
+    ctx.state_seq_load_prefix(&state, 0, n_reuse as i32)
+        .map_err(|e| format!("prompt cache {}: {e}", path.display()))?;
     if n_reuse == 0 {
         return Ok(0);
     }
-    // Only the reused prefix: a cache saved by a larger context still
-    // restores when that prefix fits.
-    ctx.state_seq_load_prefix(&state, 0, n_reuse as i32)
-        .map_err(|e| format!("prompt cache {}: {e}", path.display()))?;
     ctx.seq_rm(0, n_reuse as i32, -1)
         .map_err(|e| e.to_string())?;
     Ok(n_reuse)
