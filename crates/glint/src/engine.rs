@@ -235,6 +235,7 @@ pub struct Engine {
     model: Model,
     tx: mpsc::Sender<Msg>,
     waiting: Arc<AtomicUsize>,
+    busy: Arc<AtomicUsize>,
     max_queue: usize,
     n_slots: usize,
     n_ctx_slot: usize,
@@ -254,15 +255,17 @@ impl Engine {
         let n_ctx_slot = ctx.n_ctx_stream() as usize;
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
-        let w = waiting.clone();
+        let busy = Arc::new(AtomicUsize::new(0));
+        let (w, b) = (waiting.clone(), busy.clone());
         let thread = std::thread::Builder::new()
             .name("glint-engine".into())
-            .spawn(move || run(ctx, rx, w))
+            .spawn(move || run(ctx, rx, w, b))
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
             model: model.clone(),
             tx,
             waiting,
+            busy,
             max_queue: params.max_queue,
             n_slots,
             n_ctx_slot,
@@ -288,6 +291,11 @@ impl Engine {
     /// Requests waiting for a slot now.
     pub fn n_waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Slots running a request now (as of the last step).
+    pub fn n_processing(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
     }
 
     /// Check `req` and queue it; its events go to `sink`.
@@ -397,7 +405,12 @@ struct Slot<'t> {
 }
 
 /// The engine thread: wait for work, then step until every slot is idle.
-fn run(mut ctx: Context, rx: mpsc::Receiver<Msg>, waiting: Arc<AtomicUsize>) {
+fn run(
+    mut ctx: Context,
+    rx: mpsc::Receiver<Msg>,
+    waiting: Arc<AtomicUsize>,
+    busy: Arc<AtomicUsize>,
+) {
     let model = ctx.model().clone();
     let tok = model.tokenizer();
     let n_slots = ctx.params().n_seq_max as usize;
@@ -414,9 +427,9 @@ fn run(mut ctx: Context, rx: mpsc::Receiver<Msg>, waiting: Arc<AtomicUsize>) {
     let mut queue: VecDeque<Job> = VecDeque::new();
     let mut step: u64 = 0;
     loop {
-        let busy = slots.iter().any(|s| s.job.is_some()) || !queue.is_empty();
+        let working = slots.iter().any(|s| s.job.is_some()) || !queue.is_empty();
         // Block only when there is nothing to do.
-        let first = if busy {
+        let first = if working {
             rx.try_recv().ok()
         } else {
             match rx.recv() {
@@ -441,6 +454,8 @@ fn run(mut ctx: Context, rx: mpsc::Receiver<Msg>, waiting: Arc<AtomicUsize>) {
         e.cancel_closed(&mut slots);
         e.assign(&mut slots, &mut queue, &waiting);
         e.decode_step(&mut slots);
+        let n_busy = slots.iter().filter(|s| s.job.is_some()).count();
+        busy.store(n_busy, Ordering::Relaxed);
     }
 }
 
@@ -832,7 +847,7 @@ mod tests {
         let mut held = "the E".to_string();
         assert_eq!(split_stop(&mut held, &stop), ("the ".into(), false));
         assert_eq!(held, "E");
-        held.push_str("X");
+        held.push('X');
         assert_eq!(split_stop(&mut held, &stop), ("EX".into(), false));
         assert_eq!(held, "");
     }
