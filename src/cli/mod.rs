@@ -6,6 +6,7 @@ mod chat;
 mod generate;
 mod logprobs_out;
 pub mod options;
+mod serve;
 
 use args::Flag;
 
@@ -19,6 +20,7 @@ commands:
   generate [-m MODEL] PROMPT    generate text (see `glint generate --help`)
   bench -m MODEL                speed as llama-bench: pp512, tg128 (see `glint bench --help`)
   chat [-m MODEL]               talk to a model, one line per turn (see `glint chat --help`)
+  serve [-m MODEL]              an OpenAI-compatible HTTP server (see `glint serve --help`)
   pull [NAME ...|all]           fetch known models (smollm2, gemma3, qwen2) into the model cache
   help                          this text
 
@@ -38,6 +40,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         "generate" => generate(rest),
         "bench" => bench::run(rest),
         "chat" => chat::run(rest),
+        "serve" => serve::run(rest),
         "pull" => pull(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
