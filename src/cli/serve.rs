@@ -89,6 +89,12 @@ const FLAGS: &[Flag] = &[
         "longest a request may take or a stream stay silent (default 600)"
     ),
     flag!(
+        "prefill-per-step",
+        [],
+        Some("N"),
+        "most prompt tokens per step: generating slots wait at most one chunk (default 512; 0 = -b)"
+    ),
+    flag!(
         "max-queue",
         [],
         Some("N"),
@@ -141,6 +147,7 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         model_params: model_params(p)?,
         ctx_params,
         max_queue: num(p, "max-queue")?.unwrap_or(d.max_queue),
+        prefill_per_step: num(p, "prefill-per-step")?.unwrap_or(d.prefill_per_step),
         api_key: p.get("api-key").map(str::to_string),
         timeout: num::<u64>(p, "timeout")?.map_or(d.timeout, Duration::from_secs),
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),

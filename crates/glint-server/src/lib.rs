@@ -59,6 +59,8 @@ pub struct Config {
     pub ctx_params: ContextParams,
     /// Most requests waiting for a slot (more get 503).
     pub max_queue: usize,
+    /// Most prompt tokens per engine step (0 = up to `n_batch`).
+    pub prefill_per_step: usize,
     /// Required as `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
     pub api_key: Option<String>,
     /// Longest a request may take, and longest a stream may stay silent.
@@ -80,6 +82,7 @@ impl Default for Config {
                 ..Default::default()
             },
             max_queue: 64,
+            prefill_per_step: EngineParams::default().prefill_per_step,
             api_key: None,
             timeout: Duration::from_secs(600),
             max_body_bytes: 8 << 20,
@@ -208,6 +211,7 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
         ctx,
         EngineParams {
             max_queue: cfg.max_queue,
+            prefill_per_step: cfg.prefill_per_step,
         },
     )?;
     let name = cfg

@@ -49,11 +49,18 @@ pub struct EngineParams {
     /// Most requests waiting for a slot; one more is refused with
     /// [`SubmitError::QueueFull`].
     pub max_queue: usize,
+    /// Most prompt tokens one step carries (0 = up to `n_batch`): a long
+    /// prompt then takes several steps, and the slots that are generating
+    /// wait at most one such chunk for their next token.
+    pub prefill_per_step: usize,
 }
 
 impl Default for EngineParams {
     fn default() -> Self {
-        EngineParams { max_queue: 64 }
+        EngineParams {
+            max_queue: 64,
+            prefill_per_step: 512,
+        }
     }
 }
 
@@ -257,9 +264,14 @@ impl Engine {
         let waiting = Arc::new(AtomicUsize::new(0));
         let busy = Arc::new(AtomicUsize::new(0));
         let (w, b) = (waiting.clone(), busy.clone());
+        let n_batch = ctx.params().n_batch as usize;
+        let prefill_cap = match params.prefill_per_step {
+            0 => n_batch,
+            n => n.min(n_batch),
+        };
         let thread = std::thread::Builder::new()
             .name("glint-engine".into())
-            .spawn(move || run(ctx, rx, w, b))
+            .spawn(move || run(ctx, rx, w, b, prefill_cap))
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
             model: model.clone(),
@@ -410,6 +422,7 @@ fn run(
     rx: mpsc::Receiver<Msg>,
     waiting: Arc<AtomicUsize>,
     busy: Arc<AtomicUsize>,
+    prefill_cap: usize,
 ) {
     let model = ctx.model().clone();
     let tok = model.tokenizer();
@@ -450,6 +463,7 @@ fn run(
             ctx: &mut ctx,
             tok,
             step,
+            prefill_cap,
         };
         e.cancel_closed(&mut slots);
         e.assign(&mut slots, &mut queue, &waiting);
@@ -464,6 +478,8 @@ struct Step<'a, 't> {
     ctx: &'a mut Context,
     tok: &'t Tokenizer,
     step: u64,
+    /// Most prompt tokens in one batch.
+    prefill_cap: usize,
 }
 
 impl<'t> Step<'_, 't> {
@@ -615,12 +631,15 @@ impl<'t> Step<'_, 't> {
         }
 
         // Prompt chunks, oldest request first.
+        let n_gen = batch.len();
         let mut prefilling: Vec<usize> = (0..slots.len())
             .filter(|&i| matches!(slots[i].phase, Phase::Prefill))
             .collect();
         prefilling.sort_by_key(|&i| slots[i].started);
         for &i in &prefilling {
-            let room = n_batch.saturating_sub(batch.len());
+            let room = n_batch
+                .min(n_gen + self.prefill_cap)
+                .saturating_sub(batch.len());
             if room == 0 {
                 break;
             }
