@@ -57,6 +57,21 @@ impl Server {
         s
     }
 
+    /// Poll `/health` until `slots_processing` is `n`; fail after `limit`.
+    fn wait_processing(&self, n: u64, limit: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let (status, h) = self.get("/health");
+            assert_eq!(status, 200);
+            let h: Value = serde_json::from_slice(&h).unwrap();
+            if h["slots_processing"] == n {
+                return;
+            }
+            assert!(t0.elapsed() < limit, "not {n} busy after {limit:?}: {h}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn get(&self, path: &str) -> (u16, Vec<u8>) {
         http(&self.addr, "GET", path, b"", &[])
     }
@@ -396,20 +411,7 @@ fn a_disconnect_mid_stream_frees_the_slot() {
         }
     } // hang up
       // The slot is free within a few steps, long before 3,000 tokens.
-    let t0 = Instant::now();
-    loop {
-        let (status, h) = s.get("/health");
-        assert_eq!(status, 200);
-        let h: Value = serde_json::from_slice(&h).unwrap();
-        if h["slots_processing"] == 0 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the slot is still busy: {h}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    s.wait_processing(0, Duration::from_secs(5));
     let (status, v) = s.post(
         "/v1/completions",
         &json!({"prompt": "Hi", "max_tokens": 8,
@@ -596,4 +598,29 @@ fn a_full_shared_cache_ends_only_the_slot_that_finds_no_cell() {
 
 fn text_of(v: &Value) -> String {
     v["choices"][0]["text"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_disconnect_during_prefill_frees_the_slot() {
+    let _t = turn();
+    // A 3,000-token prompt fed 64 tokens a step takes many seconds; a
+    // completion writes nothing before its first token, so only the hang-up
+    // itself can tell the server.
+    let s = Server::start(&["-c", "4096", "--prefill-per-step", "64"]);
+    let prompt = "The quick brown fox jumps over the lazy dog. ".repeat(300);
+    let body = json!({"prompt": prompt, "max_tokens": 4, "stream": true}).to_string();
+    {
+        let mut c = TcpStream::connect(&s.addr).unwrap();
+        write!(
+            c,
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        s.wait_processing(1, Duration::from_secs(10));
+    } // hang up mid-prefill
+    s.wait_processing(0, Duration::from_secs(5));
+    let (status, v) = s.post("/v1/completions", &json!({"prompt": "Hi", "max_tokens": 4}));
+    assert_eq!(status, 200, "{v}");
 }
