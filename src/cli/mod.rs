@@ -9,6 +9,7 @@ pub mod options;
 pub mod output;
 pub mod passkey;
 mod perplexity;
+mod serve;
 
 use args::Flag;
 
@@ -25,6 +26,7 @@ commands:
   passkey [-m MODEL]            passkey retrieval over lengths x depths (long-context modes)
   perplexity -m MODEL -f FILE   perplexity / KL divergence as llama-perplexity (see --help)
   devices                       the cpu and every wgpu adapter: api, kind, features, limits
+  serve [-m MODEL]              an OpenAI-compatible HTTP server (see `glint serve --help`)
   pull [NAME ...|all]           fetch known models (smollm2, gemma3, qwen2) into the model cache
   help                          this text
 
@@ -43,6 +45,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         "generate" => generate(rest),
         "bench" => bench::run(rest),
         "chat" => chat::run(rest),
+        "serve" => serve::run(rest),
         "pull" => pull(rest),
         "devices" | "--list-devices" => devices(rest),
         "perplexity" => perplexity::run(rest),

@@ -40,6 +40,7 @@ mod backend;
 mod batch;
 pub mod chat;
 mod context;
+pub mod engine;
 mod error;
 pub mod generate;
 mod measure;
@@ -51,6 +52,7 @@ pub mod state;
 
 pub use batch::Batch;
 pub use context::Context;
+pub use engine::{Engine, EngineParams};
 pub use error::Error;
 pub use glint_backend::MemoryReport;
 #[cfg(feature = "cpu")]

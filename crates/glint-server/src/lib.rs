@@ -1,0 +1,514 @@
+//! glint's OpenAI-compatible HTTP server.
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/chat/completions` | messages rendered with the model's chat template; streamed (SSE) or whole |
+//! | `POST /v1/completions` | a text (or token id) prompt; streamed or whole |
+//! | `GET /v1/models` | the one model served |
+//! | `GET /health` | `{"status":"ok"}`, or 503 while the model loads; never needs the API key |
+//!
+//! The HTTP side (axum on tokio) validates, renders, tokenizes, queues and
+//! streams; all model compute runs on the [`Engine`]'s thread. A request's
+//! events come back over a channel; a client that goes away closes it, and
+//! the engine frees the slot at its next step.
+
+#![deny(missing_docs)]
+
+mod error;
+mod openai;
+mod request;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use glint::chat::Chat;
+use glint::engine::{Event, EventSink, FinishReason, TokenLogprob, Usage};
+use glint::{ContextParams, Engine, EngineParams, Model, ModelParams};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+pub use error::{ApiError, ServerError};
+use openai::Meta;
+use request::{Endpoint, Options, Prompt};
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address to listen on (`127.0.0.1`).
+    pub host: String,
+    /// Port (8080; 0 = any free port, printed when bound).
+    pub port: u16,
+    /// The GGUF model.
+    pub model_path: std::path::PathBuf,
+    /// How to load it.
+    pub model_params: ModelParams,
+    /// The context: `n_seq_max` is the number of slots; `n_ctx` 0 = 4096 or
+    /// the model's training context if smaller.
+    pub ctx_params: ContextParams,
+    /// Most requests waiting for a slot (more get 503).
+    pub max_queue: usize,
+    /// Most prompt tokens per engine step (0 = up to `n_batch`).
+    pub prefill_per_step: usize,
+    /// Required as `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
+    pub api_key: Option<String>,
+    /// Longest a request may take, and longest a stream may stay silent.
+    pub timeout: Duration,
+    /// Largest request body (413 beyond).
+    pub max_body_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            model_path: Default::default(),
+            model_params: ModelParams::default(),
+            ctx_params: ContextParams {
+                n_ctx: 0,
+                n_seq_max: 4,
+                ..Default::default()
+            },
+            max_queue: 64,
+            prefill_per_step: EngineParams::default().prefill_per_step,
+            api_key: None,
+            timeout: Duration::from_secs(600),
+            max_body_bytes: 8 << 20,
+        }
+    }
+}
+
+/// The model once loaded: the engine and the chat template.
+struct Loaded {
+    engine: Engine,
+    chat: Chat,
+    name: String,
+}
+
+/// What every handler shares.
+struct AppState {
+    loaded: OnceLock<Loaded>,
+    api_key: Option<String>,
+    timeout: Duration,
+    next_id: AtomicU64,
+}
+
+impl AppState {
+    fn loaded(&self) -> Result<&Loaded, ApiError> {
+        self.loaded
+            .get()
+            .ok_or_else(|| ApiError::unavailable("Loading model"))
+    }
+}
+
+type Shared = Arc<AppState>;
+
+/// Bind, load the model in the background (`/health` says 503 meanwhile)
+/// and serve until Ctrl-C. Prints `listening on http://ADDR` to stderr once
+/// bound.
+pub fn run(cfg: Config) -> Result<(), ServerError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|err| ServerError::Io {
+            what: "starting the async runtime".into(),
+            err,
+        })?;
+    rt.block_on(serve(cfg))
+}
+
+async fn serve(cfg: Config) -> Result<(), ServerError> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|err| ServerError::Io {
+            what: format!("binding {addr}"),
+            err,
+        })?;
+    let bound: SocketAddr = listener.local_addr().map_err(|err| ServerError::Io {
+        what: "reading the bound address".into(),
+        err,
+    })?;
+    eprintln!("glint serve: listening on http://{bound}");
+
+    let state = Arc::new(AppState {
+        loaded: OnceLock::new(),
+        api_key: cfg.api_key.clone(),
+        timeout: cfg.timeout,
+        next_id: AtomicU64::new(1),
+    });
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
+    let st = state.clone();
+    let load_cfg = cfg.clone();
+    tokio::task::spawn_blocking(move || match load(&load_cfg) {
+        Ok(l) => {
+            eprintln!(
+                "glint serve: model {} loaded, {} slots of {} cells",
+                l.name,
+                l.engine.n_slots(),
+                l.engine.n_ctx_slot()
+            );
+            let _ = st.loaded.set(l);
+        }
+        Err(e) => {
+            let _ = fail_tx.send(e);
+        }
+    });
+
+    let app = router(state.clone(), cfg.max_body_bytes);
+    let failed = Arc::new(std::sync::Mutex::new(None));
+    let f = failed.clone();
+    let shutdown = async move {
+        // A load that succeeded drops its sender: that is no reason to stop.
+        let load_failed = async {
+            match fail_rx.await {
+                Ok(e) => e,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            e = load_failed => *f.lock().unwrap() = Some(e),
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|err| ServerError::Io {
+            what: "serving".into(),
+            err,
+        })?;
+    let e = failed.lock().unwrap().take();
+    match e {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Load the model, its chat template, and start the engine.
+fn load(cfg: &Config) -> Result<Loaded, ServerError> {
+    let model = Model::load(&cfg.model_path, &cfg.model_params)?;
+    let chat = Chat::for_model(&model)?;
+    let mut ctx = cfg.ctx_params.clone();
+    if ctx.n_ctx == 0 {
+        ctx.n_ctx = 4096.min(model.hparams().n_ctx_train as u32);
+    }
+    let engine = Engine::start(
+        &model,
+        ctx,
+        EngineParams {
+            max_queue: cfg.max_queue,
+            prefill_per_step: cfg.prefill_per_step,
+        },
+    )?;
+    let name = cfg
+        .model_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "glint".into());
+    Ok(Loaded { engine, chat, name })
+}
+
+fn router(state: Shared, max_body: usize) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/health", get(health))
+        .merge(api)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
+        })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(tower_http::cors::CorsLayer::permissive())
+        .with_state(state)
+}
+
+/// `Authorization: Bearer KEY` or `X-Api-Key: KEY`, when a key is set.
+async fn auth(State(st): State<Shared>, req: HttpRequest, next: Next) -> Response {
+    if let Some(key) = &st.api_key {
+        let h = req.headers();
+        let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+        let bearer = header("authorization").and_then(|v| v.strip_prefix("Bearer "));
+        if bearer != Some(key.as_str()) && header("x-api-key") != Some(key.as_str()) {
+            return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API Key").into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn health(State(st): State<Shared>) -> Response {
+    match st.loaded() {
+        Ok(l) => {
+            let busy = l.engine.n_processing();
+            Json(json!({
+                "status": "ok",
+                "slots_idle": l.engine.n_slots() - busy,
+                "slots_processing": busy,
+                "requests_waiting": l.engine.n_waiting(),
+            }))
+            .into_response()
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn models(State(st): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let l = st.loaded()?;
+    let hp = l.engine.model().hparams();
+    Ok(Json(json!({
+        "object": "list",
+        "data": [{
+            "id": l.name,
+            "object": "model",
+            "created": now(),
+            "owned_by": "glint",
+            "meta": {
+                "n_ctx_train": hp.n_ctx_train,
+                "n_vocab": l.engine.model().n_vocab(),
+                "n_ctx_slot": l.engine.n_ctx_slot(),
+                "n_slots": l.engine.n_slots(),
+            },
+        }],
+    })))
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The body as a JSON object: a body over the limit is 413, anything else
+/// unreadable or not JSON is 400.
+fn body_json(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+    let bytes = body.map_err(|r| {
+        let status = match r.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, r.body_text())
+    })?;
+    request::parse_body(&bytes)
+}
+
+async fn chat_completions(
+    State(st): State<Shared>,
+    _headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let l = st.loaded()?;
+    let body = body_json(body)?;
+    let opts = request::options(&body, Endpoint::Chat)?;
+    let messages = request::messages(&body)?;
+    let tok = l.engine.model().tokenizer();
+    let (_, ids) = l
+        .chat
+        .prompt(tok, &messages, true)
+        .map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
+    respond(&st, l, Endpoint::Chat, opts, ids).await
+}
+
+async fn completions(
+    State(st): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let l = st.loaded()?;
+    let body = body_json(body)?;
+    let opts = request::options(&body, Endpoint::Completion)?;
+    let ids = match request::prompt(&body)? {
+        Prompt::Tokens(ids) => ids,
+        Prompt::Text(text) => l
+            .engine
+            .model()
+            .tokenizer()
+            .encode(&text, true, true)
+            .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))?,
+    };
+    respond(&st, l, Endpoint::Completion, opts, ids).await
+}
+
+/// Events of one request, from the engine thread to the handler.
+struct Sink(mpsc::UnboundedSender<Event>);
+
+impl EventSink for Sink {
+    fn send(&mut self, ev: Event) -> bool {
+        self.0.send(ev).is_ok()
+    }
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// Queue the request on the engine and answer with its events.
+async fn respond(
+    st: &Shared,
+    l: &Loaded,
+    endpoint: Endpoint,
+    opts: Options,
+    prompt: Vec<u32>,
+) -> Result<Response, ApiError> {
+    let Options {
+        mut req,
+        stream,
+        include_usage,
+    } = opts;
+    req.prompt = prompt;
+    let want_logprobs = req.logprobs.is_some();
+    let (tx, rx) = mpsc::unbounded_channel();
+    l.engine.submit(req, Box::new(Sink(tx)))?;
+    let n = st.next_id.fetch_add(1, Ordering::Relaxed);
+    let meta = Meta {
+        id: match endpoint {
+            Endpoint::Chat => format!("chatcmpl-{n}"),
+            Endpoint::Completion => format!("cmpl-{n}"),
+        },
+        created: now(),
+        model: l.name.clone(),
+        endpoint,
+    };
+    if stream {
+        Ok(sse(meta, rx, include_usage, want_logprobs, st.timeout).into_response())
+    } else {
+        let whole = tokio::time::timeout(st.timeout, collect(rx))
+            .await
+            .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
+        let (text, lps, reason, usage) = whole;
+        Ok(Json(meta.complete(&text, &lps, want_logprobs, reason, &usage)).into_response())
+    }
+}
+
+type Whole = (String, Vec<TokenLogprob>, FinishReason, Usage);
+
+/// Every event of a request, until `Done`.
+async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Whole, ApiError> {
+    let mut text = String::new();
+    let mut lps = Vec::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Delta { text: t, logprob } => {
+                text.push_str(&t);
+                lps.extend(logprob);
+            }
+            Event::Done { reason, usage } => return Ok((text, lps, reason, usage)),
+            Event::Failed(m) => return Err(ApiError::internal(m)),
+        }
+    }
+    Err(ApiError::internal("the engine stopped"))
+}
+
+/// Where a stream is.
+struct Streaming {
+    rx: mpsc::UnboundedReceiver<Event>,
+    meta: Meta,
+    /// Chunks ready to go, in order.
+    pending: std::collections::VecDeque<String>,
+    done: bool,
+    include_usage: bool,
+    want_logprobs: bool,
+    /// Bytes of text sent so far (completions' `text_offset`).
+    offset: usize,
+    timeout: Duration,
+}
+
+impl Streaming {
+    /// Turn one engine event into chunks.
+    fn on_event(&mut self, ev: Option<Event>) {
+        let push =
+            |p: &mut std::collections::VecDeque<String>, v: Value| p.push_back(v.to_string());
+        match ev {
+            Some(Event::Delta { text, logprob }) => {
+                if text.is_empty() && logprob.is_none() {
+                    return;
+                }
+                let lps: Vec<TokenLogprob> = logprob.into_iter().collect();
+                let lp = self.want_logprobs.then_some(lps.as_slice());
+                push(
+                    &mut self.pending,
+                    self.meta.delta_chunk(&text, lp, self.offset),
+                );
+                self.offset += text.len();
+            }
+            Some(Event::Done { reason, usage }) => {
+                push(&mut self.pending, self.meta.finish_chunk(reason));
+                if self.include_usage {
+                    push(&mut self.pending, self.meta.usage_chunk(&usage));
+                }
+                self.pending.push_back("[DONE]".into());
+                self.done = true;
+            }
+            Some(Event::Failed(m)) => {
+                push(&mut self.pending, ApiError::internal(m).body());
+                self.done = true;
+            }
+            None => {
+                let e = ApiError::new(StatusCode::REQUEST_TIMEOUT, "the stream timed out");
+                push(&mut self.pending, e.body());
+                self.done = true;
+            }
+        }
+    }
+}
+
+/// The SSE response: `data: {chunk}` events, a role chunk first for chat,
+/// `data: [DONE]` last. Dropping it (the client left) drops the receiver,
+/// which cancels the request in the engine.
+fn sse(
+    meta: Meta,
+    rx: mpsc::UnboundedReceiver<Event>,
+    include_usage: bool,
+    want_logprobs: bool,
+    timeout: Duration,
+) -> impl IntoResponse {
+    let mut pending = std::collections::VecDeque::new();
+    if meta.endpoint == Endpoint::Chat {
+        pending.push_back(meta.role_chunk().to_string());
+    }
+    let st = Streaming {
+        rx,
+        meta,
+        pending,
+        done: false,
+        include_usage,
+        want_logprobs,
+        offset: 0,
+        timeout,
+    };
+    let events = futures_util::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(data) = st.pending.pop_front() {
+                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st));
+            }
+            if st.done {
+                return None;
+            }
+            let ev = match tokio::time::timeout(st.timeout, st.rx.recv()).await {
+                Ok(Some(ev)) => Some(ev),
+                Ok(None) => Some(Event::Failed("the engine stopped".into())),
+                Err(_) => None,
+            };
+            st.on_event(ev);
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::default())
+}

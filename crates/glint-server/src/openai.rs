@@ -1,0 +1,197 @@
+//! Responses in OpenAI's shapes: a whole completion, or the chunks of a
+//! stream, for chat (`chat.completion[.chunk]`) and text
+//! (`text_completion`) alike.
+
+use glint::engine::{FinishReason, TokenLogprob, Usage};
+use serde_json::{json, Value};
+
+use crate::request::Endpoint;
+
+/// What every response of one request repeats.
+#[derive(Clone, Debug)]
+pub struct Meta {
+    /// `chatcmpl-N` or `cmpl-N`.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model's name.
+    pub model: String,
+    /// Which endpoint.
+    pub endpoint: Endpoint,
+}
+
+impl Meta {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.endpoint, chunk) {
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+            (Endpoint::Completion, _) => "text_completion",
+        }
+    }
+
+    fn wrap(&self, chunk: bool, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(chunk),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "glint",
+            "choices": choices,
+        })
+    }
+
+    /// A whole (non-streamed) response.
+    pub fn complete(
+        &self,
+        text: &str,
+        logprobs: &[TokenLogprob],
+        want_logprobs: bool,
+        reason: FinishReason,
+        usage: &Usage,
+    ) -> Value {
+        let lp = want_logprobs.then(|| self.logprobs(logprobs, 0));
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({
+                "index": 0,
+                "message": { "role": "assistant", "content": text },
+                "logprobs": lp,
+                "finish_reason": reason.as_str(),
+            }),
+            Endpoint::Completion => json!({
+                "index": 0,
+                "text": text,
+                "logprobs": lp,
+                "finish_reason": reason.as_str(),
+            }),
+        };
+        let mut v = self.wrap(false, json!([choice]));
+        v["usage"] = usage_json(usage);
+        v
+    }
+
+    /// The first chunk of a chat stream: the role, no text yet.
+    pub fn role_chunk(&self) -> Value {
+        self.wrap(
+            true,
+            json!([{
+                "index": 0,
+                "delta": { "role": "assistant", "content": "" },
+                "logprobs": null,
+                "finish_reason": null,
+            }]),
+        )
+    }
+
+    /// A chunk carrying `text` (and the logprobs of its tokens);
+    /// `offset` is where the text starts in the whole completion.
+    pub fn delta_chunk(
+        &self,
+        text: &str,
+        logprobs: Option<&[TokenLogprob]>,
+        offset: usize,
+    ) -> Value {
+        let lp = logprobs.map(|l| self.logprobs(l, offset));
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({
+                "index": 0,
+                "delta": { "content": text },
+                "logprobs": lp,
+                "finish_reason": null,
+            }),
+            Endpoint::Completion => json!({
+                "index": 0,
+                "text": text,
+                "logprobs": lp,
+                "finish_reason": null,
+            }),
+        };
+        self.wrap(true, json!([choice]))
+    }
+
+    /// The chunk that says why the stream ends.
+    pub fn finish_chunk(&self, reason: FinishReason) -> Value {
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({
+                "index": 0,
+                "delta": {},
+                "logprobs": null,
+                "finish_reason": reason.as_str(),
+            }),
+            Endpoint::Completion => json!({
+                "index": 0,
+                "text": "",
+                "logprobs": null,
+                "finish_reason": reason.as_str(),
+            }),
+        };
+        self.wrap(true, json!([choice]))
+    }
+
+    /// The `stream_options.include_usage` chunk: no choices, the usage.
+    pub fn usage_chunk(&self, usage: &Usage) -> Value {
+        let mut v = self.wrap(true, json!([]));
+        v["usage"] = usage_json(usage);
+        v
+    }
+
+    /// Chat: `{"content": [{token, logprob, bytes, top_logprobs}]}`;
+    /// completions: `{tokens, token_logprobs, top_logprobs, text_offset}`.
+    fn logprobs(&self, l: &[TokenLogprob], offset: usize) -> Value {
+        match self.endpoint {
+            Endpoint::Chat => {
+                let content: Vec<Value> = l
+                    .iter()
+                    .map(|t| {
+                        let top: Vec<Value> = t
+                            .top
+                            .iter()
+                            .map(|(_, s, lp)| json!({"token": s, "logprob": lp, "bytes": s.as_bytes()}))
+                            .collect();
+                        json!({
+                            "token": t.text,
+                            "logprob": t.logprob,
+                            "bytes": t.text.as_bytes(),
+                            "top_logprobs": top,
+                        })
+                    })
+                    .collect();
+                json!({ "content": content })
+            }
+            Endpoint::Completion => {
+                let mut at = offset;
+                let mut offsets = Vec::with_capacity(l.len());
+                for t in l {
+                    offsets.push(at);
+                    at += t.text.len();
+                }
+                let top: Vec<Value> = l
+                    .iter()
+                    .map(|t| {
+                        let m: serde_json::Map<String, Value> = t
+                            .top
+                            .iter()
+                            .map(|(_, s, lp)| (s.clone(), json!(lp)))
+                            .collect();
+                        Value::Object(m)
+                    })
+                    .collect();
+                json!({
+                    "tokens": l.iter().map(|t| &t.text).collect::<Vec<_>>(),
+                    "token_logprobs": l.iter().map(|t| t.logprob).collect::<Vec<_>>(),
+                    "top_logprobs": top,
+                    "text_offset": offsets,
+                })
+            }
+        }
+    }
+}
+
+/// `usage` with `prompt_tokens_details.cached_tokens`.
+pub fn usage_json(u: &Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": { "cached_tokens": u.cached_tokens },
+    })
+}

@@ -1,0 +1,370 @@
+//! Request bodies: JSON checked field by field into the engine's
+//! [`Request`], so a wrong type or value is a 400 that names the field.
+
+use glint::engine::Request;
+use glint::sample::{LogitBiasEntry, SamplerParams, DEFAULT_SEED, MAX_TOP_LOGPROBS};
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+
+/// Which endpoint a body is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/v1/chat/completions`: `messages`, `logprobs: bool`, `top_logprobs`.
+    Chat,
+    /// `/v1/completions`: `prompt`, `logprobs: int`.
+    Completion,
+}
+
+/// What a body asks for besides the prompt.
+#[derive(Debug)]
+pub struct Options {
+    /// The engine request, prompt still empty.
+    pub req: Request,
+    /// Server-sent events instead of one JSON response.
+    pub stream: bool,
+    /// A last chunk with `usage` (`stream_options.include_usage`).
+    pub include_usage: bool,
+}
+
+/// The most stop strings a request may give.
+const MAX_STOP: usize = 16;
+
+/// Parse a body as a JSON object.
+pub fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::bad_request("the body must be a JSON object")),
+    }
+}
+
+/// Typed getters: a missing key or `null` is `None`; a value of the wrong
+/// type is a 400 naming the field.
+struct Fields<'a>(&'a Map<String, Value>);
+
+fn wrong(key: &str, what: &str) -> ApiError {
+    ApiError::bad_request(format!("`{key}` must be {what}"))
+}
+
+impl Fields<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    fn f32(&self, key: &str) -> Result<Option<f32>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() && x.abs() <= f32::MAX as f64 => Ok(Some(x as f32)),
+                _ => Err(wrong(key, "a finite number")),
+            },
+        }
+    }
+
+    fn int(&self, key: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_i64() {
+                Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+                _ => Err(wrong(key, &format!("an integer in {lo}..={hi}"))),
+            },
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(wrong(key, "true or false")),
+        }
+    }
+}
+
+/// The fields both endpoints share, and their `logprobs` each its way.
+pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options, ApiError> {
+    let f = Fields(body);
+    if let Some(v) = f.get("model") {
+        if !v.is_string() {
+            return Err(wrong("model", "a string"));
+        }
+    }
+    if f.int("n", 1, 1).is_err() {
+        return Err(ApiError::bad_request("only `n` = 1 is supported"));
+    }
+    let mut req = Request::new(Vec::new());
+    let max = ["max_completion_tokens", "max_tokens", "n_predict"]
+        .iter()
+        .map(|k| f.int(k, 1, u32::MAX as i64))
+        .collect::<Result<Vec<_>, _>>()?;
+    req.max_tokens = max.into_iter().flatten().next().map(|n| n as usize);
+    req.sampling = sampling(&f)?;
+    req.stop = stop(&f)?;
+    req.ignore_eos = f.bool("ignore_eos")?.unwrap_or(false);
+    req.logprobs = match endpoint {
+        Endpoint::Chat => {
+            let top = f.int("top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
+            match (f.bool("logprobs")?, top) {
+                (Some(true), top) => Some(top.unwrap_or(0) as usize),
+                (_, Some(_)) => {
+                    return Err(ApiError::bad_request(
+                        "`top_logprobs` needs `logprobs`: true",
+                    ))
+                }
+                _ => None,
+            }
+        }
+        Endpoint::Completion => f.int("logprobs", 0, 5)?.map(|n| n as usize),
+    };
+    if let Some(e) = f.get("echo") {
+        if e != &Value::Bool(false) {
+            return Err(ApiError::bad_request("`echo` is not supported"));
+        }
+    }
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.get("stream_options") {
+        None => false,
+        Some(Value::Object(o)) => Fields(o).bool("include_usage")?.unwrap_or(false),
+        Some(_) => return Err(wrong("stream_options", "an object")),
+    };
+    Ok(Options {
+        req,
+        stream,
+        include_usage,
+    })
+}
+
+/// The sampler chain's parameters: llama-server's defaults, then the body's.
+fn sampling(f: &Fields) -> Result<SamplerParams, ApiError> {
+    let mut s = SamplerParams::default();
+    let floats: [(&str, &mut f32); 8] = [
+        ("temperature", &mut s.temp),
+        ("top_p", &mut s.top_p),
+        ("min_p", &mut s.min_p),
+        ("typical_p", &mut s.typ_p),
+        ("presence_penalty", &mut s.penalty_present),
+        ("frequency_penalty", &mut s.penalty_freq),
+        ("repeat_penalty", &mut s.penalty_repeat),
+        ("dynatemp_range", &mut s.dynatemp_range),
+    ];
+    for (key, slot) in floats {
+        if let Some(x) = f.f32(key)? {
+            *slot = x;
+        }
+    }
+    if let Some(k) = f.int("top_k", 0, i32::MAX as i64)? {
+        s.top_k = k as i32;
+    }
+    if let Some(n) = f.int("repeat_last_n", -1, i32::MAX as i64)? {
+        s.penalty_last_n = n as i32;
+    }
+    // OpenAI's seeds are any integer; -1 (llama-server) means random.
+    if let Some(seed) = f.int("seed", -1, u32::MAX as i64)? {
+        s.seed = if seed < 0 { DEFAULT_SEED } else { seed as u32 };
+    }
+    s.logit_bias = logit_bias(f)?;
+    s.validate()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(s)
+}
+
+/// `{"token id": bias}` (OpenAI) or `[[id, bias], ...]` (llama-server).
+fn logit_bias(f: &Fields) -> Result<Vec<LogitBiasEntry>, ApiError> {
+    let bad = || wrong("logit_bias", "an object of token id -> number");
+    let pairs: Vec<(Value, &Value)> = match f.get("logit_bias") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(o)) => o.iter().map(|(k, v)| (json!(k), v)).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|p| match p.as_array().map(Vec::as_slice) {
+                Some([t, b]) => Ok((t.clone(), b)),
+                _ => Err(bad()),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad()),
+    };
+    pairs
+        .into_iter()
+        .map(|(t, b)| {
+            let token = match &t {
+                Value::String(s) => s.parse::<u32>().ok(),
+                v => v.as_u64().and_then(|n| u32::try_from(n).ok()),
+            };
+            let bias = match b {
+                Value::Bool(false) => Some(f32::NEG_INFINITY),
+                v => v.as_f64().filter(|x| x.is_finite()).map(|x| x as f32),
+            };
+            match (token, bias) {
+                (Some(token), Some(bias)) => Ok(LogitBiasEntry { token, bias }),
+                _ => Err(bad()),
+            }
+        })
+        .collect()
+}
+
+/// `stop`: a string or an array of strings.
+fn stop(f: &Fields) -> Result<Vec<String>, ApiError> {
+    let bad = || wrong("stop", "a non-empty string or an array of them");
+    let list = match f.get("stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(bad))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad()),
+    };
+    if list.iter().any(String::is_empty) {
+        return Err(bad());
+    }
+    if list.len() > MAX_STOP {
+        return Err(ApiError::bad_request(format!(
+            "at most {MAX_STOP} stop strings"
+        )));
+    }
+    Ok(list)
+}
+
+/// `messages` as `{role, content}` objects with string content (an array
+/// of text parts is joined).
+pub fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
+    let bad = |m: &str| ApiError::bad_request(m.to_string());
+    let list = match body.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => return Err(bad("`messages` is empty")),
+        Some(_) => return Err(bad("`messages` must be an array")),
+        None => return Err(bad("`messages` is required")),
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = m.get("role").and_then(Value::as_str);
+            let Some(role) = role else {
+                return Err(bad(&format!("messages[{i}] needs a string `role`")));
+            };
+            let content = match m.get("content") {
+                None | Some(Value::Null) => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => text_parts(parts)
+                    .ok_or_else(|| bad(&format!("messages[{i}].content: only text parts")))?,
+                Some(_) => {
+                    return Err(bad(&format!(
+                        "messages[{i}].content must be a string or an array of text parts"
+                    )))
+                }
+            };
+            Ok(json!({ "role": role, "content": content }))
+        })
+        .collect()
+}
+
+/// `[{"type": "text", "text": ...}, ...]` joined, or `None` for other parts.
+fn text_parts(parts: &[Value]) -> Option<String> {
+    parts
+        .iter()
+        .map(
+            |p| match (p.get("type")?.as_str()?, p.get("text")?.as_str()) {
+                ("text", Some(t)) => Some(t),
+                _ => None,
+            },
+        )
+        .collect::<Option<Vec<&str>>>()
+        .map(|v| v.concat())
+}
+
+/// A completion's `prompt`: a string, an array of one string, or token ids.
+pub enum Prompt {
+    /// Text to tokenize.
+    Text(String),
+    /// Token ids as given.
+    Tokens(Vec<u32>),
+}
+
+/// The `prompt` of a completion request.
+pub fn prompt(body: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let bad =
+        || ApiError::bad_request("`prompt` must be a string, an array of one string, or token ids");
+    match body.get("prompt") {
+        Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
+        Some(Value::Array(a)) => match a.as_slice() {
+            [Value::String(s)] => Ok(Prompt::Text(s.clone())),
+            ids if !ids.is_empty() => ids
+                .iter()
+                .map(|v| {
+                    v.as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .ok_or_else(bad)
+                })
+                .collect::<Result<_, _>>()
+                .map(Prompt::Tokens),
+            _ => Err(bad()),
+        },
+        None => Err(ApiError::bad_request("`prompt` is required")),
+        Some(_) => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(s: &str) -> Map<String, Value> {
+        parse_body(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn fields_become_the_engine_request() {
+        let b = body(
+            r#"{"max_tokens": 7, "temperature": 0, "stop": "\n", "seed": 42,
+                "logit_bias": {"15": -100}, "logprobs": true, "top_logprobs": 3,
+                "stream": true, "stream_options": {"include_usage": true}}"#,
+        );
+        let o = options(&b, Endpoint::Chat).unwrap();
+        assert_eq!(o.req.max_tokens, Some(7));
+        assert_eq!(o.req.sampling.temp, 0.0);
+        assert_eq!(o.req.sampling.seed, 42);
+        assert_eq!(o.req.stop, vec!["\n".to_string()]);
+        assert_eq!(o.req.logprobs, Some(3));
+        assert_eq!(o.req.sampling.logit_bias[0].token, 15);
+        assert_eq!(o.req.sampling.logit_bias[0].bias, -100.0);
+        assert!(o.stream && o.include_usage);
+    }
+
+    #[test]
+    fn wrong_types_and_values_are_rejected_naming_the_field() {
+        for (b, field) in [
+            (r#"{"max_tokens": -1}"#, "max_tokens"),
+            (r#"{"max_tokens": "5"}"#, "max_tokens"),
+            (r#"{"max_tokens": 1e30}"#, "max_tokens"),
+            (r#"{"temperature": "hot"}"#, "temperature"),
+            (r#"{"stop": 5}"#, "stop"),
+            (r#"{"stream": 1}"#, "stream"),
+            (r#"{"logit_bias": {"x": 1}}"#, "logit_bias"),
+            (r#"{"top_p": 0}"#, "top_p"),
+        ] {
+            let e = options(&body(b), Endpoint::Chat).unwrap_err();
+            assert_eq!(e.status, 400, "{b}");
+            assert!(e.message.contains(field), "{b}: {}", e.message);
+        }
+        assert_eq!(parse_body(b"{").unwrap_err().status, 400);
+        assert_eq!(parse_body(b"[1]").unwrap_err().status, 400);
+        assert_eq!(parse_body(b"\xff\xfe").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn messages_and_prompts() {
+        let b = body(
+            r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                {"type": "text", "text": "b"}]}]}"#,
+        );
+        assert_eq!(messages(&b).unwrap()[0]["content"], "ab");
+        assert!(messages(&body(r#"{"messages": []}"#)).is_err());
+        assert!(messages(&body(r#"{"messages": [{"content": "x"}]}"#)).is_err());
+        assert!(matches!(
+            prompt(&body(r#"{"prompt": [1, 2]}"#)).unwrap(),
+            Prompt::Tokens(t) if t == [1, 2]
+        ));
+        assert!(prompt(&body(r#"{"prompt": [-1]}"#)).is_err());
+    }
+}

@@ -1,0 +1,154 @@
+//! `glint serve`: the OpenAI-compatible HTTP server (crates/glint-server),
+//! with llama-server's flag names and defaults.
+
+use std::time::Duration;
+
+use glint::ContextParams;
+
+use super::args::{self, Flag, Parsed};
+use super::options::{model_params, model_path, num};
+
+macro_rules! flag {
+    ($name:literal, [$($a:literal),*], $v:expr, $help:literal) => {
+        Flag { name: $name, aliases: &[$($a),*], value: $v, help: $help }
+    };
+}
+
+const FLAGS: &[Flag] = &[
+    flag!(
+        "model",
+        ["-m"],
+        Some("FILE"),
+        "GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use)"
+    ),
+    flag!(
+        "host",
+        [],
+        Some("ADDR"),
+        "address to listen on (default 127.0.0.1)"
+    ),
+    flag!(
+        "port",
+        [],
+        Some("N"),
+        "port (default 8080; 0 = any free port)"
+    ),
+    flag!(
+        "ctx-size",
+        ["-c"],
+        Some("N"),
+        "context size in total (default 4096, at most the model's training context)"
+    ),
+    flag!(
+        "parallel",
+        ["-np"],
+        Some("N"),
+        "slots (default 4, sharing one cache of -c; given: N streams of -c/N)"
+    ),
+    flag!(
+        "kv-unified",
+        ["-kvu"],
+        None,
+        "with -np: one KV stream shared by all slots"
+    ),
+    flag!(
+        "batch-size",
+        ["-b"],
+        Some("N"),
+        "tokens per step, prompt chunks included (default 2048)"
+    ),
+    flag!(
+        "ubatch-size",
+        ["-ub"],
+        Some("N"),
+        "physical batch size (default 512)"
+    ),
+    flag!(
+        "threads",
+        ["-t"],
+        Some("N"),
+        "cpu threads (default: all cores)"
+    ),
+    flag!(
+        "backend",
+        [],
+        Some("cpu|wgpu|auto"),
+        "compute backend (default auto)"
+    ),
+    flag!("adapter", [], Some("N"), "wgpu adapter index"),
+    flag!(
+        "api-key",
+        [],
+        Some("KEY"),
+        "require `Authorization: Bearer KEY` or `X-Api-Key: KEY` (/health stays public)"
+    ),
+    flag!(
+        "timeout",
+        ["-to"],
+        Some("SECONDS"),
+        "longest a request may take or a stream stay silent (default 600)"
+    ),
+    flag!(
+        "prefill-per-step",
+        [],
+        Some("N"),
+        "most prompt tokens per step: generating slots wait at most one chunk (default 512; 0 = -b)"
+    ),
+    flag!(
+        "max-queue",
+        [],
+        Some("N"),
+        "requests waiting for a slot before 503 (default 64)"
+    ),
+    flag!(
+        "max-body",
+        [],
+        Some("BYTES"),
+        "largest request body before 413 (default 8 MiB)"
+    ),
+    flag!("help", ["-h"], None, "this text"),
+];
+
+/// `glint serve [options]`.
+pub fn run(rest: &[String]) -> Result<(), String> {
+    let p = args::parse(rest, FLAGS)?;
+    if p.has("help") {
+        return super::output::println(&args::help("glint serve [-m MODEL] [options]", FLAGS));
+    }
+    if let Some(extra) = p.positional.first() {
+        return Err(format!("serve: unexpected argument `{extra}`"));
+    }
+    let cfg = config(&p)?;
+    glint_server::run(cfg).map_err(|e| format!("serve: {e}"))
+}
+
+fn config(p: &Parsed) -> Result<glint_server::Config, String> {
+    let d = glint_server::Config::default();
+    let n_seq = num::<u32>(p, "parallel")?;
+    if n_seq == Some(0) {
+        return Err("--parallel must be >= 1".into());
+    }
+    let dc = ContextParams::default();
+    // As llama-server: without -np, 4 slots share one cache of -c; with an
+    // explicit -np N, N streams of -c/N each unless --kv-unified.
+    let ctx_params = ContextParams {
+        n_ctx: num(p, "ctx-size")?.unwrap_or(0),
+        n_seq_max: n_seq.unwrap_or(4),
+        kv_unified: n_seq.is_none() || p.has("kv-unified"),
+        n_batch: num(p, "batch-size")?.unwrap_or(dc.n_batch),
+        n_ubatch: num(p, "ubatch-size")?.unwrap_or(dc.n_ubatch),
+        ..dc
+    };
+    Ok(glint_server::Config {
+        host: p.get("host").unwrap_or(&d.host).to_string(),
+        port: num(p, "port")?.unwrap_or(d.port),
+        model_path: model_path(p)?,
+        model_params: model_params(p)?,
+        ctx_params,
+        max_queue: num(p, "max-queue")?.unwrap_or(d.max_queue),
+        prefill_per_step: num(p, "prefill-per-step")?.unwrap_or(d.prefill_per_step),
+        api_key: p.get("api-key").map(str::to_string),
+        timeout: num::<u64>(p, "timeout")?.map_or(d.timeout, Duration::from_secs),
+        max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
+    })
+}
