@@ -48,20 +48,15 @@ fn mul_mat_float_weights_match_f64_on_decode_and_prefill_paths() {
         let w = weight(&be, ty, [k, n, 1, 1], &wb);
         for m in [1, 3, 8, 9, 37] {
             let xv = rng.vec(k * m);
-            let got = mul_mat(&be, &w, &xv, [k, n, m]);
-            let mut want = vec![0f64; n * m];
-            let mut mag = vec![0f64; n * m];
-            for c in 0..m {
-                for r in 0..n {
-                    for i in 0..k {
-                        let p = wv[r * k + i] * xv[c * k + i] as f64;
-                        want[c * n + r] += p;
-                        mag[c * n + r] += p.abs();
-                    }
+            let what = format!("mul_mat {ty} m={m}");
+            assert_mul_mat(&what, &be, &w, &xv, [k, n, m], DOT_TOL, |r, xc| {
+                let (mut want, mut mag) = (0f64, 0f64);
+                for i in 0..k {
+                    let p = wv[r * k + i] * xc[i] as f64;
+                    want += p;
+                    mag += p.abs();
                 }
-            }
-            assert_close(&format!("mul_mat {ty} m={m}"), &got, &want, |i| {
-                DOT_TOL * mag[i]
+                (want, mag)
             });
         }
     }
