@@ -428,11 +428,11 @@ impl Backend for CpuBackend {
         match k.desc.ty {
             F16 => {
                 let kk = kg.f16s_mut();
-                self.pool.install(|| rope::kshift_f16(kk, &ss, p))
+                self.pool.install(|| rope::kshift(kk, &ss, p))
             }
             _ => {
                 let kk = kg.f32s_mut();
-                self.pool.install(|| rope::kshift_f32(kk, &ss, p))
+                self.pool.install(|| rope::kshift(kk, &ss, p))
             }
         }
         Ok(())
