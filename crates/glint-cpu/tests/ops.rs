@@ -76,7 +76,14 @@ fn mul_mat_fast_paths_equal_the_reference_loop() {
         be.mul_mat(&w, &x, &out).unwrap();
         let got = read_f32(&be, &out);
         let mut want = vec![0f32; n * m];
-        glint_cpu::reference::mul_mat(GgmlType::F16, &wb, k * 2, k, n, &xv, m, &mut want).unwrap();
+        let wr = glint_cpu::WeightRows {
+            ty: GgmlType::F16,
+            bytes: &wb,
+            row_bytes: k * 2,
+            k,
+            n,
+        };
+        glint_cpu::reference::mul_mat(wr, &xv, m, &mut want).unwrap();
         // Same products, different summation order: DOT_TOL of the magnitude (<= k).
         let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
         assert_close(&format!("fast vs reference m={m}"), &got, &want, |_| {

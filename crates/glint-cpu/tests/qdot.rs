@@ -5,7 +5,7 @@ mod common;
 
 use common::Rng;
 use glint_backend::GgmlType;
-use glint_cpu::{mul_mat_ggml_with, qdot, Kernels};
+use glint_cpu::{mul_mat_ggml_with, qdot, Kernels, WeightRows};
 use glint_quant::{BlockQ5_K, QuantError};
 use half::f16;
 
@@ -249,9 +249,16 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
             }
             for m in [1, 3, 8, 9, 40, m_prefill] {
                 let x = rng.vec(k * m);
+                let w = WeightRows {
+                    ty,
+                    bytes: &rows,
+                    row_bytes,
+                    k,
+                    n,
+                };
                 let run = |kern| {
                     let mut out = vec![0f32; n * m];
-                    mul_mat_ggml_with(kern, ty, &rows, row_bytes, k, n, &x, m, &mut out).unwrap();
+                    mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
                     out
                 };
                 let want = run(Kernels::Reference);
@@ -291,18 +298,14 @@ fn mul_mat_ggml_rejects_rows_of_the_wrong_length() {
     let (k, n) = (64, 3);
     let rows = vec![0u8; 20 * 2 * n - 1]; // Q4_1: 40 bytes a row, one short
     let mut out = vec![0f32; n];
-    let e = mul_mat_ggml_with(
-        Kernels::Fast,
-        GgmlType::Q4_1,
-        &rows,
-        40,
+    let w = WeightRows {
+        ty: GgmlType::Q4_1,
+        bytes: &rows,
+        row_bytes: 40,
         k,
         n,
-        &vec![1.0; k],
-        1,
-        &mut out,
-    )
-    .unwrap_err();
+    };
+    let e = mul_mat_ggml_with(Kernels::Fast, w, &vec![1.0; k], 1, &mut out).unwrap_err();
     assert!(e.to_string().contains("Q4_1"), "{e}");
 }
 
