@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use glint_backend::GgmlType as T;
 use glint_cpu::{mul_mat_ggml_with, Kernels, WeightRows};
+use glint_quant::{Support, TYPES};
 
 /// The workspace's one seeded generator: deterministic inputs.
 use glint_testkit::Rng;
@@ -55,18 +56,12 @@ fn main() {
                 .unwrap()
         })
         .collect();
-    for ty in [
-        T::Q4_0,
-        T::Q4_1,
-        T::Q5_0,
-        T::Q5_1,
-        T::Q8_0,
-        T::Q2_K,
-        T::Q3_K,
-        T::Q4_K,
-        T::Q5_K,
-        T::Q6_K,
-    ] {
+    // Every block-quantized weight type, from glint_quant's table.
+    let quantized = TYPES
+        .iter()
+        .filter(|t| t.support == Support::Compute && t.block_size > 1)
+        .map(|t| t.ty);
+    for ty in quantized {
         let (bytes, row_bytes) = weights(ty, k, n, &mut rng);
         let w = WeightRows {
             ty,
