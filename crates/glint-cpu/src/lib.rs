@@ -420,7 +420,7 @@ impl Backend for CpuBackend {
         let work = o.len() * p.n_kv * 2;
         let ggml = self.precision == Precision::Ggml;
         self.run(work / 16, |par| {
-            attention::attention(par, &qs, kc, vc, &ms, p, o, ggml)
+            attention_with(Kernels::Fast, par, &qs, kc, vc, &ms, p, o, ggml)
         });
         Ok(())
     }
