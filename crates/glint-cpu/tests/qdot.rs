@@ -82,6 +82,17 @@ fn abs_terms(ty: GgmlType, row: &[u8], act: &[u8], k: usize) -> f64 {
         .sum()
 }
 
+/// `got`, an AVX2 kernel's dot of `row` with `act` (`k` elements of `ty`),
+/// within the AVX2 tolerance of `glint_quant::vec_dot`; `case` names it.
+fn assert_avx2_near_vec_dot(case: &str, ty: GgmlType, row: &[u8], act: &[u8], k: usize, got: f32) {
+    let want = glint_quant::vec_dot(ty, row, act).unwrap();
+    let diff = (got as f64 - want as f64).abs();
+    assert!(
+        diff <= tolerance("avx2", ty) * abs_terms(ty, row, act, k),
+        "{case}: got {got}, want {want}"
+    );
+}
+
 /// Checks `kernel` against `glint_quant::vec_dot` on `n_seeds` random row
 /// pairs of several lengths; returns how many pairs it compared.
 fn check_kernel(what: &str, ty: GgmlType, kernel: qdot::DotFn, n_seeds: u64) -> usize {
@@ -188,14 +199,8 @@ fn multi_column_kernels_match_ggml_reference() {
             let acts = random_cols(ty, k, &mut rng);
             let got = kernel(&row, std::array::from_fn(|c| &acts[c][..]));
             for (c, act) in acts.iter().enumerate() {
-                let want = glint_quant::vec_dot(ty, &row, act).unwrap();
-                let terms = abs_terms(ty, &row, act, k);
-                let diff = (got[c] as f64 - want as f64).abs();
-                assert!(
-                    diff <= tolerance("avx2", ty) * terms,
-                    "cols {ty} k={k} seed {seed} col {c}: got {}, want {want}",
-                    got[c]
-                );
+                let case = format!("cols {ty} k={k} seed {seed} col {c}");
+                assert_avx2_near_vec_dot(&case, ty, &row, act, k, got[c]);
                 n += 1;
             }
         }
@@ -451,13 +456,8 @@ fn avx2_multi_column_kernels_match_the_reference_and_the_fast_ones() {
             let ys = std::array::from_fn(|c| &acts[c][..]);
             let (got, fast, emulated) = (avx2(&row, ys), fast(&row, ys), emulated(&row, ys));
             for (c, act) in acts.iter().enumerate() {
-                let want = glint_quant::vec_dot(ty, &row, act).unwrap();
-                let diff = (got[c] as f64 - want as f64).abs();
-                assert!(
-                    diff <= tolerance("avx2", ty) * abs_terms(ty, &row, act, k),
-                    "avx2 cols {ty} k={k} seed {seed} col {c}: got {}, want {want}",
-                    got[c]
-                );
+                let case = format!("avx2 cols {ty} k={k} seed {seed} col {c}");
+                assert_avx2_near_vec_dot(&case, ty, &row, act, k, got[c]);
                 for (what, v) in [("fast", fast[c]), ("emulated", emulated[c])] {
                     assert_eq!(
                         got[c].to_bits(),
