@@ -94,24 +94,25 @@ impl Which {
     /// shared cores, where K-quant matmuls run near 0.3 GFLOP/s.
     fn sizes(self, mode: Mode) -> Sizes {
         let gpu = self == Which::Wgpu;
+        let full = Sizes {
+            bw_bytes: 256 * MIB,
+            bw_runs: 9,
+            matvec_kn: (4096, 4096),
+            matvec_runs: if gpu { 9 } else { 15 },
+            matmul_kn: if gpu { (512, 512) } else { (1024, 1024) },
+            matmul_m: 512,
+            matmul_runs: 3,
+        };
         match mode {
-            Mode::Full => Sizes {
-                bw_bytes: 256 * MIB,
-                bw_runs: 9,
-                matvec_kn: (4096, 4096),
-                matvec_runs: if gpu { 9 } else { 15 },
-                matmul_kn: if gpu { (512, 512) } else { (1024, 1024) },
-                matmul_m: 512,
-                matmul_runs: 3,
-            },
+            Mode::Full => full,
+            // Full's matvec and matmul shapes; less data, fewer columns and runs.
             Mode::Quick => Sizes {
                 bw_bytes: 64 * MIB,
                 bw_runs: 5,
-                matvec_kn: (4096, 4096),
                 matvec_runs: 5,
-                matmul_kn: if gpu { (512, 512) } else { (1024, 1024) },
                 matmul_m: if gpu { 128 } else { 256 },
                 matmul_runs: 1,
+                ..full
             },
             Mode::Smoke => Sizes {
                 bw_bytes: 4 * MIB,

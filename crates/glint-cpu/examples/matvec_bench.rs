@@ -8,7 +8,8 @@
 use std::time::Instant;
 
 use glint_backend::GgmlType as T;
-use glint_cpu::{mul_mat_ggml_with, Kernels};
+use glint_cpu::{mul_mat_ggml_with, Kernels, WeightRows};
+use glint_quant::{Support, TYPES};
 
 /// The workspace's one seeded generator: deterministic inputs.
 use glint_testkit::Rng;
@@ -55,30 +56,31 @@ fn main() {
                 .unwrap()
         })
         .collect();
-    for ty in [
-        T::Q4_0,
-        T::Q4_1,
-        T::Q5_0,
-        T::Q5_1,
-        T::Q8_0,
-        T::Q2_K,
-        T::Q3_K,
-        T::Q4_K,
-        T::Q5_K,
-        T::Q6_K,
-    ] {
-        let (w, row_bytes) = weights(ty, k, n, &mut rng);
+    // Every block-quantized weight type, from glint_quant's table.
+    let quantized = TYPES
+        .iter()
+        .filter(|t| t.support == Support::Compute && t.block_size > 1)
+        .map(|t| t.ty);
+    for ty in quantized {
+        let (bytes, row_bytes) = weights(ty, k, n, &mut rng);
+        let w = WeightRows {
+            ty,
+            bytes: &bytes,
+            row_bytes,
+            k,
+            n,
+        };
         let gbs = |pool: &rayon::ThreadPool, kern: Kernels, out: &mut [f32]| {
             let times: Vec<f64> = (0..runs + 1)
                 .map(|_| {
                     let t = Instant::now();
-                    pool.install(|| mul_mat_ggml_with(kern, ty, &w, row_bytes, k, n, &x, m, out))
+                    pool.install(|| mul_mat_ggml_with(kern, w, &x, m, out))
                         .unwrap();
                     t.elapsed().as_secs_f64()
                 })
                 .skip(1)
                 .collect();
-            w.len() as f64 / median(times) / 1e9
+            bytes.len() as f64 / median(times) / 1e9
         };
         let mut row = Vec::new();
         for pool in &pools {
@@ -89,7 +91,7 @@ fn main() {
         println!(
             "{:6} {:8.2} | {:9.2} {:9.2} {:9.2} | {:9.2} {:9.2} {:9.2} | {:.1}x",
             ty.to_string(),
-            w.len() as f64 / (1 << 20) as f64,
+            bytes.len() as f64 / (1 << 20) as f64,
             row[0],
             row[1],
             row[2],

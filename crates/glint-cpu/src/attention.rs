@@ -48,35 +48,22 @@ impl Cache<'_> {
 /// to f16 before `Q·K` when K is F16, and the normalized softmax weights are
 /// rounded to f16 before weighting V when V is F16.
 ///
-/// Two implementations of one formula. On x86_64 with AVX2, FMA and F16C:
-/// one task per (token, kv head) runs every query head of the group
+/// Two implementations of one formula, picked by `kernels`. With
+/// [`Kernels::Fast`] (what the backend runs) on x86_64 with AVX2, FMA and
+/// F16C: one task per (token, kv head) runs every query head of the group
 /// against each K and V row as it is loaded (F16 rows widened in
-/// registers), with fused multiply-adds (`wide::group`). Elsewhere: one
-/// task per (token, head) in plain loops (`Heads::head`). Each path
-/// computes a token the same way whatever else is in its batch, so a batch
-/// gives, bit for bit, what its tokens give one at a time; the two paths
-/// differ from each other by f32 rounding (the tests name the tolerance).
-#[allow(clippy::too_many_arguments)]
-pub fn attention(
-    par: bool,
-    q: &[f32],
-    k: Cache,
-    v: Cache,
-    mask: &[f32],
-    p: &AttnParams,
-    out: &mut [f32],
-    ggml_f16: bool,
-) {
-    attention_with(Kernels::Fast, par, q, k, v, mask, p, out, ggml_f16)
-}
-
-/// `attention` with a choice of path: [`Kernels::Fast`] takes the AVX2
-/// path where the cpu has it; [`Kernels::Plain`] and
-/// [`Kernels::Reference`] always take the plain loops (for tests and
-/// benchmarks). Shapes as the backend's `attention` checks them: `q` is
-/// `[head_dim, n_head, m]`, the caches hold `kv_start + n_kv` rows of
-/// `head_dim * n_head_kv`, `n_head` is a multiple of `n_head_kv`; with
-/// `n_kv == 0` or heads that do not group, `out` is zeros.
+/// registers), with fused multiply-adds (`wide::group`). Elsewhere, and
+/// always with [`Kernels::Plain`] and [`Kernels::Reference`] (for tests and
+/// benchmarks): one task per (token, head) in plain loops (`Heads::head`).
+/// Each path computes a token the same way whatever else is in its batch,
+/// so a batch gives, bit for bit, what its tokens give one at a time; the
+/// two paths differ from each other by f32 rounding (the tests name the
+/// tolerance).
+///
+/// Shapes as the backend's `attention` checks them: the caches hold
+/// `kv_start + n_kv` rows of `head_dim * n_head_kv`, `n_head` is a multiple
+/// of `n_head_kv`; with `n_kv == 0` or heads that do not group, `out` is
+/// zeros.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_with(
     kernels: Kernels,

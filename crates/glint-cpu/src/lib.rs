@@ -34,7 +34,7 @@ use glint_backend::{
 };
 
 pub use attention::{attention_with, Cache};
-pub use matmul::{mul_mat_ggml, mul_mat_ggml_with, Kernels, DECODE_MAX_M};
+pub use matmul::{mul_mat_ggml, mul_mat_ggml_with, Kernels, WeightRows, DECODE_MAX_M};
 pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;
 pub use weights::{dequant_row, dot, row_dot};
@@ -235,23 +235,29 @@ impl Backend for CpuBackend {
         let (wg, xg) = (w.read_guard()?, x.read_guard()?);
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
-        let (wb, xs) = (wg.bytes(), xg.f32s());
-        let row_bytes = w.desc.row_bytes();
+        let xs = xg.f32s();
         let ggml = self.precision == Precision::Ggml;
         let ty = w.desc.ty;
+        let wr = WeightRows {
+            ty,
+            bytes: wg.bytes(),
+            row_bytes: w.desc.row_bytes(),
+            k,
+            n,
+        };
         let int_dot = matches!(
             ty.vec_dot_type(),
             GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K
         );
         if ggml && int_dot && k * n * m < SERIAL_MUL_MAT_BELOW {
             let fast = matmul::Kernels::Fast;
-            return matmul::mul_mat_ggml_par(false, fast, ty, wb, row_bytes, k, n, &xs, m, o);
+            return matmul::mul_mat_ggml_par(false, fast, wr, &xs, m, o);
         }
         self.pool.install(|| {
             if ggml {
-                matmul::mul_mat_ggml(w.desc.ty, wb, row_bytes, k, n, &xs, m, o)
+                matmul::mul_mat_ggml(wr, &xs, m, o)
             } else {
-                matmul::mul_mat(w.desc.ty, wb, row_bytes, k, n, &xs, m, o)
+                matmul::mul_mat(wr, &xs, m, o)
             }
         })
     }
@@ -414,7 +420,7 @@ impl Backend for CpuBackend {
         let work = o.len() * p.n_kv * 2;
         let ggml = self.precision == Precision::Ggml;
         self.run(work / 16, |par| {
-            attention::attention(par, &qs, kc, vc, &ms, p, o, ggml)
+            attention_with(Kernels::Fast, par, &qs, kc, vc, &ms, p, o, ggml)
         });
         Ok(())
     }
@@ -428,11 +434,11 @@ impl Backend for CpuBackend {
         match k.desc.ty {
             F16 => {
                 let kk = kg.f16s_mut();
-                self.pool.install(|| rope::kshift_f16(kk, &ss, p))
+                self.pool.install(|| rope::kshift(kk, &ss, p))
             }
             _ => {
                 let kk = kg.f32s_mut();
-                self.pool.install(|| rope::kshift_f32(kk, &ss, p))
+                self.pool.install(|| rope::kshift(kk, &ss, p))
             }
         }
         Ok(())

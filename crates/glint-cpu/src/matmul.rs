@@ -18,25 +18,33 @@ const DECODE_ROWS_PER_TASK: usize = 16;
 /// f32 stays in L2 (k = 4096: 256 KiB) while every column passes over it.
 const PREFILL_ROWS: usize = 16;
 
+/// A weight matrix as stored, `w[k, n]`: `n` rows of `row_bytes` bytes of
+/// type `ty`, each `k` values once dequantized.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightRows<'a> {
+    pub ty: GgmlType,
+    pub bytes: &'a [u8],
+    pub row_bytes: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+impl WeightRows<'_> {
+    /// The bytes of row `r`.
+    pub fn row(&self, r: usize) -> &[u8] {
+        &self.bytes[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+}
+
 /// `out[n, m] = w[k, n] · x[k, m]`.
 ///
-/// `w`: `n` rows of `row_bytes` bytes of type `ty`; `x`: `[k, m]` f32;
-/// `out`: `[n, m]` f32. The cost of a forward pass is mostly here.
-#[allow(clippy::too_many_arguments)]
-pub fn mul_mat(
-    ty: GgmlType,
-    w: &[u8],
-    row_bytes: usize,
-    k: usize,
-    n: usize,
-    x: &[f32],
-    m: usize,
-    out: &mut [f32],
-) -> Result<()> {
+/// `x`: `[k, m]` f32; `out`: `[n, m]` f32. The cost of a forward pass is
+/// mostly here.
+pub fn mul_mat(w: WeightRows, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    let (ty, k, n) = (w.ty, w.k, w.n);
     if n == 0 || m == 0 {
         return Ok(());
     }
-    let w_row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
     // by_row: [m, n] — by_row[r * m + c] = out[c * n + r]; tasks own whole weight rows.
     let mut by_row = vec![0f32; n * m];
     if m <= DECODE_MAX_M {
@@ -50,9 +58,9 @@ pub fn mul_mat(
                     for (rr, outs) in chunk.chunks_mut(m).enumerate() {
                         let r = blk * DECODE_ROWS_PER_TASK + rr;
                         if m == 1 {
-                            outs[0] = row_dot(ty, w_row(r), &x[..k])?;
+                            outs[0] = row_dot(ty, w.row(r), &x[..k])?;
                         } else {
-                            dequant_row(ty, w_row(r), row)?;
+                            dequant_row(ty, w.row(r), row)?;
                             for (c, o) in outs.iter_mut().enumerate() {
                                 *o = dot(row, &x[c * k..(c + 1) * k]);
                             }
@@ -72,7 +80,7 @@ pub fn mul_mat(
                     let r0 = blk * PREFILL_ROWS;
                     let nr = chunk.len() / m;
                     for rr in 0..nr {
-                        dequant_row(ty, w_row(r0 + rr), &mut rows[rr * k..(rr + 1) * k])?;
+                        dequant_row(ty, w.row(r0 + rr), &mut rows[rr * k..(rr + 1) * k])?;
                     }
                     for c in 0..m {
                         let xc = &x[c * k..(c + 1) * k];
@@ -97,18 +105,8 @@ pub fn mul_mat(
 /// or Q8_K) through integer dots (`glint_quant::vec_dot`, ggml's reference
 /// loops); F16/BF16 weights meet activations rounded to that type; F32 is
 /// plain f32. Same shapes as `mul_mat`.
-#[allow(clippy::too_many_arguments)]
-pub fn mul_mat_ggml(
-    ty: GgmlType,
-    w: &[u8],
-    row_bytes: usize,
-    k: usize,
-    n: usize,
-    x: &[f32],
-    m: usize,
-    out: &mut [f32],
-) -> Result<()> {
-    mul_mat_ggml_with(Kernels::Fast, ty, w, row_bytes, k, n, x, m, out)
+pub fn mul_mat_ggml(w: WeightRows, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    mul_mat_ggml_with(Kernels::Fast, w, x, m, out)
 }
 
 /// Which integer dots [`mul_mat_ggml_with`] uses: the same integer sums
@@ -125,43 +123,38 @@ pub enum Kernels {
 }
 
 /// [`mul_mat_ggml`] with a choice of dot kernels (for tests and benchmarks).
-#[allow(clippy::too_many_arguments)]
 pub fn mul_mat_ggml_with(
     kernels: Kernels,
-    ty: GgmlType,
-    w: &[u8],
-    row_bytes: usize,
-    k: usize,
-    n: usize,
+    w: WeightRows,
     x: &[f32],
     m: usize,
     out: &mut [f32],
 ) -> Result<()> {
-    mul_mat_ggml_par(true, kernels, ty, w, row_bytes, k, n, x, m, out)
+    mul_mat_ggml_par(true, kernels, w, x, m, out)
 }
 
 /// [`mul_mat_ggml_with`] on the current rayon pool when `par`, else on the
 /// calling thread (for products too small to be worth waking the pool).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn mul_mat_ggml_par(
     par: bool,
     kernels: Kernels,
-    ty: GgmlType,
-    w: &[u8],
-    row_bytes: usize,
-    k: usize,
-    n: usize,
+    wr: WeightRows,
     x: &[f32],
     m: usize,
     out: &mut [f32],
 ) -> Result<()> {
+    let WeightRows {
+        ty,
+        bytes: w,
+        row_bytes,
+        k,
+        n,
+    } = wr;
     let vt = ty.vec_dot_type();
     match vt {
-        GgmlType::F16 | GgmlType::BF16 => {
-            return mul_mat(ty, w, row_bytes, k, n, &round_to(vt, x), m, out);
-        }
+        GgmlType::F16 | GgmlType::BF16 => return mul_mat(wr, &round_to(vt, x), m, out),
         GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K => {}
-        _ => return mul_mat(ty, w, row_bytes, k, n, x, m, out),
+        _ => return mul_mat(wr, x, m, out),
     }
     if n == 0 || m == 0 {
         return Ok(());

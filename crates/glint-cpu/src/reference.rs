@@ -3,26 +3,18 @@
 // Index loops are the point here: they read like the formula.
 #![allow(clippy::needless_range_loop)]
 
-use glint_backend::{AttnParams, GgmlType, Result};
+use glint_backend::{AttnParams, Result};
 
 use crate::attention::Cache;
+use crate::matmul::WeightRows;
 use crate::weights::dequant_row;
 
 /// `out[c * n + r] = sum_i w[r][i] * x[c * k + i]`, one element at a time.
-#[allow(clippy::too_many_arguments)]
-pub fn mul_mat(
-    ty: GgmlType,
-    w: &[u8],
-    row_bytes: usize,
-    k: usize,
-    n: usize,
-    x: &[f32],
-    m: usize,
-    out: &mut [f32],
-) -> Result<()> {
+pub fn mul_mat(w: WeightRows, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    let (k, n) = (w.k, w.n);
     let mut row = vec![0f32; k];
     for r in 0..n {
-        dequant_row(ty, &w[r * row_bytes..(r + 1) * row_bytes], &mut row)?;
+        dequant_row(w.ty, w.row(r), &mut row)?;
         for c in 0..m {
             let mut s = 0f32;
             for i in 0..k {

@@ -95,30 +95,34 @@ pub fn rope(par: bool, x: &[f32], pos: &[i32], p: &RopeParams, out: &mut [f32]) 
     });
 }
 
-/// K-shift of an f32 cache in place. `k`: `[head_dim * n_head, n_rows]`; `shift`: `[n_rows]`.
-pub fn kshift_f32(k: &mut [f32], shift: &[i32], p: &RopeParams) {
-    let row = p.head_dim * p.n_head;
-    if row == 0 {
-        return;
-    }
-    let inv_freq = inv_freqs(p, p.n_rot / 2);
-    k.par_chunks_mut(row).zip(shift.par_iter()).for_each_init(
-        || (vec![(0f32, 0f32); p.n_rot / 2], vec![0f32; p.head_dim]),
-        |(cs, tmp), (kr, &d)| {
-            if d == 0 {
-                return;
-            }
-            cos_sin_with(p, &inv_freq, d as f64, false, cs);
-            for kh in kr.chunks_mut(p.head_dim) {
-                tmp.copy_from_slice(kh);
-                rotate_head(p, cs, tmp, kh);
-            }
-        },
-    );
+/// An element of a K cache: f32, or f16 widened to f32 for the rotation
+/// and rounded back.
+pub trait CacheElem: Copy + Send + Sync {
+    fn widen(self) -> f32;
+    fn narrow(v: f32) -> Self;
 }
 
-/// K-shift of an f16 cache in place: each head is widened to f32, rotated, rounded back.
-pub fn kshift_f16(k: &mut [f16], shift: &[i32], p: &RopeParams) {
+impl CacheElem for f32 {
+    fn widen(self) -> f32 {
+        self
+    }
+    fn narrow(v: f32) -> Self {
+        v
+    }
+}
+
+impl CacheElem for f16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    fn narrow(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+}
+
+/// K-shift of a cache in place: each head is widened to f32, rotated,
+/// narrowed back. `k`: `[head_dim * n_head, n_rows]`; `shift`: `[n_rows]`.
+pub fn kshift<T: CacheElem>(k: &mut [T], shift: &[i32], p: &RopeParams) {
     let row = p.head_dim * p.n_head;
     if row == 0 {
         return;
@@ -140,11 +144,11 @@ pub fn kshift_f16(k: &mut [f16], shift: &[i32], p: &RopeParams) {
             cos_sin_with(p, &inv_freq, d as f64, false, cs);
             for kh in kr.chunks_mut(p.head_dim) {
                 for (s, h) in src.iter_mut().zip(kh.iter()) {
-                    *s = h.to_f32();
+                    *s = h.widen();
                 }
                 rotate_head(p, cs, src, dst);
                 for (h, &v) in kh.iter_mut().zip(dst.iter()) {
-                    *h = f16::from_f32(v);
+                    *h = T::narrow(v);
                 }
             }
         },

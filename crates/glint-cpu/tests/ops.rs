@@ -48,20 +48,15 @@ fn mul_mat_float_weights_match_f64_on_decode_and_prefill_paths() {
         let w = weight(&be, ty, [k, n, 1, 1], &wb);
         for m in [1, 3, 8, 9, 37] {
             let xv = rng.vec(k * m);
-            let got = mul_mat(&be, &w, &xv, [k, n, m]);
-            let mut want = vec![0f64; n * m];
-            let mut mag = vec![0f64; n * m];
-            for c in 0..m {
-                for r in 0..n {
-                    for i in 0..k {
-                        let p = wv[r * k + i] * xv[c * k + i] as f64;
-                        want[c * n + r] += p;
-                        mag[c * n + r] += p.abs();
-                    }
+            let what = format!("mul_mat {ty} m={m}");
+            assert_mul_mat(&what, &be, &w, &xv, [k, n, m], DOT_TOL, |r, xc| {
+                let (mut want, mut mag) = (0f64, 0f64);
+                for i in 0..k {
+                    let p = wv[r * k + i] * xc[i] as f64;
+                    want += p;
+                    mag += p.abs();
                 }
-            }
-            assert_close(&format!("mul_mat {ty} m={m}"), &got, &want, |i| {
-                DOT_TOL * mag[i]
+                (want, mag)
             });
         }
     }
@@ -81,7 +76,14 @@ fn mul_mat_fast_paths_equal_the_reference_loop() {
         be.mul_mat(&w, &x, &out).unwrap();
         let got = read_f32(&be, &out);
         let mut want = vec![0f32; n * m];
-        glint_cpu::reference::mul_mat(GgmlType::F16, &wb, k * 2, k, n, &xv, m, &mut want).unwrap();
+        let wr = glint_cpu::WeightRows {
+            ty: GgmlType::F16,
+            bytes: &wb,
+            row_bytes: k * 2,
+            k,
+            n,
+        };
+        glint_cpu::reference::mul_mat(wr, &xv, m, &mut want).unwrap();
         // Same products, different summation order: DOT_TOL of the magnitude (<= k).
         let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
         assert_close(&format!("fast vs reference m={m}"), &got, &want, |_| {

@@ -5,7 +5,7 @@ mod common;
 
 use common::Rng;
 use glint_backend::GgmlType;
-use glint_cpu::{mul_mat_ggml_with, qdot, Kernels};
+use glint_cpu::{mul_mat_ggml_with, qdot, Kernels, WeightRows};
 use glint_quant::{BlockQ5_K, QuantError};
 use half::f16;
 
@@ -80,6 +80,17 @@ fn abs_terms(ty: GgmlType, row: &[u8], act: &[u8], k: usize) -> f64 {
         .zip(&a)
         .map(|(w, a)| (w.abs() * a.abs()) as f64)
         .sum()
+}
+
+/// `got`, an AVX2 kernel's dot of `row` with `act` (`k` elements of `ty`),
+/// within the AVX2 tolerance of `glint_quant::vec_dot`; `case` names it.
+fn assert_avx2_near_vec_dot(case: &str, ty: GgmlType, row: &[u8], act: &[u8], k: usize, got: f32) {
+    let want = glint_quant::vec_dot(ty, row, act).unwrap();
+    let diff = (got as f64 - want as f64).abs();
+    assert!(
+        diff <= tolerance("avx2", ty) * abs_terms(ty, row, act, k),
+        "{case}: got {got}, want {want}"
+    );
 }
 
 /// Checks `kernel` against `glint_quant::vec_dot` on `n_seeds` random row
@@ -188,14 +199,8 @@ fn multi_column_kernels_match_ggml_reference() {
             let acts = random_cols(ty, k, &mut rng);
             let got = kernel(&row, std::array::from_fn(|c| &acts[c][..]));
             for (c, act) in acts.iter().enumerate() {
-                let want = glint_quant::vec_dot(ty, &row, act).unwrap();
-                let terms = abs_terms(ty, &row, act, k);
-                let diff = (got[c] as f64 - want as f64).abs();
-                assert!(
-                    diff <= tolerance("avx2", ty) * terms,
-                    "cols {ty} k={k} seed {seed} col {c}: got {}, want {want}",
-                    got[c]
-                );
+                let case = format!("cols {ty} k={k} seed {seed} col {c}");
+                assert_avx2_near_vec_dot(&case, ty, &row, act, k, got[c]);
                 n += 1;
             }
         }
@@ -249,9 +254,16 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
             }
             for m in [1, 3, 8, 9, 40, m_prefill] {
                 let x = rng.vec(k * m);
+                let w = WeightRows {
+                    ty,
+                    bytes: &rows,
+                    row_bytes,
+                    k,
+                    n,
+                };
                 let run = |kern| {
                     let mut out = vec![0f32; n * m];
-                    mul_mat_ggml_with(kern, ty, &rows, row_bytes, k, n, &x, m, &mut out).unwrap();
+                    mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
                     out
                 };
                 let want = run(Kernels::Reference);
@@ -291,18 +303,14 @@ fn mul_mat_ggml_rejects_rows_of_the_wrong_length() {
     let (k, n) = (64, 3);
     let rows = vec![0u8; 20 * 2 * n - 1]; // Q4_1: 40 bytes a row, one short
     let mut out = vec![0f32; n];
-    let e = mul_mat_ggml_with(
-        Kernels::Fast,
-        GgmlType::Q4_1,
-        &rows,
-        40,
+    let w = WeightRows {
+        ty: GgmlType::Q4_1,
+        bytes: &rows,
+        row_bytes: 40,
         k,
         n,
-        &vec![1.0; k],
-        1,
-        &mut out,
-    )
-    .unwrap_err();
+    };
+    let e = mul_mat_ggml_with(Kernels::Fast, w, &vec![1.0; k], 1, &mut out).unwrap_err();
     assert!(e.to_string().contains("Q4_1"), "{e}");
 }
 
@@ -448,13 +456,8 @@ fn avx2_multi_column_kernels_match_the_reference_and_the_fast_ones() {
             let ys = std::array::from_fn(|c| &acts[c][..]);
             let (got, fast, emulated) = (avx2(&row, ys), fast(&row, ys), emulated(&row, ys));
             for (c, act) in acts.iter().enumerate() {
-                let want = glint_quant::vec_dot(ty, &row, act).unwrap();
-                let diff = (got[c] as f64 - want as f64).abs();
-                assert!(
-                    diff <= tolerance("avx2", ty) * abs_terms(ty, &row, act, k),
-                    "avx2 cols {ty} k={k} seed {seed} col {c}: got {}, want {want}",
-                    got[c]
-                );
+                let case = format!("avx2 cols {ty} k={k} seed {seed} col {c}");
+                assert_avx2_near_vec_dot(&case, ty, &row, act, k, got[c]);
                 for (what, v) in [("fast", fast[c]), ("emulated", emulated[c])] {
                     assert_eq!(
                         got[c].to_bits(),

@@ -94,24 +94,16 @@ fn every_compute_type_works_in_mul_mat_and_get_rows() {
 
         for m in [1, 4, 11] {
             let xv = rng.vec(k * m);
-            let got = mul_mat(&be, &w, &xv, [k, n, m]);
-            let mut want = vec![0f64; n * m];
-            let mut mag = vec![0f64; n * m];
-            for c in 0..m {
-                for r in 0..n {
-                    let xc = &xv[c * k..(c + 1) * k];
-                    want[c * n + r] =
-                        glint_quant::dot_f32(ty, &wb[r * row_bytes..(r + 1) * row_bytes], xc)
-                            .unwrap() as f64;
-                    mag[c * n + r] = wv[r * k..(r + 1) * k]
-                        .iter()
-                        .zip(xc)
-                        .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                        .sum();
-                }
-            }
-            assert_close(&format!("mul_mat {ty} m={m}"), &got, &want, |i| {
-                DOT_TOL * mag[i]
+            let what = format!("mul_mat {ty} m={m}");
+            assert_mul_mat(&what, &be, &w, &xv, [k, n, m], DOT_TOL, |r, xc| {
+                let want = glint_quant::dot_f32(ty, &wb[r * row_bytes..(r + 1) * row_bytes], xc)
+                    .unwrap() as f64;
+                let mag = wv[r * k..(r + 1) * k]
+                    .iter()
+                    .zip(xc)
+                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                    .sum();
+                (want, mag)
             });
         }
 

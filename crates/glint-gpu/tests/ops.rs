@@ -426,11 +426,7 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
                         }
                     }
                 }
-                let t = if ty == GgmlType::F16 {
-                    tol::ATTN_F16
-                } else {
-                    tol::ATTN_F32
-                };
+                let t = tol::attn(ty);
                 assert_close(
                     &format!("attention {ty:?} softcap {softcap}"),
                     &read_f32(&out),
@@ -482,11 +478,7 @@ fn kshift_invariant() {
                         pos.iter_mut().zip(&shift).for_each(|(q, s)| *q += s);
                         let got = read_cache(&c, ty, hd * nkv * rows);
                         let want = rope_ref_heads(&k, &pos, &p);
-                        let t = if ty == GgmlType::F16 {
-                            tol::KSHIFT_F16
-                        } else {
-                            tol::KSHIFT_F32
-                        };
+                        let t = tol::kshift(ty);
                         assert_close(
                             &format!("kshift {ty:?} {mode:?} step {step} {p:?}"),
                             &got,

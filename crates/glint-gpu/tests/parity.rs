@@ -254,11 +254,7 @@ fn rope_set_rows_attention_kshift() {
                         cpu()
                             .attention(&x.1, &k.1, &v.1, &mask.1, &ap, &o.1)
                             .unwrap();
-                        let t = if ty == GgmlType::F16 {
-                            tol::ATTN_F16
-                        } else {
-                            tol::ATTN_F32
-                        };
+                        let t = tol::attn(ty);
                         compare(&format!("attention {ty:?} {softcap}"), &o, GgmlType::F32, t);
                     }
                     let shift = i32p(
@@ -268,11 +264,7 @@ fn rope_set_rows_attention_kshift() {
                     );
                     gpu().kshift(&k.0, &shift.0, &pk).unwrap();
                     cpu().kshift(&k.1, &shift.1, &pk).unwrap();
-                    let t = if ty == GgmlType::F16 {
-                        tol::KSHIFT_F16
-                    } else {
-                        tol::KSHIFT_F32
-                    };
+                    let t = tol::kshift(ty);
                     compare(&format!("kshift {ty:?} {mode:?}"), &k, ty, t);
                 }
             }

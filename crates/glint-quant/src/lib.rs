@@ -105,25 +105,41 @@ fn dequantize_blocks<B: Block>(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-type DequantizeFn = fn(&[u8], &mut [f32]);
+/// What every block type gets from the generic loops: dequantizing a row
+/// and its f32 dot.
+#[derive(Clone, Copy)]
+struct BlockFns {
+    dequantize: fn(&[u8], &mut [f32]),
+    dot_f32: fn(&[u8], &[f32]) -> f32,
+}
 
-fn dequantize_fn(ty: GgmlType) -> Option<DequantizeFn> {
+impl BlockFns {
+    const fn of<B: Block>() -> BlockFns {
+        BlockFns {
+            dequantize: dequantize_blocks::<B>,
+            dot_f32: dot_f32_blocks::<B>,
+        }
+    }
+}
+
+/// The block struct of each type glint can dequantize.
+fn block_fns(ty: GgmlType) -> Option<BlockFns> {
     Some(match ty {
-        T::F32 => dequantize_blocks::<f32>,
-        T::F16 => dequantize_blocks::<f16>,
-        T::BF16 => dequantize_blocks::<Bf16>,
-        T::Q4_0 => dequantize_blocks::<BlockQ4_0>,
-        T::Q4_1 => dequantize_blocks::<BlockQ4_1>,
-        T::Q5_0 => dequantize_blocks::<BlockQ5_0>,
-        T::Q5_1 => dequantize_blocks::<BlockQ5_1>,
-        T::Q8_0 => dequantize_blocks::<BlockQ8_0>,
-        T::Q8_1 => dequantize_blocks::<BlockQ8_1>,
-        T::Q2_K => dequantize_blocks::<BlockQ2_K>,
-        T::Q3_K => dequantize_blocks::<BlockQ3_K>,
-        T::Q4_K => dequantize_blocks::<BlockQ4_K>,
-        T::Q5_K => dequantize_blocks::<BlockQ5_K>,
-        T::Q6_K => dequantize_blocks::<BlockQ6_K>,
-        T::Q8_K => dequantize_blocks::<BlockQ8_K>,
+        T::F32 => BlockFns::of::<f32>(),
+        T::F16 => BlockFns::of::<f16>(),
+        T::BF16 => BlockFns::of::<Bf16>(),
+        T::Q4_0 => BlockFns::of::<BlockQ4_0>(),
+        T::Q4_1 => BlockFns::of::<BlockQ4_1>(),
+        T::Q5_0 => BlockFns::of::<BlockQ5_0>(),
+        T::Q5_1 => BlockFns::of::<BlockQ5_1>(),
+        T::Q8_0 => BlockFns::of::<BlockQ8_0>(),
+        T::Q8_1 => BlockFns::of::<BlockQ8_1>(),
+        T::Q2_K => BlockFns::of::<BlockQ2_K>(),
+        T::Q3_K => BlockFns::of::<BlockQ3_K>(),
+        T::Q4_K => BlockFns::of::<BlockQ4_K>(),
+        T::Q5_K => BlockFns::of::<BlockQ5_K>(),
+        T::Q6_K => BlockFns::of::<BlockQ6_K>(),
+        T::Q8_K => BlockFns::of::<BlockQ8_K>(),
         _ => return None,
     })
 }
@@ -134,12 +150,12 @@ fn dequantize_fn(ty: GgmlType) -> Option<DequantizeFn> {
 /// `PartialBlock` if `dst.len()` is not whole blocks, `ByteLength` if `src`
 /// is not exactly the bytes for `dst.len()` elements.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
-    let f = dequantize_fn(ty).ok_or(QuantError::Unsupported {
+    let f = block_fns(ty).ok_or(QuantError::Unsupported {
         ty,
         op: "dequantize",
     })?;
     check_lengths(ty, dst.len(), src.len())?;
-    f(src, dst);
+    (f.dequantize)(src, dst);
     Ok(())
 }
 
@@ -198,26 +214,9 @@ fn dot_f32_blocks<B: Block>(row: &[u8], x: &[f32]) -> f32 {
 /// in the order documented in the crate docs. The reference for the WGSL
 /// matvec kernels.
 pub fn dot_f32(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32, QuantError> {
-    let f: fn(&[u8], &[f32]) -> f32 = match ty {
-        T::F32 => dot_f32_blocks::<f32>,
-        T::F16 => dot_f32_blocks::<f16>,
-        T::BF16 => dot_f32_blocks::<Bf16>,
-        T::Q4_0 => dot_f32_blocks::<BlockQ4_0>,
-        T::Q4_1 => dot_f32_blocks::<BlockQ4_1>,
-        T::Q5_0 => dot_f32_blocks::<BlockQ5_0>,
-        T::Q5_1 => dot_f32_blocks::<BlockQ5_1>,
-        T::Q8_0 => dot_f32_blocks::<BlockQ8_0>,
-        T::Q8_1 => dot_f32_blocks::<BlockQ8_1>,
-        T::Q2_K => dot_f32_blocks::<BlockQ2_K>,
-        T::Q3_K => dot_f32_blocks::<BlockQ3_K>,
-        T::Q4_K => dot_f32_blocks::<BlockQ4_K>,
-        T::Q5_K => dot_f32_blocks::<BlockQ5_K>,
-        T::Q6_K => dot_f32_blocks::<BlockQ6_K>,
-        T::Q8_K => dot_f32_blocks::<BlockQ8_K>,
-        _ => return Err(QuantError::Unsupported { ty, op: "dot_f32" }),
-    };
+    let f = block_fns(ty).ok_or(QuantError::Unsupported { ty, op: "dot_f32" })?;
     check_lengths(ty, x.len(), row.len())?;
-    Ok(f(row, x))
+    Ok((f.dot_f32)(row, x))
 }
 
 /// ggml's float dots (`ggml_vec_dot_f32`/`_f16` generic): f32 products summed
@@ -298,7 +297,7 @@ mod tests {
     #[test]
     fn dequantizer_exists_exactly_for_supported_types() {
         for r in TYPES {
-            let has = dequantize_fn(r.ty).is_some();
+            let has = block_fns(r.ty).is_some();
             assert_eq!(has, r.support != Support::SizeOnly, "{}", r.name);
         }
     }

@@ -158,6 +158,13 @@ fn penalty_last_n_minus_one_means_context_size() {
     assert_eq!(c.sample(&logits).unwrap(), 0); // window {1, 2}
 }
 
+/// Makes one parameter of valid params invalid.
+type Break = fn(&mut SamplerParams);
+
+fn bias(token: u32, bias: f32) -> LogitBiasEntry {
+    LogitBiasEntry { token, bias }
+}
+
 fn rejects(p: SamplerParams, name: &str) {
     match p.validate() {
         Err(SampleError::InvalidParam { name: n, .. }) => assert_eq!(n, name),
@@ -170,187 +177,49 @@ fn rejects(p: SamplerParams, name: &str) {
 #[test]
 fn every_invalid_parameter_is_named() {
     let d = SamplerParams::default;
-    rejects(SamplerParams { temp: -0.1, ..d() }, "temp");
-    rejects(
-        SamplerParams {
-            temp: f32::NAN,
-            ..d()
-        },
-        "temp",
-    );
-    rejects(
-        SamplerParams {
-            temp: f32::INFINITY,
-            ..d()
-        },
-        "temp",
-    );
-    rejects(SamplerParams { top_k: -1, ..d() }, "top_k");
-    rejects(SamplerParams { top_p: 0.0, ..d() }, "top_p");
-    rejects(SamplerParams { top_p: 1.01, ..d() }, "top_p");
-    rejects(
-        SamplerParams {
-            top_p: f32::NAN,
-            ..d()
-        },
-        "top_p",
-    );
-    rejects(
-        SamplerParams {
-            min_p: -0.01,
-            ..d()
-        },
-        "min_p",
-    );
-    rejects(SamplerParams { min_p: 1.5, ..d() }, "min_p");
-    rejects(SamplerParams { typ_p: 0.0, ..d() }, "typ_p");
-    rejects(
-        SamplerParams {
-            typ_p: f32::NAN,
-            ..d()
-        },
-        "typ_p",
-    );
-    rejects(
-        SamplerParams {
-            xtc_probability: 1.1,
-            ..d()
-        },
-        "xtc_probability",
-    );
-    rejects(
-        SamplerParams {
-            xtc_threshold: -0.1,
-            ..d()
-        },
-        "xtc_threshold",
-    );
-    rejects(
-        SamplerParams {
-            dynatemp_range: -1.0,
-            ..d()
-        },
-        "dynatemp_range",
-    );
-    rejects(
-        SamplerParams {
-            dynatemp_exponent: f32::NAN,
-            ..d()
-        },
-        "dynatemp_exponent",
-    );
-    rejects(
-        SamplerParams {
-            penalty_last_n: -2,
-            ..d()
-        },
-        "penalty_last_n",
-    );
-    rejects(
-        SamplerParams {
-            penalty_repeat: 0.0,
-            ..d()
-        },
-        "penalty_repeat",
-    );
-    rejects(
-        SamplerParams {
-            penalty_freq: f32::NAN,
-            ..d()
-        },
-        "penalty_freq",
-    );
-    rejects(
-        SamplerParams {
-            penalty_present: f32::INFINITY,
-            ..d()
-        },
-        "penalty_present",
-    );
-    rejects(
-        SamplerParams {
-            dry_multiplier: -1.0,
-            ..d()
-        },
-        "dry_multiplier",
-    );
-    rejects(
-        SamplerParams {
-            dry_base: f32::NAN,
-            ..d()
-        },
-        "dry_base",
-    );
-    rejects(
-        SamplerParams {
-            dry_allowed_length: -1,
-            ..d()
-        },
-        "dry_allowed_length",
-    );
-    rejects(
-        SamplerParams {
-            dry_penalty_last_n: -5,
-            ..d()
-        },
-        "dry_penalty_last_n",
-    );
-    rejects(
-        SamplerParams {
-            dry_sequence_breakers: vec![vec![1], vec![]],
-            ..d()
-        },
-        "dry_sequence_breakers",
-    );
-    rejects(SamplerParams { mirostat: 3, ..d() }, "mirostat");
-    rejects(
-        SamplerParams {
-            mirostat: -1,
-            ..d()
-        },
-        "mirostat",
-    );
-    rejects(
-        SamplerParams {
-            mirostat_tau: f32::NAN,
-            ..d()
-        },
-        "mirostat_tau",
-    );
-    rejects(
-        SamplerParams {
-            mirostat_eta: -0.1,
-            ..d()
-        },
-        "mirostat_eta",
-    );
-    rejects(
-        SamplerParams {
-            top_n_sigma: f32::NAN,
-            ..d()
-        },
-        "top_n_sigma",
-    );
-    rejects(
-        SamplerParams {
-            logit_bias: vec![LogitBiasEntry {
-                token: 1,
-                bias: f32::NAN,
-            }],
-            ..d()
-        },
-        "logit_bias",
-    );
-    rejects(
-        SamplerParams {
-            logit_bias: vec![LogitBiasEntry {
-                token: 1,
-                bias: f32::INFINITY,
-            }],
-            ..d()
-        },
-        "logit_bias",
-    );
+    // (the parameter the error must name, how to break it)
+    let invalid: [(&str, Break); 31] = [
+        ("temp", |p| p.temp = -0.1),
+        ("temp", |p| p.temp = f32::NAN),
+        ("temp", |p| p.temp = f32::INFINITY),
+        ("top_k", |p| p.top_k = -1),
+        ("top_p", |p| p.top_p = 0.0),
+        ("top_p", |p| p.top_p = 1.01),
+        ("top_p", |p| p.top_p = f32::NAN),
+        ("min_p", |p| p.min_p = -0.01),
+        ("min_p", |p| p.min_p = 1.5),
+        ("typ_p", |p| p.typ_p = 0.0),
+        ("typ_p", |p| p.typ_p = f32::NAN),
+        ("xtc_probability", |p| p.xtc_probability = 1.1),
+        ("xtc_threshold", |p| p.xtc_threshold = -0.1),
+        ("dynatemp_range", |p| p.dynatemp_range = -1.0),
+        ("dynatemp_exponent", |p| p.dynatemp_exponent = f32::NAN),
+        ("penalty_last_n", |p| p.penalty_last_n = -2),
+        ("penalty_repeat", |p| p.penalty_repeat = 0.0),
+        ("penalty_freq", |p| p.penalty_freq = f32::NAN),
+        ("penalty_present", |p| p.penalty_present = f32::INFINITY),
+        ("dry_multiplier", |p| p.dry_multiplier = -1.0),
+        ("dry_base", |p| p.dry_base = f32::NAN),
+        ("dry_allowed_length", |p| p.dry_allowed_length = -1),
+        ("dry_penalty_last_n", |p| p.dry_penalty_last_n = -5),
+        ("dry_sequence_breakers", |p| {
+            p.dry_sequence_breakers = vec![vec![1], vec![]]
+        }),
+        ("mirostat", |p| p.mirostat = 3),
+        ("mirostat", |p| p.mirostat = -1),
+        ("mirostat_tau", |p| p.mirostat_tau = f32::NAN),
+        ("mirostat_eta", |p| p.mirostat_eta = -0.1),
+        ("top_n_sigma", |p| p.top_n_sigma = f32::NAN),
+        ("logit_bias", |p| p.logit_bias = vec![bias(1, f32::NAN)]),
+        ("logit_bias", |p| {
+            p.logit_bias = vec![bias(1, f32::INFINITY)]
+        }),
+    ];
+    for (name, break_it) in invalid {
+        let mut p = d();
+        break_it(&mut p);
+        rejects(p, name);
+    }
     // Boundaries that are valid.
     for ok in [
         SamplerParams {

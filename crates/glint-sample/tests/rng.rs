@@ -8,6 +8,12 @@
 use glint_sample::rng::Mt19937;
 use glint_sample::{Dist, Sampler, TokenDataArray};
 
+/// The first `n` values `draw` takes from `std::mt19937 r(seed)`.
+fn draws<T>(seed: u32, n: usize, mut draw: impl FnMut(&mut Mt19937) -> T) -> Vec<T> {
+    let mut r = Mt19937::new(seed);
+    (0..n).map(|_| draw(&mut r)).collect()
+}
+
 #[test]
 fn mt19937_10000th_output_of_default_seed_is_the_standards_value() {
     // [rand.predef]: the 10000th consecutive invocation of a
@@ -22,10 +28,8 @@ fn mt19937_10000th_output_of_default_seed_is_the_standards_value() {
 #[test]
 fn mt19937_seed_0_matches_libstdcxx() {
     // std::mt19937 r(0); r() x5
-    let mut r = Mt19937::new(0);
-    let got: Vec<u32> = (0..5).map(|_| r.next_u32()).collect();
     assert_eq!(
-        got,
+        draws(0, 5, Mt19937::next_u32),
         [2357136044, 2546248239, 3071714933, 3626093760, 2588848963]
     );
 }
@@ -33,52 +37,46 @@ fn mt19937_seed_0_matches_libstdcxx() {
 #[test]
 fn uniform_double_matches_libstdcxx() {
     // std::mt19937 r(42); std::uniform_real_distribution<double> d(0.0f, 1.0f); d(r) x5, %.17g
-    let mut r = Mt19937::new(42);
-    let want = [
-        0.796_542_984_287_845_98,
-        0.183_434_787_893_368_48,
-        0.779_690_997_612_661_25,
-        0.596_850_161_580_056_55,
-        0.445_832_757_548_433_43,
-    ];
-    for w in want {
-        assert_eq!(r.canonical_f64(), w);
-    }
+    assert_eq!(
+        draws(42, 5, Mt19937::canonical_f64),
+        [
+            0.796_542_984_287_845_98,
+            0.183_434_787_893_368_48,
+            0.779_690_997_612_661_25,
+            0.596_850_161_580_056_55,
+            0.445_832_757_548_433_43,
+        ]
+    );
 }
 
 #[test]
 fn uniform_float_matches_libstdcxx() {
     // std::mt19937 r(42); std::uniform_real_distribution<float> d(0.0f, 1.0f); d(r) x5, %.9g
-    let mut r = Mt19937::new(42);
-    let want = [
-        0.374_540_12f32,
-        0.796_543_002,
-        0.950_714_29,
-        0.183_434_784,
-        0.731_993_914,
-    ];
-    for w in want {
-        assert_eq!(r.canonical_f32(), w);
-    }
+    assert_eq!(
+        draws(42, 5, Mt19937::canonical_f32),
+        [
+            0.374_540_12f32,
+            0.796_543_002,
+            0.950_714_29,
+            0.183_434_784,
+            0.731_993_914,
+        ]
+    );
 }
 
 #[test]
 fn discrete_distribution_matches_libstdcxx() {
     // std::mt19937 r(1234); std::discrete_distribution<int> d({0.1f, 0.2f, 0.3f, 0.4f}); d(r) x20
-    let mut r = Mt19937::new(1234);
     let w = [0.1f32, 0.2, 0.3, 0.4];
-    let got: Vec<usize> = (0..20).map(|_| r.discrete(w.iter().copied())).collect();
     assert_eq!(
-        got,
+        draws(1234, 20, |r| r.discrete(w.iter().copied())),
         [2, 3, 3, 3, 3, 1, 1, 3, 1, 1, 0, 2, 2, 3, 0, 0, 2, 0, 1, 1]
     );
 
     // std::mt19937 r(7); weights {0.5, 0.25, 0.125, 0.0625, 0.0625}
-    let mut r = Mt19937::new(7);
     let w = [0.5f32, 0.25, 0.125, 0.0625, 0.0625];
-    let got: Vec<usize> = (0..20).map(|_| r.discrete(w.iter().copied())).collect();
     assert_eq!(
-        got,
+        draws(7, 20, |r| r.discrete(w.iter().copied())),
         [0, 0, 4, 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 1, 1, 1, 0, 3, 0, 2]
     );
 }

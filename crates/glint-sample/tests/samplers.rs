@@ -228,28 +228,43 @@ fn dynatemp_follows_the_entropy_formula() {
     assert!(TempExt::new(0.2, 0.5, 1.0).dyn_temp(&peaked).unwrap() < 1e-3);
 }
 
+/// Twenty draws from mirostat sampler `s` (either version): after each,
+/// `mu` has moved by `eta` times the selected token's surprise error
+/// against `tau`. `check(cur, mu)` sees each draw with the `mu` it ran with.
+fn mu_steps<S: Sampler>(
+    s: &mut S,
+    mu_of: fn(&S) -> f32,
+    logits: &[f32],
+    (tau, eta): (f32, f32),
+    check: impl Fn(&TokenDataArray, f32),
+) {
+    let mut mu = mu_of(s);
+    for step in 0..20 {
+        let mut cur = TokenDataArray::from_logits(logits);
+        s.apply(&mut cur);
+        let idx = cur.selected.unwrap();
+        check(&cur, mu);
+        let surprise = -cur.data[idx].p.log2();
+        let want = mu - eta * (surprise - tau);
+        assert!(
+            (mu_of(s) - want).abs() < 1e-6,
+            "step {step}: mu {} vs {want}",
+            mu_of(s)
+        );
+        mu = mu_of(s);
+    }
+}
+
 #[test]
 fn mirostat_v2_updates_mu_by_eta_times_surprise_error() {
     let logits = random_logits(3, 100);
     let (tau, eta) = (3.0f32, 0.1f32);
     let mut s = MirostatV2::new(1234, tau, eta);
     assert_eq!(s.mu(), 2.0 * tau);
-    let mut mu = s.mu();
-    for step in 0..20 {
-        let mut cur = TokenDataArray::from_logits(&logits);
-        s.apply(&mut cur);
-        let idx = cur.selected.unwrap();
+    mu_steps(&mut s, MirostatV2::mu, &logits, (tau, eta), |cur, mu| {
         // Everything kept has surprise <= mu (or only the best is left).
         assert!(cur.len() == 1 || cur.data.iter().all(|t| -t.p.log2() <= mu + 1e-4));
-        let surprise = -cur.data[idx].p.log2();
-        let want = mu - eta * (surprise - tau);
-        assert!(
-            (s.mu() - want).abs() < 1e-6,
-            "step {step}: mu {} vs {want}",
-            s.mu()
-        );
-        mu = s.mu();
-    }
+    });
     s.reset();
     assert_eq!(s.mu(), 6.0);
 }
@@ -260,21 +275,9 @@ fn mirostat_v1_updates_mu_by_eta_times_surprise_error() {
     let (tau, eta) = (5.0f32, 0.1f32);
     let mut s = Mirostat::new(1000, 99, tau, eta, 100);
     assert_eq!(s.mu(), 10.0);
-    let mut mu = s.mu();
-    for step in 0..20 {
-        let mut cur = TokenDataArray::from_logits(&logits);
-        s.apply(&mut cur);
-        let idx = cur.selected.unwrap();
+    mu_steps(&mut s, Mirostat::mu, &logits, (tau, eta), |cur, _| {
         assert!(cur.sorted && cur.len() < 1000, "v1 truncates to k");
-        let surprise = -cur.data[idx].p.log2();
-        let want = mu - eta * (surprise - tau);
-        assert!(
-            (s.mu() - want).abs() < 1e-6,
-            "step {step}: mu {} vs {want}",
-            s.mu()
-        );
-        mu = s.mu();
-    }
+    });
 }
 
 #[test]

@@ -42,35 +42,32 @@ fn check_whole_file(file: &str) {
     }
 }
 
-#[test]
-fn smollm2_lines_plain() {
-    check_lines(SMOLLM2, "plain", false);
+/// The three checks for each model: `model_tests!(module, FILE)` gives
+/// `module::lines_plain`, `module::lines_special` and `module::whole_file`.
+macro_rules! model_tests {
+    ($($model:ident: $file:expr),* $(,)?) => {$(
+        mod $model {
+            use super::*;
+
+            #[test]
+            fn lines_plain() {
+                check_lines($file, "plain", false);
+            }
+
+            #[test]
+            fn lines_special() {
+                check_lines($file, "special", true);
+            }
+
+            #[test]
+            fn whole_file() {
+                check_whole_file($file);
+            }
+        }
+    )*};
 }
 
-#[test]
-fn smollm2_lines_special() {
-    check_lines(SMOLLM2, "special", true);
-}
-
-#[test]
-fn smollm2_whole_file() {
-    check_whole_file(SMOLLM2);
-}
-
-#[test]
-fn gemma3_lines_plain() {
-    check_lines(GEMMA3, "plain", false);
-}
-
-#[test]
-fn gemma3_lines_special() {
-    check_lines(GEMMA3, "special", true);
-}
-
-#[test]
-fn gemma3_whole_file() {
-    check_whole_file(GEMMA3);
-}
+model_tests!(smollm2: SMOLLM2, gemma3: GEMMA3);
 
 /// The prompt of `fixtures/reference/gen_*` (ids from their `result.json`).
 #[test]

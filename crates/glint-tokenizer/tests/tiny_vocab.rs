@@ -17,6 +17,16 @@ fn gguf(kvs: Vec<(&str, Value)>) -> GgufFile {
     GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
 }
 
+/// A SentencePiece (`llama`) vocabulary of `tokens`, plus the keys in `more`.
+fn llama(tokens: &[&str], more: Vec<(&str, Value)>) -> GgufFile {
+    let mut kvs = vec![
+        ("tokenizer.ggml.model", Value::String("llama".into())),
+        ("tokenizer.ggml.tokens", strings(tokens)),
+    ];
+    kvs.extend(more);
+    gguf(kvs)
+}
+
 /// A byte-level BPE vocabulary: `a`, `b`, `ab`, `Ġ`, `Ġab`.
 fn gpt2(pre: &str) -> GgufFile {
     gguf(vec![
@@ -62,10 +72,7 @@ fn unknown_model_is_named() {
 
 #[test]
 fn duplicate_tokens_and_short_arrays_are_errors() {
-    let g = gguf(vec![
-        ("tokenizer.ggml.model", Value::String("llama".into())),
-        ("tokenizer.ggml.tokens", strings(&["a", "b", "a"])),
-    ]);
+    let g = llama(&["a", "b", "a"], vec![]);
     let err = Tokenizer::from_gguf(&g).unwrap_err();
     assert!(
         matches!(
@@ -78,11 +85,10 @@ fn duplicate_tokens_and_short_arrays_are_errors() {
         ),
         "{err}"
     );
-    let g = gguf(vec![
-        ("tokenizer.ggml.model", Value::String("llama".into())),
-        ("tokenizer.ggml.tokens", strings(&["a", "b", "c"])),
-        ("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.0]))),
-    ]);
+    let g = llama(
+        &["a", "b", "c"],
+        vec![("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.0])))],
+    );
     let err = Tokenizer::from_gguf(&g).unwrap_err();
     assert!(
         matches!(
@@ -133,12 +139,13 @@ fn tiny_spm_merges_by_score_and_falls_back_to_bytes() {
         0.0, 0.0, 0.0, -5.0, -6.0, -7.0, -8.0, -2.0, -1.0, -3.0, 0.0, 0.0,
     ];
     let types = vec![2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6, 6];
-    let g = gguf(vec![
-        ("tokenizer.ggml.model", Value::String("llama".into())),
-        ("tokenizer.ggml.tokens", strings(&tokens)),
-        ("tokenizer.ggml.scores", Value::Array(Array::F32(scores))),
-        ("tokenizer.ggml.token_type", Value::Array(Array::I32(types))),
-    ]);
+    let g = llama(
+        &tokens,
+        vec![
+            ("tokenizer.ggml.scores", Value::Array(Array::F32(scores))),
+            ("tokenizer.ggml.token_type", Value::Array(Array::I32(types))),
+        ],
+    );
     let tok = Tokenizer::from_gguf(&g).unwrap();
     assert_eq!(
         (tok.bos(), tok.eos(), tok.add_bos()),

@@ -110,3 +110,29 @@ pub fn mul_mat(be: &CpuBackend, w: &CpuTensor, xv: &[f32], [k, n, m]: [usize; 3]
     be.mul_mat(w, &x, &out).unwrap();
     read_f32(be, &out)
 }
+
+/// `w · x` through the backend (as [`mul_mat`]) against a reference:
+/// `cell(r, xc)` gives output row `r` of column `xc` (`[k]`) and the
+/// magnitude `sum |w_i x_i|` of its products; each result is within
+/// `dot_tol` of that magnitude.
+pub fn assert_mul_mat(
+    what: &str,
+    be: &CpuBackend,
+    w: &CpuTensor,
+    xv: &[f32],
+    [k, n, m]: [usize; 3],
+    dot_tol: f64,
+    cell: impl Fn(usize, &[f32]) -> (f64, f64),
+) {
+    let got = mul_mat(be, w, xv, [k, n, m]);
+    // want, mag: [n, m]
+    let mut want = vec![0f64; n * m];
+    let mut mag = vec![0f64; n * m];
+    for c in 0..m {
+        let xc = &xv[c * k..(c + 1) * k];
+        for r in 0..n {
+            (want[c * n + r], mag[c * n + r]) = cell(r, xc);
+        }
+    }
+    assert_close(what, &got, &want, |i| dot_tol * mag[i]);
+}

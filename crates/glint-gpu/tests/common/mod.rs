@@ -34,6 +34,26 @@ pub mod tol {
     pub const KSHIFT_F32: f64 = 2e-4;
     /// K-shift invariant with an F16 cache: each shift rounds to f16 again.
     pub const KSHIFT_F16: f64 = 4e-3;
+
+    use glint_backend::GgmlType;
+
+    /// Attention over a cache of type `ty`: ATTN_F16 or ATTN_F32.
+    pub fn attn(ty: GgmlType) -> f64 {
+        if ty == GgmlType::F16 {
+            ATTN_F16
+        } else {
+            ATTN_F32
+        }
+    }
+
+    /// The K-shift invariant on a cache of type `ty`: KSHIFT_F16 or KSHIFT_F32.
+    pub fn kshift(ty: GgmlType) -> f64 {
+        if ty == GgmlType::F16 {
+            KSHIFT_F16
+        } else {
+            KSHIFT_F32
+        }
+    }
 }
 
 /// The two shared backends of this test binary: every optional feature the
