@@ -19,21 +19,17 @@ const PARIS: u64 = 7042;
 
 #[test]
 fn logprobs_lines_are_json_from_the_raw_distribution() {
-    let (stdout, _) = common::success(common::generate(
+    let (stdout, _) = common::greedy_cpu(
         "smollm2",
         &[
             "-p",
             "The capital of France is",
             "-n",
             "4",
-            "--temp",
-            "0",
             "--logprobs",
             "5",
-            "--backend",
-            "cpu",
         ],
-    ));
+    );
     let lines: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
@@ -67,7 +63,7 @@ fn logprobs_out_of_range_is_a_one_line_error() {
 
 #[test]
 fn chat_smollm2_renders_chatml_with_its_default_system_and_stops_at_im_end() {
-    let (stdout, err) = common::success(common::generate(
+    let (stdout, err) = common::greedy_cpu(
         "smollm2",
         &[
             "--chat",
@@ -77,12 +73,8 @@ fn chat_smollm2_renders_chatml_with_its_default_system_and_stops_at_im_end() {
             "--verbose",
             "-n",
             "64",
-            "--temp",
-            "0",
-            "--backend",
-            "cpu",
         ],
-    ));
+    );
     assert!(err.contains("chat template: the model's"), "{err}");
     assert!(
         err.contains(
@@ -103,7 +95,7 @@ fn chat_smollm2_renders_chatml_with_its_default_system_and_stops_at_im_end() {
 
 #[test]
 fn chat_gemma3_uses_the_fallback_template_with_exactly_one_bos() {
-    let (_, err) = common::success(common::generate(
+    let (_, err) = common::greedy_cpu(
         "gemma3",
         &[
             "--chat",
@@ -115,16 +107,12 @@ fn chat_gemma3_uses_the_fallback_template_with_exactly_one_bos() {
             "--verbose",
             "-n",
             "8",
-            "--temp",
-            "0",
             // gemma-3-270m is the base model, which rarely ends a turn by
             // itself: push it to, to see that `<end_of_turn>` stops generation.
             "--logit-bias",
             "106+100",
-            "--backend",
-            "cpu",
         ],
-    ));
+    );
     assert!(err.contains("chat template: built-in `gemma3`"), "{err}");
     // The template writes `<bos>` itself; the tokenizer adds it too.
     assert!(

@@ -5,19 +5,8 @@ mod common;
 #[test]
 fn generate_prints_llama_cpps_reference_text() {
     let r = common::reference_json("gen_smollm2/result.json");
-    let (text, err) = common::success(common::generate(
-        "smollm2",
-        &[
-            "-p",
-            "The capital of France is",
-            "-n",
-            "32",
-            "--temp",
-            "0",
-            "--backend",
-            "cpu",
-        ],
-    ));
+    let (text, err) =
+        common::greedy_cpu("smollm2", &["-p", "The capital of France is", "-n", "32"]);
     // Only the generated text on stdout (plus the final newline).
     assert_eq!(text, format!("{}\n", r["generated_text"].as_str().unwrap()));
     assert!(
@@ -28,21 +17,17 @@ fn generate_prints_llama_cpps_reference_text() {
 
 #[test]
 fn generate_echo_and_verbose_prompt() {
-    let (text, err) = common::success(common::generate(
+    let (text, err) = common::greedy_cpu(
         "smollm2",
         &[
             "-p",
             "The capital of France is",
             "-n",
             "2",
-            "--temp",
-            "0",
             "--echo",
             "--verbose-prompt",
-            "--backend",
-            "cpu",
         ],
-    ));
+    );
     assert_eq!(text, "The capital of France is Paris.\n");
     assert!(err.contains("   504 -> \"The\""), "{err}");
 }

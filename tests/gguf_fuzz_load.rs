@@ -119,8 +119,8 @@ fn mutated_model_files_load_or_fail_cleanly() {
 fn generate_on_mutated_model_files_exits_cleanly() {
     let good = tiny_model();
     let data_at = GgufFile::from_bytes(good.clone()).unwrap().data_offset() as usize;
-    let dir = std::env::temp_dir().join(format!("glint-fuzz-gen-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("fuzz-gen");
+    let dir = tmp.path().to_path_buf();
     let path = dir.join("m.gguf");
     let run = |path: &std::path::Path| {
         #[rustfmt::skip]
@@ -150,5 +150,4 @@ fn generate_on_mutated_model_files_exits_cleanly() {
         }
     }
     eprintln!("40 mutated files through glint generate: {ok} ran, {refused} refused");
-    let _ = std::fs::remove_dir_all(&dir);
 }

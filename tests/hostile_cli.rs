@@ -204,8 +204,8 @@ fn chat_refuses_the_flags_it_would_ignore() {
 /// in for a full disk) leaves no multi-GB `.partial` file behind.
 #[test]
 fn a_failed_synthetic_write_leaves_no_partial_file() {
-    let dir = std::env::temp_dir().join(format!("glint-synth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("synth");
+    let dir = tmp.path().to_path_buf();
     let out = Command::new("sh")
         .args([
             "-c",
@@ -224,5 +224,4 @@ fn a_failed_synthetic_write_leaves_no_partial_file() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

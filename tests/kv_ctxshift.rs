@@ -8,7 +8,7 @@ mod common;
 fn context_shift_matches_the_reference() {
     let r = common::reference_json("ctxshift_smollm2/result.json");
     let prompt = common::reference("ctxshift_prompt.txt");
-    let (text, err) = common::success(common::generate(
+    let (text, err) = common::greedy_cpu(
         "smollm2",
         &[
             "--ctx-size",
@@ -20,13 +20,9 @@ fn context_shift_matches_the_reference() {
             prompt.to_str().unwrap(),
             "--n-predict",
             "120",
-            "--temp",
-            "0",
-            "--backend",
-            "cpu",
             "--verbose",
         ],
-    ));
+    );
     assert!(
         err.contains("prompt 191 tokens") && err.contains("generation 120 tokens"),
         "{err}"
@@ -58,7 +54,7 @@ fn context_shift_matches_the_reference() {
 
 #[test]
 fn a_full_context_stops_cleanly_without_shift() {
-    let (_, err) = common::success(common::generate(
+    let (_, err) = common::greedy_cpu(
         "smollm2",
         &[
             "-c",
@@ -67,13 +63,9 @@ fn a_full_context_stops_cleanly_without_shift() {
             "The capital of France is",
             "-n",
             "100",
-            "--temp",
-            "0",
             "--ignore-eos",
-            "--backend",
-            "cpu",
         ],
-    ));
+    );
     // 5 prompt tokens + 11 decoded tokens fill 16 slots; the 12th token is
     // sampled from the last decode and printed.
     assert!(err.contains("generation 12 tokens"), "{err}");

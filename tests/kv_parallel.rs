@@ -100,8 +100,8 @@ fn run(args: &[&str]) -> String {
 
 #[test]
 fn parallel_sequences_give_what_each_gives_alone() {
-    let dir = std::env::temp_dir().join(format!("glint-kv-parallel-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("kv-parallel");
+    let dir = tmp.path().to_path_buf();
     let file = dir.join("prompts.txt");
     std::fs::write(&file, PROMPTS.join("\n") + "\n").unwrap();
     let f = file.to_str().unwrap();
@@ -122,7 +122,6 @@ fn parallel_sequences_give_what_each_gives_alone() {
         want.push_str(&format!("[{i}] {alone}"));
     }
     assert_eq!(together, want);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -12,7 +12,7 @@ fn self_extend_matches_the_divadd_reference() {
     let r = common::reference_json("selfextend_smollm2_divadd/result.json");
     let prompt = common::reference("selfextend_prompt.txt");
     let t0 = Instant::now();
-    let (text, err) = common::success(common::generate(
+    let (text, err) = common::greedy_cpu(
         "smollm2",
         &[
             "--ctx-size",
@@ -27,13 +27,9 @@ fn self_extend_matches_the_divadd_reference() {
             prompt.to_str().unwrap(),
             "--n-predict",
             "16",
-            "--temp",
-            "0",
-            "--backend",
-            "cpu",
             "--verbose",
         ],
-    ));
+    );
     eprintln!("self-extend run: {:.1} s", t0.elapsed().as_secs_f64());
     assert!(err.contains("prompt 1491 tokens"), "{err}");
 

@@ -83,8 +83,8 @@ fn state_restores_in_a_new_process_and_into_another_sequence() {
     let original = next_logits(&mut ctx, 11, n, 0);
 
     // Another process.
-    let dir = std::env::temp_dir().join(format!("glint-kv-state-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("kv-state");
+    let dir = tmp.path().to_path_buf();
     let path = dir.join("seq0.state");
     std::fs::write(&path, &blob).unwrap();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -115,7 +115,6 @@ fn state_restores_in_a_new_process_and_into_another_sequence() {
         .collect();
     let d = common::max_abs_diff(&original, &child);
     assert!(d <= RESTORE_TOL, "new process: max-abs {d}");
-    let _ = std::fs::remove_dir_all(&dir);
 
     // Another sequence id of a fresh context, beside an unrelated sequence.
     let mut ctx2 = context(&model);
@@ -233,25 +232,21 @@ fn bad_cache_calls_are_errors_that_change_nothing() {
 
 #[test]
 fn prompt_cache_is_reused_by_a_second_process() {
-    let dir = std::env::temp_dir().join(format!("glint-kv-pcache-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("kv-pcache");
+    let dir = tmp.path().to_path_buf();
     let cache = dir.join("prompt.cache");
     let run = |prompt: &str| {
-        common::success(common::generate(
+        common::greedy_cpu(
             "smollm2",
             &[
                 "-p",
                 prompt,
                 "-n",
                 "8",
-                "--temp",
-                "0",
-                "--backend",
-                "cpu",
                 "--prompt-cache",
                 cache.to_str().unwrap(),
             ],
-        ))
+        )
     };
     let (first, err) = run(PROMPT);
     assert!(err.contains("reused 0 of"), "{err}");
@@ -288,5 +283,4 @@ fn prompt_cache_is_reused_by_a_second_process() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("prompt cache"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

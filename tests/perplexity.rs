@@ -28,8 +28,8 @@ fn number_after(s: &str, key: &str) -> f64 {
 
 #[test]
 fn perplexity_base_file_and_kl_divergence_against_itself() {
-    let dir = std::env::temp_dir().join(format!("glint-ppl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("ppl");
+    let dir = tmp.path().to_path_buf();
     let base = dir.join("base.kld");
     let base = base.to_str().unwrap();
     let (n_ctx, n_chunk, n_vocab) = (128usize, 3usize, 49152usize);
@@ -93,5 +93,4 @@ fn perplexity_base_file_and_kl_divergence_against_itself() {
     // A base made with another -c is refused, naming both.
     let e = common::one_line_error(&glint(args("64", &["--kl-divergence"])), "-c 64 base");
     assert!(e.contains("-c 128") && e.contains("-c 64"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,14 +18,19 @@ fn yarn() -> RopeOverrides {
     }
 }
 
-#[test]
-fn the_flags_reach_the_model() {
+/// SmolLM2 on the cpu with `rope`.
+fn load(rope: RopeOverrides) -> Result<Model, glint::Error> {
     let p = ModelParams {
         backend: BackendKind::Cpu,
-        rope: yarn(),
+        rope,
         ..Default::default()
     };
-    let m = Model::load(common::model("smollm2"), &p).unwrap();
+    Model::load(common::model("smollm2"), &p)
+}
+
+#[test]
+fn the_flags_reach_the_model() {
+    let m = load(yarn()).unwrap();
     match m.hparams().rope_scaling {
         RopeScaling::Yarn {
             factor,
@@ -44,14 +49,12 @@ fn the_flags_reach_the_model() {
         (0.25, 1.0, 1.2)
     );
     // A lying value is refused, naming the flag.
-    let bad = ModelParams {
-        rope: RopeOverrides {
-            factor: Some(-2.0),
-            ..yarn()
-        },
-        ..p
-    };
-    let e = Model::load(common::model("smollm2"), &bad).err().unwrap();
+    let e = load(RopeOverrides {
+        factor: Some(-2.0),
+        ..yarn()
+    })
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("--rope-scale -2"), "{e}");
 }
 
@@ -103,12 +106,7 @@ fn drift<B: Backend>(be: &B, p: &RopeParams, k: usize, d: i32) -> f32 {
 
 #[test]
 fn ten_yarn_shifts_equal_one_rope_at_the_final_position_on_both_backends() {
-    let p = ModelParams {
-        backend: BackendKind::Cpu,
-        rope: yarn(),
-        ..Default::default()
-    };
-    let m = Model::load(common::model("smollm2"), &p).unwrap();
+    let m = load(yarn()).unwrap();
     let rp = m.hparams().rope(0, m.hparams().n_head_kv);
     assert!(
         rp.ext_factor > 0.0 && rp.attn_factor != 1.0,
@@ -150,7 +148,7 @@ fn ten_yarn_shifts_equal_one_rope_at_the_final_position_on_both_backends() {
 /// The flags through the generation loop: a YaRN context that shifts.
 #[test]
 fn generate_with_yarn_and_context_shift() {
-    let (_, err) = common::success(common::generate(
+    let (_, err) = common::greedy_cpu(
         "smollm2",
         &[
             "-p",
@@ -166,14 +164,10 @@ fn generate_with_yarn_and_context_shift() {
             "yarn",
             "--rope-scale",
             "2",
-            "--temp",
-            "0",
             "--ignore-eos",
-            "--backend",
-            "cpu",
             "--verbose",
         ],
-    ));
+    );
     assert!(err.contains("kv: context-shift"), "{err}");
     assert!(err.contains("generation 40 tokens"), "{err}");
     let bad = common::generate("smollm2", &["-p", "Hi", "--rope-scaling", "ntk"]);

@@ -125,6 +125,20 @@ fn http(addr: &str, method: &str, path: &str, body: &[u8], headers: &[&str]) -> 
     parse_response(&raw)
 }
 
+/// A connection that has sent `POST /v1/completions` with `body` and not
+/// read the answer (dropping it hangs up).
+fn post_completion(addr: &str, body: &str) -> TcpStream {
+    let mut c = TcpStream::connect(addr).unwrap();
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    c
+}
+
 fn parse_response(raw: &[u8]) -> (u16, Vec<u8>) {
     let end = raw
         .windows(4)
@@ -390,14 +404,7 @@ fn a_disconnect_mid_stream_frees_the_slot() {
         "temperature": 0, "stream": true})
     .to_string();
     {
-        let mut c = TcpStream::connect(&s.addr).unwrap();
-        write!(
-            c,
-            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
+        let c = post_completion(&s.addr, &body);
         let mut r = BufReader::new(c);
         let mut n_data = 0;
         let mut line = String::new();
@@ -610,14 +617,7 @@ fn a_disconnect_during_prefill_frees_the_slot() {
     let prompt = "The quick brown fox jumps over the lazy dog. ".repeat(300);
     let body = json!({"prompt": prompt, "max_tokens": 4, "stream": true}).to_string();
     {
-        let mut c = TcpStream::connect(&s.addr).unwrap();
-        write!(
-            c,
-            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
+        let _conn = post_completion(&s.addr, &body);
         s.wait_processing(1, Duration::from_secs(10));
     } // hang up mid-prefill
     s.wait_processing(0, Duration::from_secs(5));

@@ -109,8 +109,8 @@ fn ten_thousand_mutated_prompt_caches_never_load_a_different_payload() {
 
 #[test]
 fn a_save_that_fails_half_way_leaves_the_old_cache_byte_for_byte() {
-    let dir = std::env::temp_dir().join(format!("glint-state-files-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("state-files");
+    let dir = tmp.path().to_path_buf();
     let cache = dir.join("prompt.cache");
     let m = common::model("smollm2");
     let m = m.to_str().unwrap();
@@ -149,7 +149,6 @@ fn a_save_that_fails_half_way_leaves_the_old_cache_byte_for_byte() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers.len(), 1, "temporary files left: {leftovers:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -184,8 +183,8 @@ fn a_cache_from_a_larger_context_restores_the_reused_prefix() {
 /// it would be reused, and left as it was (it was once overwritten).
 #[test]
 fn a_cache_from_another_model_is_refused_and_kept() {
-    let dir = std::env::temp_dir().join(format!("glint-foreign-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("foreign");
+    let dir = tmp.path().to_path_buf();
     let cache = dir.join("p.cache");
     let cache = cache.to_str().unwrap();
     let run = |model: &str| {
@@ -200,5 +199,4 @@ fn a_cache_from_another_model_is_refused_and_kept() {
     let e = common::one_line_error(&run("gemma3"), "gemma3 with smollm2's cache");
     assert!(e.contains("different model"), "{e}");
     assert_eq!(std::fs::read(cache).unwrap(), before);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,8 +8,8 @@ use glint::{Batch, Model, ModelParams};
 
 #[test]
 fn synthetic_smollm2_has_the_real_files_hparams_and_tensor_types() {
-    let dir = std::env::temp_dir().join(format!("glint-synth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("synth");
+    let dir = tmp.path().to_path_buf();
     let preset = glint_cli::synthetic::preset("smollm2-135m:q4_1").unwrap();
     let path = dir.join("smollm2.gguf");
     preset.writer().unwrap().write_to_path(&path).unwrap();
@@ -66,7 +66,6 @@ fn synthetic_smollm2_has_the_real_files_hparams_and_tensor_types() {
         tok = ctx.argmax(0).unwrap();
     }
     drop(ctx);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

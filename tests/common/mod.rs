@@ -44,6 +44,15 @@ pub fn generate(name: &str, args: &[&str]) -> Output {
     glint(&all)
 }
 
+/// `glint generate` on the real model `name`, greedy on the cpu backend
+/// (`--temp 0 --backend cpu` after `args`), which must succeed: (stdout,
+/// stderr).
+pub fn greedy_cpu(name: &str, args: &[&str]) -> (String, String) {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--temp", "0", "--backend", "cpu"]);
+    success(generate(name, &all))
+}
+
 /// (stdout, stderr) of a run that must succeed; a failure shows stderr.
 pub fn success(out: Output) -> (String, String) {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -228,4 +237,29 @@ pub fn reference_calls(events: &serde_json::Value) -> Vec<String> {
         }
     }
     out
+}
+
+/// A fresh folder under the system's temp dir, removed when dropped (also
+/// when the test fails).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// `glint-<tag>-<pid>`, empty.
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("glint-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
