@@ -61,26 +61,13 @@ fn prompt_ref(name: &str) -> &'static Value {
         .unwrap_or_else(|| panic!("no prompt {name} in refs.json"))
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+/// A JSON value of the reference as `T` (id lists, `[id, logit]` pairs).
+fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> T {
+    serde_json::from_value(v.clone()).unwrap()
 }
 
-/// `[[id, logit], ...]` as pairs.
-fn id_logits(v: &Value) -> Vec<(usize, f32)> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p[0].as_u64().unwrap() as usize,
-                p[1].as_f64().unwrap() as f32,
-            )
-        })
-        .collect()
+fn ids(v: &Value) -> Vec<u32> {
+    typed(v)
 }
 
 fn load(backend: BackendKind, precision: CpuPrecision) -> Model {
@@ -151,7 +138,7 @@ fn steps_before_near_tie(r: &Value) -> usize {
 /// vocabulary sample the largest difference and (sample) the correlation.
 /// Returns (max-abs, pearson).
 fn check_logits(name: &str, ours: &[f32], r: &Value) -> (f32, f64) {
-    let top = id_logits(&r["top64"]);
+    let top: Vec<(usize, f32)> = typed(&r["top64"]);
     let mine = common::top_k(ours, 5);
     assert_eq!(mine[0], top[0].0, "{name}: top-1");
     let fifth = top[4].1;
@@ -172,12 +159,7 @@ fn check_logits(name: &str, ours: &[f32], r: &Value) -> (f32, f64) {
         );
     }
     let stride = refs()["sample_stride"].as_u64().unwrap() as usize;
-    let sample: Vec<f32> = r["sample"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect();
+    let sample: Vec<f32> = typed(&r["sample"]);
     assert_eq!(sample.len(), ours.len().div_ceil(stride));
     let ours_sample: Vec<f32> = ours.iter().step_by(stride).copied().collect();
     let top_ours: Vec<f32> = top.iter().map(|t| ours[t.0]).collect();
