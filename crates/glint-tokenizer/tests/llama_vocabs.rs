@@ -42,16 +42,8 @@ const VOCABS: &[(&str, &str, Expect)] = &[
         Refused("unknown tokenizer model `bert`"),
     ),
     ("command-r", "gpt2 / command-r", Matches(46)),
-    (
-        "deepseek-coder",
-        "gpt2 / deepseek-coder",
-        Refused("unknown pre-tokenizer `deepseek-coder`"),
-    ),
-    (
-        "deepseek-llm",
-        "gpt2 / deepseek-llm",
-        Refused("unknown pre-tokenizer `deepseek-llm`"),
-    ),
+    ("deepseek-coder", "gpt2 / deepseek-coder", Matches(46)),
+    ("deepseek-llm", "gpt2 / deepseek-llm", Matches(46)),
     ("falcon", "gpt2 / falcon", Matches(46)),
     (
         "gemma-4",
@@ -70,11 +62,7 @@ const VOCABS: &[(&str, &str, Expect)] = &[
     ),
     ("phi-3", "llama / default", Matches(46)),
     ("qwen2", "gpt2 / qwen2", Matches(46)),
-    (
-        "qwen35",
-        "gpt2 / qwen35",
-        Refused("unknown pre-tokenizer `qwen35`"),
-    ),
+    ("qwen35", "gpt2 / qwen35", Matches(50)),
     ("refact", "gpt2 / refact", Matches(46)),
     ("starcoder", "gpt2 / starcoder", Matches(46)),
 ];
