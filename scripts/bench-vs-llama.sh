@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # glint bench against llama.cpp's llama-bench on this machine, side by side:
-# pp512 and tg128, 2 threads, 3 repeats, cpu backend, both real test models.
+# pp512 and tg128, 2 threads, 3 repeats, cpu backend, the three real test models.
 # The two run alternately (glint, llama.cpp, next model …) so load from other
 # processes hits both alike; the table gives medians and glint / llama.cpp.
 #
@@ -33,7 +33,8 @@ fi
 
 if [[ $# -eq 0 ]]; then
     models_dir="${GLINT_MODELS:-$HOME/.cache/glint/models}"
-    set -- "$models_dir/SmolLM2-135M-Instruct.Q4_1.gguf" "$models_dir/gemma-3-270m-q4_k_m.gguf"
+    set -- "$models_dir/SmolLM2-135M-Instruct.Q4_1.gguf" "$models_dir/gemma-3-270m-q4_k_m.gguf" \
+        "$models_dir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 fi
 
 mkdir -p "$OUT"

@@ -16,6 +16,12 @@ const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])
 /// Qwen2's split: Llama 3's with single digits.
 const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen3.5's split: Qwen2's, with combining marks (`\p{M}`) inside words.
+const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// CJK runs, as DeepSeek's splits have them.
+const DEEPSEEK_CJK: &str = "[一-龥ࠀ-一가-퟿]+";
+
 /// One pre-tokenizer family.
 #[derive(Debug)]
 pub(crate) struct PreTokenizerRow {
@@ -113,6 +119,31 @@ pub(crate) const PRE_TOKENIZERS: &[PreTokenizerRow] = &[
             "solar-open",
         ],
         regexes: &[QWEN2],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizerRow {
+        names: &["qwen35"],
+        regexes: &[QWEN35],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizerRow {
+        names: &["deepseek-coder"],
+        regexes: &["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK, r"\p{N}"],
+        ignore_merges: false,
+        add_bos: false,
+    },
+    PreTokenizerRow {
+        names: &["deepseek-llm"],
+        regexes: &[
+            "[\r\n]",
+            "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+            "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+            "\\s+$",
+            DEEPSEEK_CJK,
+            r"\p{N}+",
+        ],
         ignore_merges: false,
         add_bos: false,
     },
