@@ -90,3 +90,26 @@ fn same_seed_same_text_other_seed_other_text() {
     assert!(!a.trim().is_empty());
     assert_ne!(a, c, "another seed samples another text");
 }
+
+/// `-m NAME` takes a known model by name (from the model cache, fetched on
+/// first use), and an unknown name is a missing file.
+#[test]
+fn a_known_model_is_taken_by_name() {
+    common::model("gemma3"); // fails with how to fetch it, if absent
+    let (_, err) = common::success(common::glint(&[
+        "generate",
+        "-m",
+        "gemma3",
+        "-p",
+        "Hi",
+        "-n",
+        "1",
+        "--backend",
+        "cpu",
+        "-v",
+    ]));
+    assert!(err.contains("gemma-3-270m-q4_k_m.gguf (gemma3,"), "{err}");
+    let out = common::glint(&["generate", "-m", "no-such-model", "-p", "Hi", "-n", "1"]);
+    let e = common::one_line_error(&out, "-m no-such-model");
+    assert!(e.contains("no-such-model"), "{e}");
+}

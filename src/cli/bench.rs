@@ -271,7 +271,11 @@ fn config(p: &Parsed) -> Result<Config, String> {
         }
         Ok(v)
     };
-    let mut models: Vec<std::path::PathBuf> = p.all("model").iter().map(Into::into).collect();
+    let mut models: Vec<std::path::PathBuf> = p
+        .all("model")
+        .iter()
+        .map(|m| super::options::resolve_model(Some(m)))
+        .collect::<Result<_, _>>()?;
     // Check every synthetic name before writing any (writing takes minutes).
     for name in p.all("synthetic") {
         crate::synthetic::preset(name).map_err(|e| e.to_string())?;

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::args::{flag, Flag, Parsed};
 
 pub const FLAGS: &[Flag] = &[
-    flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1, fetched on first use)"),
+    flag!("model", ["-m"], Some("FILE|NAME"), "GGUF model, or a known model's name: smollm2 (the default), gemma3, qwen2; fetched on first use"),
     flag!("prompt", ["-p"], Some("TEXT"), "prompt (or give it as the last argument); repeat it for --parallel"),
     flag!("file", ["-f"], Some("FILE"), "read the prompt from a file (with --parallel: one prompt per line)"),
     flag!("n-predict", ["-n"], Some("N"), "tokens to generate (-1 = until end of generation; default -1)"),
@@ -162,13 +162,24 @@ pub fn sampler_params(p: &Parsed) -> Result<SamplerParams, String> {
     Ok(s)
 }
 
-/// The model file: `-m`, else the default model, fetched when missing.
+/// The model file: `-m` (a path, or the name of a known model: `-m qwen2`),
+/// else the default model; a known model is fetched on first use.
 pub fn model_path(p: &Parsed) -> Result<std::path::PathBuf, String> {
-    if let Some(m) = p.get("model") {
-        return Ok(m.into());
-    }
-    let known = crate::models::known_model(crate::models::DEFAULT_MODEL)
-        .ok_or("no default model is known")?;
+    resolve_model(p.get("model"))
+}
+
+/// `m` as a path, or a known model's name (when no such file exists),
+/// fetched on first use; `None` is the default model.
+pub fn resolve_model(m: Option<&str>) -> Result<std::path::PathBuf, String> {
+    let name = match m {
+        Some(m) if std::path::Path::new(m).exists() => return Ok(m.into()),
+        Some(m) => match crate::models::known_model(m) {
+            Some(_) => m,
+            None => return Ok(m.into()),
+        },
+        None => crate::models::DEFAULT_MODEL,
+    };
+    let known = crate::models::known_model(name).ok_or("no default model is known")?;
     crate::models::pull(known, &mut |line| eprintln!("glint: {line}")).map_err(|e| e.to_string())
 }
 

@@ -16,7 +16,7 @@ use super::output;
 /// Flags of this command; the device flags follow (`with_device_flags`).
 #[rustfmt::skip]
 const OWN_FLAGS: &[Flag] = &[
-    flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1)"),
+    flag!("model", ["-m"], Some("FILE|NAME"), "GGUF model or a known name (smollm2, gemma3, qwen2; default smollm2)"),
     flag!("lengths", [], Some("LIST"), "prompt lengths in tokens, e.g. 2048,8192 (default 2048)"),
     flag!("depths", [], Some("LIST"), "where the key sits, fractions of the filler (default 0.2,0.5,0.8)"),
     flag!("seeds", [], Some("N"), "prompts (keys) per length and depth (default 1)"),

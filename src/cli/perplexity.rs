@@ -18,7 +18,7 @@ use super::output;
 /// Flags of this command; the device flags follow (`with_device_flags`).
 #[rustfmt::skip]
 const OWN_FLAGS: &[Flag] = &[
-    flag!("model", ["-m"], Some("FILE"), "GGUF model (default: SmolLM2-135M-Instruct Q4_1)"),
+    flag!("model", ["-m"], Some("FILE|NAME"), "GGUF model or a known name (smollm2, gemma3, qwen2; default smollm2)"),
     flag!("file", ["-f"], Some("FILE"), "the text to score"),
     flag!("ctx-size", ["-c"], Some("N"), "tokens per chunk (default 512)"),
     flag!("batch-size", ["-b"], Some("N"), "tokens per decode (default 2048, at most -c used)"),
