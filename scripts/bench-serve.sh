@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# glint serve and llama-server, same model, threads and flags, taken in turn,
+# under scripts/bench-serve.py's workload (the Engine-and-serve issue's:
+# --parallel 4 --ctx-size 4096 --threads 2; N clients x 3 streamed chat
+# requests of 64 tokens, temperature 0, ignore_eos).
+#
+#   scripts/bench-serve.sh [MODEL] [LLAMA_SERVER]
+#
+# MODEL defaults to SmolLM2 in the model cache; LLAMA_SERVER to the oracle
+# build's (../shared/oracle/build_oracle.sh puts it in /tmp/oracle). glint is
+# the test-profile build (`cargo build --profile test --bin glint`), or $GLINT.
+# Needs python3 with httpx (the CI venv, ~/.cache/glint/venv, has it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model="${1:-${GLINT_MODELS:-$HOME/.cache/glint/models}/SmolLM2-135M-Instruct.Q4_1.gguf}"
+llama="${2:-/tmp/oracle/llama.cpp/build/bin/llama-server}"
+glint="${GLINT:-${CARGO_TARGET_DIR:-target}/debug/glint}"
+py="${PYTHON:-$HOME/.cache/glint/venv/bin/python}"
+flags=(--parallel 4 --ctx-size 4096 --threads 2)
+
+wait_up() {
+    for _ in $(seq 600); do
+        "$py" -c "import httpx,sys; sys.exit(httpx.get('$1/health').status_code != 200)" 2>/dev/null && return 0
+        sleep 0.2
+    done
+    echo "server at $1 did not come up" >&2
+    return 1
+}
+
+bench() { # LABEL PORT CMD...
+    local label=$1 port=$2
+    shift 2
+    "$@" >/tmp/bench-serve-$label.log 2>&1 &
+    local pid=$!
+    wait_up "http://127.0.0.1:$port" || { kill $pid; return 1; }
+    "$py" scripts/bench-serve.py "http://127.0.0.1:$port" --label "$label" || true
+    kill $pid; wait $pid 2>/dev/null || true
+}
+
+bench glint 8181 "$glint" serve -m "$model" --port 8181 --backend cpu "${flags[@]}"
+bench llama-server 8182 "$llama" -m "$model" --port 8182 --no-repack -fa off "${flags[@]}"
