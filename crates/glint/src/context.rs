@@ -236,7 +236,10 @@ impl Context {
         range: std::ops::Range<usize>,
     ) -> Result<(), Error> {
         let (start, end) = (range.start, range.end);
-        let hp = self.model.hparams().clone();
+        // A handle (an Arc), so the hyperparameters are borrowed, not cloned
+        // on every micro-batch, while `self` is borrowed mutably below.
+        let model = self.model.clone();
+        let hp = model.hparams();
         let queries: Vec<Query> = range
             .clone()
             .map(|i| Query {
@@ -278,9 +281,8 @@ impl Context {
         // Logits still on the device from the previous micro-batch are
         // read before its scratch is reused.
         self.read_pending()?;
-        let model = self.model.clone();
         let has_out = with_exec!(model.backend(), &mut self.exec, |l, x| forward_ubatch(
-            l, &hp, x, &ub
+            l, hp, x, &ub
         ))?;
         if has_out {
             if let Some(r) = first_row {
