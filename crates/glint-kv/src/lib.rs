@@ -57,8 +57,8 @@ pub use extend::{
 };
 pub use seqset::{SeqSet, MAX_SEQ};
 pub use state::{
-    fnv1a, seal_state, ModelIdentity, SeqStateRead, SeqStateWrite, MAX_ARCH_BYTES, STATE_MAGIC,
-    STATE_VERSION,
+    fnv1a, fnv1a_update, seal_state, ModelIdentity, SeqStateRead, SeqStateWrite, FNV1A_OFFSET,
+    MAX_ARCH_BYTES, STATE_MAGIC, STATE_VERSION,
 };
 
 /// A token position (ggml `llama_pos`); `-1` marks an empty cell.

@@ -128,7 +128,16 @@ fn unseal(bytes: &[u8]) -> Result<&[u8]> {
 
 /// FNV-1a 64: the checksum of every glint state format.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a_update(FNV1A_OFFSET, bytes)
+}
+
+/// FNV-1a's starting value, for [`fnv1a_update`].
+pub const FNV1A_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Fold `bytes` into the running FNV-1a 64 hash `h` (start from
+/// [`FNV1A_OFFSET`]): a checksum over pieces equals [`fnv1a`] of them
+/// joined.
+pub fn fnv1a_update(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= b as u64;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);

@@ -44,13 +44,9 @@ const HEADER: usize = 24;
 /// The file's checksum: FNV-1a over every byte, the checksum field read as
 /// zeros.
 fn checksum(b: &[u8]) -> u64 {
-    let mut h = glint_kv::fnv1a(&b[..16]);
-    // FNV-1a continues byte by byte: fold the rest in after 8 zero bytes.
-    for &x in [0u8; 8].iter().chain(&b[HEADER..]) {
-        h ^= x as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    let h = glint_kv::fnv1a_update(glint_kv::FNV1A_OFFSET, &b[..16]);
+    let h = glint_kv::fnv1a_update(h, &[0; 8]);
+    glint_kv::fnv1a_update(h, &b[HEADER..])
 }
 
 /// A prompt and the saved state of the sequence that holds it.
