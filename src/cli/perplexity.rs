@@ -130,7 +130,11 @@ fn perplexity(job: &Job, ctx: &mut Context, tokens: &[u32]) -> Result<(), String
     let n_vocab = ctx.model().n_vocab();
     let mut base = match &job.base {
         Some(path) => {
-            let mut f = std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?;
+            // Streamed to a temporary file beside it, renamed into place at
+            // the end: a failed or interrupted run never leaves half a base
+            // file (nor destroys an older one) at `path`.
+            let tmp = format!("{path}.partial");
+            let mut f = std::fs::File::create(&tmp).map_err(|e| format!("{tmp}: {e}"))?;
             let mut head = BASE_MAGIC.to_vec();
             head.extend_from_slice(&(n_ctx as u32).to_le_bytes());
             head.extend_from_slice(&(n_vocab as i32).to_le_bytes());
@@ -138,8 +142,8 @@ fn perplexity(job: &Job, ctx: &mut Context, tokens: &[u32]) -> Result<(), String
             for &t in &tokens[..n_chunk * n_ctx] {
                 head.extend_from_slice(&(t as i32).to_le_bytes());
             }
-            f.write_all(&head).map_err(|e| format!("{path}: {e}"))?;
-            Some((f, path.clone()))
+            f.write_all(&head).map_err(|e| format!("{tmp}: {e}"))?;
+            Some((f, tmp))
         }
         None => None,
     };
@@ -151,7 +155,7 @@ fn perplexity(job: &Job, ctx: &mut Context, tokens: &[u32]) -> Result<(), String
     let nv = n_packed(n_vocab);
     let mut packed = vec![0u16; nv];
     let bos = bos(ctx);
-    for c in 0..n_chunk {
+    let scored = (0..n_chunk).try_for_each(|c| -> Result<(), String> {
         let chunk = &tokens[c * n_ctx..(c + 1) * n_ctx];
         let logits = chunk_logits(ctx, chunk, job.n_batch, bos).map_err(|e| e.to_string())?;
         let first = n_ctx / 2;
@@ -166,11 +170,25 @@ fn perplexity(job: &Job, ctx: &mut Context, tokens: &[u32]) -> Result<(), String
                 bytes.extend(packed.iter().flat_map(|x| x.to_le_bytes()));
             }
         }
-        if let Some((f, path)) = &mut base {
-            f.write_all(&bytes).map_err(|e| format!("{path}: {e}"))?;
+        if let Some((f, tmp)) = &mut base {
+            f.write_all(&bytes).map_err(|e| format!("{tmp}: {e}"))?;
         }
-        output::print(&format!("[{}]{:.4},", c + 1, (nll / count as f64).exp()))?;
+        output::print(&format!("[{}]{:.4},", c + 1, (nll / count as f64).exp()))
+    });
+    if let Some((f, tmp)) = base {
+        let done = scored
+            .clone()
+            .and_then(|()| f.sync_all().map_err(|e| format!("{tmp}: {e}")))
+            .and_then(|()| {
+                let path = job.base.as_deref().unwrap_or_default();
+                std::fs::rename(&tmp, path).map_err(|e| format!("{path}: {e}"))
+            });
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        done?;
     }
+    scored?;
     output::println("")?;
     let mean = nll / count as f64;
     let var = nll2 / count as f64 - mean * mean;
