@@ -91,11 +91,12 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<glint::engine::SubmitError> for ApiError {
-    fn from(e: glint::engine::SubmitError) -> ApiError {
-        use glint::engine::SubmitError;
+/// What the engine refused: the request (400), its queue being full (503),
+/// or itself having stopped (500).
+impl From<glint::Error> for ApiError {
+    fn from(e: glint::Error) -> ApiError {
         match e {
-            SubmitError::Invalid(glint::Error::PromptTooLong { n_prompt, n_ctx }) => ApiError {
+            glint::Error::PromptTooLong { n_prompt, n_ctx } => ApiError {
                 status: StatusCode::BAD_REQUEST,
                 message: format!(
                     "the request exceeds the available context size: the prompt has \
@@ -106,9 +107,9 @@ impl From<glint::engine::SubmitError> for ApiError {
                     ("n_ctx", json!(n_ctx)),
                 ],
             },
-            SubmitError::Invalid(e) => ApiError::bad_request(e.to_string()),
-            SubmitError::QueueFull { .. } => ApiError::unavailable(e.to_string()),
-            SubmitError::Stopped => ApiError::internal(e.to_string()),
+            glint::Error::Overloaded { .. } => ApiError::unavailable(e.to_string()),
+            glint::Error::Stopped => ApiError::internal(e.to_string()),
+            e => ApiError::bad_request(e.to_string()),
         }
     }
 }

@@ -47,7 +47,7 @@ use crate::{Batch, Context, ContextParams, Error, Model};
 #[derive(Clone, Debug)]
 pub struct EngineParams {
     /// Most requests waiting for a slot; one more is refused with
-    /// [`SubmitError::QueueFull`].
+    /// [`Error::Overloaded`].
     pub max_queue: usize,
     /// Most prompt tokens one step carries (0 = up to `n_batch`): a long
     /// prompt then takes several steps, and the slots that are generating
@@ -208,24 +208,6 @@ impl EventSink for ChannelSink {
     }
 }
 
-/// Why [`Engine::submit`] refused a request.
-#[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    /// The request itself is not usable (empty or too long a prompt, bad
-    /// sampling parameters).
-    #[error(transparent)]
-    Invalid(#[from] Error),
-    /// Too many requests are waiting for a slot.
-    #[error("the engine is busy: {capacity} requests are already waiting for a slot")]
-    QueueFull {
-        /// [`EngineParams::max_queue`].
-        capacity: usize,
-    },
-    /// The engine thread has stopped.
-    #[error("the engine has stopped")]
-    Stopped,
-}
-
 enum Msg {
     Job(Box<Job>),
     Shutdown,
@@ -311,13 +293,13 @@ impl Engine {
     }
 
     /// Check `req` and queue it; its events go to `sink`.
-    pub fn submit(&self, req: Request, sink: Box<dyn EventSink>) -> Result<(), SubmitError> {
+    pub fn submit(&self, req: Request, sink: Box<dyn EventSink>) -> Result<(), Error> {
         self.check(&req)?;
         // Count first, then check: two racing submits cannot both pass.
         let before = self.waiting.fetch_add(1, Ordering::SeqCst);
         if before >= self.max_queue {
             self.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Err(SubmitError::QueueFull {
+            return Err(Error::Overloaded {
                 capacity: self.max_queue,
             });
         }
@@ -325,13 +307,13 @@ impl Engine {
             .send(Msg::Job(Box::new(Job { req, sink })))
             .map_err(|_| {
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
-                SubmitError::Stopped
+                Error::Stopped
             })
     }
 
     /// [`submit`](Self::submit) with a channel: read the events from the
     /// returned [`Events`]; drop it to cancel.
-    pub fn submit_channel(&self, req: Request) -> Result<Events, SubmitError> {
+    pub fn submit_channel(&self, req: Request) -> Result<Events, Error> {
         let (tx, rx) = mpsc::channel();
         let closed = Arc::new(AtomicBool::new(false));
         let sink = ChannelSink {

@@ -67,6 +67,15 @@ pub enum Error {
         /// Bytes the process may still take.
         available: u64,
     },
+    /// The engine's queue is full: too many requests wait for a slot.
+    #[error("the engine is busy: {capacity} requests are already waiting for a slot")]
+    Overloaded {
+        /// The queue's capacity (`EngineParams::max_queue`).
+        capacity: usize,
+    },
+    /// The engine thread has stopped.
+    #[error("the engine has stopped")]
+    Stopped,
     /// A backend this build of glint was compiled without (a cargo feature).
     #[error("the {0} backend is not compiled into this build of glint (cargo feature `{0}`)")]
     BackendUnavailable(&'static str),
