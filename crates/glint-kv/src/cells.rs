@@ -166,7 +166,8 @@ impl CellLog {
 }
 
 /// One K/V row the storage must copy (all layers, K and V) after a
-/// cross-stream [`KvCells::seq_cp`], before the next K-shift or decode.
+/// cross-stream [`KvCells::seq_cp`] or a [`KvCells::seq_unshare`], before
+/// the next K-shift or decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RowCopy {
     /// Buffer row to read.
@@ -456,7 +457,7 @@ impl KvCells {
     // caller driving several memories (these cells and, later, a
     // per-sequence recurrent state) can check every memory before changing
     // any. What the storage must do afterwards is said too: `RowCopy`s after
-    // `seq_cp`, a K-shift (`take_shifts`) after `seq_add`/`seq_div`.
+    // `seq_cp` and `seq_unshare`, a K-shift (`take_shifts`) after `seq_add`/`seq_div`.
 
     /// Everything empty; heads back to cell 0; no shift pending.
     ///
@@ -593,6 +594,73 @@ impl KvCells {
             copies.push(RowCopy {
                 src_row: (ss * kv_size + i) as u64,
                 dst_row: (ds * kv_size + j) as u64,
+            });
+        }
+        self.debug_check();
+        Ok(copies)
+    }
+
+    /// Copy-on-write: gives `seq_id` a cell of its own for every cell of its
+    /// stream with a position in `[p0, p1)` that it shares with another
+    /// sequence. The new cell (the lowest empty cells of the stream, in cell
+    /// order) gets the old one's position and pending shift (its K row is
+    /// copied as it is, still rotated for `pos - shift`) and holds only
+    /// `seq_id`; the old cell keeps the other sequences. Cells `seq_id` holds
+    /// alone, and every position outside the range, are left as they are.
+    ///
+    /// Why: one cell has one position, so [`KvCells::seq_add`] and
+    /// [`KvCells::seq_div`] on a shared cell move it for every sequence in
+    /// it (a context shift of one sequence would shift a prompt prefix
+    /// another sequence reuses). Unshare the range that is about to move
+    /// first; positions that only get removed (`seq_rm`) need no copy.
+    ///
+    /// Every sequence keeps its positions (`seq_pos_min/max`,
+    /// `seq_n_cells`); `used` grows by the number of copies; stream heads
+    /// stay where they are ([`KvCells::find_cells`] skips used cells). Batch logs
+    /// ([`CellLog`]) are not affected: only empty cells are taken.
+    ///
+    /// Preconditions: `0 <= seq_id < n_seq_max`; the stream has an empty
+    /// cell per shared cell in range (else error naming both counts,
+    /// nothing changed). The storage must copy the returned rows (every
+    /// layer, K and V) before the next K-shift or decode.
+    pub fn seq_unshare(&mut self, seq_id: SeqId, p0: Pos, p1: Pos) -> Result<Vec<RowCopy>> {
+        let s = self.check_seq("seq_unshare", seq_id)?;
+        let r = norm_range(p0, p1);
+        let st = self.stream_idx(s);
+        let kv_size = self.params.kv_size as usize;
+        let stream = &self.streams[st];
+        let shared: Vec<usize> = (0..kv_size)
+            .filter(|&i| {
+                let seqs = stream.seqs[i];
+                in_range(stream.pos[i], r) && seqs.contains(seq_id) && seqs.len() > 1
+            })
+            .collect();
+        if shared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let free = kv_size - stream.used as usize;
+        if shared.len() > free {
+            return Err(KvError::NoRoom {
+                op: "seq_unshare",
+                stream: st as u32,
+                needed: shared.len(),
+                free,
+                kv_size: self.params.kv_size,
+            });
+        }
+        let empty: Vec<usize> = (0..kv_size)
+            .filter(|&j| stream.pos[j] < 0)
+            .take(shared.len())
+            .collect();
+        let mut copies = Vec::with_capacity(shared.len());
+        for (&i, &j) in shared.iter().zip(&empty) {
+            let (pos, shift) = (self.streams[st].pos[i], self.streams[st].shift[i]);
+            // the old cell keeps its other sequences, so it stays non-empty
+            self.cell_rm_seq(st, i, s);
+            self.fill_cell(st, j, pos, SeqSet::single(seq_id), shift);
+            copies.push(RowCopy {
+                src_row: (st * kv_size + i) as u64,
+                dst_row: (st * kv_size + j) as u64,
             });
         }
         self.debug_check();

@@ -59,7 +59,7 @@ pub enum KvError {
         "{op}: no room in stream {stream}: {needed} cells needed, {free} free (kv_size {kv_size})"
     )]
     NoRoom {
-        /// The operation (`find_cells`, `seq_cp`, `state_read`).
+        /// The operation (`find_cells`, `seq_cp`, `seq_unshare`, `state_read`).
         op: &'static str,
         /// The stream that is full.
         stream: u32,

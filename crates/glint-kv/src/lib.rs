@@ -37,6 +37,14 @@
 //! cell search in [`KvCells::find_cells`] (and why the `seq_pos_max + 1`
 //! rule is only [`KvCells::check_continues`]), cross-stream
 //! [`KvCells::seq_cp`], the state layout in [`ModelIdentity`]'s module.
+//!
+//! Shared cells: in one stream [`KvCells::seq_cp`] shares cells (a prompt
+//! prefix several sequences reuse costs its cells once). A cell has one
+//! position, so `seq_add`/`seq_div` on a shared cell move it for every
+//! sequence in it. Before editing the positions of one sequence that
+//! shares cells (context shift, self-extend), call
+//! [`KvCells::seq_unshare`] on the range that will move: copy-on-write, it
+//! gives the sequence its own cells there and returns the K/V rows to copy.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 

@@ -185,8 +185,8 @@ fn check_rollback(after: &KvCells, before: &KvCells, log: &CellLog, ctx: &str) {
 }
 
 /// Runs `steps` random operations; returns how many rollbacks were checked
-/// on a cache with a pending K-shift.
-fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) -> usize {
+/// on a cache with a pending K-shift, and how many cells `seq_unshare` copied.
+fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) -> (usize, usize) {
     let mut rng = Rng(seed);
     let params = KvParams {
         kv_size,
@@ -214,6 +214,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
     };
     let n = n_seq as i64;
     let mut rollbacks_with_shift = 0;
+    let mut unshared = 0;
     for step in 0..steps {
         let before = real.clone();
         // mostly valid ids, sometimes -1 or out of range
@@ -230,7 +231,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         } else {
             rng.range(-1, 48)
         };
-        let op = rng.range(0, 100);
+        let op = rng.range(0, 106);
         let ctx = format!("seed {seed} kv {kv_size} n_seq {n_seq} {layout:?} step {step} op {op}");
         match op {
             0..=29 => {
@@ -461,6 +462,45 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
                     }
                 }
             }
+            98..=103 => {
+                // copy-on-write of the cells `s` shares in [p0, p1)
+                let s = seq(&mut rng);
+                let valid = naive.valid(s);
+                let st = if valid { naive.stream(s) } else { 0 };
+                let shared: Vec<u64> = if valid {
+                    (0..kv_size as u64)
+                        .filter(|&i| {
+                            let c = &naive.streams[st][i as usize];
+                            Naive::in_range(c.pos, p0, p1)
+                                && c.seqs.contains(&s)
+                                && c.seqs.len() > 1
+                        })
+                        .map(|i| st as u64 * kv_size as u64 + i)
+                        .collect()
+                } else {
+                    vec![]
+                };
+                let expect_err = !valid || shared.len() > naive.free(st);
+                let r = real.seq_unshare(s, p0, p1);
+                if let Some(copies) = check_err(&mut real, &before, r, expect_err, &ctx) {
+                    let src: Vec<u64> = copies.iter().map(|c| c.src_row).collect();
+                    assert_eq!(src, shared, "{ctx}: copies cover the shared cells");
+                    unshared += copies.len();
+                    let k = kv_size as u64;
+                    for c in &copies {
+                        assert_eq!(c.dst_row / k, st as u64, "{ctx}: copy to another stream");
+                        let from = &mut naive.streams[st][(c.src_row % k) as usize];
+                        from.seqs.remove(&s);
+                        let copy = NCell {
+                            seqs: [s].into(),
+                            ..from.clone()
+                        };
+                        let to = &mut naive.streams[st][(c.dst_row % k) as usize];
+                        assert!(to.pos < 0, "{ctx}: copy into a used cell");
+                        *to = copy;
+                    }
+                }
+            }
             _ => {
                 real.clear();
                 for c in naive.streams.iter_mut().flatten() {
@@ -470,29 +510,36 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         }
         compare(&real, &naive, &mut rng, &ctx);
     }
-    rollbacks_with_shift
+    (rollbacks_with_shift, unshared)
 }
 
 /// Every shape for seeds 1..=4; the rollbacks must have met pending shifts.
-fn run_shapes(layout: StreamLayout, seed_step: u64, shapes: &[(u32, u32)]) {
-    let mut rollbacks_with_shift = 0;
+/// Returns the cells `seq_unshare` copied.
+fn run_shapes(layout: StreamLayout, seed_step: u64, shapes: &[(u32, u32)]) -> usize {
+    let (mut rollbacks_with_shift, mut unshared) = (0, 0);
     for seed in 1..=4 {
         for &(kv_size, n_seq) in shapes {
             let seed = seed * seed_step + kv_size as u64;
-            rollbacks_with_shift += run(seed, kv_size, n_seq, layout, 3000);
+            let (r, u) = run(seed, kv_size, n_seq, layout, 3000);
+            rollbacks_with_shift += r;
+            unshared += u;
         }
     }
     assert!(rollbacks_with_shift > 100, "{rollbacks_with_shift}");
+    unshared
 }
 
 #[test]
 fn random_ops_match_the_naive_model_unified() {
     let shapes = [(1, 1), (7, 1), (16, 3), (33, 5), (64, 64)];
-    run_shapes(StreamLayout::Unified, 7919, &shapes);
+    // shared cells (seq_cp, multi-sequence tokens) get unshared
+    let unshared = run_shapes(StreamLayout::Unified, 7919, &shapes);
+    assert!(unshared > 100, "{unshared}");
 }
 
 #[test]
 fn random_ops_match_the_naive_model_per_seq() {
     let shapes = [(1, 2), (8, 2), (16, 3), (12, 5)];
-    run_shapes(StreamLayout::PerSeq, 104_729, &shapes);
+    // one sequence per stream: nothing is ever shared
+    assert_eq!(run_shapes(StreamLayout::PerSeq, 104_729, &shapes), 0);
 }
