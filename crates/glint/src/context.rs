@@ -372,6 +372,44 @@ impl Context {
             .seq_cp(&l.be, src, dst, p0, p1))
     }
 
+    /// Copy-on-write before a position edit: give `seq` its own copy (the
+    /// K/V rows of every layer) of each cell with a position in `[p0, p1)`
+    /// that it shares with another sequence; returns how many cells were
+    /// copied (0 when nothing there is shared).
+    ///
+    /// Why: in the unified cache [`Context::seq_cp`] shares cells instead of
+    /// copying them (a prompt prefix several sequences reuse costs its cells
+    /// once), and a cell has one position. [`Context::seq_add`],
+    /// [`Context::seq_div`], [`Context::context_shift`] and
+    /// [`Context::self_extend`] of one sequence would move a shared cell for
+    /// every sequence in it. So before editing the positions of a sequence
+    /// that may share cells, unshare the range that will move:
+    ///
+    /// | edit of `seq` | unshare first |
+    /// |---|---|
+    /// | `context_shift(seq, n_keep, n_past)` | `[n_keep + n_discard, -1)` |
+    /// | `self_extend(seq, n_past, ga_i, ..)` | `[ga_i, -1)` |
+    /// | `seq_add` / `seq_div` over `[p0, p1)` | `[p0, p1)` |
+    ///
+    /// (`n_discard = (n_past - n_keep) / 2`; `[n_keep, -1)` works too, at
+    /// the cost of copying cells the shift then drops. Every self-extend
+    /// call moves positions from `ga_i` on only.)
+    ///
+    /// Positions that are only removed (`seq_rm`) need no copy: removal
+    /// drops one sequence from a cell and leaves the others. The per-stream
+    /// layout never shares cells across sequences, so there this is a no-op.
+    ///
+    /// All or nothing: not enough empty cells for the copies is an error
+    /// naming how many are needed and free, and the cache is unchanged.
+    /// `p0 < 0` means from 0, `p1 < 0` to the end; `seq` must be a
+    /// sequence id (not "all").
+    pub fn seq_unshare(&mut self, seq: i32, p0: i32, p1: i32) -> Result<usize, Error> {
+        let model = self.model.clone();
+        with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .kv
+            .seq_unshare(&l.be, seq, p0, p1))
+    }
+
     /// Keep only sequence `seq`.
     pub fn seq_keep(&mut self, seq: i32) -> Result<(), Error> {
         on_exec!(&mut self.exec, |x| x.kv.seq_keep(seq))

@@ -2,13 +2,14 @@
 //!
 //! [`SeqMemory`] is the interface the context talks to: llama.cpp's
 //! sequence operations (`seq_rm`, `seq_cp`, `seq_keep`, `seq_add`,
-//! `seq_div`), positions, state save/restore, and the begin/rollback pair
-//! around a decode. [`KvCache`] is its first implementation: the cells
-//! (`glint-kv`: which token of which sequences sits in which cell, at what
-//! position) and the K/V rows on the backend, owned together so they can
-//! never disagree. A per-sequence recurrent state (LFM2's short
-//! convolutions, Mamba's SSM state) implements the same trait, and a hybrid
-//! memory holds both and forwards each call to each.
+//! `seq_div`; `seq_unshare`, copy-on-write of shared cells), positions,
+//! state save/restore, and the begin/rollback pair around a decode.
+//! [`KvCache`] is its first implementation: the cells (`glint-kv`: which
+//! token of which sequences sits in which cell, at what position) and the
+//! K/V rows on the backend, owned together so they can never disagree. A
+//! per-sequence recurrent state (LFM2's short convolutions, Mamba's SSM
+//! state) implements the same trait, and a hybrid memory holds both and
+//! forwards each call to each.
 //!
 //! A failed decode is undone without copying the whole cell state: `begin`
 //! returns an [`Undo`] holding what the batch changed, and `rollback`
@@ -16,7 +17,7 @@
 //! rows were rotated, so the positions they were rotated to stay.
 
 use glint_backend::{Backend, GgmlType, Tensor, TensorDesc, Usage};
-use glint_kv::{CellLog, CellPlan, KvCells, KvParams, ModelIdentity, TokenMeta};
+use glint_kv::{CellLog, CellPlan, KvCells, KvParams, ModelIdentity, RowCopy, TokenMeta};
 use glint_model::{HParams, KvStorage};
 
 use crate::Error;
@@ -44,6 +45,10 @@ pub(crate) trait SeqMemory<B: Backend> {
     fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<(), Error>;
     /// Make `dst` share the positions `[p0, p1)` of `src`.
     fn seq_cp(&mut self, be: &B, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error>;
+    /// Copy-on-write: give `seq` its own copy of every cell in `[p0, p1)`
+    /// it shares with another sequence, so a position edit of `seq` moves
+    /// only `seq`. All or nothing; returns the number of cells copied.
+    fn seq_unshare(&mut self, be: &B, seq: i32, p0: i32, p1: i32) -> Result<usize, Error>;
     /// Keep only sequence `seq`.
     fn seq_keep(&mut self, seq: i32) -> Result<(), Error>;
     /// Shift the positions `[p0, p1)` of `seq` by `d`.
@@ -240,11 +245,23 @@ impl<B: Backend> SeqMemory<B> for KvCache<B> {
         if copies.is_empty() {
             return Ok(());
         }
-        let pairs: Vec<(i32, i32)> = copies
-            .iter()
-            .map(|c| (c.src_row as i32, c.dst_row as i32))
-            .collect();
-        self.copy_rows(be, &pairs)
+        self.copy_rows(be, &row_pairs(&copies))
+    }
+
+    fn seq_unshare(&mut self, be: &B, seq: i32, p0: i32, p1: i32) -> Result<usize, Error> {
+        // The cells change only once the rows are copied: a failed copy
+        // must not leave cells naming rows that were never written (the
+        // copies write only rows of empty cells, so it leaves nothing
+        // visible). The clone is of the cell metadata, a small cost next
+        // to the row copies.
+        let mut next = self.cells.clone();
+        let copies = next.seq_unshare(seq, p0, p1)?;
+        if copies.is_empty() {
+            return Ok(0);
+        }
+        self.copy_rows(be, &row_pairs(&copies))?;
+        self.cells = next;
+        Ok(copies.len())
     }
 
     fn seq_keep(&mut self, seq: i32) -> Result<(), Error> {
@@ -310,6 +327,15 @@ impl<B: Backend> SeqMemory<B> for KvCache<B> {
         self.cells = next;
         Ok(())
     }
+}
+
+/// `(src_row, dst_row)` of each copy, as the i32 row indices `copy_rows`
+/// uploads (the same cast the decode makes for its K/V rows).
+fn row_pairs(copies: &[RowCopy]) -> Vec<(i32, i32)> {
+    copies
+        .iter()
+        .map(|c| (c.src_row as i32, c.dst_row as i32))
+        .collect()
 }
 
 /// Runs of consecutive rows, in order: `(first row, count)`.
