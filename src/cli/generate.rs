@@ -277,7 +277,6 @@ fn run_single(
     ids: &[u32],
 ) -> Result<GenerateStats, String> {
     let model = ctx.model().clone();
-    let tok = model.tokenizer();
     let logprobs = job.logprobs;
     let mut out = std::io::stdout().lock();
     if p.has("echo") && logprobs.is_none() {
@@ -300,19 +299,13 @@ fn run_single(
         after_prompt: Some(&mut save),
     };
     let mut io_err = None;
-    let mut lp_err = None;
-    let want_logits = logprobs.is_some();
-    let stats = generate_with(ctx, ids, &job.params, want_logits, &mut hooks, &mut |ev| {
-        let written = match (logprobs, ev.id, ev.logits) {
-            (Some(n), Some(id), Some(logits)) => match logprobs_out::line(tok, logits, id, n) {
-                Ok(v) => writeln!(out, "{v}"),
-                Err(e) => {
-                    lp_err = Some(e);
-                    return false;
-                }
-            },
-            (Some(_), _, _) => Ok(()),
-            (None, _, _) => out.write_all(ev.text.as_bytes()),
+    let mut params = job.params.clone();
+    params.logprobs = logprobs;
+    let stats = generate_with(ctx, ids, &params, &mut hooks, &mut |ev| {
+        let written = match (logprobs, ev.logprob) {
+            (Some(_), Some(lp)) => writeln!(out, "{}", logprobs_out::line(lp)),
+            (Some(_), None) => Ok(()),
+            (None, _) => out.write_all(ev.text.as_bytes()),
         };
         if let Err(e) = written.and_then(|()| out.flush()) {
             io_err = Some(e);
@@ -321,9 +314,6 @@ fn run_single(
         true
     })
     .map_err(|e| e.to_string())?;
-    if let Some(e) = lp_err {
-        return Err(format!("--logprobs: {e}"));
-    }
     if logprobs.is_none() {
         let _ = writeln!(out).and_then(|()| out.flush());
     }

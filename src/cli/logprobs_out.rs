@@ -1,9 +1,9 @@
 //! `generate --logprobs N`: one JSON object per generated token, with the
 //! log-probability of the token and of the `N` most likely ones, from the
-//! raw logits (before any sampler changed them).
+//! raw logits (before any sampler changed them), as the engine reports them.
 
+use glint::engine::TokenLogprob;
 use glint::sample::MAX_TOP_LOGPROBS;
-use glint::Tokenizer;
 use serde_json::{json, Value};
 
 /// `--logprobs N`, checked: `0..=20` (OpenAI's `top_logprobs` cap).
@@ -16,29 +16,21 @@ pub fn parse_n(s: &str) -> Result<usize, String> {
     }
 }
 
-/// The token's text with special tokens written out (`<|im_end|>`); bytes
-/// that are not UTF-8 on their own (half a character) become U+FFFD.
-fn piece(tok: &Tokenizer, id: u32) -> String {
-    tok.token_to_piece(id, true)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
-}
-
 /// `{"token", "text", "logprob", "top": [{"token", "text", "logprob"}, ...]}`
-/// for `token` sampled from `logits`.
-pub fn line(tok: &Tokenizer, logits: &[f32], token: u32, n_top: usize) -> Result<Value, String> {
-    let lp = glint::sample::logprobs(logits, token, n_top).map_err(|e| e.to_string())?;
+/// (texts with special tokens written out, `<|im_end|>`; half a character
+/// becomes U+FFFD).
+pub fn line(lp: &TokenLogprob) -> Value {
     let top: Vec<Value> = lp
         .top
         .iter()
-        .map(|&(id, logprob)| json!({ "token": id, "text": piece(tok, id), "logprob": logprob }))
+        .map(|(id, text, logprob)| json!({ "token": id, "text": text, "logprob": logprob }))
         .collect();
-    Ok(json!({
-        "token": token,
-        "text": piece(tok, token),
+    json!({
+        "token": lp.token,
+        "text": lp.text,
         "logprob": lp.logprob,
         "top": top,
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -149,7 +149,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                 )
                 .map_err(|e| e.to_string())?;
                 let mut answer = String::new();
-                generate(&mut ctx, &ids, &params, false, &mut |ev| {
+                generate(&mut ctx, &ids, &params, &mut |ev| {
                     answer.push_str(ev.text);
                     true
                 })

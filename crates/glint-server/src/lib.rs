@@ -406,11 +406,13 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Whole, ApiErr
     let mut lps = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Delta { text: t, logprob } => {
+            Event::Delta {
+                text: t, logprob, ..
+            } => {
                 text.push_str(&t);
                 lps.extend(logprob);
             }
-            Event::Done { reason, usage } => return Ok((text, lps, reason, usage)),
+            Event::Done { reason, usage, .. } => return Ok((text, lps, reason, usage)),
             Event::Failed(m) => return Err(ApiError::internal(m)),
         }
     }
@@ -437,7 +439,7 @@ impl Streaming {
         let push =
             |p: &mut std::collections::VecDeque<String>, v: Value| p.push_back(v.to_string());
         match ev {
-            Some(Event::Delta { text, logprob }) => {
+            Some(Event::Delta { text, logprob, .. }) => {
                 if text.is_empty() && logprob.is_none() {
                     return;
                 }
@@ -449,7 +451,7 @@ impl Streaming {
                 );
                 self.offset += text.len();
             }
-            Some(Event::Done { reason, usage }) => {
+            Some(Event::Done { reason, usage, .. }) => {
                 push(&mut self.pending, self.meta.finish_chunk(reason));
                 if self.include_usage {
                     push(&mut self.pending, self.meta.usage_chunk(&usage));

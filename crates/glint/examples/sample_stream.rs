@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     print!("{prompt}");
     let mut out = std::io::stdout();
-    let stats = generate(&mut ctx, &ids, &params, false, &mut |ev| {
+    let stats = generate(&mut ctx, &ids, &params, &mut |ev| {
         // `false` from the callback stops generation (a closed stdout, say).
         write!(out, "{}", ev.text).is_ok() && out.flush().is_ok()
     })?;

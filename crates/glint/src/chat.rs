@@ -21,12 +21,15 @@ use std::time::Instant;
 
 use glint_chat::ChatTemplate;
 use glint_gguf::GgufFile;
-use glint_sample::{Chain, Sampler, SamplerParams};
+use std::cell::RefCell;
+
+use glint_sample::SamplerParams;
 use glint_tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
-use crate::generate::{plain_greedy, SeqSampler, StopReason, TokenEvent};
-use crate::{Batch, Context, Error, Model};
+use crate::engine::{run_local, EventSink, Request};
+use crate::generate::{LocalSink, Shared, StopReason, TokenEvent};
+use crate::{Context, Error, Model};
 
 /// Where a [`Chat`]'s template came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,8 +176,10 @@ pub struct Conversation {
     system: Option<String>,
     messages: Vec<Value>,
     cached: Vec<u32>,
+    /// Each turn builds its sampler chain anew and feeds it the whole
+    /// conversation (what history samplers, penalties and DRY, see), as
+    /// llama-server does for each request.
     sampling: SamplerParams,
-    chain: Option<Chain>,
     /// Tokens to generate per reply; `< 0` = until end of generation.
     n_predict: i32,
 }
@@ -190,7 +195,6 @@ impl Conversation {
             messages: Vec::new(),
             cached: Vec::new(),
             sampling,
-            chain: None,
             n_predict,
         })
     }
@@ -216,7 +220,6 @@ impl Conversation {
         ctx.clear();
         self.cached.clear();
         self.messages.clear();
-        self.chain = None;
         if let Some(s) = &self.system {
             self.messages.push(message("system", s));
         }
@@ -248,7 +251,6 @@ impl Conversation {
                 self.messages.pop();
                 ctx.clear();
                 self.cached.clear();
-                self.chain = None;
                 Err(e)
             }
         }
@@ -269,89 +271,39 @@ impl Conversation {
                 ids.len()
             )));
         }
-
-        // Keep the longest cached prefix; at least one token must be decoded
-        // to have logits to sample from.
-        let mut n_keep = common_prefix(&self.cached, &ids);
-        if n_keep == ids.len() {
-            n_keep -= 1;
-        }
-        ctx.seq_rm(0, n_keep as i32, -1)?;
-        self.cached.truncate(n_keep);
-
-        let chain = match &mut self.chain {
-            Some(c) => c,
-            None => self
-                .chain
-                .insert(self.sampling.build_chain(model.n_vocab(), n_ctx)?),
-        };
-        // History samplers (penalties, DRY) see the prompt as generate() lets
-        // them; tokens dropped from the cache stay in their history, as in
-        // llama.cpp's interactive mode.
-        let new = &ids[n_keep..];
-        for &t in new {
-            chain.accept(t);
-        }
+        // The engine keeps the longest cached prefix (all but the last token
+        // at most: its logits are needed) and decodes the rest.
+        let n_keep = common_prefix(&self.cached, &ids).min(ids.len() - 1);
+        let mut req = Request::new(ids.clone());
+        req.sampling = self.sampling.clone();
+        req.max_tokens = usize::try_from(self.n_predict).ok();
+        req.check(model.n_vocab(), n_ctx, 1)?;
 
         let t0 = Instant::now();
-        let mut last_idx = prefill(ctx, &mut self.cached, n_keep, new)?;
-        let prompt_secs = t0.elapsed().as_secs_f64();
-
-        let greedy = plain_greedy(&self.sampling);
-        let t1 = Instant::now();
-        let mut seq = SeqSampler::new(chain, tok, greedy);
-        let stop = loop {
-            if seq.reached(self.n_predict) {
-                break StopReason::NPredict;
-            }
-            let (id, logits) = seq.pick(ctx, last_idx)?;
-            if let Some(r) = seq.emit(id, logits.as_deref(), true, self.n_predict, on_token)? {
-                break r;
-            }
-            if self.cached.len() >= n_ctx {
-                break StopReason::ContextFull;
-            }
-            ctx.decode(&Batch::from_tokens(&[id], self.cached.len() as i32, 0))?;
-            self.cached.push(id);
-            last_idx = 0;
+        let mut cb = |_: usize, ev: &TokenEvent| on_token(ev);
+        let shared = RefCell::new(Shared::new(1, &mut cb));
+        let sink = LocalSink {
+            job: 0,
+            shared: &shared,
         };
-        seq.finish(on_token);
+        let seqs = vec![(0, std::mem::take(&mut self.cached))];
+        let jobs: Vec<(Request, Box<dyn EventSink + '_>)> = vec![(req, Box::new(sink))];
+        let caches = run_local(ctx, tok, seqs, jobs)?;
+        self.cached = caches.into_iter().next().map(|c| c.1).unwrap_or_default();
+        let out = shared.borrow_mut().out.pop().unwrap_or_default();
+        let text = out.text.clone();
+        let stats = out.stats(ids.len() - n_keep, t0);
         Ok(TurnStats {
             n_prompt: ids.len(),
             n_cached: n_keep,
             n_new: ids.len() - n_keep,
-            n_gen: seq.tokens.len(),
-            prompt_secs,
-            gen_secs: t1.elapsed().as_secs_f64(),
-            stop,
-            text: std::mem::take(&mut seq.text),
+            n_gen: stats.n_gen,
+            prompt_secs: stats.prompt_secs,
+            gen_secs: stats.gen_secs,
+            stop: stats.stop,
+            text,
         })
     }
-}
-
-/// Decode `new` into sequence 0 at positions `n_keep..`, in `n_batch`
-/// chunks, logits for the last token only; returns its index in the last
-/// batch.
-fn prefill(
-    ctx: &mut Context,
-    cached: &mut Vec<u32>,
-    n_keep: usize,
-    new: &[u32],
-) -> Result<usize, Error> {
-    let n_batch = ctx.params().n_batch as usize;
-    let mut last_idx = 0;
-    for (c, chunk) in new.chunks(n_batch).enumerate() {
-        let pos0 = (n_keep + c * n_batch) as i32;
-        let last_chunk = (c + 1) * n_batch >= new.len();
-        let mut b = Batch::new();
-        for (i, &t) in chunk.iter().enumerate() {
-            b.add(t, pos0 + i as i32, &[0], last_chunk && i + 1 == chunk.len());
-        }
-        ctx.decode(&b)?;
-        cached.extend_from_slice(chunk);
-        last_idx = chunk.len() - 1;
-    }
-    Ok(last_idx)
 }
 
 /// Length of the longest common prefix of `a` and `b`.

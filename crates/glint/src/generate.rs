@@ -1,11 +1,16 @@
-//! The high-level generation loop: prompt in `n_batch` chunks, then one token
-//! at a time through the sampler chain, text streamed as it completes.
+//! High-level generation on a caller's context: prompt in `n_batch` chunks,
+//! then one token at a time through the sampler chain, text streamed as it
+//! completes. These run the [`engine`](crate::engine)'s loop (one loop for
+//! the CLI, the library and the server), synchronously, in the caller's
+//! context.
 
+use std::cell::RefCell;
 use std::time::Instant;
 
-use glint_sample::{Chain, Sampler, SamplerParams};
+use glint_sample::SamplerParams;
 
-use crate::{Batch, Context, Error};
+use crate::engine::{run_local, Event, EventSink, Request, TokenLogprob, Usage};
+use crate::{Context, Error};
 
 /// How to generate.
 #[derive(Clone, Debug)]
@@ -30,6 +35,9 @@ pub struct GenerateParams {
     /// Prompt tokens already in sequence 0 of the cache at positions
     /// `0..n_cached` (a restored prompt cache); only the rest is decoded.
     pub n_cached: usize,
+    /// `Some(n)`: each token's log-probability and its `n` best
+    /// alternatives, from the logits before sampling ([`TokenEvent::logprob`]).
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateParams {
@@ -43,6 +51,7 @@ impl Default for GenerateParams {
             ctx_shift: false,
             n_keep: 0,
             n_cached: 0,
+            logprobs: None,
         }
     }
 }
@@ -107,19 +116,22 @@ pub enum StopReason {
     NPredict,
     /// The context is full.
     ContextFull,
-    /// The callback asked to stop.
+    /// The callback asked to stop (or, on a server, the client went away).
     Callback,
+    /// A stop string was generated.
+    StopString,
 }
 
 impl std::fmt::Display for StopReason {
     /// In words, for stats lines: `end of generation`, `n_predict reached`,
-    /// `context full`, `stopped by the caller`.
+    /// `context full`, `stopped by the caller`, `stop string`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             StopReason::EndOfGeneration => "end of generation",
             StopReason::NPredict => "n_predict reached",
             StopReason::ContextFull => "context full",
             StopReason::Callback => "stopped by the caller",
+            StopReason::StopString => "stop string",
         })
     }
 }
@@ -159,8 +171,9 @@ pub struct TokenEvent<'a> {
     pub id: Option<u32>,
     /// Text that became complete with it (may be empty: half a character).
     pub text: &'a str,
-    /// Logits it was sampled from (`None` on the greedy device path).
-    pub logits: Option<&'a [f32]>,
+    /// Its log-probability and best alternatives, when asked for
+    /// ([`GenerateParams::logprobs`]).
+    pub logprob: Option<&'a TokenLogprob>,
 }
 
 /// True when greedy decoding can take the device argmax: nothing in the chain
@@ -174,175 +187,146 @@ pub(crate) fn plain_greedy(s: &SamplerParams) -> bool {
         && s.dry_multiplier == 0.0
 }
 
-/// One sequence's side of a generation loop: its sampler chain, its
-/// streaming detokenizer and the tokens it generated. Every loop here
-/// (single sequence, parallel sequences, a chat turn) picks and emits its
-/// tokens through this, so they stop for the same reasons in the same order.
-pub(crate) struct SeqSampler<'c, 't> {
-    chain: &'c mut Chain,
-    dec: glint_tokenizer::StreamDecoder<'t>,
-    tok: &'t glint_tokenizer::Tokenizer,
-    /// Take the device argmax (4 bytes) instead of reading the logits.
-    greedy: bool,
-    /// The generated token ids.
-    pub(crate) tokens: Vec<u32>,
-    /// The generated text so far.
-    pub(crate) text: String,
+impl GenerateParams {
+    /// The engine request for `prompt`.
+    fn request(&self, prompt: &[u32]) -> Request {
+        let mut req = Request::new(prompt.to_vec());
+        req.sampling = self.sampling.clone();
+        req.max_tokens = usize::try_from(self.n_predict).ok();
+        req.ignore_eos = !self.stop_at_eog;
+        req.logprobs = self.logprobs;
+        req.context_shift = self.ctx_shift;
+        req.n_keep = self.n_keep.max(0) as usize;
+        req.ga_n = self.ga_n;
+        req.ga_w = self.ga_w;
+        req
+    }
 }
 
-impl<'c, 't> SeqSampler<'c, 't> {
-    pub(crate) fn new(
-        chain: &'c mut Chain,
-        tok: &'t glint_tokenizer::Tokenizer,
-        greedy: bool,
-    ) -> Self {
-        SeqSampler {
-            chain,
-            dec: tok.stream_decoder(true),
-            tok,
-            greedy,
-            tokens: Vec::new(),
-            text: String::new(),
+/// What one request of a local run saw.
+#[derive(Default)]
+pub(crate) struct Outcome {
+    /// Generated token ids.
+    pub(crate) tokens: Vec<u32>,
+    /// Generated text (stop strings and what follows left out).
+    pub(crate) text: String,
+    /// Why it ended (`None`: it did not end, an error stopped the run).
+    pub(crate) stop: Option<StopReason>,
+    /// Its counts, once done.
+    pub(crate) usage: Usage,
+    /// When the prompt was in the cache, and when it ended.
+    pub(crate) prompt_end: Option<Instant>,
+    pub(crate) end: Option<Instant>,
+}
+
+/// The callbacks and results every request of a local run shares.
+pub(crate) struct Shared<'c> {
+    /// Request index and token.
+    pub(crate) on_token: &'c mut dyn FnMut(usize, &TokenEvent) -> bool,
+    pub(crate) on_kv: Option<&'c mut dyn FnMut(&KvEvent)>,
+    pub(crate) after_prompt: Option<AfterPrompt<'c>>,
+    pub(crate) out: Vec<Outcome>,
+}
+
+impl<'c> Shared<'c> {
+    pub(crate) fn new(n: usize, on_token: &'c mut dyn FnMut(usize, &TokenEvent) -> bool) -> Self {
+        Shared {
+            on_token,
+            on_kv: None,
+            after_prompt: None,
+            out: (0..n).map(|_| Outcome::default()).collect(),
+        }
+    }
+}
+
+/// Request `job`'s events, turned into [`TokenEvent`]s and an [`Outcome`].
+pub(crate) struct LocalSink<'s, 'c> {
+    pub(crate) job: usize,
+    pub(crate) shared: &'s RefCell<Shared<'c>>,
+}
+
+impl EventSink for LocalSink<'_, '_> {
+    fn send(&mut self, ev: Event) -> bool {
+        let mut sh = self.shared.borrow_mut();
+        let sh = &mut *sh;
+        let o = &mut sh.out[self.job];
+        match ev {
+            Event::Delta {
+                token,
+                text,
+                logprob,
+                ..
+            } => {
+                o.tokens.extend(token);
+                o.text.push_str(&text);
+                let ev = TokenEvent {
+                    id: token,
+                    text: &text,
+                    logprob: logprob.as_ref(),
+                };
+                let go_on = (sh.on_token)(self.job, &ev);
+                if !go_on {
+                    o.stop = Some(StopReason::Callback);
+                    o.end = Some(Instant::now());
+                }
+                go_on
+            }
+            Event::Done { stop, usage, .. } => {
+                o.stop = Some(stop);
+                o.usage = usage;
+                o.end = Some(Instant::now());
+                true
+            }
+            // The run returns the error itself.
+            Event::Failed(_) => true,
         }
     }
 
-    /// Sample the token after batch token `idx` of the last decode; the
-    /// logits come along unless the greedy device path was taken.
-    pub(crate) fn pick(
-        &mut self,
-        ctx: &mut Context,
-        idx: usize,
-    ) -> Result<(u32, Option<Vec<f32>>), Error> {
-        if self.greedy {
-            let id = ctx.argmax(idx)?;
-            self.chain.accept(id);
-            Ok((id, None))
-        } else {
-            let l = ctx.logits(idx)?.to_vec();
-            Ok((self.chain.sample(&l)?, Some(l)))
+    fn is_closed(&self) -> bool {
+        false
+    }
+
+    fn on_kv(&mut self, ev: &KvEvent) {
+        if let Some(f) = self.shared.borrow_mut().on_kv.as_mut() {
+            f(ev);
         }
     }
 
-    /// Record `id`, hand its text to `on_token`, and say whether the
-    /// sequence stops here: at an end-of-generation token (when
-    /// `stop_at_eog`), when the callback says so, or after `n_predict`
-    /// tokens (`< 0`: no limit).
-    pub(crate) fn emit(
-        &mut self,
-        id: u32,
-        logits: Option<&[f32]>,
-        stop_at_eog: bool,
-        n_predict: i32,
-        on_token: &mut dyn FnMut(&TokenEvent) -> bool,
-    ) -> Result<Option<StopReason>, Error> {
-        self.tokens.push(id);
-        let eog = stop_at_eog && self.tok.is_eog(id);
-        let piece = if eog {
-            String::new()
-        } else {
-            self.dec.push(id)?
-        };
-        self.text.push_str(&piece);
-        let go_on = on_token(&TokenEvent {
-            id: Some(id),
-            text: &piece,
-            logits,
-        });
-        Ok(if eog {
-            Some(StopReason::EndOfGeneration)
-        } else if !go_on {
-            Some(StopReason::Callback)
-        } else if self.reached(n_predict) {
-            Some(StopReason::NPredict)
-        } else {
-            None
-        })
+    fn prompt_done(&mut self, ctx: &mut Context, _seq: i32) -> Result<(), Error> {
+        let mut sh = self.shared.borrow_mut();
+        sh.out[self.job].prompt_end = Some(Instant::now());
+        match sh.after_prompt.as_mut() {
+            Some(f) => f(ctx),
+            None => Ok(()),
+        }
     }
+}
 
-    /// True once `n_predict` tokens (`>= 0`) were generated.
-    pub(crate) fn reached(&self, n_predict: i32) -> bool {
-        n_predict >= 0 && self.tokens.len() >= n_predict as usize
-    }
-
-    /// Hand the text held back for the rest of a character to `on_token`.
-    pub(crate) fn finish(&mut self, on_token: &mut dyn FnMut(&TokenEvent) -> bool) {
-        let rest = self.dec.flush();
-        if !rest.is_empty() {
-            self.text.push_str(&rest);
-            on_token(&TokenEvent {
-                id: None,
-                text: &rest,
-                logits: None,
-            });
+impl Outcome {
+    /// Stats of a request of `n_prompt` new prompt tokens started at `t0`.
+    pub(crate) fn stats(self, n_prompt: usize, t0: Instant) -> GenerateStats {
+        let end = self.end.unwrap_or_else(Instant::now);
+        let prompt_end = self.prompt_end.unwrap_or(end);
+        GenerateStats {
+            n_prompt,
+            n_gen: self.tokens.len(),
+            prompt_secs: (prompt_end - t0).as_secs_f64(),
+            gen_secs: (end - prompt_end).as_secs_f64(),
+            stop: self.stop.unwrap_or(StopReason::ContextFull),
+            tokens: self.tokens,
         }
     }
 }
 
 /// Decode `prompt` into sequence 0 of an empty `ctx` and generate after it,
-/// calling `on_token` for each token (return `false` to stop). `want_logits`
-/// makes the loop read the logits even when greedy decoding would not need
-/// them (for logprobs).
+/// calling `on_token` for each token (return `false` to stop).
 pub fn generate(
     ctx: &mut Context,
     prompt: &[u32],
     params: &GenerateParams,
-    want_logits: bool,
     on_token: &mut dyn FnMut(&TokenEvent) -> bool,
 ) -> Result<GenerateStats, Error> {
-    generate_with(
-        ctx,
-        prompt,
-        params,
-        want_logits,
-        &mut Hooks::default(),
-        on_token,
-    )
-}
-
-/// The cache bookkeeping of the loop (llama.cpp's completion tool): `n_past`
-/// is where the next token goes, `ga_i` the self-extend progress.
-struct Positions {
-    n_past: i32,
-    ga_i: i32,
-}
-
-impl Positions {
-    /// Run before every decode of `n_new` tokens: the self-extend loop, or a
-    /// context shift when the cache is full. Returns false when there is no
-    /// room for the tokens (no shift allowed, or it freed nothing).
-    fn make_room(
-        &mut self,
-        ctx: &mut Context,
-        n_new: usize,
-        params: &GenerateParams,
-        hooks: &mut Hooks,
-    ) -> Result<bool, Error> {
-        if params.ga_n > 1 {
-            let out = ctx.self_extend(0, self.n_past, self.ga_i, params.ga_n, params.ga_w)?;
-            self.n_past = out.n_past;
-            self.ga_i = out.ga_i;
-            if let Some(f) = hooks.on_kv.as_mut() {
-                for pass in out.passes {
-                    f(&KvEvent::SelfExtend(pass));
-                }
-            }
-        } else if params.ctx_shift && self.n_past as usize + n_new >= ctx.n_ctx_stream() as usize {
-            // llama.cpp's condition: it shifts with one cell still free.
-            let n_keep = params.n_keep.clamp(0, self.n_past);
-            let n_past_before = self.n_past;
-            let shift = ctx.context_shift(0, n_keep, self.n_past)?;
-            self.n_past = shift.n_past;
-            if let Some(f) = hooks.on_kv.as_mut() {
-                f(&KvEvent::ContextShift {
-                    n_past_before,
-                    n_keep,
-                    shift,
-                });
-            }
-        }
-        let stream = ctx.cells().stream_of(0)?;
-        Ok(ctx.cells().free(stream) as usize >= n_new)
-    }
+    generate_with(ctx, prompt, params, &mut Hooks::default(), on_token)
 }
 
 /// [`generate`] with hooks, self-extend, context shift and a restored
@@ -353,84 +337,41 @@ pub fn generate_with(
     ctx: &mut Context,
     prompt: &[u32],
     params: &GenerateParams,
-    want_logits: bool,
     hooks: &mut Hooks,
     on_token: &mut dyn FnMut(&TokenEvent) -> bool,
 ) -> Result<GenerateStats, Error> {
-    let model = ctx.model().clone();
-    let tok = model.tokenizer();
     check_single(ctx, prompt, params)?;
-    let n_ctx = ctx.n_ctx_stream() as usize;
-    let mut chain = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
-    let greedy = plain_greedy(&params.sampling) && !want_logits;
-
+    let model = ctx.model().clone();
     let t0 = Instant::now();
-    let mut at = Positions {
-        n_past: params.n_cached as i32,
-        ga_i: 0,
+    let mut cb = |_: usize, ev: &TokenEvent| on_token(ev);
+    let mut shared = Shared::new(1, &mut cb);
+    shared.on_kv = hooks
+        .on_kv
+        .as_deref_mut()
+        .map(|f| f as &mut dyn FnMut(&KvEvent));
+    shared.after_prompt = hooks
+        .after_prompt
+        .as_deref_mut()
+        .map(|f| f as &mut dyn FnMut(&mut Context) -> Result<(), Error>);
+    let shared = RefCell::new(shared);
+    let sink = LocalSink {
+        job: 0,
+        shared: &shared,
     };
-    let mut last_idx = prefill(ctx, &prompt[params.n_cached..], &mut at, params, hooks)?;
-    for &t in prompt {
-        chain.accept(t);
-    }
-    if let Some(f) = hooks.after_prompt.as_mut() {
-        f(ctx)?;
-    }
-    let prompt_secs = t0.elapsed().as_secs_f64();
-
-    let t1 = Instant::now();
-    let mut seq = SeqSampler::new(&mut chain, tok, greedy);
-    let stop = loop {
-        if seq.reached(params.n_predict) {
-            break StopReason::NPredict;
-        }
-        let (id, logits) = seq.pick(ctx, last_idx)?;
-        let n_predict = params.n_predict;
-        if let Some(r) = seq.emit(
-            id,
-            logits.as_deref(),
-            params.stop_at_eog,
-            n_predict,
-            on_token,
-        )? {
-            break r;
-        }
-        if !at.make_room(ctx, 1, params, hooks)? {
-            break StopReason::ContextFull;
-        }
-        ctx.decode(&Batch::from_tokens(&[id], at.n_past, 0))?;
-        at.n_past += 1;
-        last_idx = 0;
-    };
-    seq.finish(on_token);
-    Ok(GenerateStats {
-        n_prompt: prompt.len() - params.n_cached,
-        n_gen: seq.tokens.len(),
-        prompt_secs,
-        gen_secs: t1.elapsed().as_secs_f64(),
-        stop,
-        tokens: std::mem::take(&mut seq.tokens),
-    })
+    let seqs = vec![(0, prompt[..params.n_cached].to_vec())];
+    let jobs: Vec<(Request, Box<dyn EventSink + '_>)> =
+        vec![(params.request(prompt), Box::new(sink))];
+    run_local(ctx, model.tokenizer(), seqs, jobs)?;
+    let out = shared.borrow_mut().out.pop().unwrap_or_default();
+    Ok(out.stats(prompt.len() - params.n_cached, t0))
 }
 
 /// What [`generate_with`] refuses before it touches the cache.
 fn check_single(ctx: &Context, prompt: &[u32], params: &GenerateParams) -> Result<(), Error> {
-    if prompt.is_empty() {
-        return Err(Error::Invalid("the prompt has no tokens".into()));
-    }
     let n_ctx = ctx.n_ctx_stream() as usize;
-    if prompt.len() >= n_ctx {
-        return Err(Error::PromptTooLong {
-            n_prompt: prompt.len(),
-            n_ctx,
-        });
-    }
-    validate_self_extend(params.ga_n, params.ga_w)?;
-    if params.ga_n > 1 && params.ctx_shift {
-        return Err(Error::Invalid(
-            "self-extend (--grp-attn-n > 1) and --context-shift cannot be combined".into(),
-        ));
-    }
+    params
+        .request(prompt)
+        .check(ctx.model().n_vocab(), n_ctx, 1)?;
     if params.n_cached >= prompt.len() || (params.n_cached > 0 && params.ga_n > 1) {
         return Err(Error::Invalid(format!(
             "{} cached prompt tokens of {} (at most all but the last, and none with self-extend)",
@@ -438,7 +379,6 @@ fn check_single(ctx: &Context, prompt: &[u32], params: &GenerateParams) -> Resul
             prompt.len()
         )));
     }
-    params.sampling.validate()?;
     // The cache must hold exactly the restored prefix of sequence 0: any
     // other cell would be attended to as if it were part of this prompt.
     let held = ctx.seq_pos_max(0)? + 1;
@@ -450,34 +390,6 @@ fn check_single(ctx: &Context, prompt: &[u32], params: &GenerateParams) -> Resul
         )));
     }
     Ok(())
-}
-
-/// Decode `todo` into sequence 0 at `at.n_past..`, in `n_batch` chunks, each
-/// after the self-extend loop or a context shift; logits for the last token
-/// only. Returns that token's index in the last batch.
-fn prefill(
-    ctx: &mut Context,
-    todo: &[u32],
-    at: &mut Positions,
-    params: &GenerateParams,
-    hooks: &mut Hooks,
-) -> Result<usize, Error> {
-    let n_batch = ctx.params().n_batch as usize;
-    let mut done = 0;
-    for chunk in todo.chunks(n_batch) {
-        if !at.make_room(ctx, chunk.len(), params, hooks)? {
-            return Err(Error::Internal("no room for the prompt".into()));
-        }
-        done += chunk.len();
-        let last = done == todo.len();
-        let mut b = Batch::new();
-        for (i, &t) in chunk.iter().enumerate() {
-            b.add(t, at.n_past + i as i32, &[0], last && i + 1 == chunk.len());
-        }
-        ctx.decode(&b)?;
-        at.n_past += chunk.len() as i32;
-    }
-    Ok((todo.len() - 1) % n_batch)
 }
 
 /// Generate after several prompts at once: prompt `i` goes to sequence `i`
@@ -492,93 +404,29 @@ pub fn generate_parallel(
     params: &GenerateParams,
     on_token: &mut dyn FnMut(usize, &TokenEvent) -> bool,
 ) -> Result<Vec<GenerateStats>, Error> {
-    let model = ctx.model().clone();
-    let tok = model.tokenizer();
     check_parallel(ctx, prompts, params)?;
-    let n_seq = prompts.len();
-    let n_ctx = ctx.n_ctx_stream() as usize;
-    let greedy = plain_greedy(&params.sampling);
-    let mut chains = Vec::with_capacity(n_seq);
-    for p in prompts {
-        let mut c = params.sampling.build_chain(model.n_vocab(), n_ctx)?;
-        for &t in p {
-            c.accept(t);
-        }
-        chains.push(c);
-    }
-    let mut seqs: Vec<SeqSampler> = chains
-        .iter_mut()
-        .map(|c| SeqSampler::new(c, tok, greedy))
-        .collect();
-
+    let model = ctx.model().clone();
     let t0 = Instant::now();
-    let mut next = prefill_parallel(ctx, prompts, &mut seqs)?;
-    let prompt_secs = t0.elapsed().as_secs_f64();
-
-    let t1 = Instant::now();
-    let mut stop: Vec<Option<StopReason>> = vec![None; n_seq];
-    let mut n_past: Vec<i32> = prompts.iter().map(|p| p.len() as i32).collect();
-    loop {
-        // Emit each live sequence's pending token; decide whether it goes on.
-        let mut in_batch = Vec::new();
-        for s in 0..n_seq {
-            if stop[s].is_some() {
-                continue;
-            }
-            if seqs[s].reached(params.n_predict) {
-                stop[s] = Some(StopReason::NPredict);
-                continue;
-            }
-            let mut cb = |ev: &TokenEvent| on_token(s, ev);
-            stop[s] = seqs[s].emit(next[s], None, params.stop_at_eog, params.n_predict, &mut cb)?;
-            if stop[s].is_none() && n_past[s] as usize >= n_ctx {
-                stop[s] = Some(StopReason::ContextFull);
-            }
-            if stop[s].is_none() {
-                in_batch.push(s);
-            }
-        }
-        // A unified cache shared by all: the sequences that find no cell stop.
-        let mut free: std::collections::HashMap<u32, u32> = Default::default();
-        in_batch.retain(|&s| {
-            let Ok(st) = ctx.cells().stream_of(s as i32) else {
-                return false;
+    let shared = RefCell::new(Shared::new(prompts.len(), on_token));
+    let seqs = (0..prompts.len() as i32).map(|s| (s, Vec::new())).collect();
+    let jobs: Vec<(Request, Box<dyn EventSink + '_>)> = prompts
+        .iter()
+        .enumerate()
+        .map(|(job, p)| {
+            let sink = LocalSink {
+                job,
+                shared: &shared,
             };
-            let f = free.entry(st).or_insert_with(|| ctx.cells().free(st));
-            if *f == 0 {
-                stop[s] = Some(StopReason::ContextFull);
-                return false;
-            }
-            *f -= 1;
-            true
-        });
-        if in_batch.is_empty() {
-            break;
-        }
-        let mut b = Batch::new();
-        for &s in &in_batch {
-            b.add(next[s], n_past[s], &[s as i32], true);
-            n_past[s] += 1;
-        }
-        ctx.decode(&b)?;
-        for (k, &s) in in_batch.iter().enumerate() {
-            next[s] = seqs[s].pick(ctx, k)?.0;
-        }
-    }
-    let gen_secs = t1.elapsed().as_secs_f64();
-    let mut stats = Vec::with_capacity(n_seq);
-    for (s, seq) in seqs.iter_mut().enumerate() {
-        seq.finish(&mut |ev| on_token(s, ev));
-        stats.push(GenerateStats {
-            n_prompt: prompts[s].len(),
-            n_gen: seq.tokens.len(),
-            prompt_secs,
-            gen_secs,
-            stop: stop[s].unwrap_or(StopReason::NPredict),
-            tokens: std::mem::take(&mut seq.tokens),
-        });
-    }
-    Ok(stats)
+            (params.request(p), Box::new(sink) as Box<dyn EventSink>)
+        })
+        .collect();
+    run_local(ctx, model.tokenizer(), seqs, jobs)?;
+    let outs = std::mem::take(&mut shared.borrow_mut().out);
+    Ok(outs
+        .into_iter()
+        .zip(prompts)
+        .map(|(o, p)| o.stats(p.len(), t0))
+        .collect())
 }
 
 /// What [`generate_parallel`] refuses before it touches the cache.
@@ -607,46 +455,7 @@ fn check_parallel(
                 "sequence {i} is not empty: clear the context first"
             )));
         }
-        if p.is_empty() || p.len() >= n_ctx {
-            return Err(Error::PromptTooLong {
-                n_prompt: p.len(),
-                n_ctx,
-            });
-        }
+        params.request(p).check(ctx.model().n_vocab(), n_ctx, 1)?;
     }
-    params.sampling.validate()?;
     Ok(())
-}
-
-/// Every prompt token in order (sequence 0's, then 1's, …), packed into
-/// `n_batch` chunks; each sequence's first token is sampled right after the
-/// chunk holding its last prompt token. Returns those first tokens.
-fn prefill_parallel(
-    ctx: &mut Context,
-    prompts: &[Vec<u32>],
-    seqs: &mut [SeqSampler],
-) -> Result<Vec<u32>, Error> {
-    let n_batch = ctx.params().n_batch as usize;
-    let all: Vec<(usize, i32, u32)> = prompts
-        .iter()
-        .enumerate()
-        .flat_map(|(s, p)| p.iter().enumerate().map(move |(i, &t)| (s, i as i32, t)))
-        .collect();
-    let mut next = vec![0u32; prompts.len()];
-    for chunk in all.chunks(n_batch) {
-        let mut b = Batch::new();
-        let mut lasts = Vec::new();
-        for (k, &(s, pos, t)) in chunk.iter().enumerate() {
-            let last = pos as usize + 1 == prompts[s].len();
-            b.add(t, pos, &[s as i32], last);
-            if last {
-                lasts.push((s, k));
-            }
-        }
-        ctx.decode(&b)?;
-        for (s, k) in lasts {
-            next[s] = seqs[s].pick(ctx, k)?.0;
-        }
-    }
-    Ok(next)
 }

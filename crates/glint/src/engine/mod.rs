@@ -1,0 +1,473 @@
+//! The engine: one generation loop for everything. [`Engine`] runs it on a
+//! thread of its own over one [`Context`] for many requests at once
+//! (continuous batching); [`generate`](crate::generate) and
+//! [`chat`](crate::chat) run the same loop on the caller's context.
+//!
+//! A *slot* is one sequence id of the context; a request runs in one slot
+//! (`n` choices in `n` slots). Every step the loop decodes one batch holding
+//! one token for every slot that is generating, plus pending prompt tokens
+//! of the slots that are still prefilling, up to `n_batch` in all (chunked
+//! prefill: a long prompt is fed at most [`EngineParams::prefill_per_step`]
+//! tokens per step, so the generating slots still get their token every
+//! step). A request that arrives joins at the next step.
+//!
+//! ```text
+//! submit ──► queue (bounded) ──► idle slot (longest common token prefix,
+//!                                   │        or another slot's prefix by seq_cp)
+//!                                   │ seq_rm past the prefix
+//!                                   ▼
+//!        step: [gen tokens of every generating slot | prompt chunks] ─► decode
+//!                                   │ (context shift / self-extend first, on a
+//!                                   │  private copy of shared cells)
+//!                                   ▼
+//!                sample, stop strings, logprobs ─► EventSink: Delta / Done
+//! ```
+//!
+//! **Prefix reuse.** A finished slot keeps its cells. A new request takes
+//! the idle slot whose cached *tokens* share the longest prefix with its
+//! prompt (compared token by token, never by a hash alone), keeps that
+//! prefix and prefills only the rest ([`Usage::cached_tokens`]). When
+//! another slot (busy or idle) holds a longer prefix, e.g. the same system
+//! prompt, that prefix is shared into the new slot with `seq_cp` (in one
+//! KV stream the cells themselves are shared, nothing is copied). Idle
+//! slots' cells are given up, least recently used first, when a working
+//! slot needs cells: the cache itself is the LRU's memory budget.
+//!
+//! **Shared cells and position edits.** A cell shared by several sequences
+//! moves for all of them when its position is edited, so a slot about to
+//! shift (context shift, shift-mode self-extend) first gets its own copy of
+//! the shared range ([`Context::seq_unshare`]): copy-on-write.
+//!
+//! **Cancel.** A closed sink ([`EventSink::is_closed`], or `send` returning
+//! false) ends its request at the next step, during prefill too; the cells
+//! decoded so far stay as a reusable prefix. When the shared cache has no
+//! cell for a slot's next token, that slot shifts (if its request allows)
+//! or finishes with [`FinishReason::Length`], never another one.
+
+mod local;
+mod sched;
+mod stop;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use glint_sample::{SamplerParams, MAX_TOP_LOGPROBS};
+
+pub use crate::generate::{KvEvent, StopReason};
+use crate::{Context, ContextParams, Error, Model};
+pub(crate) use local::run_local;
+use sched::{Job, Scheduler};
+
+/// How to run an [`Engine`] (the context is sized by [`ContextParams`]:
+/// its `n_seq_max` is the number of slots).
+#[derive(Clone, Debug)]
+pub struct EngineParams {
+    /// Most requests waiting for a slot; one more is refused with
+    /// [`Error::Overloaded`].
+    pub max_queue: usize,
+    /// Most prompt tokens one step carries (0 = up to `n_batch`): a long
+    /// prompt then takes several steps, and the slots that are generating
+    /// wait at most one such chunk for their next token.
+    pub prefill_per_step: usize,
+}
+
+impl Default for EngineParams {
+    fn default() -> Self {
+        EngineParams {
+            max_queue: 64,
+            prefill_per_step: 512,
+        }
+    }
+}
+
+/// One request: a tokenized prompt and how to continue it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Prompt token ids (not empty, shorter than a slot's context).
+    pub prompt: Vec<u32>,
+    /// The sampler chain's parameters.
+    pub sampling: SamplerParams,
+    /// Most tokens to generate; `None` = until end of generation or a full
+    /// context.
+    pub max_tokens: Option<usize>,
+    /// Strings that end the generation; the text from the first match on is
+    /// not emitted. Matched on the text, across token boundaries.
+    pub stop: Vec<String>,
+    /// Go on past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// `Some(n)`: report each token's log-probability and the `n` (at most
+    /// [`MAX_TOP_LOGPROBS`]) most likely alternatives, from the logits
+    /// before sampling.
+    pub logprobs: Option<usize>,
+    /// Choices (OpenAI's `n`, at least 1, at most the number of slots): the
+    /// prompt is decoded once and its cells copied (`seq_cp`) into `n - 1`
+    /// more slots; choice `i` samples with seed `seed + i` (a random seed
+    /// stays random).
+    pub n: usize,
+    /// When the slot's context is full, drop half of what follows the first
+    /// `n_keep` tokens and go on (llama.cpp's context shift) instead of
+    /// finishing with [`FinishReason::Length`].
+    pub context_shift: bool,
+    /// Tokens a context shift keeps from the start of the prompt.
+    pub n_keep: usize,
+    /// Self-extend group factor (1 = off; llama.cpp's `--grp-attn-n`): cache
+    /// positions are compressed with `seq_add`/`seq_div` as the sequence
+    /// grows. Such a slot's prefix is never reused.
+    pub ga_n: i32,
+    /// Self-extend window (`--grp-attn-w`, a multiple of `ga_n`).
+    pub ga_w: i32,
+}
+
+impl Request {
+    /// A request for `prompt` with default sampling and no limits.
+    pub fn new(prompt: Vec<u32>) -> Request {
+        Request {
+            prompt,
+            sampling: SamplerParams::default(),
+            max_tokens: None,
+            stop: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+            n: 1,
+            context_shift: false,
+            n_keep: 0,
+            ga_n: 1,
+            ga_w: 512,
+        }
+    }
+
+    /// What the loop refuses before it touches a cache: `n_vocab` tokens,
+    /// `n_ctx` cells per slot, `n_slots` slots.
+    pub(crate) fn check(&self, n_vocab: usize, n_ctx: usize, n_slots: usize) -> Result<(), Error> {
+        if self.prompt.is_empty() {
+            return Err(Error::Invalid("the prompt has no tokens".into()));
+        }
+        if self.prompt.len() >= n_ctx {
+            return Err(Error::PromptTooLong {
+                n_prompt: self.prompt.len(),
+                n_ctx,
+            });
+        }
+        if let Some(&t) = self.prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::Invalid(format!(
+                "token {t} is outside the vocabulary ({n_vocab} tokens)"
+            )));
+        }
+        if let Some(n) = self.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+            return Err(Error::Invalid(format!(
+                "{n} top logprobs asked for, at most {MAX_TOP_LOGPROBS}"
+            )));
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(Error::Invalid("an empty stop string".into()));
+        }
+        if self.n == 0 || self.n > n_slots {
+            return Err(Error::Invalid(format!(
+                "{} choices asked for, from 1 to the {n_slots} slots",
+                self.n
+            )));
+        }
+        crate::generate::validate_self_extend(self.ga_n, self.ga_w)?;
+        if self.ga_n > 1 && self.context_shift {
+            return Err(Error::Invalid(
+                "self-extend (--grp-attn-n > 1) and context shift cannot be combined".into(),
+            ));
+        }
+        self.sampling.validate()?;
+        Ok(())
+    }
+}
+
+/// A token's log-probability and its best alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The sampled token.
+    pub token: u32,
+    /// Its text (lossy: a piece may be part of a character).
+    pub text: String,
+    /// Its natural-log probability.
+    pub logprob: f32,
+    /// The most likely tokens: id, text, log-probability; best first.
+    pub top: Vec<(u32, String, f32)>,
+}
+
+/// Why a request finished, in OpenAI's two words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens`, or no room left in the context.
+    Length,
+}
+
+impl FinishReason {
+    /// OpenAI's name: `stop` or `length`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+impl From<StopReason> for FinishReason {
+    fn from(r: StopReason) -> FinishReason {
+        match r {
+            StopReason::EndOfGeneration | StopReason::StopString | StopReason::Callback => {
+                FinishReason::Stop
+            }
+            StopReason::NPredict | StopReason::ContextFull => FinishReason::Length,
+        }
+    }
+}
+
+/// Token counts of a finished request (one choice).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    /// Prompt tokens found in the cache (not decoded again).
+    pub cached_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+}
+
+/// What the engine tells a request, in order: per choice deltas then one
+/// `Done`; or one `Failed` for the whole request.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// One generated token of choice `index`: the text it completed (may be
+    /// empty: half a character, or text held back as the possible start of
+    /// a stop string), or (`token: None`) held text released at the end.
+    Delta {
+        /// The choice, `0..n`.
+        index: usize,
+        /// The token; `None` for held-back text flushed at the end.
+        token: Option<u32>,
+        /// Text to append.
+        text: String,
+        /// The token's log-probabilities.
+        logprob: Option<TokenLogprob>,
+    },
+    /// Choice `index` is complete.
+    Done {
+        /// The choice, `0..n`.
+        index: usize,
+        /// Why it finished, OpenAI's way.
+        reason: FinishReason,
+        /// Why it finished, in detail.
+        stop: StopReason,
+        /// Token counts.
+        usage: Usage,
+    },
+    /// The engine failed while running the request.
+    Failed(String),
+}
+
+/// Where a request's events go.
+pub trait EventSink {
+    /// Deliver an event; false = nobody listens any more (cancel).
+    fn send(&mut self, ev: Event) -> bool;
+    /// True once nobody listens (checked every step, also during prefill).
+    fn is_closed(&self) -> bool;
+    /// A position-changing cache event of this request (a context shift, a
+    /// self-extend pass), before the decode it makes room for.
+    fn on_kv(&mut self, _ev: &KvEvent) {}
+    /// The whole prompt is in `seq` of the cache, before the first token is
+    /// sampled (e.g. to save the prompt's state). An error fails the request.
+    fn prompt_done(&mut self, _ctx: &mut Context, _seq: i32) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The receiving end of [`Engine::submit_channel`]: dropping it cancels the
+/// request.
+pub struct Events {
+    rx: mpsc::Receiver<Event>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Events {
+    /// The next event; `None` once the engine is gone.
+    pub fn recv(&self) -> Option<Event> {
+        self.rx.recv().ok()
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+struct ChannelSink {
+    tx: mpsc::Sender<Event>,
+    closed: Arc<AtomicBool>,
+}
+
+impl EventSink for ChannelSink {
+    fn send(&mut self, ev: Event) -> bool {
+        self.tx.send(ev).is_ok()
+    }
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+}
+
+enum Msg {
+    Job(Box<Request>, Box<dyn EventSink + Send>),
+    Shutdown,
+}
+
+/// A [`Model`] and one [`Context`] on a thread of their own, serving
+/// requests with continuous batching (see the module docs).
+pub struct Engine {
+    model: Model,
+    tx: mpsc::Sender<Msg>,
+    waiting: Arc<AtomicUsize>,
+    busy: Arc<AtomicUsize>,
+    max_queue: usize,
+    n_slots: usize,
+    n_ctx_slot: usize,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Make the context (`ctx_params.n_seq_max` slots) and start the
+    /// engine thread.
+    pub fn start(
+        model: &Model,
+        ctx_params: ContextParams,
+        params: EngineParams,
+    ) -> Result<Engine, Error> {
+        let ctx = Context::new(model, ctx_params)?;
+        let n_slots = ctx.params().n_seq_max as usize;
+        let n_ctx_slot = ctx.n_ctx_stream() as usize;
+        let (tx, rx) = mpsc::channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let busy = Arc::new(AtomicUsize::new(0));
+        let (w, b) = (waiting.clone(), busy.clone());
+        let n_batch = ctx.params().n_batch as usize;
+        let prefill_cap = match params.prefill_per_step {
+            0 => n_batch,
+            n => n.min(n_batch),
+        };
+        let thread = std::thread::Builder::new()
+            .name("glint-engine".into())
+            .spawn(move || run(ctx, rx, w, b, prefill_cap))
+            .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
+        Ok(Engine {
+            model: model.clone(),
+            tx,
+            waiting,
+            busy,
+            max_queue: params.max_queue,
+            n_slots,
+            n_ctx_slot,
+            thread: Some(thread),
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Number of slots (requests decoded together).
+    pub fn n_slots(&self) -> usize {
+        self.n_slots
+    }
+
+    /// Cells one slot may use at most (the whole cache when it is shared).
+    pub fn n_ctx_slot(&self) -> usize {
+        self.n_ctx_slot
+    }
+
+    /// Requests waiting for a slot now.
+    pub fn n_waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Slots running a request now (as of the last step).
+    pub fn n_processing(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Check `req` and queue it; its events go to `sink`.
+    pub fn submit(&self, req: Request, sink: Box<dyn EventSink + Send>) -> Result<(), Error> {
+        req.check(self.model.n_vocab(), self.n_ctx_slot, self.n_slots)?;
+        // Count first, then check: two racing submits cannot both pass.
+        let before = self.waiting.fetch_add(1, Ordering::SeqCst);
+        if before >= self.max_queue {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::Overloaded {
+                capacity: self.max_queue,
+            });
+        }
+        self.tx.send(Msg::Job(Box::new(req), sink)).map_err(|_| {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            Error::Stopped
+        })
+    }
+
+    /// [`submit`](Self::submit) with a channel: read the events from the
+    /// returned [`Events`]; drop it to cancel.
+    pub fn submit_channel(&self, req: Request) -> Result<Events, Error> {
+        let (tx, rx) = mpsc::channel();
+        let closed = Arc::new(AtomicBool::new(false));
+        let sink = ChannelSink {
+            tx,
+            closed: closed.clone(),
+        };
+        self.submit(req, Box::new(sink))?;
+        Ok(Events { rx, closed })
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The engine thread: wait for work, then step until every slot is idle.
+fn run(
+    mut ctx: Context,
+    rx: mpsc::Receiver<Msg>,
+    waiting: Arc<AtomicUsize>,
+    busy: Arc<AtomicUsize>,
+    prefill_cap: usize,
+) {
+    let model = ctx.model().clone();
+    let n_slots = ctx.params().n_seq_max as i32;
+    let seqs = (0..n_slots).map(|s| (s, Vec::new())).collect();
+    let mut sched = Scheduler::new(model.tokenizer(), seqs, prefill_cap, Some(waiting));
+    loop {
+        // Block only when there is nothing to do.
+        let first = if sched.is_busy() {
+            rx.try_recv().ok()
+        } else {
+            match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => return,
+            }
+        };
+        let mut next = first;
+        while let Some(m) = next {
+            match m {
+                Msg::Job(req, sink) => sched.push(Job { req: *req, sink }),
+                Msg::Shutdown => return,
+            }
+            next = rx.try_recv().ok();
+        }
+        sched.step(&mut ctx);
+        // A failed decode was reported to its requests; the engine goes on.
+        sched.error = None;
+        busy.store(sched.n_busy(), Ordering::Relaxed);
+    }
+}

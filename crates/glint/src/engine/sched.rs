@@ -1,0 +1,780 @@
+//! The generation loop itself: slots, the queue, and one step (assign
+//! queued requests, build one batch, decode it, sample). [`super::Engine`]
+//! runs it on its thread; [`super::run_local`] on a caller's context.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use glint_sample::{Chain, Sampler, DEFAULT_SEED};
+use glint_tokenizer::{StreamDecoder, Tokenizer};
+
+use super::stop::split_stop;
+use super::{Event, EventSink, FinishReason, KvEvent, Request, StopReason, TokenLogprob, Usage};
+use crate::chat::common_prefix;
+use crate::generate::plain_greedy;
+use crate::{Batch, Context, Error};
+
+/// A queued request and where its events go.
+pub(crate) struct Job<'a> {
+    pub(crate) req: Request,
+    pub(crate) sink: Box<dyn EventSink + 'a>,
+}
+
+/// One request's sink, shared by its `n` choices (one slot each).
+type SinkRef<'a> = Rc<RefCell<Box<dyn EventSink + 'a>>>;
+
+/// Where a slot's request is.
+enum Phase {
+    /// No request; its cells (if any) are a reusable prefix.
+    Idle,
+    /// Prompt tokens `cache.len()..prompt.len()` still to decode.
+    Prefill,
+    /// A choice after the first, waiting for the first choice's prompt to be
+    /// decoded and copied into it.
+    Follow,
+    /// `next` was sampled and goes in the next batch.
+    Generate { next: u32 },
+}
+
+/// A running choice: its sampler, detokenizer and stop-string state.
+struct Active<'a> {
+    req: Rc<Request>,
+    /// The choice, `0..req.n`.
+    index: usize,
+    sink: SinkRef<'a>,
+    chain: Chain,
+    dec: StreamDecoder<'a>,
+    greedy: bool,
+    /// Text decoded but not yet sent (a possible start of a stop string).
+    held: String,
+    n_gen: usize,
+    n_cached: usize,
+    /// Slots of choices `1..n`, waiting for this one's prompt.
+    followers: Vec<usize>,
+}
+
+impl Active<'_> {
+    fn send(&self, ev: Event) -> bool {
+        self.sink.borrow_mut().send(ev)
+    }
+}
+
+struct Slot<'a> {
+    seq: i32,
+    /// Token ids in this slot's cells, in order.
+    cache: Vec<u32>,
+    /// Position of the next token: `cache.len()`, unless self-extend
+    /// compressed the positions.
+    n_past: i32,
+    /// Self-extend progress.
+    ga_i: i32,
+    /// `cache[i]` sits at position `i`: the cells are a prefix others may
+    /// reuse (false once self-extend moved them).
+    aligned: bool,
+    /// Some of its cells may be shared with another sequence (`seq_cp`):
+    /// unshare before a position edit.
+    shared: bool,
+    phase: Phase,
+    job: Option<Active<'a>>,
+    /// Step of the last use, to give up the least recently used prefix.
+    last_used: u64,
+    /// Step at which the request was assigned (prefill order).
+    started: u64,
+}
+
+/// The loop's state: slots over sequence ids, and the requests waiting.
+pub(crate) struct Scheduler<'a> {
+    tok: &'a Tokenizer,
+    slots: Vec<Slot<'a>>,
+    queue: VecDeque<Job<'a>>,
+    step: u64,
+    /// Most prompt tokens in one batch.
+    prefill_cap: usize,
+    /// The engine's count of queued requests.
+    waiting: Option<Arc<AtomicUsize>>,
+    /// The first error of a failed decode or hook since it was last taken
+    /// (its requests got [`Event::Failed`]).
+    pub(crate) error: Option<Error>,
+}
+
+impl<'a> Scheduler<'a> {
+    /// Slots over `seqs`: each a sequence id and the tokens its cells
+    /// already hold at positions `0..`.
+    pub(crate) fn new(
+        tok: &'a Tokenizer,
+        seqs: Vec<(i32, Vec<u32>)>,
+        prefill_cap: usize,
+        waiting: Option<Arc<AtomicUsize>>,
+    ) -> Self {
+        let slots = seqs
+            .into_iter()
+            .map(|(seq, cache)| Slot {
+                seq,
+                n_past: cache.len() as i32,
+                cache,
+                ga_i: 0,
+                aligned: true,
+                shared: false,
+                phase: Phase::Idle,
+                job: None,
+                last_used: 0,
+                started: 0,
+            })
+            .collect();
+        Scheduler {
+            tok,
+            slots,
+            queue: VecDeque::new(),
+            step: 0,
+            prefill_cap: prefill_cap.max(1),
+            waiting,
+            error: None,
+        }
+    }
+
+    /// Queue a request (checked by the caller).
+    pub(crate) fn push(&mut self, job: Job<'a>) {
+        self.queue.push_back(job);
+    }
+
+    /// Work to do: a request running or waiting.
+    pub(crate) fn is_busy(&self) -> bool {
+        !self.queue.is_empty() || self.slots.iter().any(|s| s.job.is_some())
+    }
+
+    /// Slots running a request.
+    pub(crate) fn n_busy(&self) -> usize {
+        self.slots.iter().filter(|s| s.job.is_some()).count()
+    }
+
+    /// Each slot's sequence and the tokens its cells hold (empty when they
+    /// are not a plain prefix).
+    pub(crate) fn caches(&self) -> Vec<(i32, Vec<u32>)> {
+        self.slots
+            .iter()
+            .map(|s| {
+                (
+                    s.seq,
+                    if s.aligned {
+                        s.cache.clone()
+                    } else {
+                        Vec::new()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// One step: drop cancelled requests, start queued ones, decode a batch.
+    pub(crate) fn step(&mut self, ctx: &mut Context) {
+        self.step += 1;
+        self.cancel_closed();
+        self.assign(ctx);
+        self.decode_step(ctx);
+    }
+
+    /// End the requests whose listener went away (no more events).
+    fn cancel_closed(&mut self) {
+        for s in self.slots.iter_mut() {
+            if s.job.as_ref().is_some_and(|j| j.sink.borrow().is_closed()) {
+                s.job = None;
+                s.phase = Phase::Idle;
+            }
+        }
+    }
+
+    /// Drop a slot's cells (its cached prefix).
+    fn forget(ctx: &mut Context, s: &mut Slot<'a>) {
+        // seq_rm of a whole sequence cannot fail for a valid seq id.
+        let _ = ctx.seq_rm(s.seq, -1, -1);
+        s.cache.clear();
+        s.n_past = 0;
+        s.ga_i = 0;
+        s.aligned = true;
+        s.shared = false;
+    }
+
+    fn dequeued(&self) {
+        if let Some(w) = &self.waiting {
+            w.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Give queued requests idle slots, first come first served: the first
+    /// choice the one whose cached tokens share the longest prefix with its
+    /// prompt (least recently used first among equals), further choices
+    /// the emptiest, least recently used ones.
+    fn assign(&mut self, ctx: &mut Context) {
+        loop {
+            let Some(front) = self.queue.front() else {
+                return;
+            };
+            if front.sink.is_closed() {
+                self.queue.pop_front();
+                self.dequeued();
+                continue;
+            }
+            let idle: Vec<usize> = (0..self.slots.len())
+                .filter(|&i| self.slots[i].job.is_none())
+                .collect();
+            if idle.len() < front.req.n.max(1) {
+                return;
+            }
+            let job = self.queue.pop_front().expect("a front job");
+            self.dequeued();
+            let prompt = &job.req.prompt;
+            // Ties go to the lowest slot: `max_by_key` keeps the last maximum.
+            let lead = *idle
+                .iter()
+                .rev()
+                .max_by_key(|&&i| {
+                    let s = &self.slots[i];
+                    let common = if s.aligned {
+                        common_prefix(&s.cache, prompt)
+                    } else {
+                        0
+                    };
+                    (common, s.cache.is_empty(), std::cmp::Reverse(s.last_used))
+                })
+                .expect("an idle slot");
+            let mut rest: Vec<usize> = idle.into_iter().filter(|&i| i != lead).collect();
+            rest.sort_by_key(|&i| (!self.slots[i].cache.is_empty(), self.slots[i].last_used));
+            rest.truncate(job.req.n.max(1) - 1);
+            self.start(ctx, lead, rest, job);
+        }
+    }
+
+    /// The prefix to start `prompt` from in slot `lead`: its own cached
+    /// prefix, or a longer one of another slot in the same KV stream,
+    /// shared into it with `seq_cp`. Returns the tokens kept.
+    fn take_prefix(
+        &mut self,
+        ctx: &mut Context,
+        lead: usize,
+        prompt: &[u32],
+        fresh: bool,
+    ) -> usize {
+        // At least the last prompt token is decoded: its logits are needed.
+        let limit = prompt.len() - 1;
+        let s = &self.slots[lead];
+        let own = if fresh || !s.aligned {
+            0
+        } else {
+            common_prefix(&s.cache, prompt).min(limit)
+        };
+        let stream = ctx.cells().stream_of(s.seq).ok();
+        let donor = (0..self.slots.len())
+            .filter(|&j| j != lead && self.slots[j].aligned && !fresh)
+            .filter(|&j| ctx.cells().stream_of(self.slots[j].seq).ok() == stream)
+            .map(|j| (j, common_prefix(&self.slots[j].cache, prompt).min(limit)))
+            .filter(|&(_, c)| c > own)
+            .max_by_key(|&(_, c)| c);
+        if let Some((j, c)) = donor {
+            let (src, dst) = (self.slots[j].seq, self.slots[lead].seq);
+            Self::forget(ctx, &mut self.slots[lead]);
+            if ctx.seq_cp(src, dst, 0, c as i32).is_ok() {
+                let s = &mut self.slots[lead];
+                s.cache = prompt[..c].to_vec();
+                s.n_past = c as i32;
+                s.shared = true;
+                self.slots[j].shared = true;
+                return c;
+            }
+            return 0;
+        }
+        let s = &mut self.slots[lead];
+        if !s.aligned || ctx.seq_rm(s.seq, own as i32, -1).is_err() {
+            // Moved positions, or a tail that cannot be cut: start cold.
+            Self::forget(ctx, s);
+            return 0;
+        }
+        s.cache.truncate(own);
+        s.n_past = own as i32;
+        own
+    }
+
+    /// Put `job` in slot `lead` (first choice) and `followers` (the others).
+    fn start(&mut self, ctx: &mut Context, lead: usize, followers: Vec<usize>, job: Job<'a>) {
+        let Job { req, sink } = job;
+        let sink: SinkRef<'a> = Rc::new(RefCell::new(sink));
+        let fresh = req.ga_n > 1;
+        let keep = self.take_prefix(ctx, lead, &req.prompt, fresh);
+        let n_ctx = ctx.n_ctx_stream() as usize;
+        let req = Rc::new(req);
+        let mut chains = Vec::with_capacity(followers.len() + 1);
+        for i in 0..=followers.len() {
+            let mut sp = req.sampling.clone();
+            if sp.seed != DEFAULT_SEED {
+                sp.seed = sp.seed.wrapping_add(i as u32);
+            }
+            match sp.build_chain(self.tok.n_vocab(), n_ctx) {
+                Ok(mut c) => {
+                    for &t in &req.prompt {
+                        c.accept(t);
+                    }
+                    chains.push(c);
+                }
+                Err(e) => {
+                    sink.borrow_mut().send(Event::Failed(e.to_string()));
+                    return;
+                }
+            }
+        }
+        let greedy = plain_greedy(&req.sampling) && req.logprobs.is_none();
+        for (k, chain) in chains.into_iter().enumerate() {
+            let i = if k == 0 { lead } else { followers[k - 1] };
+            if k > 0 {
+                Self::forget(ctx, &mut self.slots[i]);
+            }
+            let s = &mut self.slots[i];
+            s.job = Some(Active {
+                req: req.clone(),
+                index: k,
+                sink: sink.clone(),
+                chain,
+                dec: self.tok.stream_decoder(true),
+                greedy,
+                held: String::new(),
+                n_gen: 0,
+                n_cached: keep,
+                followers: if k == 0 {
+                    followers.clone()
+                } else {
+                    Vec::new()
+                },
+            });
+            s.phase = if k == 0 {
+                Phase::Prefill
+            } else {
+                Phase::Follow
+            };
+            s.aligned = !fresh;
+            s.started = self.step;
+            s.last_used = self.step;
+        }
+    }
+
+    /// Cells free in the stream of `seq`, after giving up idle slots'
+    /// prefixes in that stream when fewer than `want` are free.
+    fn free_cells(&mut self, ctx: &mut Context, seq: i32, want: u32) -> u32 {
+        let Ok(stream) = ctx.cells().stream_of(seq) else {
+            return 0;
+        };
+        let mut free = ctx.cells().free(stream);
+        while free < want {
+            let victim = self
+                .slots
+                .iter_mut()
+                .filter(|s| {
+                    s.job.is_none()
+                        && !s.cache.is_empty()
+                        && ctx.cells().stream_of(s.seq).ok() == Some(stream)
+                })
+                .min_by_key(|s| s.last_used);
+            let Some(v) = victim else { break };
+            Self::forget(ctx, v);
+            free = ctx.cells().free(stream);
+        }
+        free
+    }
+
+    /// Before slot `i` decodes `n_new` tokens: its self-extend step, or a
+    /// context shift when they would fill its context (or, `force`, when
+    /// the shared cache has no cell for it). Shared cells are copied first
+    /// (copy-on-write), so no other sequence moves. Returns whether a
+    /// context shift was made.
+    fn make_room(
+        &mut self,
+        ctx: &mut Context,
+        i: usize,
+        n_new: usize,
+        force: bool,
+    ) -> Result<bool, Error> {
+        let n_ctx = ctx.n_ctx_stream() as usize;
+        let s = &mut self.slots[i];
+        let Some(job) = s.job.as_ref() else {
+            return Ok(false);
+        };
+        let (req, sink) = (job.req.clone(), job.sink.clone());
+        if req.ga_n > 1 {
+            // Self-extend moves positions from `ga_i` on.
+            let ga_i = s.ga_i;
+            self.unshare(ctx, i, ga_i)?;
+            let s = &mut self.slots[i];
+            let out = ctx.self_extend(s.seq, s.n_past, s.ga_i, req.ga_n, req.ga_w)?;
+            s.n_past = out.n_past;
+            s.ga_i = out.ga_i;
+            let mut sink = sink.borrow_mut();
+            for pass in out.passes {
+                sink.on_kv(&KvEvent::SelfExtend(pass));
+            }
+            return Ok(false);
+        }
+        if !req.context_shift || !(force || s.n_past as usize + n_new >= n_ctx) {
+            return Ok(false);
+        }
+        let n_keep = (req.n_keep as i32).clamp(0, s.n_past);
+        let n_discard = (s.n_past - n_keep) / 2;
+        if n_discard == 0 {
+            return Ok(false);
+        }
+        // The shift moves positions from `n_keep + n_discard` on.
+        self.unshare(ctx, i, n_keep + n_discard)?;
+        let s = &mut self.slots[i];
+        let n_past_before = s.n_past;
+        let shift = ctx.context_shift(s.seq, n_keep, s.n_past)?;
+        let (k, d) = (n_keep as usize, shift.n_discard as usize);
+        s.cache.drain(k..(k + d).min(s.cache.len()));
+        s.n_past = shift.n_past;
+        sink.borrow_mut().on_kv(&KvEvent::ContextShift {
+            n_past_before,
+            n_keep,
+            shift,
+        });
+        Ok(true)
+    }
+
+    /// Copy-on-write: give slot `i` its own cells for positions `p0..`
+    /// where they are shared with another sequence, before they move.
+    /// Idle slots' prefixes make room for the copies if needed.
+    fn unshare(&mut self, ctx: &mut Context, i: usize, p0: i32) -> Result<(), Error> {
+        if !self.slots[i].shared {
+            return Ok(());
+        }
+        let seq = self.slots[i].seq;
+        if ctx.seq_unshare(seq, p0, -1).is_err() {
+            self.free_cells(ctx, seq, u32::MAX);
+            ctx.seq_unshare(seq, p0, -1)?;
+        }
+        if p0 <= 0 {
+            self.slots[i].shared = false;
+        }
+        Ok(())
+    }
+
+    /// Fail slot `i`'s request with `e` (kept for the local runner).
+    fn fail(&mut self, ctx: &mut Context, i: usize, e: Error) {
+        if let Some(j) = self.slots[i].job.take() {
+            j.send(Event::Failed(e.to_string()));
+        }
+        self.slots[i].phase = Phase::Idle;
+        Self::forget(ctx, &mut self.slots[i]);
+        self.error.get_or_insert(e);
+    }
+
+    /// Build one batch (a token per generating slot, then prompt chunks up to
+    /// `n_batch`), decode it, and sample where logits came out.
+    fn decode_step(&mut self, ctx: &mut Context) {
+        let n_batch = ctx.params().n_batch as usize;
+        let n_ctx = ctx.n_ctx_stream() as usize;
+        let mut batch = Batch::new();
+        // (slot, batch index of its logits, prompt just completed).
+        let mut outs: Vec<(usize, usize, bool)> = Vec::new();
+        // Slots with tokens in the batch.
+        let mut fed: Vec<usize> = Vec::new();
+        // Cells this batch takes from each stream so far.
+        let mut taken: HashMap<u32, u32> = HashMap::new();
+
+        for i in 0..self.slots.len() {
+            let Phase::Generate { next } = self.slots[i].phase else {
+                continue;
+            };
+            if let Err(e) = self.make_room(ctx, i, 1, false) {
+                self.fail(ctx, i, e);
+                continue;
+            }
+            let mut got = self.take(ctx, &mut taken, i, 1);
+            if got == 0 && matches!(self.make_room(ctx, i, 1, true), Ok(true)) {
+                got = self.take(ctx, &mut taken, i, 1);
+            }
+            let s = &mut self.slots[i];
+            if s.n_past as usize + 1 > n_ctx || got == 0 {
+                self.finish(i, StopReason::ContextFull);
+                continue;
+            }
+            outs.push((i, batch.len(), false));
+            fed.push(i);
+            batch.add(next, s.n_past, &[s.seq], true);
+            s.cache.push(next);
+            s.n_past += 1;
+            s.last_used = self.step;
+        }
+
+        // Prompt chunks, oldest request first.
+        let n_gen = batch.len();
+        let mut prefilling: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| matches!(self.slots[i].phase, Phase::Prefill))
+            .collect();
+        prefilling.sort_by_key(|&i| self.slots[i].started);
+        for &i in &prefilling {
+            let room = n_batch
+                .min(n_gen + self.prefill_cap)
+                .saturating_sub(batch.len());
+            if room == 0 {
+                break;
+            }
+            let Some(job) = self.slots[i].job.as_ref() else {
+                continue;
+            };
+            let req = job.req.clone();
+            let done = self.slots[i].cache.len();
+            let todo = (req.prompt.len() - done).min(room);
+            if let Err(e) = self.make_room(ctx, i, todo, false) {
+                self.fail(ctx, i, e);
+                continue;
+            }
+            let got = self.take(ctx, &mut taken, i, todo as u32) as usize;
+            if got == 0 {
+                continue;
+            }
+            fed.push(i);
+            let s = &mut self.slots[i];
+            for k in 0..got {
+                let last = done + k + 1 == req.prompt.len();
+                if last {
+                    outs.push((i, batch.len(), true));
+                }
+                batch.add(req.prompt[done + k], s.n_past + k as i32, &[s.seq], last);
+            }
+            s.cache.extend_from_slice(&req.prompt[done..done + got]);
+            s.n_past += got as i32;
+            s.last_used = self.step;
+        }
+
+        if batch.is_empty() {
+            // Prompts that cannot get a cell, with nothing generating to free
+            // one: the newest gives up, so the others can go on.
+            if let Some(&i) = prefilling.iter().max_by_key(|&&i| self.slots[i].started) {
+                self.finish(i, StopReason::ContextFull);
+                Self::forget(ctx, &mut self.slots[i]);
+            }
+            return;
+        }
+
+        if let Err(e) = ctx.decode(&batch) {
+            // The cells of a failed decode are rolled back; every request in
+            // the batch fails (its cache no longer matches).
+            let msg = e.to_string();
+            for i in fed {
+                if let Some(j) = self.slots[i].job.take() {
+                    j.send(Event::Failed(msg.clone()));
+                }
+                self.slots[i].phase = Phase::Idle;
+                Self::forget(ctx, &mut self.slots[i]);
+            }
+            self.error.get_or_insert(e);
+            return;
+        }
+
+        for (i, idx, first) in outs {
+            if first {
+                self.prompt_done(ctx, i, idx);
+            } else {
+                self.sample(ctx, i, idx);
+            }
+        }
+    }
+
+    /// Cells for `n` more tokens of slot `i` in this batch (fewer when its
+    /// stream has fewer free).
+    fn take(&mut self, ctx: &mut Context, taken: &mut HashMap<u32, u32>, i: usize, n: u32) -> u32 {
+        let seq = self.slots[i].seq;
+        let stream = ctx.cells().stream_of(seq).unwrap_or(0);
+        let used = *taken.get(&stream).unwrap_or(&0);
+        let free = self.free_cells(ctx, seq, used + n).saturating_sub(used);
+        let got = free.min(n);
+        *taken.entry(stream).or_default() += got;
+        got
+    }
+
+    /// Slot `i`'s prompt is decoded (logits at batch row `idx`): run the
+    /// request's hook, copy the prompt into its other choices' slots, and
+    /// sample the first token of every choice.
+    fn prompt_done(&mut self, ctx: &mut Context, i: usize, idx: usize) {
+        let Some(job) = self.slots[i].job.as_ref() else {
+            return;
+        };
+        let seq = self.slots[i].seq;
+        let followers = job.followers.clone();
+        let hooked = job.sink.clone().borrow_mut().prompt_done(ctx, seq);
+        if let Err(e) = hooked {
+            for &f in &followers {
+                self.slots[f].job = None;
+                self.slots[f].phase = Phase::Idle;
+            }
+            self.fail(ctx, i, e);
+            return;
+        }
+        for &f in &followers {
+            let copied = ctx.seq_cp(seq, self.slots[f].seq, -1, -1);
+            if copied.is_err() {
+                // No room for a copy (one stream per slot, never expected):
+                // that choice ends empty, the others go on.
+                self.finish(f, StopReason::ContextFull);
+                continue;
+            }
+            let (cache, n_past, ga_i) = {
+                let s = &self.slots[i];
+                (s.cache.clone(), s.n_past, s.ga_i)
+            };
+            let same_stream =
+                ctx.cells().stream_of(seq).ok() == ctx.cells().stream_of(self.slots[f].seq).ok();
+            let fs = &mut self.slots[f];
+            fs.cache = cache;
+            fs.n_past = n_past;
+            fs.ga_i = ga_i;
+            fs.shared = same_stream;
+            fs.phase = Phase::Prefill; // sampled right below
+            self.slots[i].shared |= same_stream;
+        }
+        self.sample(ctx, i, idx);
+        for f in followers {
+            if matches!(self.slots[f].phase, Phase::Prefill) {
+                self.sample(ctx, f, idx);
+            }
+        }
+    }
+
+    /// Sample slot `i`'s next token from batch row `idx` and act on it.
+    fn sample(&mut self, ctx: &mut Context, i: usize, idx: usize) {
+        enum Then {
+            Finish(StopReason),
+            Fail(Error),
+            Cancel,
+            Next(u32),
+        }
+        let tok = self.tok;
+        let then = {
+            let Some(job) = self.slots[i].job.as_mut() else {
+                return;
+            };
+            if job.req.max_tokens == Some(0) {
+                Then::Finish(StopReason::NPredict)
+            } else {
+                match pick(ctx, job, idx) {
+                    Err(e) => Then::Fail(e),
+                    Ok((id, logprob)) => emit(tok, job, id, logprob),
+                }
+            }
+        };
+        match then {
+            Then::Finish(r) => self.finish(i, r),
+            Then::Fail(e) => self.fail(ctx, i, e),
+            Then::Cancel => {
+                // Nobody listens: the request ends here, its cells stay.
+                self.slots[i].job = None;
+                self.slots[i].phase = Phase::Idle;
+            }
+            Then::Next(id) => self.slots[i].phase = Phase::Generate { next: id },
+        }
+
+        /// Hand `id` to the request; what the slot does next.
+        fn emit(tok: &Tokenizer, job: &mut Active, id: u32, logprob: Option<Logprob>) -> Then {
+            job.n_gen += 1;
+            let logprob = logprob.map(|(lp, top)| TokenLogprob {
+                token: id,
+                text: piece(tok, id),
+                logprob: lp,
+                top: top
+                    .into_iter()
+                    .map(|(t, l)| (t, piece(tok, t), l))
+                    .collect(),
+            });
+            let eog = tok.is_eog(id) && !job.req.ignore_eos;
+            let text = if eog {
+                String::new()
+            } else {
+                job.dec.push(id).unwrap_or_default()
+            };
+            job.held.push_str(&text);
+            let (out, stopped) = split_stop(&mut job.held, &job.req.stop);
+            let delta = Event::Delta {
+                index: job.index,
+                token: Some(id),
+                text: out,
+                logprob,
+            };
+            if !job.send(delta) {
+                Then::Cancel
+            } else if stopped {
+                // What follows a stop string is dropped, bytes held back too.
+                job.dec.flush();
+                Then::Finish(StopReason::StopString)
+            } else if eog {
+                Then::Finish(StopReason::EndOfGeneration)
+            } else if job.req.max_tokens.is_some_and(|m| job.n_gen >= m) {
+                Then::Finish(StopReason::NPredict)
+            } else {
+                Then::Next(id)
+            }
+        }
+    }
+
+    /// Send the held text and `Done`; the slot becomes idle and keeps its
+    /// cells as a reusable prefix.
+    fn finish(&mut self, i: usize, stop: StopReason) {
+        let s = &mut self.slots[i];
+        if let Some(mut job) = s.job.take() {
+            let mut rest = std::mem::take(&mut job.held);
+            rest.push_str(&job.dec.flush());
+            if !rest.is_empty() {
+                job.send(Event::Delta {
+                    index: job.index,
+                    token: None,
+                    text: rest,
+                    logprob: None,
+                });
+            }
+            job.send(Event::Done {
+                index: job.index,
+                reason: FinishReason::from(stop),
+                stop,
+                usage: Usage {
+                    prompt_tokens: job.req.prompt.len(),
+                    cached_tokens: job.n_cached,
+                    completion_tokens: job.n_gen,
+                },
+            });
+            // Choices still waiting for this one's prompt end with it.
+            for f in job.followers {
+                if matches!(self.slots[f].phase, Phase::Follow) {
+                    self.finish(f, stop);
+                }
+            }
+        }
+        self.slots[i].phase = Phase::Idle;
+    }
+}
+
+type Logprob = (f32, Vec<(u32, f32)>);
+
+/// The next token from batch row `idx`, with its logprobs when asked for.
+fn pick(ctx: &mut Context, job: &mut Active, idx: usize) -> Result<(u32, Option<Logprob>), Error> {
+    if job.greedy {
+        // Nothing in the chain changes the largest logit: 4 bytes back.
+        let id = ctx.argmax(idx)?;
+        job.chain.accept(id);
+        return Ok((id, None));
+    }
+    let logits = ctx.logits(idx)?;
+    let id = job.chain.sample(logits)?;
+    let lp = match job.req.logprobs {
+        Some(n) => {
+            let l = glint_sample::logprobs(logits, id, n)?;
+            Some((l.logprob, l.top))
+        }
+        None => None,
+    };
+    Ok((id, lp))
+}
+
+/// A token's text as logprobs show it (special tokens included).
+fn piece(tok: &Tokenizer, id: u32) -> String {
+    tok.token_to_piece(id, true)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+

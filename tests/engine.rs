@@ -1,0 +1,166 @@
+//! The engine's loop through the library (no HTTP): `n` choices sharing one
+//! prompt, a prompt prefix shared from a busy slot (the system-prompt
+//! cache), context shift per request, and copy-on-write of shared cells
+//! before a shift. Real SmolLM2 on the cpu backend.
+
+mod common;
+
+use glint::engine::{Event, FinishReason, Request, StopReason, Usage};
+use glint::{ContextParams, Engine, EngineParams, Model};
+
+/// A finished request: each choice's tokens and text, its stop reason and
+/// counts.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Choice {
+    tokens: Vec<u32>,
+    text: String,
+    stop: Option<StopReason>,
+    usage: Usage,
+}
+
+fn engine(model: &Model, n_ctx: u32, n_slots: u32) -> Engine {
+    let ctx = ContextParams {
+        n_ctx,
+        n_seq_max: n_slots,
+        ..Default::default()
+    };
+    Engine::start(model, ctx, EngineParams::default()).unwrap()
+}
+
+/// Run `req` to the end; one [`Choice`] per `req.n`.
+fn run(engine: &Engine, req: Request) -> Vec<Choice> {
+    let n = req.n;
+    let events = engine.submit_channel(req).unwrap();
+    collect(&events, n)
+}
+
+fn collect(events: &glint::engine::Events, n: usize) -> Vec<Choice> {
+    let mut out = vec![Choice::default(); n];
+    let mut done = 0;
+    while done < n {
+        match events.recv().expect("the engine is running") {
+            Event::Delta {
+                index, token, text, ..
+            } => {
+                out[index].tokens.extend(token);
+                out[index].text.push_str(&text);
+            }
+            Event::Done {
+                index,
+                stop,
+                usage,
+                reason,
+            } => {
+                assert_eq!(reason, FinishReason::from(stop));
+                out[index].stop = Some(stop);
+                out[index].usage = usage;
+                done += 1;
+            }
+            Event::Failed(e) => panic!("request failed: {e}"),
+        }
+    }
+    out
+}
+
+fn prompt(model: &Model, text: &str) -> Vec<u32> {
+    model.tokenizer().encode(text, true, false).unwrap()
+}
+
+/// Greedy (the default chain samples at temperature 0.8), `max_tokens`
+/// tokens whatever the model says.
+fn request(ids: Vec<u32>, max_tokens: usize) -> Request {
+    let mut r = Request::new(ids);
+    r.sampling.temp = 0.0;
+    r.max_tokens = Some(max_tokens);
+    r.ignore_eos = true;
+    r
+}
+
+#[test]
+fn n_choices_decode_the_prompt_once_and_each_equals_its_solo_run() {
+    let model = common::cpu_model("smollm2");
+    let ids = prompt(&model, "The three most common colours of cars are");
+
+    // Greedy: every choice is the solo greedy run.
+    let e = engine(&model, 1024, 4);
+    let mut req = request(ids.clone(), 12);
+    req.n = 3;
+    let choices = run(&e, req);
+    let solo = run(&engine(&model, 1024, 4), request(ids.clone(), 12));
+    for c in &choices {
+        assert_eq!(c.tokens, solo[0].tokens);
+        assert_eq!(c.stop, Some(StopReason::NPredict));
+        assert_eq!(c.usage.prompt_tokens, ids.len());
+        assert_eq!(c.usage.completion_tokens, 12);
+    }
+
+    // Seeded sampling: choice i samples with seed + i, as a solo request
+    // with that seed does; different seeds give different texts.
+    let sampled = |seed: u32, n: usize| {
+        let mut r = request(ids.clone(), 16);
+        r.n = n;
+        r.sampling.temp = 1.0;
+        r.sampling.seed = seed;
+        run(&engine(&model, 1024, 4), r)
+    };
+    let two = sampled(42, 2);
+    assert_eq!(two[0].tokens, sampled(42, 1)[0].tokens);
+    assert_eq!(two[1].tokens, sampled(43, 1)[0].tokens);
+    assert_ne!(two[0].tokens, two[1].tokens);
+
+    // More choices than slots: refused before queueing.
+    let mut too_many = request(ids, 4);
+    too_many.n = 5;
+    let err = e.submit_channel(too_many).err().expect("refused");
+    assert!(err.to_string().contains("5 choices"), "{err}");
+}
+
+#[test]
+fn a_busy_slots_prefix_is_shared_into_a_new_request_and_gives_the_cold_tokens() {
+    let model = common::cpu_model("smollm2");
+    let system = "You are a careful assistant. Answer in one short sentence, \
+                  without lists, and never mention that you are an assistant. ";
+    let a = prompt(&model, &format!("{system}Question: what is rain?"));
+    let b = prompt(&model, &format!("{system}Question: what is snow?"));
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    assert!(common > 20, "the prompts share {common} tokens");
+
+    let cold_b = run(&engine(&model, 2048, 4), request(b.clone(), 16));
+
+    let e = engine(&model, 2048, 4);
+    let ev_a = e.submit_channel(request(a.clone(), 48)).unwrap();
+    // Wait until A generates: its prompt is in its slot's cells.
+    match ev_a.recv() {
+        Some(Event::Delta { .. }) => {}
+        other => panic!("expected A's first token, got {other:?}"),
+    }
+    let warm_b = run(&e, request(b.clone(), 16));
+    assert_eq!(warm_b[0].usage.cached_tokens, common);
+    assert_eq!(warm_b[0].tokens, cold_b[0].tokens);
+    assert_eq!(cold_b[0].usage.cached_tokens, 0);
+    // A goes on undisturbed.
+    let rest_a = collect(&ev_a, 1);
+    assert_eq!(rest_a[0].usage.completion_tokens, 48);
+}
+
+#[test]
+fn context_shift_lets_a_slot_generate_past_its_context() {
+    let model = common::cpu_model("smollm2");
+    let ids = prompt(&model, "Once upon a time, in a small village by the sea,");
+    let e = engine(&model, 128, 2);
+
+    // Without a shift the slot ends when its context is full.
+    let full = run(&e, request(ids.clone(), 300));
+    assert_eq!(full[0].stop, Some(StopReason::ContextFull));
+    // Tokens at positions len..128 are decoded; the one sampled last is not.
+    assert_eq!(full[0].usage.completion_tokens, 128 - ids.len() + 1);
+
+    let mut shifting = request(ids.clone(), 300);
+    shifting.context_shift = true;
+    shifting.n_keep = 4;
+    let out = run(&e, shifting);
+    assert_eq!(out[0].stop, Some(StopReason::NPredict));
+    assert_eq!(out[0].usage.completion_tokens, 300);
+    // The first tokens come before any shift: they equal the plain run's.
+    assert_eq!(out[0].tokens[..40], full[0].tokens[..40]);
+}
