@@ -164,3 +164,33 @@ fn context_shift_lets_a_slot_generate_past_its_context() {
     // The first tokens come before any shift: they equal the plain run's.
     assert_eq!(out[0].tokens[..40], full[0].tokens[..40]);
 }
+
+/// Copy-on-write. Two choices share every prompt cell; shift-mode
+/// self-extend then compresses each choice's positions, step after step.
+/// Choice 0's first pass must move private copies of the shared cells (else
+/// it would move choice 1's prompt too, and choice 1's own pass would
+/// compress the same cells a second time): both choices equal the solo run.
+#[test]
+fn self_extend_copies_shared_cells_so_each_choice_equals_the_solo_run() {
+    let model = common::cpu_model("smollm2");
+    let text = "The history of the lighthouse begins in antiquity. Sailors needed \
+                fires on hills to find harbours at night, and the Pharos of Alexandria, \
+                built in the third century before our era, stood for more than a thousand \
+                years. Tell the story in detail:";
+    let ids = prompt(&model, text);
+    assert!(ids.len() > 40, "a prompt of {} tokens", ids.len());
+    let req = |n: usize| {
+        let mut r = request(ids.clone(), 24);
+        r.n = n;
+        r.ga_n = 4;
+        r.ga_w = 16;
+        r
+    };
+    let both = run(&engine(&model, 1024, 4), req(2));
+    let solo = run(&engine(&model, 1024, 4), req(1));
+    let plain = run(&engine(&model, 1024, 4), request(ids.clone(), 24));
+    assert_eq!(both[0].tokens, solo[0].tokens);
+    assert_eq!(both[1].tokens, solo[0].tokens);
+    // Self-extend did change the positions the model saw.
+    assert_ne!(solo[0].tokens, plain[0].tokens);
+}

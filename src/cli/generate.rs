@@ -276,7 +276,6 @@ fn run_single(
     ctx: &mut Context,
     ids: &[u32],
 ) -> Result<GenerateStats, String> {
-    let model = ctx.model().clone();
     let logprobs = job.logprobs;
     let mut out = std::io::stdout().lock();
     if p.has("echo") && logprobs.is_none() {

@@ -421,11 +421,41 @@ impl<'a> Scheduler<'a> {
         if n_discard == 0 {
             return Ok(false);
         }
-        // The shift moves positions from `n_keep + n_discard` on.
-        self.unshare(ctx, i, n_keep + n_discard)?;
+        let (seq, n_past_before) = (s.seq, s.n_past);
+        let shift = if s.shared {
+            // Copy-on-write: the shift moves positions from `n_keep +
+            // n_discard` on; those shared with another sequence get their
+            // own cells first. Dropping positions needs no copy, so it
+            // comes first and the copies can use the cells it frees.
+            let moved = n_keep + n_discard;
+            ctx.seq_rm(seq, n_keep, moved)?;
+            if let Err(e) = self.unshare(ctx, i, moved) {
+                // Half a shift is no state to go on from.
+                Self::forget(ctx, &mut self.slots[i]);
+                return Err(e);
+            }
+            ctx.seq_add(seq, moved, n_past_before, -n_discard)?;
+            glint_kv::ContextShift {
+                n_discard,
+                calls: [
+                    glint_kv::KvOp::SeqRm {
+                        seq,
+                        p0: n_keep,
+                        p1: moved,
+                    },
+                    glint_kv::KvOp::SeqAdd {
+                        seq,
+                        p0: moved,
+                        p1: n_past_before,
+                        d: -n_discard,
+                    },
+                ],
+                n_past: n_past_before - n_discard,
+            }
+        } else {
+            ctx.context_shift(seq, n_keep, n_past_before)?
+        };
         let s = &mut self.slots[i];
-        let n_past_before = s.n_past;
-        let shift = ctx.context_shift(s.seq, n_keep, s.n_past)?;
         let (k, d) = (n_keep as usize, shift.n_discard as usize);
         s.cache.drain(k..(k + d).min(s.cache.len()));
         s.n_past = shift.n_past;
@@ -777,4 +807,3 @@ fn piece(tok: &Tokenizer, id: u32) -> String {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
 }
-
