@@ -106,6 +106,12 @@ const FLAGS: &[Flag] = &[
         Some("BYTES"),
         "largest request body before 413 (default 8 MiB)"
     ),
+    flag!(
+        "metrics",
+        [],
+        None,
+        "serve GET /metrics: Prometheus text with llama-server's llamacpp: names"
+    ),
     flag!("help", ["-h"], None, "this text"),
 ];
 
@@ -147,8 +153,9 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         ctx_params,
         max_queue: num(p, "max-queue")?.unwrap_or(d.max_queue),
         prefill_per_step: num(p, "prefill-per-step")?.unwrap_or(d.prefill_per_step),
-        api_key: p.get("api-key").map(str::to_string),
+        api_keys: p.get("api-key").map(str::to_string).into_iter().collect(),
         timeout: num::<u64>(p, "timeout")?.map_or(d.timeout, Duration::from_secs),
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
+        metrics: p.has("metrics"),
     })
 }

@@ -66,6 +66,7 @@ impl ApiError {
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
             StatusCode::REQUEST_TIMEOUT => "timeout_error",
+            StatusCode::NOT_IMPLEMENTED => "not_supported_error",
             s if s.is_server_error() => "server_error",
             _ => "invalid_request_error",
         }

@@ -6,6 +6,7 @@
 //! | `POST /v1/completions` | a text (or token id) prompt; streamed or whole |
 //! | `GET /v1/models` | the one model served |
 //! | `GET /health` | `{"status":"ok"}`, or 503 while the model loads; never needs the API key |
+//! | `GET /metrics` | Prometheus text, llama-server's `llamacpp:` names (with `--metrics`; 501 without, as llama-server) |
 //!
 //! The HTTP side (axum on tokio) validates, renders, tokenizes, queues and
 //! streams; all model compute runs on the [`Engine`]'s thread. A request's
@@ -15,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod metrics;
 mod openai;
 mod request;
 
@@ -27,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -40,6 +42,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 pub use error::{ApiError, ServerError};
+use metrics::{Metrics, Tracker};
 use openai::Meta;
 use request::{Endpoint, Options, Prompt};
 
@@ -61,12 +64,15 @@ pub struct Config {
     pub max_queue: usize,
     /// Most prompt tokens per engine step (0 = up to `n_batch`).
     pub prefill_per_step: usize,
-    /// Required as `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
-    pub api_key: Option<String>,
+    /// Keys any one of which is required as `Authorization: Bearer KEY` or
+    /// `X-Api-Key: KEY` (none: no key needed).
+    pub api_keys: Vec<String>,
     /// Longest a request may take, and longest a stream may stay silent.
     pub timeout: Duration,
     /// Largest request body (413 beyond).
     pub max_body_bytes: usize,
+    /// Serve `GET /metrics`.
+    pub metrics: bool,
 }
 
 impl Default for Config {
@@ -83,9 +89,10 @@ impl Default for Config {
             },
             max_queue: 64,
             prefill_per_step: EngineParams::default().prefill_per_step,
-            api_key: None,
+            api_keys: Vec::new(),
             timeout: Duration::from_secs(600),
             max_body_bytes: 8 << 20,
+            metrics: false,
         }
     }
 }
@@ -100,9 +107,13 @@ struct Loaded {
 /// What every handler shares.
 struct AppState {
     loaded: OnceLock<Loaded>,
-    api_key: Option<String>,
+    api_keys: Vec<String>,
     timeout: Duration,
     next_id: AtomicU64,
+    /// With `--metrics`: what `/metrics` shows.
+    metrics: Option<Arc<Metrics>>,
+    /// Unix seconds at start (llama-server's `Process-Start-Time-Unix`).
+    started: u64,
 }
 
 impl AppState {
@@ -146,9 +157,11 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
 
     let state = Arc::new(AppState {
         loaded: OnceLock::new(),
-        api_key: cfg.api_key.clone(),
+        api_keys: cfg.api_keys.clone(),
         timeout: cfg.timeout,
         next_id: AtomicU64::new(1),
+        metrics: cfg.metrics.then(Default::default),
+        started: now(),
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -230,6 +243,7 @@ fn router(state: Shared, max_body: usize) -> Router {
         .route("/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/models", get(models))
+        .route("/metrics", get(metrics_text))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(health))
@@ -243,17 +257,45 @@ fn router(state: Shared, max_body: usize) -> Router {
         .with_state(state)
 }
 
-/// `Authorization: Bearer KEY` or `X-Api-Key: KEY`, when a key is set.
+/// `Authorization: Bearer KEY` or `X-Api-Key: KEY` with any of the keys,
+/// when keys are set.
 async fn auth(State(st): State<Shared>, req: HttpRequest, next: Next) -> Response {
-    if let Some(key) = &st.api_key {
+    if !st.api_keys.is_empty() {
         let h = req.headers();
         let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
         let bearer = header("authorization").and_then(|v| v.strip_prefix("Bearer "));
-        if bearer != Some(key.as_str()) && header("x-api-key") != Some(key.as_str()) {
+        let known = |k: Option<&str>| k.is_some_and(|k| st.api_keys.iter().any(|key| key == k));
+        if !known(bearer) && !known(header("x-api-key")) {
             return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API Key").into_response();
         }
     }
     next.run(req).await
+}
+
+/// Prometheus text, as llama-server's `/metrics`.
+async fn metrics_text(State(st): State<Shared>) -> Result<Response, ApiError> {
+    let Some(m) = &st.metrics else {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "This server does not support metrics endpoint. Start it with `--metrics`",
+        ));
+    };
+    let l = st.loaded()?;
+    let text = m.render(l.engine.n_processing(), l.engine.n_waiting());
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4".to_string(),
+            ),
+            (
+                header::HeaderName::from_static("process-start-time-unix"),
+                st.started.to_string(),
+            ),
+        ],
+        text,
+    )
+        .into_response())
 }
 
 async fn health(State(st): State<Shared>) -> Response {
@@ -348,15 +390,25 @@ async fn completions(
     respond(&st, l, Endpoint::Completion, opts, ids).await
 }
 
-/// Events of one request, from the engine thread to the handler.
-struct Sink(mpsc::UnboundedSender<Event>);
+/// Events of one request, from the engine thread to the handler (and its
+/// timeline to the metrics, when kept).
+struct Sink {
+    tx: mpsc::UnboundedSender<Event>,
+    tracker: Option<std::cell::RefCell<Tracker>>,
+}
 
 impl EventSink for Sink {
     fn send(&mut self, ev: Event) -> bool {
-        self.0.send(ev).is_ok()
+        if let Some(t) = &self.tracker {
+            t.borrow_mut().on_event(&ev);
+        }
+        self.tx.send(ev).is_ok()
     }
     fn is_closed(&self) -> bool {
-        self.0.is_closed()
+        if let Some(t) = &self.tracker {
+            t.borrow_mut().on_poll();
+        }
+        self.tx.is_closed()
     }
 }
 
@@ -376,7 +428,11 @@ async fn respond(
     req.prompt = prompt;
     let want_logprobs = req.logprobs.is_some();
     let (tx, rx) = mpsc::unbounded_channel();
-    l.engine.submit(req, Box::new(Sink(tx)))?;
+    let tracker = st
+        .metrics
+        .as_ref()
+        .map(|m| std::cell::RefCell::new(Tracker::new(m.clone())));
+    l.engine.submit(req, Box::new(Sink { tx, tracker }))?;
     let n = st.next_id.fetch_add(1, Ordering::Relaxed);
     let meta = Meta {
         id: match endpoint {
