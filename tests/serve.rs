@@ -651,3 +651,78 @@ fn metrics_are_off_without_the_flag() {
         .unwrap()
         .contains("--metrics"));
 }
+
+#[test]
+fn keys_from_the_api_key_file_and_the_flag_are_all_accepted() {
+    let _t = turn();
+    let dir = std::env::temp_dir().join(format!("glint-serve-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys.txt");
+    std::fs::write(&file, "# team keys\nfile-one\n\nfile-two\n").unwrap();
+    let s = Server::start(&[
+        "-c",
+        "256",
+        "--api-key",
+        "flag-key",
+        "--api-key-file",
+        file.to_str().unwrap(),
+    ]);
+    let body = chat_body("Hi", 2).to_string();
+    let chat = |header: &str| {
+        http(
+            &s.addr,
+            "POST",
+            "/v1/chat/completions",
+            body.as_bytes(),
+            &[header],
+        )
+    };
+    for ok in [
+        "Authorization: Bearer flag-key",
+        "Authorization: Bearer file-one",
+        "X-Api-Key: file-two",
+    ] {
+        let (status, b) = chat(ok);
+        assert_eq!(status, 200, "{ok}: {}", String::from_utf8_lossy(&b));
+    }
+    for bad in [
+        "Authorization: Bearer file-three",
+        "Authorization: Bearer # team keys",
+        "X-Api-Key: flag-key,file-one",
+        "Authorization: file-one",
+    ] {
+        let (status, b) = chat(bad);
+        assert_eq!(status, 401, "{bad}");
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            v,
+            json!({"error": {"code": 401, "message": "Invalid API Key",
+                "type": "authentication_error"}}),
+            "{bad}"
+        );
+    }
+    assert_eq!(s.get("/health").0, 200);
+    drop(s);
+
+    // A file that is missing or lists no key stops the server at once,
+    // naming the file.
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "\n# nothing yet\n").unwrap();
+    let model = glint_cli::models::test_model("smollm2").unwrap();
+    for (path, why) in [(dir.join("absent.txt"), "absent.txt"), (empty, "no key")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_glint"))
+            .args(["serve", "-m", model.to_str().unwrap(), "--port", "0"])
+            .arg("--api-key-file")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(path.to_str().unwrap()) && err.contains(why),
+            "{err}"
+        );
+        assert!(!err.contains("listening"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

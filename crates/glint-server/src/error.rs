@@ -16,6 +16,14 @@ pub enum ServerError {
         /// Why it failed.
         err: std::io::Error,
     },
+    /// An `--api-key-file` that cannot be read or lists no key.
+    #[error("API key file {path}: {reason}")]
+    ApiKeyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
     /// Loading the model or starting the engine failed.
     #[error(transparent)]
     Glint(#[from] glint::Error),

@@ -126,6 +126,29 @@ impl AppState {
 
 type Shared = Arc<AppState>;
 
+/// The keys of an API key file (llama-server's `--api-key-file`): one per
+/// line, surrounding whitespace dropped (a file written on Windows ends its
+/// lines in `\r`), blank lines and lines starting with `#` skipped. A file
+/// that cannot be read or lists no key is an error naming it: a server
+/// meant to be guarded must not start open.
+pub fn read_api_key_file(path: &std::path::Path) -> Result<Vec<String>, ServerError> {
+    let bad = |reason: String| ServerError::ApiKeyFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let keys: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    if keys.is_empty() {
+        return Err(bad("no key in it (one per line)".into()));
+    }
+    Ok(keys)
+}
+
 /// Bind, load the model in the background (`/health` says 503 meanwhile)
 /// and serve until Ctrl-C. Prints `listening on http://ADDR` to stderr once
 /// bound.
@@ -567,4 +590,25 @@ fn sse(
         }
     });
     Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_key_file_lists_keys_and_refuses_to_be_empty() {
+        let dir = std::env::temp_dir().join(format!("glint-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("keys");
+        std::fs::write(&file, "# ours\nalpha\r\n\n  beta  \n").unwrap();
+        assert_eq!(read_api_key_file(&file).unwrap(), ["alpha", "beta"]);
+        std::fs::write(&file, "\n# only a comment\n\n").unwrap();
+        let e = read_api_key_file(&file).unwrap_err().to_string();
+        assert!(e.contains("keys") && e.contains("no key"), "{e}");
+        let missing = dir.join("missing");
+        let e = read_api_key_file(&missing).unwrap_err().to_string();
+        assert!(e.contains("missing"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
