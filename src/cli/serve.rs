@@ -145,7 +145,9 @@ fn api_keys(p: &Parsed) -> Result<Vec<String>, String> {
         .map(str::to_string)
         .collect();
     if let Some(f) = p.get("api-key-file") {
-        keys.extend(glint_server::read_api_key_file(f.as_ref()).map_err(|e| e.to_string())?);
+        keys.extend(
+            glint_server::read_api_key_file(f.as_ref()).map_err(|e| format!("serve: {e}"))?,
+        );
     }
     Ok(keys)
 }

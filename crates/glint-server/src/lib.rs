@@ -271,8 +271,13 @@ fn router(state: Shared, max_body: usize) -> Router {
     Router::new()
         .route("/health", get(health))
         .merge(api)
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
-        .method_not_allowed_fallback(|| async {
+        // The fallbacks read the body (up to the limit) before answering:
+        // hyper closes a keep-alive connection whose request body is left
+        // unread, and a client's next request on it would fail.
+        .fallback(|_: Result<Bytes, BytesRejection>| async {
+            ApiError::new(StatusCode::NOT_FOUND, "no such route")
+        })
+        .method_not_allowed_fallback(|_: Result<Bytes, BytesRejection>| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
         .layer(DefaultBodyLimit::max(max_body))
@@ -449,6 +454,21 @@ async fn respond(
         include_usage,
     } = opts;
     req.prompt = prompt;
+    // The engine builds the sampler chain only once a slot takes the
+    // request, and a bias on a token past the vocabulary fails it there
+    // (a 500 after the fact): refuse it here, as the 400 it is.
+    let n_vocab = l.engine.model().n_vocab();
+    if let Some(b) = req
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|b| b.token as usize >= n_vocab)
+    {
+        return Err(ApiError::bad_request(format!(
+            "`logit_bias`: token {} is outside the vocabulary ({n_vocab} tokens)",
+            b.token
+        )));
+    }
     let want_logprobs = req.logprobs.is_some();
     let (tx, rx) = mpsc::unbounded_channel();
     let tracker = st
