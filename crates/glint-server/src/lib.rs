@@ -220,6 +220,12 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
+    // TCP_NODELAY, as llama-server's httplib build: a stream is many small
+    // writes, one a token, and Nagle's algorithm would hold each behind the
+    // client's delayed ACK of the one before.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
