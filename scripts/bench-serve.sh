@@ -10,7 +10,8 @@
 # decoding while a ~2,000-token prompt arrives, against glint serve with the
 # default chunked prefill (--prefill-per-step 512) and with none
 # (--prefill-per-step 2048 -b 2048: the whole prompt in one step); each
-# slot gets 2048 cells (-np 4 -c 8192) so the prompt fits. MODE=throughput or
+# slot gets 2048 cells (-np 4 -c 8192) so the prompt fits; llama-server
+# (-b 2048) for reference. MODE=throughput or
 # MODE=fairness runs one half only; RUNS (3) fairness runs per server.
 #
 # MODEL defaults to SmolLM2 in the model cache; LLAMA_SERVER to the oracle
@@ -60,4 +61,7 @@ if [ "$mode" != throughput ]; then
         "$glint" serve -m "$model" --port 8183 --backend cpu "${fair[@]}" --prefill-per-step 512
     bench glint-unchunked 8184 --fairness "$runs" -- \
         "$glint" serve -m "$model" --port 8184 --backend cpu "${fair[@]}" --prefill-per-step 2048 -b 2048
+    # For reference: llama-server puts up to -b prompt tokens in a step.
+    bench llama-server-b2048 8185 --fairness "$runs" -- \
+        "$llama" -m "$model" --port 8185 --no-repack -fa off "${fair[@]}" -b 2048
 fi

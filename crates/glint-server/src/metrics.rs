@@ -291,7 +291,6 @@ pub struct Tracker {
     picked_up: bool,
     /// When each `Delta` was sent.
     deltas: Vec<Instant>,
-    done: bool,
 }
 
 impl Tracker {
@@ -303,7 +302,6 @@ impl Tracker {
             prefilling: false,
             picked_up: false,
             deltas: Vec::new(),
-            done: false,
         }
     }
 
@@ -335,7 +333,6 @@ impl Tracker {
             Event::Done { usage, .. } => {
                 self.end_prefill(now);
                 self.metrics.finished(self.submitted, &self.deltas, usage);
-                self.done = true;
             }
             Event::Failed(_) => self.end_prefill(now),
         }
