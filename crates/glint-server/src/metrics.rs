@@ -269,7 +269,7 @@ impl Metrics {
         t.ttft.write(
             &mut out,
             "time_to_first_token_seconds",
-            "Time from a request's arrival to its first generated token",
+            "Time from a request being queued to its first generated token",
         );
         t.itl.write(
             &mut out,
