@@ -177,6 +177,8 @@ def fairness(url, n_decoding, max_tokens, long_words, warm_tokens):
         t.start()
         threads.append(t)
     while min(len(t) for t in decoding) < warm_tokens:
+        if not all(t.is_alive() for t in threads):
+            raise SystemExit("a decoding client ended before its first tokens")
         time.sleep(0.005)
     # A fresh prefix each time, so no cache from an earlier run helps.
     nonce = f"{time.time_ns()} "
