@@ -6,6 +6,14 @@
 #
 #   scripts/bench-serve.sh [MODEL] [LLAMA_SERVER]
 #
+# Then the fairness runs (scripts/bench-serve.py --fairness): 3 streams
+# decoding while a ~2,000-token prompt arrives, against glint serve with the
+# default chunked prefill (--prefill-per-step 512) and with none
+# (--prefill-per-step 2048 -b 2048: the whole prompt in one step); each
+# slot gets 2048 cells (-np 4 -c 8192) so the prompt fits; llama-server
+# (-b 2048) for reference. MODE=throughput or
+# MODE=fairness runs one half only; RUNS (3) fairness runs per server.
+#
 # MODEL defaults to SmolLM2 in the model cache; LLAMA_SERVER to the oracle
 # build's (../shared/oracle/build_oracle.sh puts it in /tmp/oracle). glint is
 # the test-profile build (`cargo build --profile test --bin glint`), or $GLINT.
@@ -27,15 +35,33 @@ wait_up() {
     return 1
 }
 
-bench() { # LABEL PORT CMD...
+mode="${MODE:-all}"
+runs="${RUNS:-3}"
+
+bench() { # LABEL PORT BENCH-ARGS -- CMD...
     local label=$1 port=$2
     shift 2
-    "$@" >/tmp/bench-serve-$label.log 2>&1 &
+    local args=()
+    while [ "$1" != "--" ]; do args+=("$1"); shift; done
+    shift
+    "$@" >"/tmp/bench-serve-$label.log" 2>&1 &
     local pid=$!
     wait_up "http://127.0.0.1:$port" || { kill $pid; return 1; }
-    "$py" scripts/bench-serve.py "http://127.0.0.1:$port" --label "$label" || true
+    "$py" scripts/bench-serve.py "http://127.0.0.1:$port" --label "$label" "${args[@]}" || true
     kill $pid; wait $pid 2>/dev/null || true
 }
 
-bench glint 8181 "$glint" serve -m "$model" --port 8181 --backend cpu "${flags[@]}"
-bench llama-server 8182 "$llama" -m "$model" --port 8182 --no-repack -fa off "${flags[@]}"
+if [ "$mode" != fairness ]; then
+    bench glint 8181 -- "$glint" serve -m "$model" --port 8181 --backend cpu "${flags[@]}"
+    bench llama-server 8182 -- "$llama" -m "$model" --port 8182 --no-repack -fa off "${flags[@]}"
+fi
+if [ "$mode" != throughput ]; then
+    fair=(--parallel 4 --ctx-size 8192 --threads 2)
+    bench glint-chunk512 8183 --fairness "$runs" -- \
+        "$glint" serve -m "$model" --port 8183 --backend cpu "${fair[@]}" --prefill-per-step 512
+    bench glint-unchunked 8184 --fairness "$runs" -- \
+        "$glint" serve -m "$model" --port 8184 --backend cpu "${fair[@]}" --prefill-per-step 2048 -b 2048
+    # For reference: llama-server puts up to -b prompt tokens in a step.
+    bench llama-server-b2048 8185 --fairness "$runs" -- \
+        "$llama" -m "$model" --port 8185 --no-repack -fa off "${fair[@]}" -b 2048
+fi

@@ -5,199 +5,13 @@
 //! The tests take turns (one lock): each starts its own server, and two
 //! servers computing at once on a small machine would only slow both down.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+mod serve_common;
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
 
 use serde_json::{json, Value};
-
-static TURN: Mutex<()> = Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A `glint serve` child on an ephemeral port; killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let model = glint_cli::models::test_model("smollm2").unwrap_or_else(|e| panic!("{e}"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_glint"))
-            .args(["serve", "-m", model.to_str().unwrap(), "--port", "0"])
-            .args(["--backend", "cpu", "-t", "2"])
-            .args(args)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("glint serve starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("glint serve prints its address")
-                .unwrap();
-            if let Some(a) = line.split("listening on http://").nth(1) {
-                break a.trim().to_string();
-            }
-        };
-        // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        let s = Server { child, addr };
-        let t0 = Instant::now();
-        while s.get("/health").0 != 200 {
-            assert!(t0.elapsed() < Duration::from_secs(60), "never healthy");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        s
-    }
-
-    /// Poll `/health` until `slots_processing` is `n`; fail after `limit`.
-    fn wait_processing(&self, n: u64, limit: Duration) {
-        let t0 = Instant::now();
-        loop {
-            let (status, h) = self.get("/health");
-            assert_eq!(status, 200);
-            let h: Value = serde_json::from_slice(&h).unwrap();
-            if h["slots_processing"] == n {
-                return;
-            }
-            assert!(t0.elapsed() < limit, "not {n} busy after {limit:?}: {h}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn get(&self, path: &str) -> (u16, Vec<u8>) {
-        http(&self.addr, "GET", path, b"", &[])
-    }
-
-    /// POST JSON; the status and the body as JSON.
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let (status, b) = http(&self.addr, "POST", path, body.to_string().as_bytes(), &[]);
-        let v = serde_json::from_slice(&b)
-            .unwrap_or_else(|e| panic!("{status} {e}: {}", String::from_utf8_lossy(&b)));
-        (status, v)
-    }
-
-    /// POST with `"stream": true`; the `data:` payloads in order.
-    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
-        let (status, b) = http(&self.addr, "POST", path, body.to_string().as_bytes(), &[]);
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&b));
-        String::from_utf8(b)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
-            .collect()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One request on a fresh connection: status and (de-chunked) body.
-fn http(addr: &str, method: &str, path: &str, body: &[u8], headers: &[&str]) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for h in headers {
-        req.push_str(h);
-        req.push_str("\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    // A server may answer (413) before reading all of a large body.
-    let _ = s.write_all(body);
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    parse_response(&raw)
-}
-
-/// A connection that has sent `POST /v1/completions` with `body` and not
-/// read the answer (dropping it hangs up).
-fn post_completion(addr: &str, body: &str) -> TcpStream {
-    let mut c = TcpStream::connect(addr).unwrap();
-    write!(
-        c,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    c
-}
-
-fn parse_response(raw: &[u8]) -> (u16, Vec<u8>) {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a complete head");
-    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = &raw[end + 4..];
-    if head.contains("transfer-encoding: chunked") {
-        (status, dechunk(body))
-    } else {
-        (status, body.to_vec())
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
-        if n == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
-        b = &b[eol + 2 + n + 2..];
-    }
-}
-
-fn chat_body(user: &str, max_tokens: u32) -> Value {
-    json!({
-        "messages": [{"role": "user", "content": user}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    })
-}
-
-fn chat_text(v: &Value) -> String {
-    v["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-/// The text of a stream's chunks (chat deltas or completion texts).
-fn stream_text(data: &[String]) -> String {
-    data.iter()
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str::<Value>(d).unwrap())
-        .filter_map(|v| {
-            let c = &v["choices"][0];
-            c["delta"]["content"]
-                .as_str()
-                .or(c["text"].as_str())
-                .map(str::to_string)
-        })
-        .collect()
-}
+use serve_common::*;
 
 #[test]
 fn streamed_equals_whole_at_temperature_zero() {
@@ -623,4 +437,292 @@ fn a_disconnect_during_prefill_frees_the_slot() {
     s.wait_processing(0, Duration::from_secs(5));
     let (status, v) = s.post("/v1/completions", &json!({"prompt": "Hi", "max_tokens": 4}));
     assert_eq!(status, 200, "{v}");
+}
+
+/// `/metrics` text as `(name, labels, value)` samples; every sample's
+/// family has `# HELP` and `# TYPE` lines before it.
+fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
+    let mut typed = std::collections::HashMap::new();
+    let mut helped = std::collections::HashSet::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("HELP NAME TEXT");
+            assert!(!help.is_empty(), "{line}");
+            helped.insert(name.to_string());
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE NAME KIND");
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            typed.insert(name.to_string(), kind.to_string());
+            continue;
+        }
+        assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
+        let (series, value) = line.rsplit_once(' ').expect("NAME VALUE");
+        let value: f64 = value.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => {
+                let l = l.strip_suffix('}').expect("labels end with }");
+                // label="value"[,label="value"]...
+                for pair in l.split(',') {
+                    let (k, v) = pair.split_once('=').expect("label=value");
+                    assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+                    assert!(v.len() >= 2 && v.starts_with('"') && v.ends_with('"'));
+                }
+                (n, l)
+            }
+            None => (series, ""),
+        };
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "{name}"
+        );
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| typed.get(*f).is_some_and(|k| k == "histogram"))
+            })
+            .unwrap_or(name);
+        assert!(
+            typed.contains_key(family) && helped.contains(family),
+            "{line}"
+        );
+        samples.push((name.to_string(), labels.to_string(), value));
+    }
+    samples
+}
+
+fn metric(samples: &[(String, String, f64)], name: &str) -> f64 {
+    let hits: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.0 == name && s.1.is_empty())
+        .map(|s| s.2)
+        .collect();
+    assert_eq!(hits.len(), 1, "{name}: {hits:?}");
+    hits[0]
+}
+
+/// A histogram's buckets are cumulative and end in `+Inf` = `_count`.
+fn histogram_count(samples: &[(String, String, f64)], name: &str) -> f64 {
+    let buckets: Vec<&(String, String, f64)> = samples
+        .iter()
+        .filter(|s| s.0 == format!("{name}_bucket"))
+        .collect();
+    assert!(buckets.len() > 5, "{name}");
+    assert!(buckets.windows(2).all(|w| w[0].2 <= w[1].2), "{buckets:?}");
+    let last = buckets.last().unwrap();
+    assert_eq!(last.1, "le=\"+Inf\"");
+    let count = metric(samples, &format!("{name}_count"));
+    assert_eq!(last.2, count);
+    count
+}
+
+#[test]
+fn metrics_count_what_the_responses_report() {
+    let _t = turn();
+    let key = "k1";
+    let s = Server::start(&["-np", "2", "-c", "1024", "--metrics", "--api-key", key]);
+    let auth = format!("Authorization: Bearer {key}");
+    let post = |path: &str, body: &Value| -> Value {
+        let (status, b) = http(&s.addr, "POST", path, body.to_string().as_bytes(), &[&auth]);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&b));
+        serde_json::from_slice(&b).unwrap()
+    };
+    let scrape = || -> String {
+        let (status, b) = http(&s.addr, "GET", "/metrics", b"", &[&auth]);
+        assert_eq!(status, 200);
+        String::from_utf8(b).unwrap()
+    };
+    // As llama-server: /metrics needs the key, /health does not.
+    assert_eq!(s.get("/metrics").0, 401);
+    let empty = parse_prometheus(&scrape());
+    assert_eq!(metric(&empty, "llamacpp:prompt_tokens_total"), 0.0);
+    assert_eq!(
+        histogram_count(&empty, "llamacpp:time_to_first_token_seconds"),
+        0.0
+    );
+
+    let mut usages = Vec::new();
+    let chat = chat_body("Name three colors.", 12);
+    for _ in 0..2 {
+        // The second one finds the first's prompt in the cache.
+        usages.push(post("/v1/chat/completions", &chat)["usage"].clone());
+    }
+    let done: Vec<Value> = std::thread::scope(|sc| {
+        let hs: Vec<_> = ["The capital of France is", "Once upon a time"]
+            .map(|p| {
+                sc.spawn(move || {
+                    let body = json!({"prompt": p, "max_tokens": 9, "temperature": 0,
+                        "ignore_eos": true});
+                    post("/v1/completions", &body)["usage"].clone()
+                })
+            })
+            .into_iter()
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    usages.extend(done);
+    let mut sbody = chat_body("Why is the sky blue?", 7);
+    sbody["stream"] = json!(true);
+    sbody["stream_options"] = json!({"include_usage": true});
+    let (status, b) = http(
+        &s.addr,
+        "POST",
+        "/v1/chat/completions",
+        sbody.to_string().as_bytes(),
+        &[&auth],
+    );
+    assert_eq!(status, 200);
+    let data: Vec<String> = String::from_utf8(b)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
+        .collect();
+    let usage_chunk: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    usages.push(usage_chunk["usage"].clone());
+
+    let sum = |f: &dyn Fn(&Value) -> u64| usages.iter().map(f).sum::<u64>() as f64;
+    let field = |u: &Value, k: &str| u[k].as_u64().unwrap();
+    let cached = |u: &Value| {
+        u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(cached(&usages[1]) > 0, "{}", usages[1]);
+
+    let m = parse_prometheus(&scrape());
+    let n_requests = usages.len() as f64;
+    assert_eq!(
+        metric(&m, "llamacpp:prompt_tokens_total"),
+        sum(&|u| field(u, "prompt_tokens") - cached(u))
+    );
+    assert_eq!(
+        metric(&m, "llamacpp:prompt_tokens_cached_total"),
+        sum(&cached)
+    );
+    assert_eq!(
+        metric(&m, "llamacpp:tokens_predicted_total"),
+        sum(&|u| field(u, "completion_tokens"))
+    );
+    assert_eq!(
+        histogram_count(&m, "llamacpp:time_to_first_token_seconds"),
+        n_requests
+    );
+    assert_eq!(
+        histogram_count(&m, "llamacpp:inter_token_latency_seconds"),
+        sum(&|u| field(u, "completion_tokens") - 1)
+    );
+    for name in [
+        "llamacpp:prompt_seconds_total",
+        "llamacpp:tokens_predicted_seconds_total",
+        "llamacpp:prompt_tokens_seconds",
+        "llamacpp:predicted_tokens_seconds",
+        "llamacpp:time_to_first_token_seconds_sum",
+        "llamacpp:inter_token_latency_seconds_sum",
+    ] {
+        let v = metric(&m, name);
+        assert!(v > 0.0 && v.is_finite(), "{name} = {v}");
+    }
+    assert_eq!(metric(&m, "llamacpp:requests_processing"), 0.0);
+    assert_eq!(metric(&m, "llamacpp:requests_deferred"), 0.0);
+    // The rate gauges cover the time since the previous scrape.
+    let again = parse_prometheus(&scrape());
+    assert_eq!(metric(&again, "llamacpp:prompt_tokens_seconds"), 0.0);
+    assert_eq!(
+        metric(&again, "llamacpp:tokens_predicted_total"),
+        metric(&m, "llamacpp:tokens_predicted_total")
+    );
+}
+
+#[test]
+fn metrics_are_off_without_the_flag() {
+    let _t = turn();
+    let s = Server::start(&["-c", "256"]);
+    // llama-server's answer: 501, "Start it with `--metrics`".
+    let (status, b) = s.get("/metrics");
+    assert_eq!(status, 501);
+    let v: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["error"]["type"], "not_supported_error");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--metrics"));
+}
+
+#[test]
+fn keys_from_the_api_key_file_and_the_flag_are_all_accepted() {
+    let _t = turn();
+    let dir = std::env::temp_dir().join(format!("glint-serve-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys.txt");
+    std::fs::write(&file, "# team keys\nfile-one\n\nfile-two\n").unwrap();
+    let s = Server::start(&[
+        "-c",
+        "256",
+        "--api-key",
+        "flag-key",
+        "--api-key-file",
+        file.to_str().unwrap(),
+    ]);
+    let body = chat_body("Hi", 2).to_string();
+    let chat = |header: &str| {
+        http(
+            &s.addr,
+            "POST",
+            "/v1/chat/completions",
+            body.as_bytes(),
+            &[header],
+        )
+    };
+    for ok in [
+        "Authorization: Bearer flag-key",
+        "Authorization: Bearer file-one",
+        "X-Api-Key: file-two",
+    ] {
+        let (status, b) = chat(ok);
+        assert_eq!(status, 200, "{ok}: {}", String::from_utf8_lossy(&b));
+    }
+    for bad in [
+        "Authorization: Bearer file-three",
+        "Authorization: Bearer # team keys",
+        "X-Api-Key: flag-key,file-one",
+        "Authorization: file-one",
+    ] {
+        let (status, b) = chat(bad);
+        assert_eq!(status, 401, "{bad}");
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            v,
+            json!({"error": {"code": 401, "message": "Invalid API Key",
+                "type": "authentication_error"}}),
+            "{bad}"
+        );
+    }
+    assert_eq!(s.get("/health").0, 200);
+    drop(s);
+
+    // A file that is missing or lists no key stops the server at once,
+    // naming the file.
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "\n# nothing yet\n").unwrap();
+    let model = glint_cli::models::test_model("smollm2").unwrap();
+    for (path, why) in [(dir.join("absent.txt"), "absent.txt"), (empty, "no key")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_glint"))
+            .args(["serve", "-m", model.to_str().unwrap(), "--port", "0"])
+            .arg("--api-key-file")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(path.to_str().unwrap()) && err.contains(why),
+            "{err}"
+        );
+        assert!(!err.contains("listening"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -80,7 +80,13 @@ const FLAGS: &[Flag] = &[
         "api-key",
         [],
         Some("KEY"),
-        "require `Authorization: Bearer KEY` or `X-Api-Key: KEY` (/health stays public)"
+        "require `Authorization: Bearer KEY` or `X-Api-Key: KEY` (/health stays public); KEY,KEY: any of them"
+    ),
+    flag!(
+        "api-key-file",
+        [],
+        Some("FILE"),
+        "API keys, one per line (# comments); any of them or of --api-key is accepted"
     ),
     flag!(
         "timeout",
@@ -106,6 +112,12 @@ const FLAGS: &[Flag] = &[
         Some("BYTES"),
         "largest request body before 413 (default 8 MiB)"
     ),
+    flag!(
+        "metrics",
+        [],
+        None,
+        "serve GET /metrics: Prometheus text with llama-server's llamacpp: names"
+    ),
     flag!("help", ["-h"], None, "this text"),
 ];
 
@@ -120,6 +132,24 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     }
     let cfg = config(&p)?;
     glint_server::run(cfg).map_err(|e| format!("serve: {e}"))
+}
+
+/// `--api-key` (a comma-separated list, as llama-server's) and the keys of
+/// `--api-key-file`.
+fn api_keys(p: &Parsed) -> Result<Vec<String>, String> {
+    let mut keys: Vec<String> = p
+        .get("api-key")
+        .into_iter()
+        .flat_map(|k| k.split(','))
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+        .collect();
+    if let Some(f) = p.get("api-key-file") {
+        keys.extend(
+            glint_server::read_api_key_file(f.as_ref()).map_err(|e| format!("serve: {e}"))?,
+        );
+    }
+    Ok(keys)
 }
 
 fn config(p: &Parsed) -> Result<glint_server::Config, String> {
@@ -147,8 +177,9 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         ctx_params,
         max_queue: num(p, "max-queue")?.unwrap_or(d.max_queue),
         prefill_per_step: num(p, "prefill-per-step")?.unwrap_or(d.prefill_per_step),
-        api_key: p.get("api-key").map(str::to_string),
+        api_keys: api_keys(p)?,
         timeout: num::<u64>(p, "timeout")?.map_or(d.timeout, Duration::from_secs),
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
+        metrics: p.has("metrics"),
     })
 }

@@ -71,3 +71,47 @@ def test_errors_have_the_openai_shape(client):
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["code"] == 400 and err["type"] == "invalid_request_error" and err["message"]
+
+
+# A turn's new tokens: the last reply as the template renders it, the new
+# user message, and the template's markers around both (about 30 with
+# SmolLM2's); everything before is the previous turn's prompt, cached.
+MAX_PREFILL_PER_TURN = 64
+
+
+def test_a_long_conversation_prefills_only_each_new_turn(client):
+    messages = [{"role": "system", "content": "You are a helpful assistant. Answer briefly."}]
+    questions = [
+        "What is the capital of France?",
+        "And of Italy?",
+        "Which of the two is larger?",
+        "Name a river in the first one.",
+        "How long is it, roughly?",
+        "Name a famous bridge over it.",
+        "When was it built?",
+        "Who designed it?",
+        "Name a museum near it.",
+        "Thanks. Summarize our talk in one line.",
+    ]
+    prompt_tokens = []
+    for turn, q in enumerate(questions):
+        messages.append({"role": "user", "content": q})
+        r = client.chat.completions.create(
+            model=model_id(client), messages=messages, max_tokens=16, temperature=0
+        )
+        u = r.usage
+        cached = u.prompt_tokens_details.cached_tokens
+        prefilled = u.prompt_tokens - cached
+        if turn > 0:
+            assert cached > 0, (turn, u)
+            assert prefilled < MAX_PREFILL_PER_TURN, (turn, u)
+            assert u.prompt_tokens > prompt_tokens[-1], (turn, u)
+            # The whole previous prompt is found in the cache (its reply too,
+            # unless it re-tokenizes differently), all but the one token a
+            # prompt always decodes at most.
+            assert cached >= prompt_tokens[-1] - 1, (turn, u)
+        prompt_tokens.append(u.prompt_tokens)
+        messages.append({"role": "assistant", "content": r.choices[0].message.content})
+    # The prompt grew by more than the per-turn bound, so the flat prefill
+    # is the cache's doing, not a short conversation.
+    assert prompt_tokens[-1] - prompt_tokens[0] > 2 * MAX_PREFILL_PER_TURN, prompt_tokens

@@ -16,6 +16,14 @@ pub enum ServerError {
         /// Why it failed.
         err: std::io::Error,
     },
+    /// An `--api-key-file` that cannot be read or lists no key.
+    #[error("API key file {path}: {reason}")]
+    ApiKeyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
     /// Loading the model or starting the engine failed.
     #[error(transparent)]
     Glint(#[from] glint::Error),
@@ -66,6 +74,7 @@ impl ApiError {
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
             StatusCode::REQUEST_TIMEOUT => "timeout_error",
+            StatusCode::NOT_IMPLEMENTED => "not_supported_error",
             s if s.is_server_error() => "server_error",
             _ => "invalid_request_error",
         }

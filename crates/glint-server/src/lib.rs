@@ -6,6 +6,7 @@
 //! | `POST /v1/completions` | a text (or token id) prompt; streamed or whole |
 //! | `GET /v1/models` | the one model served |
 //! | `GET /health` | `{"status":"ok"}`, or 503 while the model loads; never needs the API key |
+//! | `GET /metrics` | Prometheus text, llama-server's `llamacpp:` names (with `--metrics`; 501 without, as llama-server) |
 //!
 //! The HTTP side (axum on tokio) validates, renders, tokenizes, queues and
 //! streams; all model compute runs on the [`Engine`]'s thread. A request's
@@ -15,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod metrics;
 mod openai;
 mod request;
 
@@ -27,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -40,6 +42,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 pub use error::{ApiError, ServerError};
+use metrics::{Metrics, Tracker};
 use openai::Meta;
 use request::{Endpoint, Options, Prompt};
 
@@ -61,12 +64,15 @@ pub struct Config {
     pub max_queue: usize,
     /// Most prompt tokens per engine step (0 = up to `n_batch`).
     pub prefill_per_step: usize,
-    /// Required as `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
-    pub api_key: Option<String>,
+    /// Keys any one of which is required as `Authorization: Bearer KEY` or
+    /// `X-Api-Key: KEY` (none: no key needed).
+    pub api_keys: Vec<String>,
     /// Longest a request may take, and longest a stream may stay silent.
     pub timeout: Duration,
     /// Largest request body (413 beyond).
     pub max_body_bytes: usize,
+    /// Serve `GET /metrics`.
+    pub metrics: bool,
 }
 
 impl Default for Config {
@@ -83,9 +89,10 @@ impl Default for Config {
             },
             max_queue: 64,
             prefill_per_step: EngineParams::default().prefill_per_step,
-            api_key: None,
+            api_keys: Vec::new(),
             timeout: Duration::from_secs(600),
             max_body_bytes: 8 << 20,
+            metrics: false,
         }
     }
 }
@@ -100,9 +107,13 @@ struct Loaded {
 /// What every handler shares.
 struct AppState {
     loaded: OnceLock<Loaded>,
-    api_key: Option<String>,
+    api_keys: Vec<String>,
     timeout: Duration,
     next_id: AtomicU64,
+    /// With `--metrics`: what `/metrics` shows.
+    metrics: Option<Arc<Metrics>>,
+    /// Unix seconds at start (llama-server's `Process-Start-Time-Unix`).
+    started: u64,
 }
 
 impl AppState {
@@ -114,6 +125,29 @@ impl AppState {
 }
 
 type Shared = Arc<AppState>;
+
+/// The keys of an API key file (llama-server's `--api-key-file`): one per
+/// line, surrounding whitespace dropped (a file written on Windows ends its
+/// lines in `\r`), blank lines and lines starting with `#` skipped. A file
+/// that cannot be read or lists no key is an error naming it: a server
+/// meant to be guarded must not start open.
+pub fn read_api_key_file(path: &std::path::Path) -> Result<Vec<String>, ServerError> {
+    let bad = |reason: String| ServerError::ApiKeyFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let keys: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    if keys.is_empty() {
+        return Err(bad("no key in it (one per line)".into()));
+    }
+    Ok(keys)
+}
 
 /// Bind, load the model in the background (`/health` says 503 meanwhile)
 /// and serve until Ctrl-C. Prints `listening on http://ADDR` to stderr once
@@ -146,9 +180,11 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
 
     let state = Arc::new(AppState {
         loaded: OnceLock::new(),
-        api_key: cfg.api_key.clone(),
+        api_keys: cfg.api_keys.clone(),
         timeout: cfg.timeout,
         next_id: AtomicU64::new(1),
+        metrics: cfg.metrics.then(Default::default),
+        started: now(),
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -184,6 +220,12 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
+    // TCP_NODELAY, as llama-server's httplib build: a stream is many small
+    // writes, one a token, and Nagle's algorithm would hold each behind the
+    // client's delayed ACK of the one before.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -230,12 +272,18 @@ fn router(state: Shared, max_body: usize) -> Router {
         .route("/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/models", get(models))
+        .route("/metrics", get(metrics_text))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(health))
         .merge(api)
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
-        .method_not_allowed_fallback(|| async {
+        // The fallbacks read the body (up to the limit) before answering:
+        // hyper closes a keep-alive connection whose request body is left
+        // unread, and a client's next request on it would fail.
+        .fallback(|_: Result<Bytes, BytesRejection>| async {
+            ApiError::new(StatusCode::NOT_FOUND, "no such route")
+        })
+        .method_not_allowed_fallback(|_: Result<Bytes, BytesRejection>| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
         .layer(DefaultBodyLimit::max(max_body))
@@ -243,17 +291,45 @@ fn router(state: Shared, max_body: usize) -> Router {
         .with_state(state)
 }
 
-/// `Authorization: Bearer KEY` or `X-Api-Key: KEY`, when a key is set.
+/// `Authorization: Bearer KEY` or `X-Api-Key: KEY` with any of the keys,
+/// when keys are set.
 async fn auth(State(st): State<Shared>, req: HttpRequest, next: Next) -> Response {
-    if let Some(key) = &st.api_key {
+    if !st.api_keys.is_empty() {
         let h = req.headers();
         let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
         let bearer = header("authorization").and_then(|v| v.strip_prefix("Bearer "));
-        if bearer != Some(key.as_str()) && header("x-api-key") != Some(key.as_str()) {
+        let known = |k: Option<&str>| k.is_some_and(|k| st.api_keys.iter().any(|key| key == k));
+        if !known(bearer) && !known(header("x-api-key")) {
             return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API Key").into_response();
         }
     }
     next.run(req).await
+}
+
+/// Prometheus text, as llama-server's `/metrics`.
+async fn metrics_text(State(st): State<Shared>) -> Result<Response, ApiError> {
+    let Some(m) = &st.metrics else {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "This server does not support metrics endpoint. Start it with `--metrics`",
+        ));
+    };
+    let l = st.loaded()?;
+    let text = m.render(l.engine.n_processing(), l.engine.n_waiting());
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4".to_string(),
+            ),
+            (
+                header::HeaderName::from_static("process-start-time-unix"),
+                st.started.to_string(),
+            ),
+        ],
+        text,
+    )
+        .into_response())
 }
 
 async fn health(State(st): State<Shared>) -> Response {
@@ -348,15 +424,25 @@ async fn completions(
     respond(&st, l, Endpoint::Completion, opts, ids).await
 }
 
-/// Events of one request, from the engine thread to the handler.
-struct Sink(mpsc::UnboundedSender<Event>);
+/// Events of one request, from the engine thread to the handler (and its
+/// timeline to the metrics, when kept).
+struct Sink {
+    tx: mpsc::UnboundedSender<Event>,
+    tracker: Option<std::cell::RefCell<Tracker>>,
+}
 
 impl EventSink for Sink {
     fn send(&mut self, ev: Event) -> bool {
-        self.0.send(ev).is_ok()
+        if let Some(t) = &self.tracker {
+            t.borrow_mut().on_event(&ev);
+        }
+        self.tx.send(ev).is_ok()
     }
     fn is_closed(&self) -> bool {
-        self.0.is_closed()
+        if let Some(t) = &self.tracker {
+            t.borrow_mut().on_poll();
+        }
+        self.tx.is_closed()
     }
 }
 
@@ -374,9 +460,28 @@ async fn respond(
         include_usage,
     } = opts;
     req.prompt = prompt;
+    // The engine builds the sampler chain only once a slot takes the
+    // request, and a bias on a token past the vocabulary fails it there
+    // (a 500 after the fact): refuse it here, as the 400 it is.
+    let n_vocab = l.engine.model().n_vocab();
+    if let Some(b) = req
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|b| b.token as usize >= n_vocab)
+    {
+        return Err(ApiError::bad_request(format!(
+            "`logit_bias`: token {} is outside the vocabulary ({n_vocab} tokens)",
+            b.token
+        )));
+    }
     let want_logprobs = req.logprobs.is_some();
     let (tx, rx) = mpsc::unbounded_channel();
-    l.engine.submit(req, Box::new(Sink(tx)))?;
+    let tracker = st
+        .metrics
+        .as_ref()
+        .map(|m| std::cell::RefCell::new(Tracker::new(m.clone())));
+    l.engine.submit(req, Box::new(Sink { tx, tracker }))?;
     let n = st.next_id.fetch_add(1, Ordering::Relaxed);
     let meta = Meta {
         id: match endpoint {
@@ -513,4 +618,25 @@ fn sse(
         }
     });
     Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_key_file_lists_keys_and_refuses_to_be_empty() {
+        let dir = std::env::temp_dir().join(format!("glint-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("keys");
+        std::fs::write(&file, "# ours\nalpha\r\n\n  beta  \n").unwrap();
+        assert_eq!(read_api_key_file(&file).unwrap(), ["alpha", "beta"]);
+        std::fs::write(&file, "\n# only a comment\n\n").unwrap();
+        let e = read_api_key_file(&file).unwrap_err().to_string();
+        assert!(e.contains("keys") && e.contains("no key"), "{e}");
+        let missing = dir.join("missing");
+        let e = read_api_key_file(&missing).unwrap_err().to_string();
+        assert!(e.contains("missing"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
