@@ -726,3 +726,93 @@ fn keys_from_the_api_key_file_and_the_flag_are_all_accepted() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn n_choices_share_one_prompt_whole_and_streamed() {
+    let _t = turn();
+    let s = Server::start(&["-np", "4", "-c", "2048"]);
+    let mut body = chat_body("Name a planet.", 12);
+    body["n"] = json!(3);
+    body["ignore_eos"] = json!(true);
+    let (status, v) = s.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    let texts: Vec<&str> = choices
+        .iter()
+        .map(|c| c["message"]["content"].as_str().unwrap())
+        .collect();
+    // Temperature 0: every choice is the one greedy answer.
+    assert!(
+        texts.iter().all(|t| *t == texts[0] && !t.is_empty()),
+        "{texts:?}"
+    );
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["finish_reason"], "length");
+    }
+    assert_eq!(v["usage"]["completion_tokens"], 36);
+
+    // Streamed: chunks of every index, each index finished once.
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let data = s.stream("/v1/chat/completions", &body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let mut text = vec![String::new(); 3];
+    let mut finished = [0; 3];
+    for c in &chunks {
+        for ch in c["choices"].as_array().unwrap() {
+            let i = ch["index"].as_u64().unwrap() as usize;
+            text[i].push_str(ch["delta"]["content"].as_str().unwrap_or(""));
+            finished[i] += ch["finish_reason"].is_string() as usize;
+        }
+    }
+    assert_eq!(finished, [1, 1, 1]);
+    assert!(text.iter().all(|t| t == texts[0]), "{text:?}");
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 36);
+
+    // More choices than slots: a 400 that says so.
+    body["n"] = json!(5);
+    body["stream"] = json!(false);
+    let (status, v) = s.post("/v1/chat/completions", &body);
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("choices"),
+        "{v}"
+    );
+}
+
+#[test]
+fn context_shift_lets_a_request_run_past_its_slot() {
+    let _t = turn();
+    let body = |n_keep: i64| {
+        json!({
+            "prompt": "Once upon a time",
+            "max_tokens": 300,
+            "temperature": 0,
+            "ignore_eos": true,
+            "n_keep": n_keep,
+        })
+    };
+    // -np 2 -c 256: two streams of 128 cells.
+    let plain = Server::start(&["-np", "2", "-c", "256"]);
+    let (status, v) = plain.post("/v1/completions", &body(0));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let n = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(n < 128, "{n} tokens in a slot of 128 cells");
+    drop(plain);
+
+    let shifting = Server::start(&["-np", "2", "-c", "256", "--context-shift", "--keep", "-1"]);
+    for n_keep in [4, -1] {
+        let (status, v) = shifting.post("/v1/completions", &body(n_keep));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["usage"]["completion_tokens"], 300, "n_keep {n_keep}: {v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+    }
+}

@@ -169,7 +169,7 @@ fn bad_fields(chat: bool) -> Vec<(&'static str, &'static str)> {
         ("max_tokens", "4294967296"),
         ("max_completion_tokens", "-5"),
         ("n_predict", r#"{}"#),
-        ("n", "2"),
+        ("n", "65"),
         ("n", "0"),
         ("n", "-1"),
         ("n", "18446744073709551616"),

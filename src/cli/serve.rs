@@ -89,6 +89,18 @@ const FLAGS: &[Flag] = &[
         "API keys, one per line (# comments); any of them or of --api-key is accepted"
     ),
     flag!(
+        "context-shift",
+        [],
+        None,
+        "when a slot's context is full, drop half of what follows the kept tokens and go on (default: end with `length`)"
+    ),
+    flag!(
+        "keep",
+        [],
+        Some("N"),
+        "tokens a context shift keeps from the prompt's start (default 0; -1 = the whole prompt; a request's n_keep wins)"
+    ),
+    flag!(
         "timeout",
         ["-to"],
         Some("SECONDS"),
@@ -181,5 +193,7 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         timeout: num::<u64>(p, "timeout")?.map_or(d.timeout, Duration::from_secs),
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
         metrics: p.has("metrics"),
+        context_shift: p.has("context-shift"),
+        n_keep: num::<i64>(p, "keep")?.unwrap_or(d.n_keep),
     })
 }

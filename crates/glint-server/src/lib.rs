@@ -36,14 +36,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use glint::chat::Chat;
-use glint::engine::{Event, EventSink, FinishReason, TokenLogprob, Usage};
+use glint::engine::{Event, EventSink, TokenLogprob};
 use glint::{ContextParams, Engine, EngineParams, Model, ModelParams};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 pub use error::{ApiError, ServerError};
 use metrics::{Metrics, Tracker};
-use openai::Meta;
+use openai::{total_usage, Choice, Meta};
 use request::{Endpoint, Options, Prompt};
 
 /// How to run the server.
@@ -64,6 +64,12 @@ pub struct Config {
     pub max_queue: usize,
     /// Most prompt tokens per engine step (0 = up to `n_batch`).
     pub prefill_per_step: usize,
+    /// When a slot's context is full, shift it (drop half of what follows
+    /// the kept tokens) instead of ending the request with `length`.
+    pub context_shift: bool,
+    /// Tokens a context shift keeps by default (a request's `n_keep` wins;
+    /// -1 = the whole prompt).
+    pub n_keep: i64,
     /// Keys any one of which is required as `Authorization: Bearer KEY` or
     /// `X-Api-Key: KEY` (none: no key needed).
     pub api_keys: Vec<String>,
@@ -89,6 +95,8 @@ impl Default for Config {
             },
             max_queue: 64,
             prefill_per_step: EngineParams::default().prefill_per_step,
+            context_shift: false,
+            n_keep: 0,
             api_keys: Vec::new(),
             timeout: Duration::from_secs(600),
             max_body_bytes: 8 << 20,
@@ -114,6 +122,9 @@ struct AppState {
     metrics: Option<Arc<Metrics>>,
     /// Unix seconds at start (llama-server's `Process-Start-Time-Unix`).
     started: u64,
+    /// `--context-shift` and `--keep`.
+    context_shift: bool,
+    n_keep: i64,
 }
 
 impl AppState {
@@ -185,6 +196,8 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         next_id: AtomicU64::new(1),
         metrics: cfg.metrics.then(Default::default),
         started: now(),
+        context_shift: cfg.context_shift,
+        n_keep: cfg.n_keep,
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -458,24 +471,16 @@ async fn respond(
         mut req,
         stream,
         include_usage,
+        n_keep,
     } = opts;
+    req.context_shift = st.context_shift;
+    req.n_keep = match n_keep.unwrap_or(st.n_keep) {
+        n if n < 0 => prompt.len(),
+        n => n as usize,
+    };
     req.prompt = prompt;
-    // The engine builds the sampler chain only once a slot takes the
-    // request, and a bias on a token past the vocabulary fails it there
-    // (a 500 after the fact): refuse it here, as the 400 it is.
-    let n_vocab = l.engine.model().n_vocab();
-    if let Some(b) = req
-        .sampling
-        .logit_bias
-        .iter()
-        .find(|b| b.token as usize >= n_vocab)
-    {
-        return Err(ApiError::bad_request(format!(
-            "`logit_bias`: token {} is outside the vocabulary ({n_vocab} tokens)",
-            b.token
-        )));
-    }
     let want_logprobs = req.logprobs.is_some();
+    let n_choices = req.n.max(1);
     let (tx, rx) = mpsc::unbounded_channel();
     let tracker = st
         .metrics
@@ -493,31 +498,56 @@ async fn respond(
         endpoint,
     };
     if stream {
-        Ok(sse(meta, rx, include_usage, want_logprobs, st.timeout).into_response())
+        let st = Streaming::new(
+            meta,
+            rx,
+            n_choices,
+            include_usage,
+            want_logprobs,
+            st.timeout,
+        );
+        Ok(sse(st).into_response())
     } else {
-        let whole = tokio::time::timeout(st.timeout, collect(rx))
+        let whole = tokio::time::timeout(st.timeout, collect(rx, n_choices))
             .await
             .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
-        let (text, lps, reason, usage) = whole;
-        Ok(Json(meta.complete(&text, &lps, want_logprobs, reason, &usage)).into_response())
+        Ok(Json(meta.complete(&whole, want_logprobs)).into_response())
     }
 }
 
-type Whole = (String, Vec<TokenLogprob>, FinishReason, Usage);
-
-/// Every event of a request, until `Done`.
-async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Whole, ApiError> {
-    let mut text = String::new();
-    let mut lps = Vec::new();
+/// Every event of a request of `n` choices, until each is `Done`.
+async fn collect(
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    n: usize,
+) -> Result<Vec<Choice>, ApiError> {
+    let mut choices = vec![Choice::default(); n];
+    let mut done = 0;
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Delta {
-                text: t, logprob, ..
+                index,
+                text,
+                logprob,
+                ..
             } => {
-                text.push_str(&t);
-                lps.extend(logprob);
+                let c = &mut choices[index.min(n - 1)];
+                c.text.push_str(&text);
+                c.logprobs.extend(logprob);
             }
-            Event::Done { reason, usage, .. } => return Ok((text, lps, reason, usage)),
+            Event::Done {
+                index,
+                reason,
+                usage,
+                ..
+            } => {
+                let c = &mut choices[index.min(n - 1)];
+                c.reason = Some(reason);
+                c.usage = usage;
+                done += 1;
+                if done == n {
+                    return Ok(choices);
+                }
+            }
             Event::Failed(m) => return Err(ApiError::internal(m)),
         }
     }
@@ -533,36 +563,83 @@ struct Streaming {
     done: bool,
     include_usage: bool,
     want_logprobs: bool,
-    /// Bytes of text sent so far (completions' `text_offset`).
-    offset: usize,
+    /// Per choice: bytes of text sent so far (completions' `text_offset`).
+    offset: Vec<usize>,
+    /// Per choice: its counts once done.
+    finished: Vec<Option<Choice>>,
     timeout: Duration,
 }
 
 impl Streaming {
+    fn new(
+        meta: Meta,
+        rx: mpsc::UnboundedReceiver<Event>,
+        n: usize,
+        include_usage: bool,
+        want_logprobs: bool,
+        timeout: Duration,
+    ) -> Streaming {
+        let mut pending = std::collections::VecDeque::new();
+        if meta.endpoint == Endpoint::Chat {
+            for index in 0..n {
+                pending.push_back(meta.role_chunk(index).to_string());
+            }
+        }
+        Streaming {
+            rx,
+            meta,
+            pending,
+            done: false,
+            include_usage,
+            want_logprobs,
+            offset: vec![0; n],
+            finished: vec![None; n],
+            timeout,
+        }
+    }
+
     /// Turn one engine event into chunks.
     fn on_event(&mut self, ev: Option<Event>) {
         let push =
             |p: &mut std::collections::VecDeque<String>, v: Value| p.push_back(v.to_string());
+        let last = self.offset.len() - 1;
         match ev {
-            Some(Event::Delta { text, logprob, .. }) => {
+            Some(Event::Delta {
+                index,
+                text,
+                logprob,
+                ..
+            }) => {
                 if text.is_empty() && logprob.is_none() {
                     return;
                 }
+                let index = index.min(last);
                 let lps: Vec<TokenLogprob> = logprob.into_iter().collect();
                 let lp = self.want_logprobs.then_some(lps.as_slice());
-                push(
-                    &mut self.pending,
-                    self.meta.delta_chunk(&text, lp, self.offset),
-                );
-                self.offset += text.len();
+                let chunk = self.meta.delta_chunk(index, &text, lp, self.offset[index]);
+                push(&mut self.pending, chunk);
+                self.offset[index] += text.len();
             }
-            Some(Event::Done { reason, usage, .. }) => {
-                push(&mut self.pending, self.meta.finish_chunk(reason));
-                if self.include_usage {
-                    push(&mut self.pending, self.meta.usage_chunk(&usage));
+            Some(Event::Done {
+                index,
+                reason,
+                usage,
+                ..
+            }) => {
+                let index = index.min(last);
+                push(&mut self.pending, self.meta.finish_chunk(index, reason));
+                self.finished[index] = Some(Choice {
+                    usage,
+                    ..Default::default()
+                });
+                if self.finished.iter().all(Option::is_some) {
+                    if self.include_usage {
+                        let all: Vec<Choice> = self.finished.iter().flatten().cloned().collect();
+                        push(&mut self.pending, self.meta.usage_chunk(&total_usage(&all)));
+                    }
+                    self.pending.push_back("[DONE]".into());
+                    self.done = true;
                 }
-                self.pending.push_back("[DONE]".into());
-                self.done = true;
             }
             Some(Event::Failed(m)) => {
                 push(&mut self.pending, ApiError::internal(m).body());
@@ -580,27 +657,7 @@ impl Streaming {
 /// The SSE response: `data: {chunk}` events, a role chunk first for chat,
 /// `data: [DONE]` last. Dropping it (the client left) drops the receiver,
 /// which cancels the request in the engine.
-fn sse(
-    meta: Meta,
-    rx: mpsc::UnboundedReceiver<Event>,
-    include_usage: bool,
-    want_logprobs: bool,
-    timeout: Duration,
-) -> impl IntoResponse {
-    let mut pending = std::collections::VecDeque::new();
-    if meta.endpoint == Endpoint::Chat {
-        pending.push_back(meta.role_chunk().to_string());
-    }
-    let st = Streaming {
-        rx,
-        meta,
-        pending,
-        done: false,
-        include_usage,
-        want_logprobs,
-        offset: 0,
-        timeout,
-    };
+fn sse(st: Streaming) -> impl IntoResponse {
     let events = futures_util::stream::unfold(st, |mut st| async move {
         loop {
             if let Some(data) = st.pending.pop_front() {

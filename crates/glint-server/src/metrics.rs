@@ -289,8 +289,8 @@ pub struct Tracker {
     /// Whether the request is between pick-up and first token.
     prefilling: bool,
     picked_up: bool,
-    /// When each `Delta` was sent.
-    deltas: Vec<Instant>,
+    /// When each token `Delta` was sent, per choice.
+    deltas: Vec<Vec<Instant>>,
 }
 
 impl Tracker {
@@ -319,7 +319,7 @@ impl Tracker {
     pub fn on_event(&mut self, ev: &Event) {
         let now = Instant::now();
         match ev {
-            Event::Delta { .. } => {
+            Event::Delta { index, token, .. } => {
                 // A first token without a poll before it: prefill began at
                 // submission as far as anyone can tell.
                 if !self.picked_up {
@@ -328,11 +328,23 @@ impl Tracker {
                     self.prefilling = true;
                 }
                 self.end_prefill(now);
-                self.deltas.push(now);
+                if token.is_some() {
+                    if self.deltas.len() <= *index {
+                        self.deltas.resize(index + 1, Vec::new());
+                    }
+                    self.deltas[*index].push(now);
+                }
             }
-            Event::Done { usage, .. } => {
+            Event::Done { index, usage, .. } => {
                 self.end_prefill(now);
-                self.metrics.finished(self.submitted, &self.deltas, usage);
+                let mut usage = *usage;
+                if *index > 0 {
+                    // The prompt was decoded (or found) once, for choice 0.
+                    usage.prompt_tokens = 0;
+                    usage.cached_tokens = 0;
+                }
+                let deltas = self.deltas.get(*index).map(Vec::as_slice).unwrap_or(&[]);
+                self.metrics.finished(self.submitted, deltas, &usage);
             }
             Event::Failed(_) => self.end_prefill(now),
         }
@@ -396,7 +408,17 @@ mod tests {
         tr.on_poll();
         for _ in 0..4 {
             tr.on_event(&Event::Delta {
+                index: 0,
+                token: Some(7),
                 text: "x".into(),
+                logprob: None,
+            });
+        }
+        {
+            tr.on_event(&Event::Delta {
+                index: 0,
+                token: None,
+                text: "y".into(),
                 logprob: None,
             });
         }
@@ -406,7 +428,9 @@ mod tests {
             completion_tokens: 3,
         };
         tr.on_event(&Event::Done {
+            index: 0,
             reason: glint::engine::FinishReason::Length,
+            stop: glint::engine::StopReason::NPredict,
             usage,
         });
         let t = m.lock();

@@ -7,6 +7,29 @@ use serde_json::{json, Value};
 
 use crate::request::Endpoint;
 
+/// One choice of a whole response.
+#[derive(Clone, Debug, Default)]
+pub struct Choice {
+    /// Its text.
+    pub text: String,
+    /// Its tokens' log-probabilities (when asked for).
+    pub logprobs: Vec<TokenLogprob>,
+    /// Why it finished.
+    pub reason: Option<FinishReason>,
+    /// Its counts.
+    pub usage: Usage,
+}
+
+/// The usage of a request of several choices: the prompt once, the
+/// completions summed.
+pub fn total_usage(choices: &[Choice]) -> Usage {
+    let first = choices.first().map(|c| c.usage).unwrap_or_default();
+    Usage {
+        completion_tokens: choices.iter().map(|c| c.usage.completion_tokens).sum(),
+        ..first
+    }
+}
+
 /// What every response of one request repeats.
 #[derive(Clone, Debug)]
 pub struct Meta {
@@ -40,41 +63,43 @@ impl Meta {
         })
     }
 
-    /// A whole (non-streamed) response.
-    pub fn complete(
-        &self,
-        text: &str,
-        logprobs: &[TokenLogprob],
-        want_logprobs: bool,
-        reason: FinishReason,
-        usage: &Usage,
-    ) -> Value {
-        let lp = want_logprobs.then(|| self.logprobs(logprobs, 0));
-        let choice = match self.endpoint {
-            Endpoint::Chat => json!({
-                "index": 0,
-                "message": { "role": "assistant", "content": text },
-                "logprobs": lp,
-                "finish_reason": reason.as_str(),
-            }),
-            Endpoint::Completion => json!({
-                "index": 0,
-                "text": text,
-                "logprobs": lp,
-                "finish_reason": reason.as_str(),
-            }),
-        };
-        let mut v = self.wrap(false, json!([choice]));
-        v["usage"] = usage_json(usage);
+    /// A whole (non-streamed) response: one entry per choice, `usage`
+    /// summed over them (the prompt counted once).
+    pub fn complete(&self, choices: &[Choice], want_logprobs: bool) -> Value {
+        let list: Vec<Value> = choices
+            .iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let lp = want_logprobs.then(|| self.logprobs(&c.logprobs, 0));
+                let reason = c.reason.map(FinishReason::as_str);
+                match self.endpoint {
+                    Endpoint::Chat => json!({
+                        "index": index,
+                        "message": { "role": "assistant", "content": c.text },
+                        "logprobs": lp,
+                        "finish_reason": reason,
+                    }),
+                    Endpoint::Completion => json!({
+                        "index": index,
+                        "text": c.text,
+                        "logprobs": lp,
+                        "finish_reason": reason,
+                    }),
+                }
+            })
+            .collect();
+        let mut v = self.wrap(false, json!(list));
+        v["usage"] = usage_json(&total_usage(choices));
         v
     }
 
-    /// The first chunk of a chat stream: the role, no text yet.
-    pub fn role_chunk(&self) -> Value {
+    /// The first chunk of a chat stream's choice `index`: the role, no
+    /// text yet.
+    pub fn role_chunk(&self, index: usize) -> Value {
         self.wrap(
             true,
             json!([{
-                "index": 0,
+                "index": index,
                 "delta": { "role": "assistant", "content": "" },
                 "logprobs": null,
                 "finish_reason": null,
@@ -86,6 +111,7 @@ impl Meta {
     /// `offset` is where the text starts in the whole completion.
     pub fn delta_chunk(
         &self,
+        index: usize,
         text: &str,
         logprobs: Option<&[TokenLogprob]>,
         offset: usize,
@@ -93,13 +119,13 @@ impl Meta {
         let lp = logprobs.map(|l| self.logprobs(l, offset));
         let choice = match self.endpoint {
             Endpoint::Chat => json!({
-                "index": 0,
+                "index": index,
                 "delta": { "content": text },
                 "logprobs": lp,
                 "finish_reason": null,
             }),
             Endpoint::Completion => json!({
-                "index": 0,
+                "index": index,
                 "text": text,
                 "logprobs": lp,
                 "finish_reason": null,
@@ -108,17 +134,17 @@ impl Meta {
         self.wrap(true, json!([choice]))
     }
 
-    /// The chunk that says why the stream ends.
-    pub fn finish_chunk(&self, reason: FinishReason) -> Value {
+    /// The chunk that says why choice `index` ends.
+    pub fn finish_chunk(&self, index: usize, reason: FinishReason) -> Value {
         let choice = match self.endpoint {
             Endpoint::Chat => json!({
-                "index": 0,
+                "index": index,
                 "delta": {},
                 "logprobs": null,
                 "finish_reason": reason.as_str(),
             }),
             Endpoint::Completion => json!({
-                "index": 0,
+                "index": index,
                 "text": "",
                 "logprobs": null,
                 "finish_reason": reason.as_str(),

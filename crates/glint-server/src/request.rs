@@ -25,7 +25,13 @@ pub struct Options {
     pub stream: bool,
     /// A last chunk with `usage` (`stream_options.include_usage`).
     pub include_usage: bool,
+    /// llama-server's `n_keep`: tokens a context shift keeps (-1 = the
+    /// prompt); `None` = the server's `--keep`.
+    pub n_keep: Option<i64>,
 }
+
+/// The most choices (`n`) a request may ask for, whatever the slots.
+const MAX_CHOICES: i64 = 64;
 
 /// The most stop strings a request may give.
 const MAX_STOP: usize = 16;
@@ -90,10 +96,10 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
             return Err(wrong("model", "a string"));
         }
     }
-    if f.int("n", 1, 1).is_err() {
-        return Err(ApiError::bad_request("only `n` = 1 is supported"));
-    }
     let mut req = Request::new(Vec::new());
+    // More choices than slots: the engine refuses it (a 400 naming both).
+    req.n = f.int("n", 1, MAX_CHOICES)?.unwrap_or(1) as usize;
+    let n_keep = f.int("n_keep", -1, u32::MAX as i64)?;
     let max = ["max_completion_tokens", "max_tokens", "n_predict"]
         .iter()
         .map(|k| f.int(k, 1, u32::MAX as i64))
@@ -132,6 +138,7 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
         req,
         stream,
         include_usage,
+        n_keep,
     })
 }
 

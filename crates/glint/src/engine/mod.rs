@@ -160,6 +160,19 @@ impl Request {
                 "{n} top logprobs asked for, at most {MAX_TOP_LOGPROBS}"
             )));
         }
+        // A bias on a token past the vocabulary would fail only once a slot
+        // builds the chain, after the request was accepted.
+        if let Some(b) = self
+            .sampling
+            .logit_bias
+            .iter()
+            .find(|b| b.token as usize >= n_vocab)
+        {
+            return Err(Error::Invalid(format!(
+                "`logit_bias`: token {} is outside the vocabulary ({n_vocab} tokens)",
+                b.token
+            )));
+        }
         if self.stop.iter().any(String::is_empty) {
             return Err(Error::Invalid("an empty stop string".into()));
         }
