@@ -194,3 +194,55 @@ fn self_extend_copies_shared_cells_so_each_choice_equals_the_solo_run() {
     // Self-extend did change the positions the model saw.
     assert_ne!(solo[0].tokens, plain[0].tokens);
 }
+
+/// The RAM cache: a slot's prefix that a new, unrelated request cuts is
+/// kept in host memory, and a later request starting with it loads it
+/// instead of prefilling it, with the tokens of a cold run.
+#[test]
+fn a_cut_prefix_comes_back_from_the_ram_cache_with_the_cold_tokens() {
+    let model = common::cpu_model("smollm2");
+    let a = prompt(
+        &model,
+        "A recipe for bread: mix flour, water, salt and yeast, knead for ten \
+         minutes, let it rise for an hour, shape it, and bake it until golden.",
+    );
+    let b = prompt(
+        &model,
+        "The capital of France is a city on the Seine called",
+    );
+    let c = prompt(
+        &model,
+        "Rain forms when water vapour condenses into droplets that",
+    );
+    let mut d = a.clone();
+    d.extend(prompt(&model, " Then serve it warm.").into_iter().skip(1));
+
+    let cold_d = run(&engine(&model, 1024, 2), request(d.clone(), 12));
+
+    let e = engine(&model, 1024, 2);
+    run(&e, request(a.clone(), 4)); // slot 0 holds A
+    run(&e, request(b, 4)); // slot 1 (empty first) holds B
+    run(&e, request(c, 4)); // slot 0 (least recently used) cuts A: saved
+    let warm_d = run(&e, request(d.clone(), 12));
+    assert_eq!(warm_d[0].usage.cached_tokens, a.len());
+    assert_eq!(warm_d[0].tokens, cold_d[0].tokens);
+
+    // Without a RAM cache the same sequence prefills D from scratch.
+    let ctx = ContextParams {
+        n_ctx: 1024,
+        n_seq_max: 2,
+        ..Default::default()
+    };
+    let params = EngineParams {
+        cache_ram: 0,
+        ..Default::default()
+    };
+    let e = Engine::start(&model, ctx, params).unwrap();
+    run(&e, request(a.clone(), 4));
+    run(
+        &e,
+        request(prompt(&model, "Hello there, how are you today?"), 4),
+    );
+    run(&e, request(prompt(&model, "Seven times eight equals"), 4));
+    assert_eq!(run(&e, request(d, 12))[0].usage.cached_tokens, 0);
+}

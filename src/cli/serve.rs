@@ -89,6 +89,12 @@ const FLAGS: &[Flag] = &[
         "API keys, one per line (# comments); any of them or of --api-key is accepted"
     ),
     flag!(
+        "cache-ram",
+        ["-cram"],
+        Some("MiB"),
+        "host memory keeping the prompt prefixes idle slots give up, reloaded by requests that start with them (default 1024; 0 = off; -1 = no limit)"
+    ),
+    flag!(
         "context-shift",
         [],
         None,
@@ -193,6 +199,11 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         timeout: num::<u64>(p, "timeout")?.map_or(d.timeout, Duration::from_secs),
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
         metrics: p.has("metrics"),
+        cache_ram: match num::<i64>(p, "cache-ram")? {
+            None => d.cache_ram,
+            Some(n) if n < 0 => usize::MAX,
+            Some(n) => (n as usize).saturating_mul(1 << 20),
+        },
         context_shift: p.has("context-shift"),
         n_keep: num::<i64>(p, "keep")?.unwrap_or(d.n_keep),
     })

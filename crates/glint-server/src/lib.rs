@@ -64,6 +64,9 @@ pub struct Config {
     pub max_queue: usize,
     /// Most prompt tokens per engine step (0 = up to `n_batch`).
     pub prefill_per_step: usize,
+    /// Bytes of host memory keeping prefixes that idle slots give up
+    /// (0 = none).
+    pub cache_ram: usize,
     /// When a slot's context is full, shift it (drop half of what follows
     /// the kept tokens) instead of ending the request with `length`.
     pub context_shift: bool,
@@ -95,6 +98,7 @@ impl Default for Config {
             },
             max_queue: 64,
             prefill_per_step: EngineParams::default().prefill_per_step,
+            cache_ram: EngineParams::default().cache_ram,
             context_shift: false,
             n_keep: 0,
             api_keys: Vec::new(),
@@ -267,6 +271,7 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
         EngineParams {
             max_queue: cfg.max_queue,
             prefill_per_step: cfg.prefill_per_step,
+            cache_ram: cfg.cache_ram,
         },
     )?;
     let name = cfg

@@ -23,7 +23,7 @@ pub(crate) fn run_local<'a>(
     jobs: Vec<(Request, Box<dyn EventSink + 'a>)>,
 ) -> Result<Vec<(i32, Vec<u32>)>, Error> {
     let cap = ctx.params().n_batch as usize;
-    let mut sched = Scheduler::new(tok, seqs, cap, None);
+    let mut sched = Scheduler::new(tok, seqs, cap, None, 0);
     for (req, sink) in jobs {
         sched.push(Job { req, sink });
     }

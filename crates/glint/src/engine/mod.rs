@@ -45,6 +45,7 @@
 //! or finishes with [`FinishReason::Length`], never another one.
 
 mod local;
+mod ram;
 mod sched;
 mod stop;
 
@@ -71,6 +72,10 @@ pub struct EngineParams {
     /// prompt then takes several steps, and the slots that are generating
     /// wait at most one such chunk for their next token.
     pub prefill_per_step: usize,
+    /// Bytes of host memory that keep the prefixes idle slots give up when
+    /// their cells are needed (0 = none): a later request starting with
+    /// one loads it instead of prefilling it.
+    pub cache_ram: usize,
 }
 
 impl Default for EngineParams {
@@ -78,6 +83,7 @@ impl Default for EngineParams {
         EngineParams {
             max_queue: 64,
             prefill_per_step: 512,
+            cache_ram: 1 << 30,
         }
     }
 }
@@ -369,7 +375,7 @@ impl Engine {
         };
         let thread = std::thread::Builder::new()
             .name("glint-engine".into())
-            .spawn(move || run(ctx, rx, w, b, prefill_cap))
+            .spawn(move || run(ctx, rx, w, b, prefill_cap, params.cache_ram))
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
             model: model.clone(),
@@ -455,11 +461,18 @@ fn run(
     waiting: Arc<AtomicUsize>,
     busy: Arc<AtomicUsize>,
     prefill_cap: usize,
+    cache_ram: usize,
 ) {
     let model = ctx.model().clone();
     let n_slots = ctx.params().n_seq_max as i32;
     let seqs = (0..n_slots).map(|s| (s, Vec::new())).collect();
-    let mut sched = Scheduler::new(model.tokenizer(), seqs, prefill_cap, Some(waiting));
+    let mut sched = Scheduler::new(
+        model.tokenizer(),
+        seqs,
+        prefill_cap,
+        Some(waiting),
+        cache_ram,
+    );
     loop {
         // Block only when there is nothing to do.
         let first = if sched.is_busy() {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use glint_sample::{Chain, Sampler, DEFAULT_SEED};
 use glint_tokenizer::{StreamDecoder, Tokenizer};
 
+use super::ram::{RamCache, MIN_TOKENS};
 use super::stop::split_stop;
 use super::{Event, EventSink, FinishReason, KvEvent, Request, StopReason, TokenLogprob, Usage};
 use crate::chat::common_prefix;
@@ -95,6 +96,8 @@ pub(crate) struct Scheduler<'a> {
     prefill_cap: usize,
     /// The engine's count of queued requests.
     waiting: Option<Arc<AtomicUsize>>,
+    /// Prefixes given up by idle slots, in host memory.
+    ram: Option<RamCache>,
     /// The first error of a failed decode or hook since it was last taken
     /// (its requests got [`Event::Failed`]).
     pub(crate) error: Option<Error>,
@@ -102,12 +105,14 @@ pub(crate) struct Scheduler<'a> {
 
 impl<'a> Scheduler<'a> {
     /// Slots over `seqs`: each a sequence id and the tokens its cells
-    /// already hold at positions `0..`.
+    /// already hold at positions `0..`. `ram_budget` bytes of host memory
+    /// keep the prefixes idle slots give up (0 = none).
     pub(crate) fn new(
         tok: &'a Tokenizer,
         seqs: Vec<(i32, Vec<u32>)>,
         prefill_cap: usize,
         waiting: Option<Arc<AtomicUsize>>,
+        ram_budget: usize,
     ) -> Self {
         let slots = seqs
             .into_iter()
@@ -131,6 +136,7 @@ impl<'a> Scheduler<'a> {
             step: 0,
             prefill_cap: prefill_cap.max(1),
             waiting,
+            ram: (ram_budget > 0).then(|| RamCache::new(ram_budget)),
             error: None,
         }
     }
@@ -195,6 +201,27 @@ impl<'a> Scheduler<'a> {
         s.ga_i = 0;
         s.aligned = true;
         s.shared = false;
+    }
+
+    /// Give up idle slot `i`'s cells, keeping their state in host memory
+    /// when there is a RAM cache and they are a prefix worth keeping.
+    fn evict(&mut self, ctx: &mut Context, i: usize) {
+        self.save(ctx, i);
+        Self::forget(ctx, &mut self.slots[i]);
+    }
+
+    /// Keep slot `i`'s cells in the RAM cache (if any) before they are
+    /// cut or given up.
+    fn save(&mut self, ctx: &mut Context, i: usize) {
+        let s = &self.slots[i];
+        if let Some(ram) = self.ram.as_mut() {
+            if s.aligned && s.cache.len() >= MIN_TOKENS {
+                // A failed save only loses the cache entry.
+                if let Ok(state) = ctx.state_seq_save(s.seq) {
+                    ram.insert(s.cache.clone(), state, self.step);
+                }
+            }
+        }
     }
 
     fn dequeued(&self) {
@@ -272,6 +299,24 @@ impl<'a> Scheduler<'a> {
             .map(|j| (j, common_prefix(&self.slots[j].cache, prompt).min(limit)))
             .filter(|&(_, c)| c > own)
             .max_by_key(|&(_, c)| c);
+        let best_here = donor.map_or(own, |d| d.1);
+        let saved = self.ram.as_ref().and_then(|r| r.best(prompt, limit));
+        if let Some((e, c)) = saved.filter(|&(_, c)| c > best_here) {
+            let state = self
+                .ram
+                .as_mut()
+                .expect("a RAM cache")
+                .take(e, self.step)
+                .to_vec();
+            self.evict(ctx, lead);
+            let s = &mut self.slots[lead];
+            if ctx.state_seq_load_prefix(&state, s.seq, c as i32).is_ok() {
+                s.cache = prompt[..c].to_vec();
+                s.n_past = c as i32;
+                return c;
+            }
+            return 0;
+        }
         if let Some((j, c)) = donor {
             let (src, dst) = (self.slots[j].seq, self.slots[lead].seq);
             Self::forget(ctx, &mut self.slots[lead]);
@@ -284,6 +329,10 @@ impl<'a> Scheduler<'a> {
                 return c;
             }
             return 0;
+        }
+        if own < self.slots[lead].cache.len() {
+            // Tokens past the common prefix are cut: keep them in RAM.
+            self.save(ctx, lead);
         }
         let s = &mut self.slots[lead];
         if !s.aligned || ctx.seq_rm(s.seq, own as i32, -1).is_err() {
@@ -327,7 +376,7 @@ impl<'a> Scheduler<'a> {
         for (k, chain) in chains.into_iter().enumerate() {
             let i = if k == 0 { lead } else { followers[k - 1] };
             if k > 0 {
-                Self::forget(ctx, &mut self.slots[i]);
+                self.evict(ctx, i);
             }
             let s = &mut self.slots[i];
             s.job = Some(Active {
@@ -365,17 +414,16 @@ impl<'a> Scheduler<'a> {
         };
         let mut free = ctx.cells().free(stream);
         while free < want {
-            let victim = self
-                .slots
-                .iter_mut()
-                .filter(|s| {
+            let victim = (0..self.slots.len())
+                .filter(|&i| {
+                    let s = &self.slots[i];
                     s.job.is_none()
                         && !s.cache.is_empty()
                         && ctx.cells().stream_of(s.seq).ok() == Some(stream)
                 })
-                .min_by_key(|s| s.last_used);
+                .min_by_key(|&i| self.slots[i].last_used);
             let Some(v) = victim else { break };
-            Self::forget(ctx, v);
+            self.evict(ctx, v);
             free = ctx.cells().free(stream);
         }
         free
