@@ -156,7 +156,8 @@ fn a_shared_prefix_is_reused_and_gives_the_cold_tokens() {
     let common = glint::chat::common_prefix(&ia, &ib);
     assert!(common > 10 && common < ib.len(), "{common}");
 
-    let s = Server::start(&["-np", "1", "-c", "1024"]);
+    // The slot's own prefix only (no RAM cache to keep what A cuts of B).
+    let s = Server::start(&["-np", "1", "-c", "1024", "--cache-ram", "0"]);
     let (_, cold) = s.post("/v1/chat/completions", &b);
     assert_eq!(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     assert_eq!(cold["usage"]["prompt_tokens"], ib.len());
@@ -178,6 +179,19 @@ fn a_shared_prefix_is_reused_and_gives_the_cold_tokens() {
         ib.len() - 1
     );
     assert_eq!(chat_text(&again), chat_text(&cold));
+    drop(s);
+
+    // With the RAM cache (on by default), what A cut of B's cells was saved
+    // and B's whole prompt but the last token comes back.
+    let s = Server::start(&["-np", "1", "-c", "1024"]);
+    s.post("/v1/chat/completions", &b);
+    s.post("/v1/chat/completions", &a);
+    let (_, warm) = s.post("/v1/chat/completions", &b);
+    assert_eq!(
+        warm["usage"]["prompt_tokens_details"]["cached_tokens"],
+        ib.len() - 1
+    );
+    assert_eq!(chat_text(&warm), chat_text(&cold));
 }
 
 #[test]
