@@ -274,8 +274,8 @@ struct QProduct<'a> {
     ty: GgmlType,
     /// The one-column dot; `None`: ggml's reference loop.
     fast: Option<DotFn>,
-    /// The multi-column dot, for [`Kernels::Fast`] where the cpu has one.
-    dot_cols: Option<qdot::DotColsFn>,
+    /// The multi-column dots, for [`Kernels::Fast`] where the cpu has them.
+    dot_cols: Option<qdot::DotCols>,
     /// w: `n` rows of `row_bytes`.
     w: &'a [u8],
     row_bytes: usize,
@@ -304,9 +304,27 @@ impl QProduct<'_> {
         }
     }
 
-    /// Columns `c..c + COLS` against weight row `r` (needs `dot_cols`).
-    fn cols_of(&self, c: usize) -> [&[u8]; qdot::COLS] {
+    /// Activation columns `c..c + N`.
+    fn cols_of<const N: usize>(&self, c: usize) -> [&[u8]; N] {
         std::array::from_fn(|i| self.act_col(c + i))
+    }
+
+    /// Weight row `r` · activation columns `c..c + outs.len()` (a group
+    /// from [`col_groups`]) into `outs`: the weight row is read once for
+    /// the group where there is a multi-column kernel of its width.
+    #[inline]
+    fn dot_group(&self, r: usize, c: usize, outs: &mut [f32]) {
+        let w = self.w_row(r);
+        match (self.dot_cols, outs.len()) {
+            (Some(k), qdot::COLS) => outs.copy_from_slice(&(k.four)(w, self.cols_of(c))),
+            (Some(k), 3) => outs.copy_from_slice(&(k.three)(w, self.cols_of(c))),
+            (Some(k), 2) => outs.copy_from_slice(&(k.two)(w, self.cols_of(c))),
+            _ => {
+                for (i, o) in outs.iter_mut().enumerate() {
+                    *o = self.dot(r, self.act_col(c + i));
+                }
+            }
+        }
     }
 
     /// Decode, one token: out is `[n]`; tasks write their rows in place.
@@ -351,39 +369,30 @@ impl QProduct<'_> {
         let n = self.n;
         let mc = o.len() / n;
         let tile = tile_rows(self.row_bytes);
+        let mut outs = [0f32; qdot::COLS];
         for r0 in (0..n).step_by(tile) {
             let rs = r0..(r0 + tile).min(n);
-            let mut c = 0;
-            if let Some(dot_cols) = self.dot_cols {
-                // COLS columns at a time: each weight block unpacked once.
-                while c + qdot::COLS <= mc {
-                    let mut r = rs.start;
-                    if let Some(tile_fn) = prep.tile_fn {
-                        // TILE rows x TILE columns a call.
-                        let ys: [&[u8]; qdot::TILE] = std::array::from_fn(|i| prep.col(c0 + c + i));
-                        while r + qdot::TILE <= rs.end {
-                            let xs = std::array::from_fn(|j| self.w_row(r + j));
-                            for (j, v) in tile_fn(xs, ys).into_iter().enumerate() {
-                                for (i, v) in v.into_iter().enumerate() {
-                                    o[(c + i) * n + r + j] = v;
-                                }
+            for (c, width) in col_groups(mc) {
+                let mut r = rs.start;
+                if let Some(tile_fn) = prep.tile_fn.filter(|_| width == qdot::TILE) {
+                    // TILE rows x TILE columns a call.
+                    let ys: [&[u8]; qdot::TILE] = std::array::from_fn(|i| prep.col(c0 + c + i));
+                    while r + qdot::TILE <= rs.end {
+                        let xs = std::array::from_fn(|j| self.w_row(r + j));
+                        for (j, v) in tile_fn(xs, ys).into_iter().enumerate() {
+                            for (i, v) in v.into_iter().enumerate() {
+                                o[(c + i) * n + r + j] = v;
                             }
-                            r += qdot::TILE;
                         }
+                        r += qdot::TILE;
                     }
-                    let acts = self.cols_of(c0 + c);
-                    for r in r..rs.end {
-                        for (i, v) in dot_cols(self.w_row(r), acts).into_iter().enumerate() {
-                            o[(c + i) * n + r] = v;
-                        }
-                    }
-                    c += qdot::COLS;
                 }
-            }
-            for c in c..mc {
-                let a = self.act_col(c0 + c);
-                for r in rs.clone() {
-                    o[c * n + r] = self.dot(r, a);
+                for r in r..rs.end {
+                    let outs = &mut outs[..width];
+                    self.dot_group(r, c0 + c, outs);
+                    for (i, &v) in outs.iter().enumerate() {
+                        o[(c + i) * n + r] = v;
+                    }
                 }
             }
         }
@@ -397,22 +406,9 @@ impl QProduct<'_> {
         let rows = rows_per_task(n, self.row_bytes).min(tile_rows(self.row_bytes));
         let mut by_row = vec![0f32; n * m];
         elementwise::rows(self.par, &mut by_row, m * rows, |t, chunk| {
-            let nr = chunk.len() / m;
-            let mut c = 0;
-            if let Some(dot_cols) = self.dot_cols {
-                while c + qdot::COLS <= m {
-                    let acts = self.cols_of(c);
-                    for rr in 0..nr {
-                        let r = dot_cols(self.w_row(t * rows + rr), acts);
-                        chunk[rr * m + c..rr * m + c + qdot::COLS].copy_from_slice(&r);
-                    }
-                    c += qdot::COLS;
-                }
-            }
-            for c in c..m {
-                let a = self.act_col(c);
-                for rr in 0..nr {
-                    chunk[rr * m + c] = self.dot(t * rows + rr, a);
+            for (c, width) in col_groups(m) {
+                for (rr, outs) in chunk.chunks_mut(m).enumerate() {
+                    self.dot_group(t * rows + rr, c, &mut outs[c..c + width]);
                 }
             }
         });
@@ -422,6 +418,25 @@ impl QProduct<'_> {
             }
         });
     }
+}
+
+/// The groups `(first column, width)` that `m` columns are dotted in:
+/// [`qdot::COLS`] at a time, the rest as one group of two or three (five
+/// left: three and two). So a column is dotted alone (the one-column
+/// kernel) only when `m` is 1, and every column of a wider product goes
+/// through the multi-column kernels, whose results do not depend on the
+/// width: a column's result is the same whatever else shares the product.
+fn col_groups(m: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut c = 0;
+    std::iter::from_fn(move || {
+        let width = match m - c {
+            0 => return None,
+            5 => 3,
+            left => left.min(qdot::COLS),
+        };
+        c += width;
+        Some((c - width, width))
+    })
 }
 
 /// Activation columns prepared for a tile kernel (`[m]` columns of

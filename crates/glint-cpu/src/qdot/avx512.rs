@@ -17,13 +17,13 @@ macro_rules! dpwssd_kernels {
     ($($vnni:ident, $model:ident = $body:ident;)*) => {$(
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(super) fn $vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+        pub(super) fn $vnni<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
             $body(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) fn $model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+        pub(super) fn $model<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
             $body(x, ys, dpwssd_model)
         }
     )*};
