@@ -312,6 +312,8 @@ const M_FEW: [usize; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 #[test]
 fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
     let m_prefill = 2 * 16 * rayon::current_num_threads() + 7;
+    // The column-block prefill path with one column in its last block.
+    let m_lone = m_prefill - 6;
     let mut rng = Rng(78);
     let (k, n) = (2 * 256, 203);
     let mut n_checked = 0;
@@ -331,7 +333,7 @@ fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
             out
         };
         let wide = run(m_prefill);
-        for m in M_FEW.into_iter().skip(1).chain([40]) {
+        for m in M_FEW.into_iter().skip(1).chain([40, m_lone]) {
             for (i, (g, w)) in run(m).iter().zip(&wide).enumerate() {
                 assert_eq!(
                     g.to_bits(),
@@ -346,7 +348,7 @@ fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
     }
     assert_eq!(
         n_checked,
-        FAST.len() * n * (2..=9).chain([40]).sum::<usize>()
+        FAST.len() * n * (2..=9).chain([40, m_lone]).sum::<usize>()
     );
 }
 
@@ -375,16 +377,17 @@ const TILE_TYPES: [GgmlType; 5] = [
     GgmlType::Q8_0,
 ];
 
-/// Holds `tile` (with its column preparation `prepare`) to the AVX2
-/// multi-column kernel bit for bit: each of the TILE x TILE results equals
-/// it for the same row and columns (the lanes hold the same exact integers;
+/// Holds `tiles` (with their column preparation `prepare`) to the AVX2
+/// multi-column kernel bit for bit: each result of the full tile (TILE x
+/// TILE) and of the two- and three-column ones equals it for the same row
+/// and column (the lanes hold the same exact integers;
 /// the float steps are the same), on rows whose levels reach their
 /// extremes. Returns the prepared columns of every call, for comparing two
 /// preparations, and how many results it compared.
 fn check_tile(
     what: &str,
     ty: GgmlType,
-    tile: qdot::TileFn,
+    tiles: qdot::Tiles,
     prepare: fn(GgmlType, &[u8], &mut [u8]),
 ) -> (Vec<Vec<u8>>, usize) {
     let cols = qdot::avx2_dot_cols(ty).expect("a tile type has an AVX2 cols kernel");
@@ -415,33 +418,54 @@ fn check_tile(
                 p
             })
             .collect();
-        let got = tile(
-            std::array::from_fn(|r| &rows[r][..]),
-            std::array::from_fn(|c| &prep[c][..]),
-        );
-        for r in 0..qdot::TILE {
-            let want = (cols.four)(&rows[r], std::array::from_fn(|c| &acts[c][..]));
-            for c in 0..qdot::TILE {
-                assert_eq!(
-                    got[r][c].to_bits(),
-                    want[c].to_bits(),
-                    "{what} {ty} k={k} seed {seed} row {r} col {c}: {} vs {}",
-                    got[r][c],
-                    want[c]
-                );
-                n += 1;
-            }
+        let xs = std::array::from_fn(|r| &rows[r][..]);
+        // got: (row, col, result) of the full tile, and of the narrow ones
+        // on the columns at the start and at the end.
+        let prep_ref = &prep;
+        let ys = |c0: usize| move |c: usize| &prep_ref[c0 + c][..];
+        let mut got: Vec<_> =
+            tile_results(0, (tiles.four)(xs, std::array::from_fn(ys(0)))).collect();
+        for c0 in [0, qdot::TILE - 3] {
+            let out = (tiles.three)(xs, std::array::from_fn(ys(c0)));
+            got.extend(tile_results(c0, out));
+        }
+        for c0 in [0, qdot::TILE - 2] {
+            let out = (tiles.two)(xs, std::array::from_fn(ys(c0)));
+            got.extend(tile_results(c0, out));
+        }
+        let want: Vec<[f32; qdot::COLS]> = rows
+            .iter()
+            .map(|row| (cols.four)(row, std::array::from_fn(|c| &acts[c][..])))
+            .collect();
+        for (r, c, v) in got {
+            assert_eq!(
+                v.to_bits(),
+                want[r][c].to_bits(),
+                "{what} {ty} k={k} seed {seed} row {r} col {c}: {v} vs {}",
+                want[r][c]
+            );
+            n += 1;
         }
         all_prep.extend(prep);
     }
     (all_prep, n)
 }
 
+/// A tile's results on columns `c0..` as `(row, column, result)`.
+fn tile_results<const N: usize>(
+    c0: usize,
+    out: [[f32; N]; qdot::TILE],
+) -> impl Iterator<Item = (usize, usize, f32)> {
+    out.into_iter()
+        .enumerate()
+        .flat_map(move |(r, v)| v.into_iter().enumerate().map(move |(c, v)| (r, c0 + c, v)))
+}
+
 /// [`check_tile`] for every tile type, the kernels from `tile_of`; the
 /// prepared columns of each type.
 fn check_tiles(
     what: &str,
-    tile_of: fn(GgmlType) -> Option<qdot::TileFn>,
+    tile_of: fn(GgmlType) -> Option<qdot::Tiles>,
     prepare: fn(GgmlType, &[u8], &mut [u8]),
 ) -> Vec<Vec<Vec<u8>>> {
     let mut n = 0;
@@ -452,7 +476,8 @@ fn check_tiles(
         preps.push(prep);
         n += m;
     }
-    assert_eq!(n, 5 * 20 * qdot::TILE * qdot::TILE);
+    // Per seed: the full tile and two of each narrow one, TILE rows each.
+    assert_eq!(n, 5 * 20 * qdot::TILE * (qdot::TILE + 2 * 3 + 2 * 2));
     preps
 }
 

@@ -8,7 +8,7 @@
 
 use glint_backend::GgmlType;
 
-use super::{DotCols, TileFn};
+use super::{DotCols, Tiles};
 
 /// `vpdpbusd` on one 256-bit vector: each i32 lane `l` of `acc` plus the
 /// four products of unsigned `u` and signed `s` bytes `4l..4l + 4`,
@@ -33,10 +33,10 @@ pub fn dpwssd(acc: [i32; 8], a: [i16; 16], b: [i16; 16]) -> [i32; 8] {
     })
 }
 
-/// The tile kernel of `ty` (as [`super::fast_tile`] gives on a VNNI cpu)
+/// The tile kernels of `ty` (as [`super::fast_tile`] gives on a VNNI cpu)
 /// with `vpdpbusd` replaced by [`dpbusd`]; `None` where the cpu lacks AVX2
 /// or the type has no tile kernel.
-pub fn tile(ty: GgmlType) -> Option<TileFn> {
+pub fn tile(ty: GgmlType) -> Option<Tiles> {
     super::simd::tile_model(ty)
 }
 

@@ -72,18 +72,27 @@ pub fn avx2_dot_cols(ty: GgmlType) -> Option<DotCols> {
     simd::dot_cols_avx2(ty)
 }
 
-/// Weight rows and activation columns of one [`TileFn`] call.
+/// Weight rows, and the most activation columns, of one [`TileFn`] call.
 pub const TILE: usize = 4;
 
 /// Bytes of one prepared activation block ([`prepare_tile_col`]):
 /// levels `[i8; 32]`, `init: [i32; 8]`, `dy: f32`, `sy: f32`.
 pub const TILE_BLOCK: usize = 72;
 
-/// [`TILE`] weight rows against [`TILE`] prepared activation columns:
+/// [`TILE`] weight rows against `N` prepared activation columns:
 /// `out[r][c]`. Each result is bit-identical to [`fast_dot_cols`]'s.
-pub type TileFn = fn([&[u8]; TILE], [&[u8]; TILE]) -> [[f32; TILE]; TILE];
+pub type TileFn<const N: usize = TILE> = fn([&[u8]; TILE], [&[u8]; N]) -> [[f32; N]; TILE];
 
-/// The prefill tile kernel for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the
+/// One type's tile kernel at each column count, as [`DotCols`]: [`TILE`]
+/// columns, and two or three for the columns left over.
+#[derive(Clone, Copy, Debug)]
+pub struct Tiles {
+    pub two: TileFn<2>,
+    pub three: TileFn<3>,
+    pub four: TileFn<TILE>,
+}
+
+/// The tile kernels for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the
 /// cpu has AVX-512 VNNI (with VL and BW), else `None`.
 ///
 /// The weight levels are made unsigned (`x + off`: 8, 16 or 128; 0 for the
@@ -92,7 +101,7 @@ pub type TileFn = fn([&[u8]; TILE], [&[u8]; TILE]) -> [[f32; TILE]; TILE];
 /// `init = -off * (the sum of the lane's four activation levels)`, so each
 /// lane ends at exactly the `sum(x * y)` of the AVX2 kernels' `maddubs` +
 /// `madd`, and the float steps after it are theirs.
-pub fn fast_tile(ty: GgmlType) -> Option<TileFn> {
+pub fn fast_tile(ty: GgmlType) -> Option<Tiles> {
     simd::tile(ty)
 }
 

@@ -23,11 +23,11 @@ pub(super) fn dot_cols_model(_: GgmlType) -> Option<DotCols> {
     None
 }
 
-pub(super) fn tile(_: GgmlType) -> Option<TileFn> {
+pub(super) fn tile(_: GgmlType) -> Option<Tiles> {
     None
 }
 
-pub(super) fn tile_model(_: GgmlType) -> Option<TileFn> {
+pub(super) fn tile_model(_: GgmlType) -> Option<Tiles> {
     None
 }
 

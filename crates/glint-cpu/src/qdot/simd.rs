@@ -89,17 +89,18 @@ entries!("avx2,fma,f16c", avx2 {
 vnni_entries! {
     [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         (q4_k_cols_vnni, q4_k_cols_model), (q6_k_cols_vnni, q6_k_cols_model);
-    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]]
+    [<const N> fn(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
         (q4_0_tile, q4_0_tile_model), (q4_1_tile, q4_1_tile_model),
         (q5_0_tile, q5_0_tile_model), (q5_1_tile, q5_1_tile_model),
         (q8_0_tile, q8_0_tile_model);
     [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] (prepare, prepare_model);
 }
 
-/// [`DotCols`] of a kernel generic over its column count.
+/// `$widths` ([`DotCols`] or [`Tiles`]) of a kernel generic over its
+/// column count.
 macro_rules! widths {
-    ($kernel:ident) => {
-        DotCols {
+    ($widths:ident, $kernel:ident) => {
+        $widths {
             two: $kernel::<2>,
             three: $kernel::<3>,
             four: $kernel::<4>,
@@ -116,27 +117,27 @@ struct Kernels {
     /// AVX-512 VNNI, where it has its own: `cols` with `vpdpwssd`, and
     /// the prefill tile; each with its instruction's lane model (AVX2 only).
     cols_vnni: Option<(DotCols, DotCols)>,
-    tile: Option<(TileFn, TileFn)>,
+    tile: Option<(Tiles, Tiles)>,
 }
 
 /// Every type with an x86 kernel, one row each.
 #[rustfmt::skip]
 const KERNELS: [Kernels; 8] = [
-    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(widths!(q4_0_cols)), cols_vnni: None,
-              tile: Some((q4_0_tile, q4_0_tile_model)) },
-    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(q4_1_cols)), cols_vnni: None,
-              tile: Some((q4_1_tile, q4_1_tile_model)) },
-    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(widths!(q5_0_cols)), cols_vnni: None,
-              tile: Some((q5_0_tile, q5_0_tile_model)) },
-    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(widths!(q5_1_cols)), cols_vnni: None,
-              tile: Some((q5_1_tile, q5_1_tile_model)) },
-    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(widths!(q8_0_cols)), cols_vnni: None,
-              tile: Some((q8_0_tile, q8_0_tile_model)) },
-    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(q4_k_cols)),
-              cols_vnni: Some((widths!(q4_k_cols_vnni), widths!(q4_k_cols_model))), tile: None },
+    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q4_0_tile), widths!(Tiles, q4_0_tile_model))) },
+    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q4_1_tile), widths!(Tiles, q4_1_tile_model))) },
+    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q5_0_tile), widths!(Tiles, q5_0_tile_model))) },
+    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q5_1_tile), widths!(Tiles, q5_1_tile_model))) },
+    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))) },
+    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(DotCols, q4_k_cols)),
+              cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None },
     Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None },
-    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(widths!(q6_k_cols)),
-              cols_vnni: Some((widths!(q6_k_cols_vnni), widths!(q6_k_cols_model))), tile: None },
+    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(widths!(DotCols, q6_k_cols)),
+              cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None },
 ];
 
 /// `ty`'s row of [`KERNELS`] where this cpu has `tier` (the AVX2 tier
@@ -171,14 +172,14 @@ pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotCols> {
 }
 
 /// The tile kernels; `None` unless [`has_vnni`].
-pub(super) fn tile(ty: GgmlType) -> Option<TileFn> {
+pub(super) fn tile(ty: GgmlType) -> Option<Tiles> {
     kernels(ty, has_vnni)
         .and_then(|k| k.tile)
         .map(|(vnni, _)| vnni)
 }
 
 /// [`tile`] with `vpdpbusd` modelled (AVX2 only).
-pub(super) fn tile_model(ty: GgmlType) -> Option<TileFn> {
+pub(super) fn tile_model(ty: GgmlType) -> Option<Tiles> {
     kernels(ty, has_avx2)
         .and_then(|k| k.tile)
         .map(|(_, model)| model)
