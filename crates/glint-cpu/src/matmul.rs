@@ -174,7 +174,9 @@ pub(crate) fn mul_mat_ggml_par(
         // act: [m] rows of act_bytes, each column of x quantized once.
         act.resize(act_bytes * m, 0);
         let act = &mut act[..act_bytes * m];
-        quantize_cols(par, vt, &x[..k * m], act_bytes, act)?;
+        // A few columns are quantized faster than the pool wakes.
+        let par_quantize = par && k * m >= elementwise::ELEMS_PER_TASK;
+        quantize_cols(par_quantize, vt, &x[..k * m], act_bytes, act)?;
         let multi = kernels == Kernels::Fast; // multi-column and tile kernels
         let product = QProduct {
             par,
@@ -195,12 +197,17 @@ pub(crate) fn mul_mat_ggml_par(
         };
         if m == 1 {
             product.decode(&mut out[..n]);
-        } else if m >= 2 * threads * MIN_COL_BLOCK {
-            let tile_fn = qdot::fast_tile(ty).filter(|_| product.dot_cols.is_some());
-            product.prefill(tile_fn, threads, k, out);
-        } else {
-            product.few_columns(out);
+            return Ok(());
         }
+        let tiles = qdot::fast_tile(ty).filter(|_| product.dot_cols.is_some());
+        with_buffer(&PREP, |prep| {
+            let prep = product.prepare(tiles, k, prep);
+            if m >= 2 * threads * MIN_COL_BLOCK {
+                product.prefill(&prep, threads, out);
+            } else {
+                product.few_columns(&prep, out);
+            }
+        });
         Ok(())
     })
 }
@@ -274,8 +281,8 @@ struct QProduct<'a> {
     ty: GgmlType,
     /// The one-column dot; `None`: ggml's reference loop.
     fast: Option<DotFn>,
-    /// The multi-column dot, for [`Kernels::Fast`] where the cpu has one.
-    dot_cols: Option<qdot::DotColsFn>,
+    /// The multi-column dots, for [`Kernels::Fast`] where the cpu has them.
+    dot_cols: Option<qdot::DotCols>,
     /// w: `n` rows of `row_bytes`.
     w: &'a [u8],
     row_bytes: usize,
@@ -304,9 +311,82 @@ impl QProduct<'_> {
         }
     }
 
-    /// Columns `c..c + COLS` against weight row `r` (needs `dot_cols`).
-    fn cols_of(&self, c: usize) -> [&[u8]; qdot::COLS] {
+    /// Activation columns `c..c + N`.
+    fn cols_of<const N: usize>(&self, c: usize) -> [&[u8]; N] {
         std::array::from_fn(|i| self.act_col(c + i))
+    }
+
+    /// Weight row `r` · activation columns `c..c + outs.len()` (a group
+    /// from [`col_groups`]) into `outs`: the weight row is read once for
+    /// the group where there is a multi-column kernel (a lone column, which
+    /// only the last column block of a prefill can leave, goes through the
+    /// two-column kernel beside itself, for the same numbers as its
+    /// neighbours).
+    #[inline]
+    fn dot_group(&self, r: usize, c: usize, outs: &mut [f32]) {
+        let w = self.w_row(r);
+        match (self.dot_cols, outs.len()) {
+            (Some(k), qdot::COLS) => outs.copy_from_slice(&(k.four)(w, self.cols_of(c))),
+            (Some(k), 3) => outs.copy_from_slice(&(k.three)(w, self.cols_of(c))),
+            (Some(k), 2) => outs.copy_from_slice(&(k.two)(w, self.cols_of(c))),
+            (Some(k), 1) => outs[0] = (k.two)(w, [self.act_col(c); 2])[0],
+            _ => {
+                for (i, o) in outs.iter_mut().enumerate() {
+                    *o = self.dot(r, self.act_col(c + i));
+                }
+            }
+        }
+    }
+
+    /// Weight rows `rs` · activation columns `c..c + width` (a group from
+    /// [`col_groups`]): `put(r, i, v)` takes row `r`'s dot with column
+    /// `c + i`. [`qdot::TILE`] rows a call where there is a tile kernel,
+    /// the rows left a row at a time; the same numbers either way.
+    #[inline]
+    fn dot_rows(
+        &self,
+        prep: &Prepared,
+        rs: std::ops::Range<usize>,
+        c: usize,
+        width: usize,
+        mut put: impl FnMut(usize, usize, f32),
+    ) {
+        /// One tile's results, `out[j][i]`: row `r + j`, column `c + i`.
+        fn put_tile<const N: usize>(
+            out: [[f32; N]; qdot::TILE],
+            r: usize,
+            put: &mut impl FnMut(usize, usize, f32),
+        ) {
+            for (j, v) in out.into_iter().enumerate() {
+                for (i, v) in v.into_iter().enumerate() {
+                    put(r + j, i, v);
+                }
+            }
+        }
+        let mut r = rs.start;
+        if let Some(t) = prep.tiles {
+            while r + qdot::TILE <= rs.end {
+                let xs = std::array::from_fn(|j| self.w_row(r + j));
+                match width {
+                    qdot::TILE => put_tile((t.four)(xs, prep.cols_of(c)), r, &mut put),
+                    3 => put_tile((t.three)(xs, prep.cols_of(c)), r, &mut put),
+                    2 => put_tile((t.two)(xs, prep.cols_of(c)), r, &mut put),
+                    _ => {
+                        let out = (t.two)(xs, [prep.col(c); 2]);
+                        put_tile(out.map(|[v, _]| [v]), r, &mut put)
+                    }
+                }
+                r += qdot::TILE;
+            }
+        }
+        let mut outs = [0f32; qdot::COLS];
+        let outs = &mut outs[..width];
+        for r in r..rs.end {
+            self.dot_group(r, c, outs);
+            for (i, &v) in outs.iter().enumerate() {
+                put(r, i, v);
+            }
+        }
     }
 
     /// Decode, one token: out is `[n]`; tasks write their rows in place.
@@ -319,31 +399,45 @@ impl QProduct<'_> {
         });
     }
 
-    /// Prefill: a task owns a block of output columns (contiguous in
-    /// out: `[n, m]`) and passes every weight row over them, a tile of rows
-    /// at a time (a few KiB, stays in L1). With a tile kernel (AVX-512
-    /// VNNI) each activation column is prepared once (`k` elements).
-    fn prefill(&self, tile_fn: Option<qdot::TileFn>, threads: usize, k: usize, out: &mut [f32]) {
-        let cb = col_block(self.m, threads);
+    /// The activation columns prepared for `tiles` (AVX-512 VNNI), each
+    /// once (`k` elements), into `buf`; nothing without a tile kernel.
+    fn prepare<'b>(
+        &self,
+        tiles: Option<qdot::Tiles>,
+        k: usize,
+        buf: &'b mut Vec<u8>,
+    ) -> Prepared<'b> {
         // prep: [m] columns of prep_bytes, for the tile kernel.
         let prep_bytes = (k / 32) * qdot::TILE_BLOCK;
-        with_buffer(&PREP, |prep| {
-            if tile_fn.is_some() {
-                prep.resize(prep_bytes * self.m, 0);
-                let prep = &mut prep[..prep_bytes * self.m];
-                elementwise::rows(self.par, prep, prep_bytes, |c, p| {
-                    qdot::prepare_tile_col(self.ty, self.act_col(c), p)
-                });
-            }
-            let prep = Prepared {
-                tile_fn,
-                bytes: prep_bytes,
-                cols: prep,
-            };
-            elementwise::rows(self.par, out, self.n * cb, |t, o| {
-                self.prefill_task(&prep, t * cb, o)
+        let n_bytes = if tiles.is_some() {
+            prep_bytes * self.m
+        } else {
+            0
+        };
+        buf.resize(n_bytes.max(buf.len()), 0);
+        let cols = &mut buf[..n_bytes];
+        if tiles.is_some() {
+            // A few columns are prepared faster than the pool wakes.
+            let par = self.par && self.m * k >= elementwise::ELEMS_PER_TASK;
+            elementwise::rows(par, cols, prep_bytes, |c, p| {
+                qdot::prepare_tile_col(self.ty, self.act_col(c), p)
             });
-        })
+        }
+        Prepared {
+            tiles,
+            bytes: prep_bytes,
+            cols,
+        }
+    }
+
+    /// Prefill: a task owns a block of output columns (contiguous in
+    /// out: `[n, m]`) and passes every weight row over them, a tile of rows
+    /// at a time (a few KiB, stays in L1).
+    fn prefill(&self, prep: &Prepared, threads: usize, out: &mut [f32]) {
+        let cb = col_block(self.m, threads);
+        elementwise::rows(self.par, out, self.n * cb, |t, o| {
+            self.prefill_task(prep, t * cb, o)
+        });
     }
 
     /// One prefill task: output columns `c0..` (`o`: `[n, mc]`).
@@ -353,38 +447,10 @@ impl QProduct<'_> {
         let tile = tile_rows(self.row_bytes);
         for r0 in (0..n).step_by(tile) {
             let rs = r0..(r0 + tile).min(n);
-            let mut c = 0;
-            if let Some(dot_cols) = self.dot_cols {
-                // COLS columns at a time: each weight block unpacked once.
-                while c + qdot::COLS <= mc {
-                    let mut r = rs.start;
-                    if let Some(tile_fn) = prep.tile_fn {
-                        // TILE rows x TILE columns a call.
-                        let ys: [&[u8]; qdot::TILE] = std::array::from_fn(|i| prep.col(c0 + c + i));
-                        while r + qdot::TILE <= rs.end {
-                            let xs = std::array::from_fn(|j| self.w_row(r + j));
-                            for (j, v) in tile_fn(xs, ys).into_iter().enumerate() {
-                                for (i, v) in v.into_iter().enumerate() {
-                                    o[(c + i) * n + r + j] = v;
-                                }
-                            }
-                            r += qdot::TILE;
-                        }
-                    }
-                    let acts = self.cols_of(c0 + c);
-                    for r in r..rs.end {
-                        for (i, v) in dot_cols(self.w_row(r), acts).into_iter().enumerate() {
-                            o[(c + i) * n + r] = v;
-                        }
-                    }
-                    c += qdot::COLS;
-                }
-            }
-            for c in c..mc {
-                let a = self.act_col(c0 + c);
-                for r in rs.clone() {
-                    o[c * n + r] = self.dot(r, a);
-                }
+            for (c, width) in col_groups(mc) {
+                self.dot_rows(prep, rs.clone(), c0 + c, width, |r, i, v| {
+                    o[(c + i) * n + r] = v
+                });
             }
         }
     }
@@ -392,31 +458,22 @@ impl QProduct<'_> {
     /// A few columns: by_row: `[m, n]` as in [`mul_mat`]. A task owns a
     /// tile of weight rows and passes every column over it; out is its
     /// transpose.
-    fn few_columns(&self, out: &mut [f32]) {
+    fn few_columns(&self, prep: &Prepared, out: &mut [f32]) {
         let (n, m) = (self.n, self.m);
         let rows = rows_per_task(n, self.row_bytes).min(tile_rows(self.row_bytes));
         let mut by_row = vec![0f32; n * m];
         elementwise::rows(self.par, &mut by_row, m * rows, |t, chunk| {
-            let nr = chunk.len() / m;
-            let mut c = 0;
-            if let Some(dot_cols) = self.dot_cols {
-                while c + qdot::COLS <= m {
-                    let acts = self.cols_of(c);
-                    for rr in 0..nr {
-                        let r = dot_cols(self.w_row(t * rows + rr), acts);
-                        chunk[rr * m + c..rr * m + c + qdot::COLS].copy_from_slice(&r);
-                    }
-                    c += qdot::COLS;
-                }
-            }
-            for c in c..m {
-                let a = self.act_col(c);
-                for rr in 0..nr {
-                    chunk[rr * m + c] = self.dot(t * rows + rr, a);
-                }
+            let r0 = t * rows;
+            let rs = r0..r0 + chunk.len() / m;
+            for (c, width) in col_groups(m) {
+                self.dot_rows(prep, rs.clone(), c, width, |r, i, v| {
+                    chunk[(r - r0) * m + c + i] = v
+                });
             }
         });
-        elementwise::rows(self.par, out, n, |c, col| {
+        // A few columns are transposed faster than the pool wakes.
+        let par = self.par && n * m >= elementwise::ELEMS_PER_TASK;
+        elementwise::rows(par, out, n, |c, col| {
             for (r, o) in col.iter_mut().enumerate() {
                 *o = by_row[r * m + c];
             }
@@ -424,10 +481,29 @@ impl QProduct<'_> {
     }
 }
 
-/// Activation columns prepared for a tile kernel (`[m]` columns of
-/// `bytes`; empty without one).
+/// The groups `(first column, width)` that `m` columns are dotted in:
+/// [`qdot::COLS`] at a time, the rest as one group of two or three (five
+/// left: three and two); one column is a group of one. Every group goes
+/// through the multi-column kernels (or the tiles, which equal them), whose
+/// results do not depend on the width: from two columns up, a column's
+/// result is the same whatever else shares the product.
+fn col_groups(m: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut c = 0;
+    std::iter::from_fn(move || {
+        let width = match m - c {
+            0 => return None,
+            5 => 3,
+            left => left.min(qdot::COLS),
+        };
+        c += width;
+        Some((c - width, width))
+    })
+}
+
+/// Activation columns prepared for the tile kernels (`[m]` columns of
+/// `bytes`; empty without them).
 struct Prepared<'a> {
-    tile_fn: Option<qdot::TileFn>,
+    tiles: Option<qdot::Tiles>,
     bytes: usize,
     cols: &'a [u8],
 }
@@ -435,6 +511,11 @@ struct Prepared<'a> {
 impl Prepared<'_> {
     fn col(&self, c: usize) -> &[u8] {
         &self.cols[c * self.bytes..(c + 1) * self.bytes]
+    }
+
+    /// Prepared columns `c..c + N`.
+    fn cols_of<const N: usize>(&self, c: usize) -> [&[u8]; N] {
+        std::array::from_fn(|i| self.col(c + i))
     }
 }
 

@@ -197,7 +197,7 @@ fn multi_column_kernels_match_ggml_reference() {
             let k = [1, 3, 20][seed as usize % 3] * ty.block_size();
             let row = random_row(ty, k, &mut rng);
             let acts = random_cols(ty, k, &mut rng);
-            let got = kernel(&row, std::array::from_fn(|c| &acts[c][..]));
+            let got = (kernel.four)(&row, std::array::from_fn(|c| &acts[c][..]));
             for (c, act) in acts.iter().enumerate() {
                 let case = format!("cols {ty} k={k} seed {seed} col {c}");
                 assert_avx2_near_vec_dot(&case, ty, &row, act, k, got[c]);
@@ -252,7 +252,7 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
                     .unwrap();
                 dst.iter_mut().for_each(|v| *v = v.abs());
             }
-            for m in [1, 3, 8, 9, 40, m_prefill] {
+            for m in M_FEW.into_iter().chain([40, m_prefill]) {
                 let x = rng.vec(k * m);
                 let w = WeightRows {
                     ty,
@@ -294,7 +294,61 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
     }
     assert_eq!(
         n_checked,
-        FAST.len() * 2 * (1 + 37 + 203) * (1 + 3 + 8 + 9 + 40 + m_prefill)
+        FAST.len() * 2 * (1 + 37 + 203) * (M_FEW.iter().sum::<usize>() + 40 + m_prefill)
+    );
+}
+
+/// Column counts of the decode and few-column paths: one, and every way
+/// the few-column path splits up to two groups of [`qdot::COLS`] and a bit
+/// (a batch of 2, 3, 5, 6 or 7 sequences decoding together).
+const M_FEW: [usize; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+
+/// A column's result from `mul_mat_ggml` (fast kernels) does not depend
+/// on how many other columns share the product, bit for bit, from two
+/// columns up (few-column and prefill paths): every column of such a
+/// product goes through the multi-column kernels (or the tiles, which equal
+/// them), none through the one-column kernel. So a sequence decoded in a
+/// batch of 2 gets the same numbers as in a batch of 3, 7 or 70.
+#[test]
+fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
+    let m_prefill = 2 * 16 * rayon::current_num_threads() + 7;
+    // The column-block prefill path with one column in its last block.
+    let m_lone = m_prefill - 6;
+    let mut rng = Rng(78);
+    let (k, n) = (2 * 256, 203);
+    let mut n_checked = 0;
+    for ty in FAST {
+        let rows: Vec<u8> = (0..n).flat_map(|_| random_row(ty, k, &mut rng)).collect();
+        let w = WeightRows {
+            ty,
+            bytes: &rows,
+            row_bytes: rows.len() / n,
+            k,
+            n,
+        };
+        let x = rng.vec(k * m_prefill);
+        let run = |m: usize| {
+            let mut out = vec![0f32; n * m];
+            mul_mat_ggml_with(Kernels::Fast, w, &x[..k * m], m, &mut out).unwrap();
+            out
+        };
+        let wide = run(m_prefill);
+        for m in M_FEW.into_iter().skip(1).chain([40, m_lone]) {
+            for (i, (g, w)) in run(m).iter().zip(&wide).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{ty} m={m} out[{i}] (row {}, col {}): {g} vs {w}",
+                    i % n,
+                    i / n
+                );
+                n_checked += 1;
+            }
+        }
+    }
+    assert_eq!(
+        n_checked,
+        FAST.len() * n * (2..=9).chain([40, m_lone]).sum::<usize>()
     );
 }
 
@@ -323,16 +377,17 @@ const TILE_TYPES: [GgmlType; 5] = [
     GgmlType::Q8_0,
 ];
 
-/// Holds `tile` (with its column preparation `prepare`) to the AVX2
-/// multi-column kernel bit for bit: each of the TILE x TILE results equals
-/// it for the same row and columns (the lanes hold the same exact integers;
+/// Holds `tiles` (with their column preparation `prepare`) to the AVX2
+/// multi-column kernel bit for bit: each result of the full tile (TILE x
+/// TILE) and of the two- and three-column ones equals it for the same row
+/// and column (the lanes hold the same exact integers;
 /// the float steps are the same), on rows whose levels reach their
 /// extremes. Returns the prepared columns of every call, for comparing two
 /// preparations, and how many results it compared.
 fn check_tile(
     what: &str,
     ty: GgmlType,
-    tile: qdot::TileFn,
+    tiles: qdot::Tiles,
     prepare: fn(GgmlType, &[u8], &mut [u8]),
 ) -> (Vec<Vec<u8>>, usize) {
     let cols = qdot::avx2_dot_cols(ty).expect("a tile type has an AVX2 cols kernel");
@@ -363,33 +418,54 @@ fn check_tile(
                 p
             })
             .collect();
-        let got = tile(
-            std::array::from_fn(|r| &rows[r][..]),
-            std::array::from_fn(|c| &prep[c][..]),
-        );
-        for r in 0..qdot::TILE {
-            let want = cols(&rows[r], std::array::from_fn(|c| &acts[c][..]));
-            for c in 0..qdot::TILE {
-                assert_eq!(
-                    got[r][c].to_bits(),
-                    want[c].to_bits(),
-                    "{what} {ty} k={k} seed {seed} row {r} col {c}: {} vs {}",
-                    got[r][c],
-                    want[c]
-                );
-                n += 1;
-            }
+        let xs = std::array::from_fn(|r| &rows[r][..]);
+        // got: (row, col, result) of the full tile, and of the narrow ones
+        // on the columns at the start and at the end.
+        let prep_ref = &prep;
+        let ys = |c0: usize| move |c: usize| &prep_ref[c0 + c][..];
+        let mut got: Vec<_> =
+            tile_results(0, (tiles.four)(xs, std::array::from_fn(ys(0)))).collect();
+        for c0 in [0, qdot::TILE - 3] {
+            let out = (tiles.three)(xs, std::array::from_fn(ys(c0)));
+            got.extend(tile_results(c0, out));
+        }
+        for c0 in [0, qdot::TILE - 2] {
+            let out = (tiles.two)(xs, std::array::from_fn(ys(c0)));
+            got.extend(tile_results(c0, out));
+        }
+        let want: Vec<[f32; qdot::COLS]> = rows
+            .iter()
+            .map(|row| (cols.four)(row, std::array::from_fn(|c| &acts[c][..])))
+            .collect();
+        for (r, c, v) in got {
+            assert_eq!(
+                v.to_bits(),
+                want[r][c].to_bits(),
+                "{what} {ty} k={k} seed {seed} row {r} col {c}: {v} vs {}",
+                want[r][c]
+            );
+            n += 1;
         }
         all_prep.extend(prep);
     }
     (all_prep, n)
 }
 
+/// A tile's results on columns `c0..` as `(row, column, result)`.
+fn tile_results<const N: usize>(
+    c0: usize,
+    out: [[f32; N]; qdot::TILE],
+) -> impl Iterator<Item = (usize, usize, f32)> {
+    out.into_iter()
+        .enumerate()
+        .flat_map(move |(r, v)| v.into_iter().enumerate().map(move |(c, v)| (r, c0 + c, v)))
+}
+
 /// [`check_tile`] for every tile type, the kernels from `tile_of`; the
 /// prepared columns of each type.
 fn check_tiles(
     what: &str,
-    tile_of: fn(GgmlType) -> Option<qdot::TileFn>,
+    tile_of: fn(GgmlType) -> Option<qdot::Tiles>,
     prepare: fn(GgmlType, &[u8], &mut [u8]),
 ) -> Vec<Vec<Vec<u8>>> {
     let mut n = 0;
@@ -400,7 +476,8 @@ fn check_tiles(
         preps.push(prep);
         n += m;
     }
-    assert_eq!(n, 5 * 20 * qdot::TILE * qdot::TILE);
+    // Per seed: the full tile and two of each narrow one, TILE rows each.
+    assert_eq!(n, 5 * 20 * qdot::TILE * (qdot::TILE + 2 * 3 + 2 * 2));
     preps
 }
 
@@ -454,7 +531,11 @@ fn avx2_multi_column_kernels_match_the_reference_and_the_fast_ones() {
             let row = random_row(ty, k, &mut rng);
             let acts = random_cols(ty, k, &mut rng);
             let ys = std::array::from_fn(|c| &acts[c][..]);
-            let (got, fast, emulated) = (avx2(&row, ys), fast(&row, ys), emulated(&row, ys));
+            let (got, fast, emulated) = (
+                (avx2.four)(&row, ys),
+                (fast.four)(&row, ys),
+                (emulated.four)(&row, ys),
+            );
             for (c, act) in acts.iter().enumerate() {
                 let case = format!("avx2 cols {ty} k={k} seed {seed} col {c}");
                 assert_avx2_near_vec_dot(&case, ty, &row, act, k, got[c]);
@@ -470,4 +551,56 @@ fn avx2_multi_column_kernels_match_the_reference_and_the_fast_ones() {
         }
     }
     assert_eq!(n, 7 * 12 * qdot::COLS);
+}
+
+/// The two- and three-column kernels (the columns a product of a few has
+/// left over) of every tier, each column bit for bit what the four-column
+/// kernel of its tier gives for it: every column's arithmetic is its own,
+/// so the width changes nothing. With the four-column kernels held to the
+/// reference above, so are these.
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn narrow_multi_column_kernels_equal_the_four_column_ones_bit_for_bit() {
+    type KernelsOf = fn(GgmlType) -> Option<qdot::DotCols>;
+    let tiers: [(&str, KernelsOf); 3] = [
+        ("fast", qdot::fast_dot_cols),
+        ("avx2", qdot::avx2_dot_cols),
+        ("emulated", qdot::emulated::dot_cols),
+    ];
+    let mut n = 0;
+    for (what, kernels_of) in tiers {
+        for ty in FAST {
+            let Some(k) = kernels_of(ty) else {
+                assert_eq!(ty, GgmlType::Q5_K, "only Q5_K has no cols kernel");
+                continue;
+            };
+            for seed in 0..12 {
+                let mut rng = Rng(11_000 + seed);
+                let k_len = [1, 2, 5][seed as usize % 3] * ty.block_size();
+                let row = random_row(ty, k_len, &mut rng);
+                let acts = random_cols(ty, k_len, &mut rng);
+                let want = (k.four)(&row, std::array::from_fn(|c| &acts[c][..]));
+                // Each narrow kernel on the columns at the start and at the end.
+                let mut got: Vec<(usize, f32)> = Vec::new();
+                for c0 in [0, qdot::COLS - 2] {
+                    let two = (k.two)(&row, std::array::from_fn(|c| &acts[c0 + c][..]));
+                    got.extend(two.into_iter().enumerate().map(|(c, v)| (c0 + c, v)));
+                }
+                for c0 in [0, qdot::COLS - 3] {
+                    let three = (k.three)(&row, std::array::from_fn(|c| &acts[c0 + c][..]));
+                    got.extend(three.into_iter().enumerate().map(|(c, v)| (c0 + c, v)));
+                }
+                for (c, v) in got {
+                    assert_eq!(
+                        v.to_bits(),
+                        want[c].to_bits(),
+                        "{what} {ty} k={k_len} seed {seed} col {c}: {v} vs {}",
+                        want[c]
+                    );
+                    n += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(n, 3 * 7 * 12 * (2 * 2 + 2 * 3));
 }

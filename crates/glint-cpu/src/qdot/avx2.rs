@@ -265,12 +265,12 @@ fn k4_min_sum(mins: __m128i, yb: &[u8]) -> i32 {
     _mm_cvtsi128_si32(p)
 }
 
-/// [`q4_k_q8_k`] for [`COLS`] activation rows: each weight block's
+/// [`q4_k_q8_k`] for `N` (up to [`COLS`]) activation rows: each weight block's
 /// nibbles and scales are unpacked once; every column's float
 /// operations are those of the one-column kernel, in its order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+pub(super) fn q4_k_cols<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
     q4_k_cols_with(x, ys, |acc, a, b| {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
     })
@@ -280,26 +280,26 @@ pub(super) fn q4_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
 /// `acc + madd(a, b)` (i16 pairs into i32 lanes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_k_cols_with(
+pub(super) fn q4_k_cols_with<const N: usize>(
     x: &[u8],
-    ys: [&[u8]; COLS],
+    ys: [&[u8]; N],
     madd_acc: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
-) -> [f32; COLS] {
+) -> [f32; N] {
     let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = [_mm256_setzero_ps(); COLS];
-    let mut sumf = [0.0f32; COLS];
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut sumf = [0.0f32; N];
     for (b, xb) in x.chunks_exact(Q4_K).enumerate() {
         prefetch(xb);
         let yb = col_blocks(ys, b, Q8_K);
         let (sc, mins) = k4_scales_mins(xb);
-        let mut sumi = [_mm256_setzero_si256(); COLS];
+        let mut sumi = [_mm256_setzero_si256(); N];
         for h in 0..4 {
             let q4 = load32(xb, 16 + 32 * h);
             let lo = _mm256_and_si256(q4, m4);
             let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             let s_lo = _mm256_set1_epi16(sc[2 * h] as i16);
             let s_hi = _mm256_set1_epi16(sc[2 * h + 1] as i16);
-            for c in 0..COLS {
+            for c in 0..N {
                 let p_lo = _mm256_maddubs_epi16(lo, load32(yb[c], 4 + 64 * h));
                 let p_hi = _mm256_maddubs_epi16(hi, load32(yb[c], 4 + 64 * h + 32));
                 sumi[c] = madd_acc(sumi[c], s_lo, p_lo);
@@ -308,15 +308,15 @@ pub(super) fn q4_k_cols_with(
         }
         let dd = f16x2(xb, 0); // [d, dmin]
         let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-        for c in 0..COLS {
+        for c in 0..N {
             let yd = f32_at(yb[c], 0);
             let sumi_m = k4_min_sum(mins, yb[c]);
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
             sumf[c] -= dmin * yd * sumi_m as f32;
         }
     }
-    let mut out = [0.0f32; COLS];
-    for c in 0..COLS {
+    let mut out = [0.0f32; N];
+    for c in 0..N {
         out[c] = sumf[c] + hsum_f32(acc[c]);
     }
     out
@@ -362,14 +362,14 @@ fn q6_scales(scales: &[u8; 16], g: usize) -> __m256i {
     )
 }
 
-/// [`q6_k_q8_k`] for [`COLS`] activation rows. The `- 32` offset is
+/// [`q6_k_q8_k`] for `N` (up to [`COLS`]) activation rows. The `- 32` offset is
 /// taken out through the activation's block sums:
 /// `sum(sc * (q - 32) * y) = sum(sc * q * y) - 32 * sum(sc * bsum)`,
 /// the same exact integer per block (spread over the 8 lanes
 /// differently, so the f32 sums round differently).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q6_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+pub(super) fn q6_k_cols<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
     q6_k_cols_with(x, ys, |acc, a, b| {
         _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
     })
@@ -377,31 +377,31 @@ pub(super) fn q6_k_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
 /// The body of [`q6_k_cols`], `madd_acc` as in [`q4_k_cols_with`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q6_k_cols_with(
+pub(super) fn q6_k_cols_with<const N: usize>(
     x: &[u8],
-    ys: [&[u8]; COLS],
+    ys: [&[u8]; N],
     madd_acc: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
-) -> [f32; COLS] {
-    let mut acc = [_mm256_setzero_ps(); COLS];
+) -> [f32; N] {
+    let mut acc = [_mm256_setzero_ps(); N];
     for (b, xb) in x.chunks_exact(Q6_K).enumerate() {
         prefetch(xb);
         let yb = col_blocks(ys, b, Q8_K);
         let scales: &[u8; 16] = arr(xb, 192);
         // sc16: the 16 scales as i16, to meet the 16 bsums.
         let sc16 = _mm256_cvtepi8_epi16(load16(xb, 192));
-        let mut sumi = [_mm256_setzero_si256(); COLS];
+        let mut sumi = [_mm256_setzero_si256(); N];
         for h in 0..2 {
             let q = q6_levels(xb, h);
             for (s, &qs) in q.iter().enumerate() {
                 let sc = q6_scales(scales, 8 * h + 2 * s);
-                for c in 0..COLS {
+                for c in 0..N {
                     let p = _mm256_maddubs_epi16(qs, load32(yb[c], 4 + 128 * h + 32 * s));
                     sumi[c] = madd_acc(sumi[c], p, sc);
                 }
             }
         }
         let d = _mm_cvtss_f32(_mm_movehdup_ps(f16x2(xb, 206)));
-        for c in 0..COLS {
+        for c in 0..N {
             // 32 * sum(sc * bsum), spread over the lanes before the sum
             let off = _mm256_madd_epi16(load32(yb[c], 4 + 256), sc16);
             let si = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(off, 5));
@@ -409,8 +409,8 @@ pub(super) fn q6_k_cols_with(
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dc), _mm256_cvtepi32_ps(si), acc[c]);
         }
     }
-    let mut out = [0.0f32; COLS];
-    for c in 0..COLS {
+    let mut out = [0.0f32; N];
+    for c in 0..N {
         out[c] = hsum_f32(acc[c]);
     }
     out
@@ -418,10 +418,10 @@ pub(super) fn q6_k_cols_with(
 
 /// Block `b` (`size` bytes) of each activation column.
 #[inline(always)]
-fn col_blocks(ys: [&[u8]; COLS], b: usize, size: usize) -> [&[u8]; COLS] {
+fn col_blocks<const N: usize>(ys: [&[u8]; N], b: usize, size: usize) -> [&[u8]; N] {
     // (a loop, not `array::from_fn`: its closure would stay out of line)
-    let mut yb: [&[u8]; COLS] = [&[]; COLS];
-    for c in 0..COLS {
+    let mut yb: [&[u8]; N] = [&[]; N];
+    for c in 0..N {
         yb[c] = &ys[c][b * size..(b + 1) * size];
     }
     yb
@@ -444,24 +444,24 @@ fn prefetch(xb: &[u8]) {
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn cols(
+fn cols<const N: usize>(
     x: &[u8],
-    ys: [&[u8]; COLS],
+    ys: [&[u8]; N],
     x_size: usize,
     y_size: usize,
     y_at: usize,
     signed: bool,
     min: bool,
     levels: impl Fn(&[u8]) -> __m256i,
-) -> [f32; COLS] {
-    let mut acc = [_mm256_setzero_ps(); COLS];
-    let mut summs = [_mm_setzero_ps(); COLS];
+) -> [f32; N] {
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut summs = [_mm_setzero_ps(); N];
     for (b, xb) in x.chunks_exact(x_size).enumerate() {
         prefetch(xb);
         let xv = levels(xb);
         let ux = if signed { _mm256_sign_epi8(xv, xv) } else { xv };
         let dx = f16x2(xb, 0); // [d, m] (m only with `min`)
-        for c in 0..COLS {
+        for c in 0..N {
             let yb = &ys[c][b * y_size..(b + 1) * y_size];
             let yv = load32(yb, y_at);
             let yv = if signed { _mm256_sign_epi8(yv, xv) } else { yv };
@@ -473,8 +473,8 @@ fn cols(
             acc[c] = _mm256_fmadd_ps(d, lanes_u8_i8(ux, yv), acc[c]);
         }
     }
-    let mut out = [0.0f32; COLS];
-    for c in 0..COLS {
+    let mut out = [0.0f32; N];
+    for c in 0..N {
         let s = hsum_f32(acc[c]);
         out[c] = if min {
             s + _mm_cvtss_f32(_mm_movehdup_ps(summs[c]))
@@ -487,7 +487,7 @@ fn cols(
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+pub(super) fn q4_0_cols<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
     let eight = _mm256_set1_epi8(8);
     let levels = |xb: &[u8]| _mm256_sub_epi8(nibbles(xb, 2), eight);
     cols(x, ys, Q4_0, Q8_0, 2, true, false, levels)
@@ -495,7 +495,7 @@ pub(super) fn q4_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q5_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+pub(super) fn q5_0_cols<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
     let sixteen = _mm256_set1_epi8(16);
     let levels =
         |xb: &[u8]| _mm256_sub_epi8(_mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2)), sixteen);
@@ -504,19 +504,19 @@ pub(super) fn q5_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q8_0_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+pub(super) fn q8_0_cols<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
     cols(x, ys, Q8_0, Q8_0, 2, true, false, |xb| load32(xb, 2))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_1_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+pub(super) fn q4_1_cols<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
     cols(x, ys, Q4_1, Q8_1, 4, false, true, |xb| nibbles(xb, 4))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q5_1_cols(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+pub(super) fn q5_1_cols<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
     let levels = |xb: &[u8]| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
     cols(x, ys, Q5_1, Q8_1, 4, false, true, levels)
 }

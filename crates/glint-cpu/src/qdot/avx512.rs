@@ -17,13 +17,13 @@ macro_rules! dpwssd_kernels {
     ($($vnni:ident, $model:ident = $body:ident;)*) => {$(
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(super) fn $vnni(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+        pub(super) fn $vnni<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
             $body(x, ys, |acc, a, b| _mm256_dpwssd_epi32(acc, a, b))
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) fn $model(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS] {
+        pub(super) fn $model<const N: usize>(x: &[u8], ys: [&[u8]; N]) -> [f32; N] {
             $body(x, ys, dpwssd_model)
         }
     )*};
@@ -127,7 +127,8 @@ fn _mm256_extract_epi32_dyn(v: __m256i, l: usize) -> i32 {
     a[l & 7]
 }
 
-/// The tile loop: `levels(block)` gives a weight block's unsigned
+/// The tile loop, [`TILE`] weight rows against `N` prepared columns:
+/// `levels(block)` gives a weight block's unsigned
 /// levels (`x + off`); `x_size` bytes a weight block; with `min`,
 /// the weight's `m` (f16 at bytes 2..4) meets the column's `sy`;
 /// `dpbusd(acc, u, s)` is `vpdpbusd` or its model. Compiled for AVX2 so
@@ -135,25 +136,31 @@ fn _mm256_extract_epi32_dyn(v: __m256i, l: usize) -> i32 {
 /// is compiled with their features.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile(
+fn tile<const N: usize>(
     xs: [&[u8]; TILE],
-    ys: [&[u8]; TILE],
+    ys: [&[u8]; N],
     x_size: usize,
     min: bool,
     levels: impl Fn(&[u8]) -> __m256i,
     dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
-) -> [[f32; TILE]; TILE] {
+) -> [[f32; N]; TILE] {
     // No closures or `array::from_fn` in here: they would not inherit
     // the target features, stay out of line and spill the tile.
     let nb = xs[0].len() / x_size;
-    let mut acc = [[_mm256_setzero_ps(); TILE]; TILE];
-    let mut summs = [[0.0f32; TILE]; TILE];
+    // The next tile's rows follow these in a weight matrix: a tile ahead.
+    let ahead = TILE * xs[0].len();
+    let mut acc = [[_mm256_setzero_ps(); N]; TILE];
+    let mut summs = [[0.0f32; N]; TILE];
     let mut xu = [_mm256_setzero_si256(); TILE];
     let mut dx = [_mm256_setzero_ps(); TILE];
     let mut mx = [0.0f32; TILE];
     for b in 0..nb {
         for r in 0..TILE {
             let xb = &xs[r][b * x_size..(b + 1) * x_size];
+            // A hint to fetch the same block of the next tile's rows (never
+            // faults); without it the tiles wait on memory once the weights
+            // are out of cache.
+            _mm_prefetch::<_MM_HINT_T0>(xb.as_ptr().wrapping_add(ahead).cast());
             xu[r] = levels(xb);
             let dm = f16x2(xb, 0); // [d, m]
             dx[r] = _mm256_broadcastss_ps(dm);
@@ -161,7 +168,7 @@ fn tile(
                 mx[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
             }
         }
-        for c in 0..TILE {
+        for c in 0..N {
             let yb: &[u8; TILE_BLOCK] = arr(ys[c], b * TILE_BLOCK);
             let y = load32(yb, 0);
             let init = load32(yb, 32);
@@ -177,9 +184,9 @@ fn tile(
             }
         }
     }
-    let mut out = [[0.0f32; TILE]; TILE];
+    let mut out = [[0.0f32; N]; TILE];
     for r in 0..TILE {
-        for c in 0..TILE {
+        for c in 0..N {
             out[r][c] = hsum_f32(acc[r][c]) + if min { summs[r][c] } else { 0.0 };
         }
     }
@@ -193,14 +200,14 @@ macro_rules! tile_kernels {
     ($($vnni:ident, $model:ident: $x_size:expr, $min:expr, |$xb:ident| $levels:expr;)*) => {$(
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(super) fn $vnni(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+        pub(super) fn $vnni<const N: usize>(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
             let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
             tile(xs, ys, $x_size, $min, |$xb: &[u8]| $levels, dpbusd)
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) fn $model(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+        pub(super) fn $model<const N: usize>(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
             tile(xs, ys, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
         }
     )*};

@@ -8,7 +8,7 @@
 
 use glint_backend::GgmlType;
 
-use super::{DotColsFn, TileFn};
+use super::{DotCols, Tiles};
 
 /// `vpdpbusd` on one 256-bit vector: each i32 lane `l` of `acc` plus the
 /// four products of unsigned `u` and signed `s` bytes `4l..4l + 4`,
@@ -33,10 +33,10 @@ pub fn dpwssd(acc: [i32; 8], a: [i16; 16], b: [i16; 16]) -> [i32; 8] {
     })
 }
 
-/// The tile kernel of `ty` (as [`super::fast_tile`] gives on a VNNI cpu)
+/// The tile kernels of `ty` (as [`super::fast_tile`] gives on a VNNI cpu)
 /// with `vpdpbusd` replaced by [`dpbusd`]; `None` where the cpu lacks AVX2
 /// or the type has no tile kernel.
-pub fn tile(ty: GgmlType) -> Option<TileFn> {
+pub fn tile(ty: GgmlType) -> Option<Tiles> {
     super::simd::tile_model(ty)
 }
 
@@ -47,10 +47,10 @@ pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     super::simd::prepare_tile_col_model(ty, act, out)
 }
 
-/// The multi-column kernel of `ty` that [`super::fast_dot_cols`] gives on a
+/// The multi-column kernels of `ty` that [`super::fast_dot_cols`] gives on a
 /// VNNI cpu, with `vpdpwssd` replaced by [`dpwssd`] (Q4_K, Q6_K; the other
 /// types use the AVX2 kernels on that tier too); `None` without AVX2.
-pub fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+pub fn dot_cols(ty: GgmlType) -> Option<DotCols> {
     super::simd::dot_cols_model(ty)
 }
 

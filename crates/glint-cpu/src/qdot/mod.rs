@@ -12,7 +12,7 @@
 //! loops, with exact integer sums but f32 lanes summed in a different order,
 //! so they differ by rounding only. The tests hold every kernel to the
 //! reference with a tolerance named per type. [`fast_dot_cols`] is the
-//! prefill variant: one weight row against several activation columns.
+//! multi-column variant: one weight row against several activation columns.
 //!
 //! | file | what |
 //! | --- | --- |
@@ -38,39 +38,61 @@ use half::f16;
 /// type's `vec_dot_type`).
 pub type DotFn = fn(&[u8], &[u8]) -> f32;
 
-/// One weight row dotted with [`COLS`] activation rows at once (prefill):
-/// the weight block is unpacked once for all of them. Each column's result
-/// is what [`avx2_dot`] gives for it, up to f32 rounding.
-pub type DotColsFn = fn(&[u8], [&[u8]; COLS]) -> [f32; COLS];
+/// One weight row dotted with `N` activation rows at once (prefill, and
+/// decode of several sequences): the weight block is unpacked once for all
+/// of them. Each column's result is what [`avx2_dot`] gives for it, up to
+/// f32 rounding.
+pub type DotColsFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [f32; N];
 
-/// Activation columns per [`DotColsFn`] call.
+/// Activation columns per full-width [`DotColsFn`] call.
 pub const COLS: usize = 4;
 
-/// The multi-column kernel for `ty` on this cpu, or `None`: use [`fast_dot`]
-/// once per column.
-pub fn fast_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+/// One type's multi-column kernel at each width: [`COLS`] columns, and two
+/// or three for the columns a product of a few has left over (a batch of
+/// 2, 3, 6 or 7 sequences decoding together). Every column's arithmetic is
+/// its own, so column `c`'s result is the same, bit for bit, at every width
+/// (the tests hold them equal).
+#[derive(Clone, Copy, Debug)]
+pub struct DotCols {
+    pub two: DotColsFn<2>,
+    pub three: DotColsFn<3>,
+    pub four: DotColsFn<COLS>,
+}
+
+/// The multi-column kernels for `ty` on this cpu, or `None`: use
+/// [`fast_dot`] once per column.
+pub fn fast_dot_cols(ty: GgmlType) -> Option<DotCols> {
     simd::dot_cols(ty)
 }
 
 /// The AVX2-only multi-column kernels (no VNNI), or `None` where the cpu
 /// lacks AVX2: what [`fast_dot_cols`] gives on AVX2 cpus without AVX-512
 /// VNNI (the tests hold the two equal).
-pub fn avx2_dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+pub fn avx2_dot_cols(ty: GgmlType) -> Option<DotCols> {
     simd::dot_cols_avx2(ty)
 }
 
-/// Weight rows and activation columns of one [`TileFn`] call.
+/// Weight rows, and the most activation columns, of one [`TileFn`] call.
 pub const TILE: usize = 4;
 
 /// Bytes of one prepared activation block ([`prepare_tile_col`]):
 /// levels `[i8; 32]`, `init: [i32; 8]`, `dy: f32`, `sy: f32`.
 pub const TILE_BLOCK: usize = 72;
 
-/// [`TILE`] weight rows against [`TILE`] prepared activation columns:
+/// [`TILE`] weight rows against `N` prepared activation columns:
 /// `out[r][c]`. Each result is bit-identical to [`fast_dot_cols`]'s.
-pub type TileFn = fn([&[u8]; TILE], [&[u8]; TILE]) -> [[f32; TILE]; TILE];
+pub type TileFn<const N: usize = TILE> = fn([&[u8]; TILE], [&[u8]; N]) -> [[f32; N]; TILE];
 
-/// The prefill tile kernel for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the
+/// One type's tile kernel at each column count, as [`DotCols`]: [`TILE`]
+/// columns, and two or three for the columns left over.
+#[derive(Clone, Copy, Debug)]
+pub struct Tiles {
+    pub two: TileFn<2>,
+    pub three: TileFn<3>,
+    pub four: TileFn<TILE>,
+}
+
+/// The tile kernels for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the
 /// cpu has AVX-512 VNNI (with VL and BW), else `None`.
 ///
 /// The weight levels are made unsigned (`x + off`: 8, 16 or 128; 0 for the
@@ -79,7 +101,7 @@ pub type TileFn = fn([&[u8]; TILE], [&[u8]; TILE]) -> [[f32; TILE]; TILE];
 /// `init = -off * (the sum of the lane's four activation levels)`, so each
 /// lane ends at exactly the `sum(x * y)` of the AVX2 kernels' `maddubs` +
 /// `madd`, and the float steps after it are theirs.
-pub fn fast_tile(ty: GgmlType) -> Option<TileFn> {
+pub fn fast_tile(ty: GgmlType) -> Option<Tiles> {
     simd::tile(ty)
 }
 

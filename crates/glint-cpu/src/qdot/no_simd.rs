@@ -11,23 +11,23 @@ pub(super) fn dot(_: GgmlType) -> Option<DotFn> {
     None
 }
 
-pub(super) fn dot_cols(_: GgmlType) -> Option<DotColsFn> {
+pub(super) fn dot_cols(_: GgmlType) -> Option<DotCols> {
     None
 }
 
-pub(super) fn dot_cols_avx2(_: GgmlType) -> Option<DotColsFn> {
+pub(super) fn dot_cols_avx2(_: GgmlType) -> Option<DotCols> {
     None
 }
 
-pub(super) fn dot_cols_model(_: GgmlType) -> Option<DotColsFn> {
+pub(super) fn dot_cols_model(_: GgmlType) -> Option<DotCols> {
     None
 }
 
-pub(super) fn tile(_: GgmlType) -> Option<TileFn> {
+pub(super) fn tile(_: GgmlType) -> Option<Tiles> {
     None
 }
 
-pub(super) fn tile_model(_: GgmlType) -> Option<TileFn> {
+pub(super) fn tile_model(_: GgmlType) -> Option<Tiles> {
     None
 }
 

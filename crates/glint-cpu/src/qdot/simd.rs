@@ -34,10 +34,21 @@ pub(super) fn has_vnni() -> bool {
 }
 
 /// Safe entries `$name` to the kernels `$module::$name`, compiled for
-/// `$features`; each group of names follows its signature, in brackets.
+/// `$features`; each group of names follows its signature, in brackets
+/// (`[<const N> fn(...)]`: generic over a column count `N`).
 macro_rules! entries {
     ($features:literal, $module:ident { $($sig:tt $($name:ident),+;)* }) => {
         $($(entries!(@one $features, $sig, $name, $module::$name);)+)*
+    };
+    (@one $features:literal, [<const $n:ident> fn($($arg:ident: $t:ty),*) -> $ret:ty], $name:ident, $body:path) => {
+        fn $name<const $n: usize>($($arg: $t),*) -> $ret {
+            #[target_feature(enable = $features)]
+            fn tf<const $n: usize>($($arg: $t),*) -> $ret {
+                $body($($arg),*)
+            }
+            // SAFETY: as below.
+            unsafe { tf::<$n>($($arg),*) }
+        }
     };
     (@one $features:literal, [fn($($arg:ident: $t:ty),*) $(-> $ret:ty)?], $name:ident, $body:path) => {
         fn $name($($arg: $t),*) $(-> $ret)? {
@@ -71,50 +82,62 @@ macro_rules! vnni_entries {
 entries!("avx2,fma,f16c", avx2 {
     [fn(x: &[u8], y: &[u8]) -> f32]
         q4_0_q8_0, q4_1_q8_1, q5_0_q8_0, q5_1_q8_1, q8_0_q8_0, q4_k_q8_k, q5_k_q8_k, q6_k_q8_k;
-    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]]
+    [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols;
 });
 
 vnni_entries! {
-    [fn(x: &[u8], ys: [&[u8]; COLS]) -> [f32; COLS]]
+    [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         (q4_k_cols_vnni, q4_k_cols_model), (q6_k_cols_vnni, q6_k_cols_model);
-    [fn(xs: [&[u8]; TILE], ys: [&[u8]; TILE]) -> [[f32; TILE]; TILE]]
+    [<const N> fn(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
         (q4_0_tile, q4_0_tile_model), (q4_1_tile, q4_1_tile_model),
         (q5_0_tile, q5_0_tile_model), (q5_1_tile, q5_1_tile_model),
         (q8_0_tile, q8_0_tile_model);
     [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] (prepare, prepare_model);
 }
 
+/// `$widths` ([`DotCols`] or [`Tiles`]) of a kernel generic over its
+/// column count.
+macro_rules! widths {
+    ($widths:ident, $kernel:ident) => {
+        $widths {
+            two: $kernel::<2>,
+            three: $kernel::<3>,
+            four: $kernel::<4>,
+        }
+    };
+}
+
 /// One type's kernels on the x86 tiers.
 struct Kernels {
     ty: GgmlType,
-    /// AVX2: one column, and [`COLS`] columns.
+    /// AVX2: one column, and several.
     dot: DotFn,
-    cols: Option<DotColsFn>,
+    cols: Option<DotCols>,
     /// AVX-512 VNNI, where it has its own: `cols` with `vpdpwssd`, and
     /// the prefill tile; each with its instruction's lane model (AVX2 only).
-    cols_vnni: Option<(DotColsFn, DotColsFn)>,
-    tile: Option<(TileFn, TileFn)>,
+    cols_vnni: Option<(DotCols, DotCols)>,
+    tile: Option<(Tiles, Tiles)>,
 }
 
 /// Every type with an x86 kernel, one row each.
 #[rustfmt::skip]
 const KERNELS: [Kernels; 8] = [
-    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(q4_0_cols), cols_vnni: None,
-              tile: Some((q4_0_tile, q4_0_tile_model)) },
-    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(q4_1_cols), cols_vnni: None,
-              tile: Some((q4_1_tile, q4_1_tile_model)) },
-    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(q5_0_cols), cols_vnni: None,
-              tile: Some((q5_0_tile, q5_0_tile_model)) },
-    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(q5_1_cols), cols_vnni: None,
-              tile: Some((q5_1_tile, q5_1_tile_model)) },
-    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(q8_0_cols), cols_vnni: None,
-              tile: Some((q8_0_tile, q8_0_tile_model)) },
-    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(q4_k_cols),
-              cols_vnni: Some((q4_k_cols_vnni, q4_k_cols_model)), tile: None },
+    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q4_0_tile), widths!(Tiles, q4_0_tile_model))) },
+    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q4_1_tile), widths!(Tiles, q4_1_tile_model))) },
+    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q5_0_tile), widths!(Tiles, q5_0_tile_model))) },
+    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q5_1_tile), widths!(Tiles, q5_1_tile_model))) },
+    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
+              tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))) },
+    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(DotCols, q4_k_cols)),
+              cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None },
     Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None },
-    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(q6_k_cols),
-              cols_vnni: Some((q6_k_cols_vnni, q6_k_cols_model)), tile: None },
+    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(widths!(DotCols, q6_k_cols)),
+              cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None },
 ];
 
 /// `ty`'s row of [`KERNELS`] where this cpu has `tier` (the AVX2 tier
@@ -130,7 +153,7 @@ pub(super) fn dot(ty: GgmlType) -> Option<DotFn> {
 
 /// The multi-column kernels (VNNI ones where [`has_vnni`]); `None`
 /// unless [`has_avx2`].
-pub(super) fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
+pub(super) fn dot_cols(ty: GgmlType) -> Option<DotCols> {
     match kernels(ty, has_vnni).and_then(|k| k.cols_vnni) {
         Some((vnni, _)) => Some(vnni),
         None => dot_cols_avx2(ty),
@@ -138,25 +161,25 @@ pub(super) fn dot_cols(ty: GgmlType) -> Option<DotColsFn> {
 }
 
 /// The AVX2 multi-column kernels; `None` unless [`has_avx2`].
-pub(super) fn dot_cols_avx2(ty: GgmlType) -> Option<DotColsFn> {
+pub(super) fn dot_cols_avx2(ty: GgmlType) -> Option<DotCols> {
     kernels(ty, has_avx2).and_then(|k| k.cols)
 }
 
 /// [`dot_cols`] of a VNNI cpu with `vpdpwssd` modelled (AVX2 only).
-pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotColsFn> {
+pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotCols> {
     let k = kernels(ty, has_avx2)?;
     k.cols_vnni.map(|(_, model)| model).or(k.cols)
 }
 
 /// The tile kernels; `None` unless [`has_vnni`].
-pub(super) fn tile(ty: GgmlType) -> Option<TileFn> {
+pub(super) fn tile(ty: GgmlType) -> Option<Tiles> {
     kernels(ty, has_vnni)
         .and_then(|k| k.tile)
         .map(|(vnni, _)| vnni)
 }
 
 /// [`tile`] with `vpdpbusd` modelled (AVX2 only).
-pub(super) fn tile_model(ty: GgmlType) -> Option<TileFn> {
+pub(super) fn tile_model(ty: GgmlType) -> Option<Tiles> {
     kernels(ty, has_avx2)
         .and_then(|k| k.tile)
         .map(|(_, model)| model)
