@@ -87,7 +87,8 @@ pub struct UBatch<'a> {
 }
 
 /// Per-batch scratch buffers, allocated once for the largest micro-batch and
-/// viewed at each batch's size.
+/// viewed at each batch's size (the masks at `n_kv * T <= n_kv_max *
+/// n_tokens_max`).
 pub struct Scratch<T> {
     n_tokens_max: usize,
     n_kv_max: usize,
@@ -313,13 +314,21 @@ fn check_ubatch<T>(
             ub.rows.len()
         ));
     }
-    if ub.n_kv == 0 || ub.n_kv > s.n_kv_max || ub.kv_start + ub.n_kv > kv.n_rows {
+    // The masks are views of [n_kv_max * n_tokens_max] scratch: a window
+    // wider than one stream (tokens of several streams) fits with fewer
+    // tokens.
+    if ub.n_kv == 0
+        || ub.n_kv * t > s.n_kv_max * s.n_tokens_max
+        || ub.kv_start + ub.n_kv > kv.n_rows
+    {
         return bad(format!(
-            "attention window {}..{} outside the cache's {} rows (at most {} at once)",
+            "attention window {}..{} of {t} tokens outside the cache's {} rows (at most {} x {} \
+             mask values)",
             ub.kv_start,
             ub.kv_start + ub.n_kv,
             kv.n_rows,
-            s.n_kv_max
+            s.n_kv_max,
+            s.n_tokens_max
         ));
     }
     if ub.mask.len() != ub.n_kv * t {

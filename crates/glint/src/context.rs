@@ -212,27 +212,108 @@ impl Context {
         let rows: Vec<i32> = plan.rows().iter().map(|&r| r as i32).collect();
         self.start_outputs(batch);
 
-        // Micro-batches: runs of at most n_ubatch tokens of one stream.
+        // Micro-batches of at most n_ubatch tokens, whatever their streams:
+        // the weights are read once for the tokens of every stream (one
+        // decode token per slot is the server's usual batch), and each token
+        // attends to its own stream only (see `kv_span`).
+        // A micro-batch spanning streams attends to a wider window, and its
+        // masks must fit the scratch sized for n_ubatch x kv_size: it ends
+        // where the next token would not fit.
         let n_ubatch = self.params.n_ubatch as usize;
+        let kv_size = self.cells().params().kv_size as usize;
+        let mask_cap = n_ubatch * kv_size;
+        let streams: Vec<u32> = cells.iter().map(|c| c.stream).collect();
         let mut start = 0;
         while start < n {
-            let stream = cells[start].stream;
+            let (mut lo, mut hi) = (streams[start], streams[start]);
             let mut end = start + 1;
-            while end < n && end - start < n_ubatch && cells[end].stream == stream {
+            while end < n && end - start < n_ubatch {
+                let (l, h) = (lo.min(streams[end]), hi.max(streams[end]));
+                let span = (h - l) as usize * kv_size + self.cells().n_kv(h) as usize;
+                if span * (end + 1 - start) > mask_cap {
+                    break;
+                }
+                (lo, hi) = (l, h);
                 end += 1;
             }
-            self.run_ubatch(batch, &rows, stream, start..end)?;
+            self.run_ubatch(batch, &rows, &streams, start..end)?;
             start = end;
         }
         Ok(())
     }
 
-    /// One micro-batch: the tokens `range` of `batch`, all in `stream`.
+    /// The cache span a micro-batch attends to: (first row, rows, mask,
+    /// sliding-window mask), the masks `[n_kv, n_tokens]` f32, 0 or -inf.
+    /// Tokens of one stream attend to its first `n_kv` cells. Tokens of
+    /// several streams attend to the rows from the first stream's start to
+    /// the last one's `n_kv`, each masked to the cells of its own stream:
+    /// the kernels need no notion of streams, and masked cells cost a
+    /// comparison (the cpu kernels skip them).
+    fn kv_span(&self, queries: &[Query], streams: &[u32]) -> Result<KvSpan, Error> {
+        let cells = self.cells();
+        let hp = self.model.hparams();
+        let kv_size = cells.params().kv_size as usize;
+        let params = [
+            Some(MaskParams::causal()),
+            hp.swa_layers.iter().any(|&x| x).then(|| MaskParams {
+                swa_type: SwaType::Standard,
+                n_swa: hp.n_swa as u32,
+                ..MaskParams::causal()
+            }),
+        ];
+        let (lo, hi) = (
+            *streams.iter().min().unwrap_or(&0),
+            *streams.iter().max().unwrap_or(&0),
+        );
+        if lo == hi {
+            let n_kv = cells.n_kv(lo);
+            let [mask, swa] = params.map(|p| p.map(|p| cells.mask(queries, n_kv, &p)).transpose());
+            return Ok(KvSpan {
+                kv_start: lo as usize * kv_size,
+                n_kv: n_kv as usize,
+                mask: mask?.unwrap_or_default(),
+                mask_swa: swa?,
+            });
+        }
+        let span = (hi - lo) as usize * kv_size + cells.n_kv(hi) as usize;
+        let n_t = queries.len();
+        let mut masks = params.map(|p| p.map(|_| vec![f32::NEG_INFINITY; span * n_t]));
+        for st in lo..=hi {
+            let idx: Vec<usize> = (0..n_t).filter(|&t| streams[t] == st).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            let qs: Vec<Query> = idx.iter().map(|&t| queries[t]).collect();
+            let n_kv = cells.n_kv(st) as usize;
+            let base = (st - lo) as usize * kv_size;
+            for (m, p) in masks.iter_mut().zip(&params) {
+                let (Some(m), Some(p)) = (m.as_mut(), p) else {
+                    continue;
+                };
+                // sub: [n_kv, qs.len()], placed in the columns of its tokens.
+                let sub = cells.mask(&qs, n_kv as u32, p)?;
+                for (k, &t) in idx.iter().enumerate() {
+                    m[t * span + base..t * span + base + n_kv]
+                        .copy_from_slice(&sub[k * n_kv..(k + 1) * n_kv]);
+                }
+            }
+        }
+        let [mask, swa] = masks;
+        Ok(KvSpan {
+            kv_start: lo as usize * kv_size,
+            n_kv: span,
+            mask: mask.unwrap_or_default(),
+            mask_swa: swa,
+        })
+    }
+
+    /// One micro-batch: the tokens `range` of `batch` (`streams[i]`: token
+    /// `i`'s stream).
     fn run_ubatch(
         &mut self,
         batch: &Batch,
         rows: &[i32],
-        stream: u32,
+        streams: &[u32],
         range: std::ops::Range<usize>,
     ) -> Result<(), Error> {
         let (start, end) = (range.start, range.end);
@@ -247,21 +328,7 @@ impl Context {
                 pos: batch.pos[i],
             })
             .collect();
-        let cells = self.cells();
-        let n_kv = cells.n_kv(stream);
-        // mask, mask_swa: [n_kv, n_tokens] f32, 0 or -inf
-        let mask = cells.mask(&queries, n_kv, &MaskParams::causal())?;
-        let mask_swa = if hp.swa_layers.iter().any(|&x| x) {
-            let p = MaskParams {
-                swa_type: SwaType::Standard,
-                n_swa: hp.n_swa as u32,
-                ..MaskParams::causal()
-            };
-            Some(cells.mask(&queries, n_kv, &p)?)
-        } else {
-            None
-        };
-        let kv_size = cells.params().kv_size;
+        let span = self.kv_span(&queries, &streams[range.clone()])?;
         let outputs: Vec<i32> = range
             .clone()
             .filter(|&i| batch.logits[i])
@@ -272,10 +339,10 @@ impl Context {
             tokens: &batch.tokens[start..end],
             pos: &batch.pos[start..end],
             rows: &rows[start..end],
-            kv_start: (stream * kv_size) as usize,
-            n_kv: n_kv as usize,
-            mask: &mask,
-            mask_swa: mask_swa.as_deref(),
+            kv_start: span.kv_start,
+            n_kv: span.n_kv,
+            mask: &span.mask,
+            mask_swa: span.mask_swa.as_deref(),
             outputs: &outputs,
         };
         // Logits still on the device from the previous micro-batch are
@@ -611,4 +678,15 @@ fn read_argmax<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>, r: usize) -> Result<u
     let mut buf = [0u8; 4];
     l.be.read(&out.argmax, r * 4, &mut buf)?;
     Ok(i32::from_le_bytes(buf).max(0) as u32)
+}
+
+/// What a micro-batch attends to (see [`Context::kv_span`]).
+struct KvSpan {
+    /// First K/V row.
+    kv_start: usize,
+    /// Rows from there.
+    n_kv: usize,
+    /// mask, mask_swa: [n_kv, n_tokens] f32, 0 or -inf
+    mask: Vec<f32>,
+    mask_swa: Option<Vec<f32>>,
 }
