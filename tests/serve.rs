@@ -830,3 +830,77 @@ fn context_shift_lets_a_request_run_past_its_slot() {
         assert_eq!(v["choices"][0]["finish_reason"], "length");
     }
 }
+
+#[test]
+fn llama_server_utility_routes() {
+    let _t = turn();
+    let s = Server::start(&["-c", "1024"]);
+    let model = glint::Model::load(
+        glint_cli::models::test_model("smollm2").unwrap(),
+        &glint::ModelParams {
+            backend: glint::BackendKind::Cpu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tok = model.tokenizer();
+    let text = "Hello <|im_end|> wörld";
+
+    // /tokenize: llama-server's defaults (no BOS, special tokens parsed).
+    let (status, v) = s.post("/tokenize", &json!({ "content": text }));
+    assert_eq!(status, 200, "{v}");
+    let ids = tok.encode(text, false, true).unwrap();
+    assert_eq!(common_ids(&v["tokens"]), ids);
+    let (_, v) = s.post(
+        "/tokenize",
+        &json!({ "content": text, "parse_special": false, "with_pieces": true }),
+    );
+    let plain = tok.encode(text, false, false).unwrap();
+    let pieces = v["tokens"].as_array().unwrap();
+    assert_eq!(pieces.len(), plain.len());
+    let joined: String = pieces
+        .iter()
+        .map(|p| {
+            p["piece"]
+                .as_str()
+                .expect("whole characters here")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(joined, text);
+    assert_eq!(pieces[0]["id"], plain[0]);
+
+    // /detokenize: back to the text, special tokens written out.
+    let (status, v) = s.post("/detokenize", &json!({ "tokens": ids }));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["content"], text);
+    let (status, v) = s.post("/detokenize", &json!({ "tokens": [1, 99999999] }));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("99999999"));
+
+    // /apply-template: what /v1/chat/completions decodes.
+    let messages = json!([{"role": "user", "content": "Hi"}]);
+    let (status, v) = s.post("/apply-template", &json!({ "messages": messages }));
+    assert_eq!(status, 200, "{v}");
+    let chat = glint::chat::Chat::for_model(&model).unwrap();
+    let rendered = chat.render(messages.as_array().unwrap(), true).unwrap();
+    assert_eq!(v["prompt"], rendered);
+    assert!(rendered.contains("<|im_start|>assistant"), "{rendered}");
+
+    // /props and /v1/health.
+    let (status, body) = s.get("/props");
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["total_slots"], 4);
+    assert_eq!(v["default_generation_settings"]["n_ctx"], 1024);
+    assert_eq!(v["chat_template"], chat.source());
+    assert_eq!(s.get("/v1/health").0, 200);
+}
+
+fn common_ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}

@@ -5,6 +5,9 @@
 //! | `POST /v1/chat/completions` | messages rendered with the model's chat template; streamed (SSE) or whole |
 //! | `POST /v1/completions` | a text (or token id) prompt; streamed or whole |
 //! | `GET /v1/models` | the one model served |
+//! | `POST /tokenize`, `POST /detokenize` | llama-server's: text to token ids (`add_special`, `parse_special`, `with_pieces`) and back |
+//! | `POST /apply-template` | llama-server's: the messages rendered by the chat template |
+//! | `GET /props` | llama-server's: slots, context per slot, the template, BOS/EOS |
 //! | `GET /health` | `{"status":"ok"}`, or 503 while the model loads; never needs the API key |
 //! | `GET /metrics` | Prometheus text, llama-server's `llamacpp:` names (with `--metrics`; 501 without, as llama-server) |
 //!
@@ -17,6 +20,7 @@
 
 mod error;
 mod metrics;
+mod native;
 mod openai;
 mod request;
 
@@ -129,6 +133,8 @@ struct AppState {
     /// `--context-shift` and `--keep`.
     context_shift: bool,
     n_keep: i64,
+    /// The model file, for `/props`.
+    model_path: String,
 }
 
 impl AppState {
@@ -202,6 +208,7 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         started: now(),
         context_shift: cfg.context_shift,
         n_keep: cfg.n_keep,
+        model_path: cfg.model_path.display().to_string(),
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -291,9 +298,14 @@ fn router(state: Shared, max_body: usize) -> Router {
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/metrics", get(metrics_text))
+        .route("/tokenize", post(native::tokenize))
+        .route("/detokenize", post(native::detokenize))
+        .route("/apply-template", post(native::apply_template))
+        .route("/props", get(native::props))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(health))
+        .route("/v1/health", get(health))
         .merge(api)
         // The fallbacks read the body (up to the limit) before answering:
         // hyper closes a keep-alive connection whose request body is left

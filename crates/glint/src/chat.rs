@@ -54,6 +54,8 @@ impl std::fmt::Display for TemplateOrigin {
 #[derive(Debug)]
 pub struct Chat {
     template: ChatTemplate,
+    /// The template's Jinja text.
+    source: String,
     origin: TemplateOrigin,
     /// Whether `encode(.., add_special = true, ..)` prepends BOS.
     add_bos: bool,
@@ -79,6 +81,7 @@ impl Chat {
         };
         Ok(Chat {
             template: ChatTemplate::new(source, bos, eos)?,
+            source: source.to_string(),
             origin,
             add_bos: tok.add_bos(),
             add_eos: tok.add_eos(),
@@ -88,6 +91,11 @@ impl Chat {
     /// [`Chat::new`] for a loaded model.
     pub fn for_model(model: &Model) -> Result<Chat, Error> {
         Chat::new(model.gguf(), model.tokenizer())
+    }
+
+    /// The template's Jinja text (the model's, or the fallback's).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Where the template came from.
