@@ -904,3 +904,92 @@ fn common_ids(v: &Value) -> Vec<u32> {
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
+
+#[test]
+fn the_native_completion_route_as_llama_server_answers_it() {
+    let _t = turn();
+    let s = Server::start(&["-c", "1024"]);
+    let prompt = "The capital of France is";
+    let (status, oai) = s.post(
+        "/v1/completions",
+        &json!({ "prompt": prompt, "max_tokens": 8, "temperature": 0 }),
+    );
+    assert_eq!(status, 200, "{oai}");
+    let oai_text = oai["choices"][0]["text"].as_str().unwrap().to_string();
+
+    let body = json!({
+        "prompt": prompt, "n_predict": 8, "temperature": 0,
+        "return_tokens": true, "n_probs": 2,
+    });
+    let (status, v) = s.post("/completion", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["content"], oai_text.as_str());
+    assert_eq!(v["stop"], true);
+    assert_eq!(v["stop_type"], "limit");
+    assert_eq!(v["tokens_predicted"], 8);
+    let t = &v["timings"];
+    assert_eq!(
+        t["prompt_n"].as_u64().unwrap() + t["cache_n"].as_u64().unwrap(),
+        v["tokens_evaluated"].as_u64().unwrap()
+    );
+    // The same prompt again: all but its last token come from the cache.
+    assert!(t["cache_n"].as_u64().unwrap() > 0, "{t}");
+    assert_eq!(t["predicted_n"], 8);
+    let probs = v["completion_probabilities"].as_array().unwrap();
+    assert_eq!(probs.len(), 8);
+    assert!(probs
+        .iter()
+        .all(|p| p["top_logprobs"].as_array().unwrap().len() == 2));
+    let tokens = v["tokens"].clone();
+    assert_eq!(tokens.as_array().unwrap().len(), 8);
+    let (_, d) = s.post("/detokenize", &json!({ "tokens": tokens }));
+    assert_eq!(d["content"], oai_text.as_str());
+
+    // Token ids, and a mix of text and ids, are the same prompt.
+    let (_, ids) = s.post(
+        "/tokenize",
+        &json!({ "content": prompt, "add_special": true }),
+    );
+    let ids = ids["tokens"].clone();
+    let (_, by_ids) = s.post(
+        "/completion",
+        &json!({ "prompt": ids, "n_predict": 8, "temperature": 0 }),
+    );
+    assert_eq!(by_ids["content"], oai_text.as_str());
+    let (_, tail) = s.post("/tokenize", &json!({ "content": " France is" }));
+    let mut mixed = vec![json!("The capital of")];
+    mixed.extend(tail["tokens"].as_array().unwrap().iter().cloned());
+    let (status, v) = s.post(
+        "/completion",
+        &json!({ "prompt": mixed, "n_predict": 8, "temperature": 0 }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["tokens_evaluated"], ids.as_array().unwrap().len());
+
+    // Streamed: `data: {content, stop}` objects, the last one stop: true
+    // with the timings, no [DONE].
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let data = s.stream("/completion", &sbody);
+    let objs: Vec<Value> = data
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let last = objs.last().unwrap();
+    assert_eq!(last["stop"], true);
+    assert_eq!(last["tokens_predicted"], 8);
+    let text: String = objs
+        .iter()
+        .map(|o| o["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, oai_text);
+    assert!(objs[..objs.len() - 1].iter().all(|o| o["stop"] == false));
+
+    // Context overflow: llama-server's error type with both sizes.
+    let long = "word ".repeat(1500);
+    let (status, v) = s.post("/completion", &json!({ "prompt": long, "n_predict": 1 }));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["type"], "exceed_context_size_error");
+    assert_eq!(v["error"]["n_ctx"], 1024);
+    assert!(v["error"]["n_prompt_tokens"].as_u64().unwrap() > 1024);
+}

@@ -111,7 +111,9 @@ impl From<glint::Error> for ApiError {
                     "the request exceeds the available context size: the prompt has \
                      {n_prompt} tokens, the context of a slot {n_ctx}"
                 ),
+                // llama-server's type for it, which clients test for.
                 extra: vec![
+                    ("type", json!("exceed_context_size_error")),
                     ("n_prompt_tokens", json!(n_prompt)),
                     ("n_ctx", json!(n_ctx)),
                 ],

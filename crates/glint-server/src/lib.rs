@@ -5,6 +5,7 @@
 //! | `POST /v1/chat/completions` | messages rendered with the model's chat template; streamed (SSE) or whole |
 //! | `POST /v1/completions` | a text (or token id) prompt; streamed or whole |
 //! | `GET /v1/models` | the one model served |
+//! | `POST /completion` | llama-server's native completion: prompt as text, ids or a mix; `timings`, `stop_type`, `n_probs`; streamed as `data: {content, stop}` |
 //! | `POST /tokenize`, `POST /detokenize` | llama-server's: text to token ids (`add_special`, `parse_special`, `with_pieces`) and back |
 //! | `POST /apply-template` | llama-server's: the messages rendered by the chat template |
 //! | `GET /props` | llama-server's: slots, context per slot, the template, BOS/EOS |
@@ -298,6 +299,7 @@ fn router(state: Shared, max_body: usize) -> Router {
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/metrics", get(metrics_text))
+        .route("/completion", post(native::completion))
         .route("/tokenize", post(native::tokenize))
         .route("/detokenize", post(native::detokenize))
         .route("/apply-template", post(native::apply_template))
@@ -484,26 +486,10 @@ async fn respond(
     opts: Options,
     prompt: Vec<u32>,
 ) -> Result<Response, ApiError> {
-    let Options {
-        mut req,
-        stream,
-        include_usage,
-        n_keep,
-    } = opts;
-    req.context_shift = st.context_shift;
-    req.n_keep = match n_keep.unwrap_or(st.n_keep) {
-        n if n < 0 => prompt.len(),
-        n => n as usize,
-    };
-    req.prompt = prompt;
-    let want_logprobs = req.logprobs.is_some();
-    let n_choices = req.n.max(1);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let tracker = st
-        .metrics
-        .as_ref()
-        .map(|m| std::cell::RefCell::new(Tracker::new(m.clone())));
-    l.engine.submit(req, Box::new(Sink { tx, tracker }))?;
+    let (stream, include_usage) = (opts.stream, opts.include_usage);
+    let want_logprobs = opts.req.logprobs.is_some();
+    let n_choices = opts.req.n.max(1);
+    let rx = submit(st, l, opts, prompt)?;
     let n = st.next_id.fetch_add(1, Ordering::Relaxed);
     let meta = Meta {
         id: match endpoint {
@@ -532,8 +518,34 @@ async fn respond(
     }
 }
 
+/// Queue `prompt` with `opts` (the server's context shift and `--keep`
+/// filled in); its events come on the returned channel.
+fn submit(
+    st: &Shared,
+    l: &Loaded,
+    opts: Options,
+    prompt: Vec<u32>,
+) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    let Options {
+        mut req, n_keep, ..
+    } = opts;
+    req.context_shift = st.context_shift;
+    req.n_keep = match n_keep.unwrap_or(st.n_keep) {
+        n if n < 0 => prompt.len(),
+        n => n as usize,
+    };
+    req.prompt = prompt;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let tracker = st
+        .metrics
+        .as_ref()
+        .map(|m| std::cell::RefCell::new(Tracker::new(m.clone())));
+    l.engine.submit(req, Box::new(Sink { tx, tracker }))?;
+    Ok(rx)
+}
+
 /// Every event of a request of `n` choices, until each is `Done`.
-async fn collect(
+pub(crate) async fn collect(
     mut rx: mpsc::UnboundedReceiver<Event>,
     n: usize,
 ) -> Result<Vec<Choice>, ApiError> {
@@ -543,23 +555,27 @@ async fn collect(
         match ev {
             Event::Delta {
                 index,
+                token,
                 text,
                 logprob,
-                ..
             } => {
                 let c = &mut choices[index.min(n - 1)];
                 c.text.push_str(&text);
                 c.logprobs.extend(logprob);
+                c.tokens.extend(token);
+                c.first_at.get_or_insert_with(std::time::Instant::now);
             }
             Event::Done {
                 index,
                 reason,
+                stop,
                 usage,
-                ..
             } => {
                 let c = &mut choices[index.min(n - 1)];
                 c.reason = Some(reason);
+                c.stop = Some(stop);
                 c.usage = usage;
+                c.done_at = Some(std::time::Instant::now());
                 done += 1;
                 if done == n {
                     return Ok(choices);

@@ -1,13 +1,24 @@
-//! llama-server's own utility routes, in its shapes: `POST /tokenize`,
-//! `POST /detokenize`, `POST /apply-template`, `GET /props`.
+//! llama-server's own routes, in its shapes: `POST /completion`,
+//! `POST /tokenize`, `POST /detokenize`, `POST /apply-template`,
+//! `GET /props`.
+
+use std::convert::Infallible;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use glint::engine::{Event, StopReason, TokenLogprob};
+use glint::sample::MAX_TOP_LOGPROBS;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::openai::Choice;
+use crate::request::Endpoint;
 use crate::{body_json, request, Shared};
 
 /// Most token ids `/detokenize` takes at once.
@@ -136,4 +147,196 @@ pub(crate) async fn props(State(st): State<Shared>) -> Result<Json<Value>, ApiEr
         "modalities": { "vision": false, "audio": false },
         "build_info": concat!("glint ", env!("CARGO_PKG_VERSION")),
     })))
+}
+
+/// llama-server's `prompt` of `/completion`: a string, token ids, or a mix
+/// of both (strings tokenized in place, special tokens parsed; BOS before
+/// a leading string when the model adds one).
+fn mixed_prompt(
+    body: &serde_json::Map<String, Value>,
+    tok: &glint::Tokenizer,
+) -> Result<Vec<u32>, ApiError> {
+    let bad = || ApiError::bad_request("`prompt` must be a string, token ids, or a mix of both");
+    let text = |s: &str, first: bool| {
+        tok.encode(s, first, true)
+            .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))
+    };
+    match body.get("prompt") {
+        Some(Value::String(s)) => text(s, true),
+        Some(Value::Array(parts)) if !parts.is_empty() => {
+            let mut ids = Vec::new();
+            for (i, p) in parts.iter().enumerate() {
+                match p {
+                    Value::String(s) => ids.extend(text(s, i == 0)?),
+                    v => ids.push(
+                        v.as_u64()
+                            .and_then(|n| u32::try_from(n).ok())
+                            .ok_or_else(bad)?,
+                    ),
+                }
+            }
+            Ok(ids)
+        }
+        None => Err(ApiError::bad_request("`prompt` is required")),
+        Some(_) => Err(bad()),
+    }
+}
+
+/// llama-server's `stop_type`.
+fn stop_type(stop: Option<StopReason>) -> &'static str {
+    match stop {
+        Some(StopReason::EndOfGeneration) => "eos",
+        Some(StopReason::NPredict) | Some(StopReason::ContextFull) => "limit",
+        Some(StopReason::StopString) => "word",
+        Some(StopReason::Callback) | None => "none",
+    }
+}
+
+/// `completion_probabilities` entries: `{id, token, logprob, bytes,
+/// top_logprobs: [{id, token, logprob, bytes}]}`.
+fn probs(lps: &[TokenLogprob]) -> Value {
+    let one = |id: u32, text: &str, lp: f32| json!({ "id": id, "token": text, "logprob": lp, "bytes": text.as_bytes() });
+    Value::Array(
+        lps.iter()
+            .map(|t| {
+                let mut v = one(t.token, &t.text, t.logprob);
+                v["top_logprobs"] = t.top.iter().map(|(i, s, l)| one(*i, s, *l)).collect();
+                v
+            })
+            .collect(),
+    )
+}
+
+/// The last object of a `/completion`: what was generated, why it stopped,
+/// the counts and the timings (`prompt_n` tokens decoded, `cache_n` found
+/// in the cache).
+fn completion_end(
+    c: &Choice,
+    t0: Instant,
+    return_tokens: bool,
+    model: &str,
+    stream: bool,
+) -> Value {
+    let done = c.done_at.unwrap_or_else(Instant::now);
+    let first = c.first_at.unwrap_or(done);
+    let prompt_ms = (first - t0).as_secs_f64() * 1e3;
+    let predicted_ms = (done - first).as_secs_f64() * 1e3;
+    let u = c.usage;
+    let prompt_n = u.prompt_tokens - u.cached_tokens;
+    let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+    let mut v = json!({
+        "index": 0,
+        "content": if stream { "" } else { c.text.as_str() },
+        "tokens": if return_tokens && !stream { c.tokens.clone() } else { Vec::new() },
+        "id_slot": -1,
+        "stop": true,
+        "model": model,
+        "tokens_predicted": u.completion_tokens,
+        "tokens_evaluated": u.prompt_tokens,
+        "tokens_cached": u.prompt_tokens + u.completion_tokens.saturating_sub(1),
+        "truncated": false,
+        "stop_type": stop_type(c.stop),
+        "stopping_word": "",
+        "has_new_line": c.text.contains('\n'),
+        "timings": {
+            "cache_n": u.cached_tokens,
+            "prompt_n": prompt_n,
+            "prompt_ms": prompt_ms,
+            "prompt_per_second": per_s(prompt_n, prompt_ms),
+            "predicted_n": u.completion_tokens,
+            "predicted_ms": predicted_ms,
+            "predicted_per_second": per_s(u.completion_tokens.saturating_sub(1), predicted_ms),
+        },
+    });
+    if !c.logprobs.is_empty() && !stream {
+        v["completion_probabilities"] = probs(&c.logprobs);
+    }
+    v
+}
+
+/// llama-server's native completion: `prompt` (string, ids or mixed),
+/// `n_predict`, `n_probs`, `return_tokens`, `stream` (`data: {content,
+/// tokens, stop}` objects, the last one with `stop: true` and the
+/// timings; no `[DONE]`), `n_keep`, and the sampling fields of
+/// `/v1/completions`.
+pub(crate) async fn completion(
+    State(st): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let l = st.loaded()?;
+    let body = body_json(body)?;
+    let mut opts = request::options(&body, Endpoint::Completion)?;
+    match body.get("n_probs") {
+        None | Some(Value::Null) => {}
+        Some(v) => match v.as_u64() {
+            Some(0) => {}
+            Some(n) if n as usize <= MAX_TOP_LOGPROBS => opts.req.logprobs = Some(n as usize),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "`n_probs` must be an integer in 0..={MAX_TOP_LOGPROBS}"
+                )))
+            }
+        },
+    }
+    let return_tokens = flag(&body, "return_tokens", false)?;
+    let prompt = mixed_prompt(&body, l.engine.model().tokenizer())?;
+    let stream = opts.stream;
+    let t0 = Instant::now();
+    let rx = crate::submit(&st, l, opts, prompt)?;
+    let model = l.name.clone();
+    if !stream {
+        let c = tokio::time::timeout(st.timeout, crate::collect(rx, 1))
+            .await
+            .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
+        return Ok(Json(completion_end(&c[0], t0, return_tokens, &model, false)).into_response());
+    }
+    let timeout = st.timeout;
+    let state = (rx, Choice::default(), false);
+    let events = futures_util::stream::unfold(state, move |(mut rx, mut c, done)| {
+        let model = model.clone();
+        async move {
+            if done {
+                return None;
+            }
+            let ev = tokio::time::timeout(timeout, rx.recv()).await;
+            let (data, done) = match ev {
+                Ok(Some(Event::Delta {
+                    token,
+                    text,
+                    logprob,
+                    ..
+                })) => {
+                    c.first_at.get_or_insert_with(Instant::now);
+                    c.text.push_str(&text);
+                    let mut v = json!({
+                        "index": 0,
+                        "content": text,
+                        "tokens": if return_tokens { token.into_iter().collect() } else { Vec::new() },
+                        "stop": false,
+                    });
+                    if let Some(lp) = logprob {
+                        v["completion_probabilities"] = probs(std::slice::from_ref(&lp));
+                    }
+                    (v, false)
+                }
+                Ok(Some(Event::Done { stop, usage, .. })) => {
+                    c.stop = Some(stop);
+                    c.usage = usage;
+                    c.done_at = Some(Instant::now());
+                    (completion_end(&c, t0, return_tokens, &model, true), true)
+                }
+                Ok(Some(Event::Failed(m))) => (ApiError::internal(m).body(), true),
+                Ok(None) => (ApiError::internal("the engine stopped").body(), true),
+                Err(_) => (
+                    ApiError::new(StatusCode::REQUEST_TIMEOUT, "the stream timed out").body(),
+                    true,
+                ),
+            };
+            let ev = SseEvent::default().data(data.to_string());
+            Some((Ok::<_, Infallible>(ev), (rx, c, done)))
+        }
+    });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }

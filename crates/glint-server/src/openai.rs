@@ -2,7 +2,7 @@
 //! stream, for chat (`chat.completion[.chunk]`) and text
 //! (`text_completion`) alike.
 
-use glint::engine::{FinishReason, TokenLogprob, Usage};
+use glint::engine::{FinishReason, StopReason, TokenLogprob, Usage};
 use serde_json::{json, Value};
 
 use crate::request::Endpoint;
@@ -18,6 +18,13 @@ pub struct Choice {
     pub reason: Option<FinishReason>,
     /// Its counts.
     pub usage: Usage,
+    /// Its token ids.
+    pub tokens: Vec<u32>,
+    /// Why it finished, in detail.
+    pub stop: Option<StopReason>,
+    /// When its first token and its end came.
+    pub first_at: Option<std::time::Instant>,
+    pub done_at: Option<std::time::Instant>,
 }
 
 /// The usage of a request of several choices: the prompt once, the
