@@ -993,3 +993,83 @@ fn the_native_completion_route_as_llama_server_answers_it() {
     assert_eq!(v["error"]["n_ctx"], 1024);
     assert!(v["error"]["n_prompt_tokens"].as_u64().unwrap() > 1024);
 }
+
+#[test]
+fn slots_save_erase_and_restore_their_prompt() {
+    let _t = turn();
+    let dir = std::env::temp_dir().join(format!("glint-slots-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = Server::start(&[
+        "-np",
+        "1",
+        "-c",
+        "1024",
+        "--slot-save-path",
+        dir.to_str().unwrap(),
+    ]);
+    let body =
+        json!({ "prompt": "The three primary colours are", "max_tokens": 6, "temperature": 0 });
+    let (_, first) = s.post("/v1/completions", &body);
+    let text = first["choices"][0]["text"].as_str().unwrap().to_string();
+    let n_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+
+    let slots = |s: &Server| -> Value { serde_json::from_slice(&s.get("/slots").1).unwrap() };
+    let held = slots(&s)[0]["n_cached_tokens"].as_u64().unwrap();
+    // The prompt and the generated tokens but the last, which was never decoded.
+    assert_eq!(held, n_prompt + 5);
+    assert_eq!(slots(&s)[0]["is_processing"], false);
+
+    let (status, v) = s.post(
+        "/slots/0?action=save",
+        &json!({ "filename": "colours.bin" }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["n_saved"], held);
+    assert!(dir.join("colours.bin").is_file());
+    let (status, v) = s.post("/slots/0?action=erase", &json!({}));
+    assert_eq!((status, v["n_erased"].as_u64()), (200, Some(held)));
+    assert_eq!(slots(&s)[0]["n_cached_tokens"], 0);
+
+    let (status, v) = s.post(
+        "/slots/0?action=restore",
+        &json!({ "filename": "colours.bin" }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["n_restored"], held);
+    let (_, again) = s.post("/v1/completions", &body);
+    assert_eq!(
+        again["usage"]["prompt_tokens_details"]["cached_tokens"],
+        n_prompt - 1
+    );
+    assert_eq!(again["choices"][0]["text"], text.as_str());
+
+    // Names that leave the folder, a corrupt file, a missing one, a slot
+    // that does not exist, an unknown action: 4xx, and the slot keeps its cells.
+    for bad in ["../x.bin", ".hidden", "a/b", "", "c:\\x"] {
+        let (status, v) = s.post("/slots/0?action=save", &json!({ "filename": bad }));
+        assert_eq!(status, 400, "{bad:?}: {v}");
+    }
+    std::fs::write(dir.join("junk.bin"), b"GLINTPC\0 not a state").unwrap();
+    let (status, v) = s.post(
+        "/slots/0?action=restore",
+        &json!({ "filename": "junk.bin" }),
+    );
+    assert!((400..500).contains(&status), "{status} {v}");
+    let (status, _) = s.post(
+        "/slots/0?action=restore",
+        &json!({ "filename": "none.bin" }),
+    );
+    assert!((400..500).contains(&status), "{status}");
+    assert_eq!(s.post("/slots/7?action=erase", &json!({})).0, 400);
+    assert_eq!(s.post("/slots/0?action=fly", &json!({})).0, 400);
+    // After the second request the slot holds the same prompt and tokens.
+    assert_eq!(slots(&s)[0]["n_cached_tokens"], held);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Without --slot-save-path: 501, as llama-server.
+    let s = Server::start(&["-np", "1", "-c", "1024"]);
+    let (status, _) = s.post("/slots/0?action=save", &json!({ "filename": "x.bin" }));
+    assert_eq!(status, 501);
+}

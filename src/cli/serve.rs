@@ -95,6 +95,12 @@ const FLAGS: &[Flag] = &[
         "host memory keeping the prompt prefixes idle slots give up, reloaded by requests that start with them (default 1024; 0 = off; -1 = no limit)"
     ),
     flag!(
+        "slot-save-path",
+        [],
+        Some("DIR"),
+        "folder for POST /slots/{id}?action=save|restore files (default: off)"
+    ),
+    flag!(
         "context-shift",
         [],
         None,
@@ -204,6 +210,7 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
             Some(n) if n < 0 => usize::MAX,
             Some(n) => (n as usize).saturating_mul(1 << 20),
         },
+        slot_save_path: p.get("slot-save-path").map(std::path::PathBuf::from),
         context_shift: p.has("context-shift"),
         n_keep: num::<i64>(p, "keep")?.unwrap_or(d.n_keep),
     })

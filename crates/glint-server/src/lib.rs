@@ -8,6 +8,7 @@
 //! | `POST /completion` | llama-server's native completion: prompt as text, ids or a mix; `timings`, `stop_type`, `n_probs`; streamed as `data: {content, stop}` |
 //! | `POST /tokenize`, `POST /detokenize` | llama-server's: text to token ids (`add_special`, `parse_special`, `with_pieces`) and back |
 //! | `POST /apply-template` | llama-server's: the messages rendered by the chat template |
+//! | `GET /slots`, `POST /slots/{id}?action=save\|restore\|erase` | llama-server's: slot state, and slot files under `--slot-save-path` |
 //! | `GET /props` | llama-server's: slots, context per slot, the template, BOS/EOS |
 //! | `GET /health` | `{"status":"ok"}`, or 503 while the model loads; never needs the API key |
 //! | `GET /metrics` | Prometheus text, llama-server's `llamacpp:` names (with `--metrics`; 501 without, as llama-server) |
@@ -72,6 +73,9 @@ pub struct Config {
     /// Bytes of host memory keeping prefixes that idle slots give up
     /// (0 = none).
     pub cache_ram: usize,
+    /// The folder of slot files (`--slot-save-path`); `None`: slot save
+    /// and restore are off.
+    pub slot_save_path: Option<std::path::PathBuf>,
     /// When a slot's context is full, shift it (drop half of what follows
     /// the kept tokens) instead of ending the request with `length`.
     pub context_shift: bool,
@@ -104,6 +108,7 @@ impl Default for Config {
             max_queue: 64,
             prefill_per_step: EngineParams::default().prefill_per_step,
             cache_ram: EngineParams::default().cache_ram,
+            slot_save_path: None,
             context_shift: false,
             n_keep: 0,
             api_keys: Vec::new(),
@@ -136,6 +141,8 @@ struct AppState {
     n_keep: i64,
     /// The model file, for `/props`.
     model_path: String,
+    /// Where `/slots/{id}?action=save|restore` files live.
+    slot_save_path: Option<std::path::PathBuf>,
 }
 
 impl AppState {
@@ -210,6 +217,7 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         context_shift: cfg.context_shift,
         n_keep: cfg.n_keep,
         model_path: cfg.model_path.display().to_string(),
+        slot_save_path: cfg.slot_save_path.clone(),
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -304,6 +312,8 @@ fn router(state: Shared, max_body: usize) -> Router {
         .route("/detokenize", post(native::detokenize))
         .route("/apply-template", post(native::apply_template))
         .route("/props", get(native::props))
+        .route("/slots", get(native::slots))
+        .route("/slots/{id}", post(native::slot_action))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(health))

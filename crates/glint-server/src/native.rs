@@ -340,3 +340,109 @@ pub(crate) async fn completion(
         .keep_alive(KeepAlive::default())
         .into_response())
 }
+
+/// `GET /slots`: each slot's id, context, whether it is busy, and the
+/// tokens its cells hold.
+pub(crate) async fn slots(State(st): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let l = st.loaded()?;
+    let n_ctx = l.engine.n_ctx_slot();
+    let list: Vec<Value> = l
+        .engine
+        .slots()
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "n_ctx": n_ctx,
+                "is_processing": s.is_processing,
+                "n_cached_tokens": s.n_cached,
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+/// A slot file's name: a plain name inside `--slot-save-path`, no
+/// directories, no `..`, no leading dot, printable, at most 255 bytes.
+fn slot_file(dir: &std::path::Path, name: &str) -> Result<std::path::PathBuf, ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && !name.contains(['/', '\\', ':'])
+        && !name.chars().any(char::is_control);
+    if !ok {
+        return Err(ApiError::bad_request(format!(
+            "`filename` {name:?} is not a plain file name"
+        )));
+    }
+    Ok(dir.join(name))
+}
+
+/// `POST /slots/{id}?action=save|restore|erase` (`{"filename"}` for save
+/// and restore, inside `--slot-save-path`): llama-server's slot files, in
+/// glint's checksummed prompt-cache format, written atomically.
+pub(crate) async fn slot_action(
+    State(st): State<Shared>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    st.loaded()?;
+    let id: usize = id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("slot id {id:?} is not a number")))?;
+    let action = q.get("action").map(String::as_str).unwrap_or("");
+    let file = || -> Result<(String, std::path::PathBuf), ApiError> {
+        let Some(dir) = &st.slot_save_path else {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "This server does not support slot save/restore. Start it with `--slot-save-path`",
+            ));
+        };
+        let body = body_json(body)?;
+        let name = match body.get("filename") {
+            Some(Value::String(s)) => s.clone(),
+            _ => return Err(ApiError::bad_request("`filename` (a string) is required")),
+        };
+        let path = slot_file(dir, &name)?;
+        Ok((name, path))
+    };
+    let (act, name) = match action {
+        "save" => {
+            let (name, path) = file()?;
+            (glint::engine::SlotAction::Save(path), Some(name))
+        }
+        "restore" => {
+            let (name, path) = file()?;
+            (glint::engine::SlotAction::Restore(path), Some(name))
+        }
+        "erase" => (glint::engine::SlotAction::Erase, None),
+        a => {
+            return Err(ApiError::bad_request(format!(
+                "`action` {a:?}: save, restore or erase"
+            )))
+        }
+    };
+    let t0 = Instant::now();
+    let st2 = st.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        st2.loaded()
+            .map(|l| l.engine.slot_action(id, act))
+            .map_err(|e| e.message)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the slot action failed: {e}")))?
+    .map_err(ApiError::unavailable)??;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    Ok(Json(match action {
+        "save" => json!({
+            "id_slot": id, "filename": name, "n_saved": done.n_tokens,
+            "n_written": done.n_bytes, "timings": { "save_ms": ms },
+        }),
+        "restore" => json!({
+            "id_slot": id, "filename": name, "n_restored": done.n_tokens,
+            "n_read": done.n_bytes, "timings": { "restore_ms": ms },
+        }),
+        _ => json!({ "id_slot": id, "n_erased": done.n_tokens }),
+    }))
+}

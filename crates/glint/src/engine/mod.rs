@@ -337,7 +337,40 @@ impl EventSink for ChannelSink {
 
 enum Msg {
     Job(Box<Request>, Box<dyn EventSink + Send>),
+    Slot(usize, SlotAction, mpsc::Sender<Result<SlotOutcome, Error>>),
     Shutdown,
+}
+
+/// What to do with an idle slot's cells (llama-server's `/slots` actions).
+#[derive(Clone, Debug)]
+pub enum SlotAction {
+    /// Save its prompt and state to a file ([`crate::state::PromptCache`]:
+    /// checksummed, written to a temporary file and renamed).
+    Save(std::path::PathBuf),
+    /// Replace its cells with a saved file's (checked whole first).
+    Restore(std::path::PathBuf),
+    /// Drop its cells.
+    Erase,
+}
+
+/// What a [`SlotAction`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotOutcome {
+    /// Tokens saved, restored or erased.
+    pub n_tokens: usize,
+    /// Bytes written or read.
+    pub n_bytes: usize,
+}
+
+/// A slot as of the engine's last step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotInfo {
+    /// Its index (`0..n_slots`).
+    pub id: usize,
+    /// Running a request.
+    pub is_processing: bool,
+    /// Tokens in its cells (a reusable prefix when idle).
+    pub n_cached: usize,
 }
 
 /// A [`Model`] and one [`Context`] on a thread of their own, serving
@@ -350,6 +383,8 @@ pub struct Engine {
     max_queue: usize,
     n_slots: usize,
     n_ctx_slot: usize,
+    /// The slots as of the last step.
+    slots: Arc<std::sync::Mutex<Vec<SlotInfo>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -367,7 +402,8 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let busy = Arc::new(AtomicUsize::new(0));
-        let (w, b) = (waiting.clone(), busy.clone());
+        let slots = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (w, b, sl) = (waiting.clone(), busy.clone(), slots.clone());
         let n_batch = ctx.params().n_batch as usize;
         let prefill_cap = match params.prefill_per_step {
             0 => n_batch,
@@ -375,7 +411,7 @@ impl Engine {
         };
         let thread = std::thread::Builder::new()
             .name("glint-engine".into())
-            .spawn(move || run(ctx, rx, w, b, prefill_cap, params.cache_ram))
+            .spawn(move || run(ctx, rx, (w, b, sl), prefill_cap, params.cache_ram))
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
             model: model.clone(),
@@ -385,6 +421,7 @@ impl Engine {
             max_queue: params.max_queue,
             n_slots,
             n_ctx_slot,
+            slots,
             thread: Some(thread),
         })
     }
@@ -412,6 +449,37 @@ impl Engine {
     /// Slots running a request now (as of the last step).
     pub fn n_processing(&self) -> usize {
         self.busy.load(Ordering::Relaxed)
+    }
+
+    /// The slots as of the last step.
+    pub fn slots(&self) -> Vec<SlotInfo> {
+        let s = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if s.is_empty() {
+            // Before the first step: every slot idle and empty.
+            return (0..self.n_slots)
+                .map(|id| SlotInfo {
+                    id,
+                    ..Default::default()
+                })
+                .collect();
+        }
+        s
+    }
+
+    /// Save, restore or erase idle slot `id`'s cells, between two steps
+    /// (blocks until done). A slot running a request is refused.
+    pub fn slot_action(&self, id: usize, action: SlotAction) -> Result<SlotOutcome, Error> {
+        if id >= self.n_slots {
+            return Err(Error::Invalid(format!(
+                "slot {id} does not exist ({} slots)",
+                self.n_slots
+            )));
+        }
+        let (tx, rx) = mpsc::channel();
+        self.tx
+            .send(Msg::Slot(id, action, tx))
+            .map_err(|_| Error::Stopped)?;
+        rx.recv().map_err(|_| Error::Stopped)?
     }
 
     /// Check `req` and queue it; its events go to `sink`.
@@ -455,11 +523,16 @@ impl Drop for Engine {
 }
 
 /// The engine thread: wait for work, then step until every slot is idle.
+type Published = (
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+    Arc<std::sync::Mutex<Vec<SlotInfo>>>,
+);
+
 fn run(
     mut ctx: Context,
     rx: mpsc::Receiver<Msg>,
-    waiting: Arc<AtomicUsize>,
-    busy: Arc<AtomicUsize>,
+    (waiting, busy, slots): Published,
     prefill_cap: usize,
     cache_ram: usize,
 ) {
@@ -487,6 +560,9 @@ fn run(
         while let Some(m) = next {
             match m {
                 Msg::Job(req, sink) => sched.push(Job { req: *req, sink }),
+                Msg::Slot(id, action, reply) => {
+                    let _ = reply.send(sched.slot_action(&mut ctx, id, action));
+                }
                 Msg::Shutdown => return,
             }
             next = rx.try_recv().ok();
@@ -495,5 +571,6 @@ fn run(
         // A failed decode was reported to its requests; the engine goes on.
         sched.error = None;
         busy.store(sched.n_busy(), Ordering::Relaxed);
+        *slots.lock().unwrap_or_else(|e| e.into_inner()) = sched.slot_infos();
     }
 }

@@ -13,9 +13,13 @@ use glint_tokenizer::{StreamDecoder, Tokenizer};
 
 use super::ram::{RamCache, MIN_TOKENS};
 use super::stop::split_stop;
-use super::{Event, EventSink, FinishReason, KvEvent, Request, StopReason, TokenLogprob, Usage};
+use super::{
+    Event, EventSink, FinishReason, KvEvent, Request, SlotAction, SlotInfo, SlotOutcome,
+    StopReason, TokenLogprob, Usage,
+};
 use crate::chat::common_prefix;
 use crate::generate::plain_greedy;
+use crate::state::PromptCache;
 use crate::{Batch, Context, Error};
 
 /// A queued request and where its events go.
@@ -172,6 +176,81 @@ impl<'a> Scheduler<'a> {
                 )
             })
             .collect()
+    }
+
+    /// Each slot: busy or not, tokens in its cells.
+    pub(crate) fn slot_infos(&self) -> Vec<SlotInfo> {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(id, s)| SlotInfo {
+                id,
+                is_processing: s.job.is_some(),
+                n_cached: s.cache.len(),
+            })
+            .collect()
+    }
+
+    /// Save, restore or erase idle slot `i`'s cells.
+    pub(crate) fn slot_action(
+        &mut self,
+        ctx: &mut Context,
+        i: usize,
+        action: SlotAction,
+    ) -> Result<SlotOutcome, Error> {
+        let s = self
+            .slots
+            .get(i)
+            .ok_or_else(|| Error::Invalid(format!("slot {i} does not exist")))?;
+        if s.job.is_some() {
+            return Err(Error::Invalid(format!("slot {i} is processing a request")));
+        }
+        match action {
+            SlotAction::Save(path) => {
+                if !s.aligned || s.cache.is_empty() {
+                    return Err(Error::Invalid(format!("slot {i} holds no prompt to save")));
+                }
+                let pc = PromptCache::capture(ctx, s.seq, &s.cache)?;
+                let n_bytes = pc.to_bytes().len();
+                pc.save(&path)?;
+                Ok(SlotOutcome {
+                    n_tokens: pc.tokens.len(),
+                    n_bytes,
+                })
+            }
+            SlotAction::Restore(path) => {
+                let n_bytes = std::fs::metadata(&path)
+                    .map(|m| m.len() as usize)
+                    .unwrap_or(0);
+                let pc = PromptCache::load(&path)?;
+                let n_ctx = ctx.n_ctx_stream() as usize;
+                if pc.tokens.len() >= n_ctx {
+                    return Err(Error::PromptTooLong {
+                        n_prompt: pc.tokens.len(),
+                        n_ctx,
+                    });
+                }
+                // The state is checked whole before the slot's cells go.
+                ctx.state_seq_load(&pc.state, s.seq)?;
+                let s = &mut self.slots[i];
+                (s.ga_i, s.aligned, s.shared) = (0, true, false);
+                s.n_past = pc.tokens.len() as i32;
+                s.cache = pc.tokens;
+                s.last_used = self.step;
+                Ok(SlotOutcome {
+                    n_tokens: s.cache.len(),
+                    n_bytes,
+                })
+            }
+            SlotAction::Erase => {
+                let n_tokens = s.cache.len();
+                Self::forget(ctx, &mut self.slots[i]);
+                Ok(SlotOutcome {
+                    n_tokens,
+                    n_bytes: 0,
+                })
+            }
+        }
     }
 
     /// One step: drop cancelled requests, start queued ones, decode a batch.
