@@ -1044,6 +1044,29 @@ fn slots_save_erase_and_restore_their_prompt() {
     );
     assert_eq!(again["choices"][0]["text"], text.as_str());
 
+    // Into another slot: a request there continues identically.
+    drop(s);
+    let s = Server::start(&[
+        "-np",
+        "2",
+        "-c",
+        "2048",
+        "--slot-save-path",
+        dir.to_str().unwrap(),
+    ]);
+    let (status, v) = s.post(
+        "/slots/1?action=restore",
+        &json!({ "filename": "colours.bin" }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(slots(&s)[1]["n_cached_tokens"], held);
+    let (_, other) = s.post("/v1/completions", &body);
+    assert_eq!(
+        other["usage"]["prompt_tokens_details"]["cached_tokens"],
+        n_prompt - 1
+    );
+    assert_eq!(other["choices"][0]["text"], text.as_str());
+
     // Names that leave the folder, a corrupt file, a missing one, a slot
     // that does not exist, an unknown action: 4xx, and the slot keeps its cells.
     for bad in ["../x.bin", ".hidden", "a/b", "", "c:\\x"] {
@@ -1063,8 +1086,8 @@ fn slots_save_erase_and_restore_their_prompt() {
     assert!((400..500).contains(&status), "{status}");
     assert_eq!(s.post("/slots/7?action=erase", &json!({})).0, 400);
     assert_eq!(s.post("/slots/0?action=fly", &json!({})).0, 400);
-    // After the second request the slot holds the same prompt and tokens.
-    assert_eq!(slots(&s)[0]["n_cached_tokens"], held);
+    // The slot that ran the request holds the same prompt and tokens.
+    assert_eq!(slots(&s)[1]["n_cached_tokens"], held);
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 
