@@ -1096,3 +1096,90 @@ fn slots_save_erase_and_restore_their_prompt() {
     let (status, _) = s.post("/slots/0?action=save", &json!({ "filename": "x.bin" }));
     assert_eq!(status, 501);
 }
+
+#[test]
+fn llama_server_flags_parse_apply_or_are_refused_by_name() {
+    let _t = turn();
+    let dir = std::env::temp_dir().join(format!("glint-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tpl = dir.join("tpl.jinja");
+    std::fs::write(
+        &tpl,
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}\
+         {% if add_generation_prompt %}[assistant] {% endif %}",
+    )
+    .unwrap();
+    let s = Server::start(&[
+        "--alias",
+        "my-model",
+        "--n-predict",
+        "5",
+        "--temp",
+        "0",
+        "--seed",
+        "3",
+        "-ngl",
+        "99",
+        "-fa",
+        "on",
+        "--cont-batching",
+        "--jinja",
+        "--no-ui",
+        "--swa-full",
+        "--cors-origins",
+        "http://a.example",
+        "--no-slots",
+        "--tags",
+        "x,y",
+        "--chat-template-file",
+        tpl.to_str().unwrap(),
+        "-ctk",
+        "f16",
+        "-ctv",
+        "f32",
+    ]);
+    let (_, models) = s.get("/v1/models");
+    let models: Value = serde_json::from_slice(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "my-model");
+    // --n-predict and --temp are the defaults of a request that says nothing.
+    let (status, v) = s.post("/v1/completions", &json!({ "prompt": "Hello" }));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+    assert_eq!(v["model"], "my-model");
+    let (_, again) = s.post("/v1/completions", &json!({ "prompt": "Hello" }));
+    assert_eq!(again["choices"][0]["text"], v["choices"][0]["text"]);
+    // A request's own fields win.
+    let (_, v) = s.post(
+        "/v1/completions",
+        &json!({ "prompt": "Hello", "max_tokens": 2 }),
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+    assert_eq!(s.get("/slots").0, 501);
+    let (_, t) = s.post(
+        "/apply-template",
+        &json!({ "messages": [{"role": "user", "content": "Hi"}] }),
+    );
+    assert_eq!(t["prompt"], "[user] Hi\n[assistant] ");
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // What glint lacks is refused at startup, naming the flag.
+    for (args, says) in [
+        (&["--embedding"][..], "--embedding"),
+        (&["--lora", "x.gguf"][..], "--lora"),
+        (&["--spec-draft-n-max", "4"][..], "--spec-draft-n-max"),
+        (&["--mmproj", "x.gguf"][..], "--mmproj"),
+        (&["--no-jinja"][..], "--no-jinja"),
+        (&["--frobnicate"][..], "--frobnicate"),
+        (&["-gan", "4", "-gaw", "6"][..], "multiple"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_glint"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

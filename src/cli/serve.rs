@@ -142,12 +142,51 @@ const FLAGS: &[Flag] = &[
         None,
         "serve GET /metrics: Prometheus text with llama-server's llamacpp: names"
     ),
+    flag!("alias", ["-a"], Some("NAME"), "the model's name in responses and /v1/models (default: the file's name)"),
+    flag!("n-predict", ["-n"], Some("N"), "tokens a request generates when it does not say (default: until the end)"),
+    flag!("temp", [], Some("T"), "temperature of requests that do not say (default 0.8)"),
+    flag!("seed", ["-s"], Some("N"), "RNG seed of requests that do not say (default: random)"),
+    flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group factor for every request (default 1 = off)"),
+    flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window, a multiple of -gan (default 512)"),
+    flag!("cache-type-k", ["-ctk"], Some("f16|f32"), "K cache type (default f16)"),
+    flag!("cache-type-v", ["-ctv"], Some("f16|f32"), "V cache type (default f16)"),
+    flag!("chat-template-file", [], Some("FILE"), "a Jinja chat template replacing the model's"),
+    flag!("chat-template", [], Some("JINJA"), "a Jinja chat template (text) replacing the model's"),
+    flag!("slots", [], None, "serve GET /slots and POST /slots/{id} (default)"),
+    flag!("no-slots", [], None, "do not serve the slot routes (501)"),
+    flag!("cors-origins", [], Some("LIST"), "comma-separated origins CORS allows (default: any)"),
+    flag!("no-cache-idle-slots", [], None, "do not keep idle slots' prefixes in RAM (as --cache-ram 0)"),
+    flag!("tags", [], Some("LIST"), "accepted, for llama-server's command lines (glint shows no tags)"),
+    flag!("jinja", [], None, "accepted: glint always renders chat templates with Jinja"),
+    flag!("no-jinja", [], None, "refused: glint has no non-Jinja template engine"),
+    flag!("verbose", ["-v"], None, "accepted: glint logs one line per event already"),
+    flag!("cont-batching", ["-cb"], None, "accepted: continuous batching is always on"),
+    flag!("n-gpu-layers", ["-ngl"], Some("N"), "accepted with a notice: glint puts the whole model on one backend (--backend)"),
+    flag!("flash-attn", ["-fa"], Some("on|off|auto"), "accepted with a notice: glint's attention kernels are fused already"),
+    flag!("no-ui", [], None, "accepted: glint serves no web UI"),
+    flag!("swa-full", [], None, "accepted: glint's caches hold the full context for every layer"),
+    flag!("reasoning-format", [], Some("FORMAT"), "accepted with a notice: reasoning_content is not split out yet"),
+    flag!("reasoning", [], Some("on|off|auto"), "accepted with a notice: reasoning_content is not split out yet"),
+    flag!("embedding", ["--embeddings"], None, "refused: embeddings are not served yet"),
+    flag!("pooling", [], Some("TYPE"), "refused: embeddings are not served yet"),
+    flag!("reranking", ["--rerank"], None, "refused: not supported"),
+    flag!("lora", [], Some("FILE"), "refused: not supported"),
+    flag!("model-draft", ["-md"], Some("FILE"), "refused: speculative decoding is not supported"),
     flag!("help", ["-h"], None, "this text"),
 ];
 
 /// `glint serve [options]`.
 pub fn run(rest: &[String]) -> Result<(), String> {
+    // Whole families of llama-server flags glint does not have.
+    let families = ["--spec-", "--models-", "--mcp-", "--mmproj", "--tools"];
+    if let Some(a) = rest
+        .iter()
+        .find(|a| families.iter().any(|f| a.starts_with(f)))
+    {
+        return Err(format!("serve: {a} is not supported by glint"));
+    }
     let p = args::parse(rest, FLAGS)?;
+    notices(&p)?;
     if p.has("help") {
         return super::output::println(&args::help("glint serve [-m MODEL] [options]", FLAGS));
     }
@@ -156,6 +195,56 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     }
     let cfg = config(&p)?;
     glint_server::run(cfg).map_err(|e| format!("serve: {e}"))
+}
+
+/// `-ctk`/`-ctv`: f16 (default) or f32.
+fn cache_type(p: &Parsed, flag: &str) -> Result<glint::CacheType, String> {
+    p.get(flag)
+        .unwrap_or("f16")
+        .parse()
+        .map_err(|e: glint::Error| format!("--{flag}: {e}"))
+}
+
+/// llama-server flags that do not apply to glint: a one-line notice each;
+/// those that ask for what glint lacks: an error.
+fn notices(p: &Parsed) -> Result<(), String> {
+    let refused = [
+        ("no-jinja", "glint renders chat templates with Jinja only"),
+        ("embedding", "embeddings are not served yet"),
+        ("pooling", "embeddings are not served yet"),
+        ("reranking", "reranking is not supported"),
+        ("lora", "LoRA adapters are not supported"),
+        ("model-draft", "speculative decoding is not supported"),
+    ];
+    if let Some((flag, why)) = refused.iter().find(|(f, _)| p.has(f)) {
+        return Err(format!("serve: --{flag}: {why}"));
+    }
+    let notes = [
+        (
+            "n-gpu-layers",
+            "the whole model runs on one backend; choose it with --backend",
+        ),
+        ("flash-attn", "glint's attention kernels are fused already"),
+        ("cont-batching", "continuous batching is always on"),
+        ("no-ui", "glint serves no web UI"),
+        (
+            "swa-full",
+            "glint's caches hold the full context for every layer",
+        ),
+        (
+            "reasoning-format",
+            "reasoning_content is not split out yet: it stays in content",
+        ),
+        (
+            "reasoning",
+            "reasoning_content is not split out yet: it stays in content",
+        ),
+        ("tags", "tags are not shown"),
+    ];
+    for (flag, note) in notes.iter().filter(|(f, _)| p.has(f)) {
+        eprintln!("glint serve: --{flag} accepted: {note}");
+    }
+    Ok(())
 }
 
 /// `--api-key` (a comma-separated list, as llama-server's) and the keys of
@@ -191,7 +280,27 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         kv_unified: n_seq.is_none() || p.has("kv-unified"),
         n_batch: num(p, "batch-size")?.unwrap_or(dc.n_batch),
         n_ubatch: num(p, "ubatch-size")?.unwrap_or(dc.n_ubatch),
-        ..dc
+        type_k: cache_type(p, "cache-type-k")?,
+        type_v: cache_type(p, "cache-type-v")?,
+    };
+    let defaults = glint_server::RequestDefaults {
+        n_predict: num::<i64>(p, "n-predict")?.and_then(|n| usize::try_from(n).ok()),
+        temp: num(p, "temp")?,
+        seed: num::<i64>(p, "seed")?.and_then(|s| u32::try_from(s).ok()),
+        ga_n: num(p, "grp-attn-n")?.unwrap_or(1),
+        ga_w: num(p, "grp-attn-w")?.unwrap_or(512),
+    };
+    glint::generate::validate_self_extend(defaults.ga_n, defaults.ga_w)
+        .map_err(|e| format!("serve: {e}"))?;
+    if defaults.ga_n > 1 && p.has("context-shift") {
+        return Err(
+            "serve: self-extend (--grp-attn-n > 1) and --context-shift cannot be combined".into(),
+        );
+    }
+    let chat_template = match (p.get("chat-template-file"), p.get("chat-template")) {
+        (Some(f), _) => Some(super::options::read_text_file("chat-template-file", f)?),
+        (None, Some(t)) => Some(t.to_string()),
+        (None, None) => None,
     };
     Ok(glint_server::Config {
         host: p.get("host").unwrap_or(&d.host).to_string(),
@@ -206,11 +315,20 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
         metrics: p.has("metrics"),
         cache_ram: match num::<i64>(p, "cache-ram")? {
+            _ if p.has("no-cache-idle-slots") => 0,
             None => d.cache_ram,
             Some(n) if n < 0 => usize::MAX,
             Some(n) => (n as usize).saturating_mul(1 << 20),
         },
         slot_save_path: p.get("slot-save-path").map(std::path::PathBuf::from),
+        alias: p.get("alias").map(str::to_string),
+        chat_template,
+        defaults,
+        slots_endpoint: !p.has("no-slots"),
+        cors_origins: p
+            .get("cors-origins")
+            .map(|o| o.split(',').map(|s| s.trim().to_string()).collect())
+            .unwrap_or_default(),
         context_shift: p.has("context-shift"),
         n_keep: num::<i64>(p, "keep")?.unwrap_or(d.n_keep),
     })

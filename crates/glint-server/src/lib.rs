@@ -73,6 +73,17 @@ pub struct Config {
     /// Bytes of host memory keeping prefixes that idle slots give up
     /// (0 = none).
     pub cache_ram: usize,
+    /// The served model's name (`--alias`; default: the file's name).
+    pub alias: Option<String>,
+    /// A Jinja chat template replacing the model's (`--chat-template-file`).
+    pub chat_template: Option<String>,
+    /// Defaults for requests that do not set them (`--n-predict`,
+    /// `--temp`, `--seed`, `-gan`/`-gaw`).
+    pub defaults: RequestDefaults,
+    /// `GET /slots` and `POST /slots/{id}` (off with `--no-slots`).
+    pub slots_endpoint: bool,
+    /// Origins allowed by CORS (`--cors-origins`; empty or `*` = any).
+    pub cors_origins: Vec<String>,
     /// The folder of slot files (`--slot-save-path`); `None`: slot save
     /// and restore are off.
     pub slot_save_path: Option<std::path::PathBuf>,
@@ -108,6 +119,11 @@ impl Default for Config {
             max_queue: 64,
             prefill_per_step: EngineParams::default().prefill_per_step,
             cache_ram: EngineParams::default().cache_ram,
+            alias: None,
+            chat_template: None,
+            defaults: RequestDefaults::default(),
+            slots_endpoint: true,
+            cors_origins: Vec::new(),
             slot_save_path: None,
             context_shift: false,
             n_keep: 0,
@@ -116,6 +132,51 @@ impl Default for Config {
             max_body_bytes: 8 << 20,
             metrics: false,
         }
+    }
+}
+
+/// What a request gets for the fields it leaves out (llama-server's
+/// `--n-predict`, `--temp`, `--seed`, `--grp-attn-n/-w`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestDefaults {
+    /// Most tokens to generate (`None`: until the end or a full context).
+    pub n_predict: Option<usize>,
+    /// Sampling temperature (`None`: the sampler chain's default, 0.8).
+    pub temp: Option<f32>,
+    /// RNG seed (`None`: random).
+    pub seed: Option<u32>,
+    /// Self-extend group factor and window (1 = off).
+    pub ga_n: i32,
+    /// Self-extend window.
+    pub ga_w: i32,
+}
+
+impl Default for RequestDefaults {
+    fn default() -> Self {
+        RequestDefaults {
+            n_predict: None,
+            temp: None,
+            seed: None,
+            ga_n: 1,
+            ga_w: 512,
+        }
+    }
+}
+
+impl RequestDefaults {
+    /// Fill in what `body` leaves out.
+    pub(crate) fn apply(&self, body: &Map<String, Value>, req: &mut glint::engine::Request) {
+        let unset = |keys: &[&str]| keys.iter().all(|k| body.get(*k).is_none_or(Value::is_null));
+        if unset(&["max_tokens", "max_completion_tokens", "n_predict"]) {
+            req.max_tokens = req.max_tokens.or(self.n_predict);
+        }
+        if let Some(t) = self.temp.filter(|_| unset(&["temperature"])) {
+            req.sampling.temp = t;
+        }
+        if let Some(s) = self.seed.filter(|_| unset(&["seed"])) {
+            req.sampling.seed = s;
+        }
+        (req.ga_n, req.ga_w) = (self.ga_n, self.ga_w);
     }
 }
 
@@ -143,6 +204,10 @@ struct AppState {
     model_path: String,
     /// Where `/slots/{id}?action=save|restore` files live.
     slot_save_path: Option<std::path::PathBuf>,
+    /// `/slots` served.
+    slots_endpoint: bool,
+    /// Defaults of the fields a request leaves out.
+    defaults: RequestDefaults,
 }
 
 impl AppState {
@@ -218,6 +283,8 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         n_keep: cfg.n_keep,
         model_path: cfg.model_path.display().to_string(),
         slot_save_path: cfg.slot_save_path.clone(),
+        slots_endpoint: cfg.slots_endpoint,
+        defaults: cfg.defaults.clone(),
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -237,7 +304,7 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         }
     });
 
-    let app = router(state.clone(), cfg.max_body_bytes);
+    let app = router(state.clone(), cfg.max_body_bytes, &cfg.cors_origins);
     let failed = Arc::new(std::sync::Mutex::new(None));
     let f = failed.clone();
     let shutdown = async move {
@@ -276,7 +343,10 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
 /// Load the model, its chat template, and start the engine.
 fn load(cfg: &Config) -> Result<Loaded, ServerError> {
     let model = Model::load(&cfg.model_path, &cfg.model_params)?;
-    let chat = Chat::for_model(&model)?;
+    let chat = match &cfg.chat_template {
+        Some(source) => Chat::from_source(source, model.tokenizer())?,
+        None => Chat::for_model(&model)?,
+    };
     let mut ctx = cfg.ctx_params.clone();
     if ctx.n_ctx == 0 {
         ctx.n_ctx = 4096.min(model.hparams().n_ctx_train as u32);
@@ -290,15 +360,16 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
             cache_ram: cfg.cache_ram,
         },
     )?;
-    let name = cfg
-        .model_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "glint".into());
+    let name = cfg.alias.clone().unwrap_or_else(|| {
+        cfg.model_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "glint".into())
+    });
     Ok(Loaded { engine, chat, name })
 }
 
-fn router(state: Shared, max_body: usize) -> Router {
+fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
@@ -329,8 +400,22 @@ fn router(state: Shared, max_body: usize) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(tower_http::cors::CorsLayer::permissive())
+        .layer(cors(cors_origins))
         .with_state(state)
+}
+
+/// CORS: any origin, or only those of `--cors-origins` (llama-server's
+/// comma-separated list; `*` = any).
+fn cors(origins: &[String]) -> tower_http::cors::CorsLayer {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() || origins.iter().any(|o| o == "*") {
+        return CorsLayer::permissive();
+    }
+    let list: Vec<header::HeaderValue> = origins
+        .iter()
+        .filter_map(|o| header::HeaderValue::from_str(o).ok())
+        .collect();
+    CorsLayer::permissive().allow_origin(AllowOrigin::list(list))
 }
 
 /// `Authorization: Bearer KEY` or `X-Api-Key: KEY` with any of the keys,
@@ -437,7 +522,8 @@ async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let l = st.loaded()?;
     let body = body_json(body)?;
-    let opts = request::options(&body, Endpoint::Chat)?;
+    let mut opts = request::options(&body, Endpoint::Chat)?;
+    st.defaults.apply(&body, &mut opts.req);
     let messages = request::messages(&body)?;
     let tok = l.engine.model().tokenizer();
     let (_, ids) = l
@@ -453,7 +539,8 @@ async fn completions(
 ) -> Result<Response, ApiError> {
     let l = st.loaded()?;
     let body = body_json(body)?;
-    let opts = request::options(&body, Endpoint::Completion)?;
+    let mut opts = request::options(&body, Endpoint::Completion)?;
+    st.defaults.apply(&body, &mut opts.req);
     let ids = match request::prompt(&body)? {
         Prompt::Tokens(ids) => ids,
         Prompt::Text(text) => l

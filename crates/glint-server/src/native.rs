@@ -266,6 +266,7 @@ pub(crate) async fn completion(
     let l = st.loaded()?;
     let body = body_json(body)?;
     let mut opts = request::options(&body, Endpoint::Completion)?;
+    st.defaults.apply(&body, &mut opts.req);
     match body.get("n_probs") {
         None | Some(Value::Null) => {}
         Some(v) => match v.as_u64() {
@@ -344,6 +345,7 @@ pub(crate) async fn completion(
 /// `GET /slots`: each slot's id, context, whether it is busy, and the
 /// tokens its cells hold.
 pub(crate) async fn slots(State(st): State<Shared>) -> Result<Json<Value>, ApiError> {
+    slots_on(&st)?;
     let l = st.loaded()?;
     let n_ctx = l.engine.n_ctx_slot();
     let list: Vec<Value> = l
@@ -360,6 +362,17 @@ pub(crate) async fn slots(State(st): State<Shared>) -> Result<Json<Value>, ApiEr
         })
         .collect();
     Ok(Json(Value::Array(list)))
+}
+
+/// `--no-slots` turns the slot routes off (501, as llama-server).
+fn slots_on(st: &Shared) -> Result<(), ApiError> {
+    if st.slots_endpoint {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "This server does not support slots endpoint. Start it without `--no-slots`",
+    ))
 }
 
 /// A slot file's name: a plain name inside `--slot-save-path`, no
@@ -387,6 +400,7 @@ pub(crate) async fn slot_action(
     axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    slots_on(&st)?;
     st.loaded()?;
     let id: usize = id
         .parse()

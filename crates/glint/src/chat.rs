@@ -38,6 +38,8 @@ pub enum TemplateOrigin {
     Model,
     /// A built-in format, by name (`gemma3`, `llama3`, `chatml`).
     Fallback(&'static str),
+    /// Given by the user (`--chat-template-file`).
+    Given,
 }
 
 impl std::fmt::Display for TemplateOrigin {
@@ -45,6 +47,7 @@ impl std::fmt::Display for TemplateOrigin {
         match self {
             TemplateOrigin::Model => f.write_str("the model's (tokenizer.chat_template)"),
             TemplateOrigin::Fallback(name) => write!(f, "built-in `{name}` (the model has none)"),
+            TemplateOrigin::Given => f.write_str("given (--chat-template-file)"),
         }
     }
 }
@@ -83,6 +86,19 @@ impl Chat {
             template: ChatTemplate::new(source, bos, eos)?,
             source: source.to_string(),
             origin,
+            add_bos: tok.add_bos(),
+            add_eos: tok.add_eos(),
+        })
+    }
+
+    /// A chat with the Jinja template `source` instead of the model's
+    /// (llama-server's `--chat-template-file`).
+    pub fn from_source(source: &str, tok: &Tokenizer) -> Result<Chat, Error> {
+        let text = |id: Option<u32>| id.and_then(|id| tok.token_text(id)).unwrap_or("");
+        Ok(Chat {
+            template: ChatTemplate::new(source, text(tok.bos()), text(tok.eos()))?,
+            source: source.to_string(),
+            origin: TemplateOrigin::Given,
             add_bos: tok.add_bos(),
             add_eos: tok.add_eos(),
         })
