@@ -115,3 +115,38 @@ def test_a_long_conversation_prefills_only_each_new_turn(client):
     # The prompt grew by more than the per-turn bound, so the flat prefill
     # is the cache's doing, not a short conversation.
     assert prompt_tokens[-1] - prompt_tokens[0] > 2 * MAX_PREFILL_PER_TURN, prompt_tokens
+
+
+def test_responses_whole_and_streamed(client):
+    kw = dict(
+        model=model_id(client),
+        instructions="Answer briefly.",
+        input="Name a primary colour.",
+        max_output_tokens=12,
+        temperature=0,
+    )
+    whole = client.responses.create(**kw)
+    assert whole.output_text
+    assert 0 < whole.usage.output_tokens <= 12
+    assert whole.usage.total_tokens == whole.usage.input_tokens + whole.usage.output_tokens
+    # The same request as chat gives the same text.
+    chat = client.chat.completions.create(
+        model=model_id(client),
+        messages=[
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "Name a primary colour."},
+        ],
+        max_tokens=12,
+        temperature=0,
+    )
+    assert whole.output_text == chat.choices[0].message.content
+
+    deltas = []
+    completed = None
+    for ev in client.responses.create(stream=True, **kw):
+        if ev.type == "response.output_text.delta":
+            deltas.append(ev.delta)
+        elif ev.type == "response.completed":
+            completed = ev.response
+    assert "".join(deltas) == whole.output_text
+    assert completed is not None and completed.output_text == whole.output_text

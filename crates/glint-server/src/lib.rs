@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `POST /v1/chat/completions` | messages rendered with the model's chat template; streamed (SSE) or whole |
 //! | `POST /v1/completions` | a text (or token id) prompt; streamed or whole |
+//! | `POST /v1/responses` | a minimal Responses API: `input`, `instructions`, `max_output_tokens`; whole or streamed events |
 //! | `GET /v1/models` | the one model served |
 //! | `POST /completion` | llama-server's native completion: prompt as text, ids or a mix; `timings`, `stop_type`, `n_probs`; streamed as `data: {content, stop}` |
 //! | `POST /tokenize`, `POST /detokenize` | llama-server's: text to token ids (`add_special`, `parse_special`, `with_pieces`) and back |
@@ -25,6 +26,7 @@ mod metrics;
 mod native;
 mod openai;
 mod request;
+mod responses;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -379,6 +381,8 @@ fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> Router {
         .route("/models", get(models))
         .route("/metrics", get(metrics_text))
         .route("/completion", post(native::completion))
+        .route("/v1/responses", post(responses::responses))
+        .route("/responses", post(responses::responses))
         .route("/tokenize", post(native::tokenize))
         .route("/detokenize", post(native::detokenize))
         .route("/apply-template", post(native::apply_template))
@@ -495,7 +499,7 @@ async fn models(State(st): State<Shared>) -> Result<Json<Value>, ApiError> {
     })))
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -617,7 +621,7 @@ async fn respond(
 
 /// Queue `prompt` with `opts` (the server's context shift and `--keep`
 /// filled in); its events come on the returned channel.
-fn submit(
+pub(crate) fn submit(
     st: &Shared,
     l: &Loaded,
     opts: Options,
