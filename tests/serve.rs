@@ -1183,3 +1183,43 @@ fn llama_server_flags_parse_apply_or_are_refused_by_name() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn infill_puts_prefix_and_suffix_around_the_models_fim_tokens() {
+    let _t = turn();
+    let qwen = glint_cli::models::test_model("qwen2").unwrap();
+    let s = Server::start(&["-m", qwen.to_str().unwrap(), "-c", "1024", "-np", "1"]);
+    let prefix = "def add(a, b):\n    ";
+    let suffix = "\n\nprint(add(2, 3))\n";
+    let (status, v) = s.post(
+        "/infill",
+        &json!({ "input_prefix": prefix, "input_suffix": suffix, "n_predict": 12,
+                 "temperature": 0 }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let middle = v["content"].as_str().unwrap();
+    assert!(middle.contains("return"), "{middle:?}");
+    // The prompt is exactly <|fim_prefix|>…<|fim_suffix|>…<|fim_middle|>.
+    let fim = format!("<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>");
+    let (_, ids) = s.post("/tokenize", &json!({ "content": fim }));
+    let n = ids["tokens"].as_array().unwrap().len();
+    assert_eq!(v["tokens_evaluated"], n);
+    let (_, same) = s.post(
+        "/completion",
+        &json!({ "prompt": ids["tokens"], "n_predict": 12, "temperature": 0 }),
+    );
+    assert_eq!(same["content"], middle);
+    drop(s);
+
+    // SmolLM2 has no FIM tokens: a 400 that says so.
+    let s = Server::start(&["-c", "512"]);
+    let (status, v) = s.post(
+        "/infill",
+        &json!({ "input_prefix": "a", "input_suffix": "b" }),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("fill-in-the-middle"));
+}

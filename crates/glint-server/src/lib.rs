@@ -7,6 +7,7 @@
 //! | `POST /v1/responses` | a minimal Responses API: `input`, `instructions`, `max_output_tokens`; whole or streamed events |
 //! | `GET /v1/models` | the one model served |
 //! | `POST /completion` | llama-server's native completion: prompt as text, ids or a mix; `timings`, `stop_type`, `n_probs`; streamed as `data: {content, stop}` |
+//! | `POST /infill` | llama-server's fill-in-the-middle: `input_prefix`, `input_suffix`, `prompt` around the model's FIM tokens |
 //! | `POST /tokenize`, `POST /detokenize` | llama-server's: text to token ids (`add_special`, `parse_special`, `with_pieces`) and back |
 //! | `POST /apply-template` | llama-server's: the messages rendered by the chat template |
 //! | `GET /slots`, `POST /slots/{id}?action=save\|restore\|erase` | llama-server's: slot state, and slot files under `--slot-save-path` |
@@ -381,6 +382,7 @@ fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> Router {
         .route("/models", get(models))
         .route("/metrics", get(metrics_text))
         .route("/completion", post(native::completion))
+        .route("/infill", post(native::infill))
         .route("/v1/responses", post(responses::responses))
         .route("/responses", post(responses::responses))
         .route("/tokenize", post(native::tokenize))

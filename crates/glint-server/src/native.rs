@@ -265,6 +265,53 @@ pub(crate) async fn completion(
 ) -> Result<Response, ApiError> {
     let l = st.loaded()?;
     let body = body_json(body)?;
+    let prompt = mixed_prompt(&body, l.engine.model().tokenizer())?;
+    run_completion(st, body, prompt).await
+}
+
+/// llama-server's `/infill`: `input_prefix`, `input_suffix` and an optional
+/// `prompt` (what the middle starts with), put together with the model's
+/// fill-in-the-middle tokens (`<|fim_prefix|>` prefix `<|fim_suffix|>`
+/// suffix `<|fim_middle|>` prompt, BOS first when the model adds one);
+/// then as `/completion`.
+pub(crate) async fn infill(
+    State(st): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let l = st.loaded()?;
+    let body = body_json(body)?;
+    let tok = l.engine.model().tokenizer();
+    let Some([pre, suf, mid]) = tok.fim() else {
+        return Err(ApiError::bad_request(
+            "the model has no fill-in-the-middle tokens (prefix, suffix, middle)",
+        ));
+    };
+    let text = |key: &str| -> Result<Vec<u32>, ApiError> {
+        match body.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::String(s)) => tok
+                .encode(s, false, false)
+                .map_err(|e| ApiError::bad_request(format!("cannot tokenize `{key}`: {e}"))),
+            Some(_) => Err(ApiError::bad_request(format!("`{key}` must be a string"))),
+        }
+    };
+    let mut ids: Vec<u32> = tok.bos().filter(|_| tok.add_bos()).into_iter().collect();
+    ids.push(pre);
+    ids.extend(text("input_prefix")?);
+    ids.push(suf);
+    ids.extend(text("input_suffix")?);
+    ids.push(mid);
+    ids.extend(text("prompt")?);
+    run_completion(st, body, ids).await
+}
+
+/// `/completion` and `/infill` once the prompt is tokens.
+async fn run_completion(
+    st: Shared,
+    body: serde_json::Map<String, Value>,
+    prompt: Vec<u32>,
+) -> Result<Response, ApiError> {
+    let l = st.loaded()?;
     let mut opts = request::options(&body, Endpoint::Completion)?;
     st.defaults.apply(&body, &mut opts.req);
     match body.get("n_probs") {
@@ -280,7 +327,6 @@ pub(crate) async fn completion(
         },
     }
     let return_tokens = flag(&body, "return_tokens", false)?;
-    let prompt = mixed_prompt(&body, l.engine.model().tokenizer())?;
     let stream = opts.stream;
     let t0 = Instant::now();
     let rx = crate::submit(&st, l, opts, prompt)?;

@@ -537,6 +537,15 @@ impl Tokenizer {
         self.vocab.eot
     }
 
+    /// The fill-in-the-middle tokens (prefix, suffix, middle), when the
+    /// model has all three (by GGUF key, or by their usual names).
+    pub fn fim(&self) -> Option<[u32; 3]> {
+        match self.vocab.fim {
+            [Some(p), Some(s), Some(m)] => Some([p, s, m]),
+            _ => None,
+        }
+    }
+
     /// Whether generating `id` ends generation (EOS, EOT, EOM and the
     /// tokens llama.cpp recognises by name).
     pub fn is_eog(&self, id: u32) -> bool {

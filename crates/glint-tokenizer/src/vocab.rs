@@ -218,6 +218,8 @@ pub(crate) struct Vocab {
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub eot: Option<u32>,
+    /// Fill-in-the-middle prefix, suffix and middle tokens.
+    pub fim: [Option<u32>; 3],
     /// Sorted, deduplicated end-of-generation ids.
     pub eog: Vec<u32>,
 }
@@ -249,7 +251,7 @@ impl Vocab {
         let by_text = index_texts(&texts)?;
         let bos = checked_id(gguf, KEY_BOS, default_bos, n_vocab)?;
         let eos = checked_id(gguf, KEY_EOS, default_eos, n_vocab)?;
-        let (eot, mut eog) = read_roles(gguf, &by_text, &mut attrs)?;
+        let Roles { eot, fim, mut eog } = read_roles(gguf, &by_text, &mut attrs)?;
         eog.extend(eos);
         eog.sort_unstable();
         eog.dedup();
@@ -264,6 +266,7 @@ impl Vocab {
             bos,
             eos,
             eot,
+            fim,
             eog,
         })
     }
@@ -326,16 +329,22 @@ fn id_key(gguf: &GgufFile, key: &str, default: Option<u32>, n_vocab: usize) -> R
     })
 }
 
-/// `(eot, eog)`: the role tokens of [`ROLES`] (by key, else by name, which
-/// marks them control tokens) and the end-of-generation ids among them and
-/// in [`EOG_NAMES`], unsorted.
-fn read_roles(
-    gguf: &GgufFile,
-    by_text: &AHashMap<&str, u32>,
-    attrs: &mut [u8],
-) -> Result<(Option<u32>, Vec<u32>)> {
+/// The role tokens a vocabulary keeps.
+struct Roles {
+    eot: Option<u32>,
+    /// Fill-in-the-middle prefix, suffix, middle.
+    fim: [Option<u32>; 3],
+    /// End-of-generation ids, unsorted.
+    eog: Vec<u32>,
+}
+
+/// The role tokens of [`ROLES`] (by key, else by name, which marks them
+/// control tokens): EOT, the fill-in-the-middle prefix, suffix and middle,
+/// and the end-of-generation ids among them and in [`EOG_NAMES`].
+fn read_roles(gguf: &GgufFile, by_text: &AHashMap<&str, u32>, attrs: &mut [u8]) -> Result<Roles> {
     let mut eog: Vec<u32> = Vec::new();
     let mut eot = None;
+    let mut fim = [None; 3];
     for row in ROLES {
         let mut id = id_key(gguf, row.key, None, attrs.len())?;
         if id.is_none() {
@@ -344,8 +353,12 @@ fn read_roles(
                 attrs[i as usize] |= attr::CONTROL;
             }
         }
-        if row.key.ends_with("eot_token_id") {
-            eot = id;
+        match row.key {
+            "tokenizer.ggml.eot_token_id" => eot = id,
+            "tokenizer.ggml.fim_pre_token_id" => fim[0] = id,
+            "tokenizer.ggml.fim_suf_token_id" => fim[1] = id,
+            "tokenizer.ggml.fim_mid_token_id" => fim[2] = id,
+            _ => {}
         }
         if row.eog {
             eog.extend(id);
@@ -357,7 +370,7 @@ fn read_roles(
             attrs[i as usize] |= attr::CONTROL;
         }
     }
-    Ok((eot, eog))
+    Ok(Roles { eot, fim, eog })
 }
 
 /// llama.cpp's workarounds: with both <|return|> and <|call|> (or
