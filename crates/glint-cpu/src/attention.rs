@@ -498,15 +498,7 @@ mod wide {
             // Softmax as `group` does it: masked weights 0, ggml's
             // normalize-then-round to f16 when asked.
             for r in 0..rows {
-                let mut total = 0f32;
-                for sc in scores[r * n_kv..(r + 1) * n_kv].iter_mut() {
-                    if *sc == f32::NEG_INFINITY {
-                        *sc = 0.0;
-                        continue;
-                    }
-                    *sc = (*sc - max[r]).exp();
-                    total += *sc;
-                }
+                let total = exp_row(&mut scores[r * n_kv..(r + 1) * n_kv], max[r]);
                 sum[r] = total;
                 if h.round_p && total > 0.0 {
                     let inv = 1.0 / total;
@@ -596,6 +588,87 @@ mod wide {
                 o[t * hd + e] = x;
             }
         }
+    }
+
+    /// `x = exp(x - max)` for every `x` of `row` (-inf to 0), and their sum.
+    /// Eight at a time in a polynomial `exp` (Cephes' `expf`: range
+    /// reduction by ln 2, a degree-5 polynomial; within 2 ulp of f32's own
+    /// for the arguments <= 0 a softmax gives it), a scalar libm call per
+    /// score having been the largest cost of prefill at depth. Both fast
+    /// paths use it, so they agree bit for bit.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn exp_row(row: &mut [f32], max: f32) -> f32 {
+        let n = row.len();
+        let (vmax, ninf) = (_mm256_set1_ps(max), _mm256_set1_ps(f32::NEG_INFINITY));
+        let mut acc = _mm256_setzero_ps();
+        let mut j = 0;
+        while j + 8 <= n {
+            let x = f32::ld8(row, j);
+            let dead = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, ninf);
+            let e = _mm256_andnot_ps(dead, exp8(_mm256_sub_ps(x, vmax)));
+            st(row, j, e);
+            acc = _mm256_add_ps(acc, e);
+            j += 8;
+        }
+        let mut total = hsum_f32(acc);
+        if j < n {
+            // The tail through the same vector code, padded with -inf.
+            let mut pad = [f32::NEG_INFINITY; 8];
+            pad[..n - j].copy_from_slice(&row[j..]);
+            let x = f32::ld8(&pad, 0);
+            let dead = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, ninf);
+            let e = _mm256_andnot_ps(dead, exp8(_mm256_sub_ps(x, vmax)));
+            st(&mut pad, 0, e);
+            for (d, &e) in row[j..].iter_mut().zip(&pad) {
+                *d = e;
+                total += e;
+            }
+        }
+        total
+    }
+
+    /// [`exp_row`] for the unit test (the caller checked AVX2).
+    #[cfg(test)]
+    pub(super) fn exp_row_for_test(row: &mut [f32], max: f32) -> f32 {
+        // SAFETY: the test calls this only after `has_avx2()`.
+        unsafe { exp_row(row, max) }
+    }
+
+    /// `exp(x)` of 8 lanes (Cephes' `expf`); arguments below -87.3 give
+    /// about 1e-38 rather than 0 (the caller zeroes masked lanes itself).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn exp8(x: __m256) -> __m256 {
+        let x = _mm256_min_ps(x, _mm256_set1_ps(88.376_26));
+        let x = _mm256_max_ps(x, _mm256_set1_ps(-87.336_55));
+        // n = round(x / ln 2); r = x - n ln 2 in two steps (hi exact in f32).
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut y = _mm256_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            0.166_666_65,
+            0.5,
+        ] {
+            y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
+        }
+        let y = _mm256_fmadd_ps(
+            y,
+            _mm256_mul_ps(r, r),
+            _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+        );
+        // y * 2^n: n added to the exponent field.
+        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        ));
+        _mm256_mul_ps(y, _mm256_castsi256_ps(e))
     }
 
     /// A cache element type: 8 of them from `at`, or one, as f32.
@@ -784,15 +857,7 @@ mod wide {
             }
         }
         for t in 0..gsz {
-            let mut total = 0f32;
-            for sc in scores[t * n_kv..(t + 1) * n_kv].iter_mut() {
-                if *sc == f32::NEG_INFINITY {
-                    *sc = 0.0;
-                    continue;
-                }
-                *sc = (*sc - max[t]).exp();
-                total += *sc;
-            }
+            let total = exp_row(&mut scores[t * n_kv..(t + 1) * n_kv], max[t]);
             sum[t] = total;
             if h.round_p && total > 0.0 {
                 // ggml normalizes first, then rounds the weights to f16.
@@ -901,5 +966,50 @@ fn weigh_v(o: &mut [f32], w: &[f32], v: &[f32], row: usize) {
                 *o += wj * vv;
             }
         }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    /// `wide::exp_row`'s polynomial vs libm's `exp`: Cephes' `expf` is
+    /// within 2 ulp; 4 ulp of relative error (2^-21) leaves room.
+    const EXP_REL_TOL: f32 = 4.0 * f32::EPSILON / 2.0;
+
+    #[test]
+    fn exp_row_matches_libm_and_zeroes_masked() {
+        if !crate::qdot::has_avx2() {
+            return; // the scalar twin is the plain path's own `exp`
+        }
+        // 0 down to -100 (past f32's smallest normal) in odd steps, a -inf
+        // every 7th, and a tail of 3 after the 8-wide chunks.
+        let mut row: Vec<f32> = (0..1003)
+            .map(|i| {
+                if i % 7 == 3 {
+                    f32::NEG_INFINITY
+                } else {
+                    1.5 - i as f32 * 0.0997
+                }
+            })
+            .collect();
+        let want: Vec<f32> = row
+            .iter()
+            .map(|&x| {
+                if x == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (x - 1.5).exp()
+                }
+            })
+            .collect();
+        let sum = super::wide::exp_row_for_test(&mut row, 1.5);
+        for (j, (&g, &w)) in row.iter().zip(&want).enumerate() {
+            let err = (g - w).abs();
+            assert!(
+                err <= EXP_REL_TOL * w || err < 1e-37,
+                "exp at {j}: got {g:e}, libm {w:e}"
+            );
+        }
+        let total: f32 = want.iter().sum();
+        assert!((sum - total).abs() <= 1e-5 * total, "sum {sum} vs {total}");
     }
 }
