@@ -50,9 +50,15 @@ impl Cache<'_> {
 ///
 /// Two implementations of one formula, picked by `kernels`. With
 /// [`Kernels::Fast`] (what the backend runs) on x86_64 with AVX2, FMA and
-/// F16C: one task per (token, kv head) runs every query head of the group
-/// against each K and V row as it is loaded (F16 rows widened in
-/// registers), with fused multiply-adds (`wide::group`). Elsewhere, and
+/// F16C (checked at run time): a prefill of at least [`TILED_MIN_TOKENS`]
+/// tokens (and one per thread) runs one task per block of tokens, each kv
+/// head's query heads of the whole block against [`TILE`]-row tiles of K
+/// and V widened to f32 once per tile, tiles the whole block masks skipped
+/// unread (`wide::block`); fewer tokens (decode) run one task per (token,
+/// kv head), every query head of the group against each K and V row as it
+/// is loaded (F16 rows widened in registers), with fused multiply-adds
+/// (`wide::group`). The two sum in the same order, so they give the same
+/// bits. Elsewhere, and
 /// always with [`Kernels::Plain`] and [`Kernels::Reference`] (for tests and
 /// benchmarks): one task per (token, head) in plain loops (`Heads::head`).
 /// Each path computes a token the same way whatever else is in its batch,
@@ -104,11 +110,36 @@ pub fn attention_with(
     };
 
     #[cfg(target_arch = "x86_64")]
+    let threads = if par { rayon::current_num_threads() } else { 1 };
+    #[cfg(target_arch = "x86_64")]
+    if kernels == Kernels::Fast && crate::qdot::has_avx2() && m >= TILED_MIN_TOKENS.max(threads) {
+        // Prefill: blocks of tokens against tiles of K/V (`wide::block`).
+        // Blocks of up to MAX_BLOCK tokens, small enough to leave about
+        // four blocks per thread to balance the causal mask's uneven work.
+        let bsz = (m / (4 * threads)).clamp(1, MAX_BLOCK);
+        let rows = bsz * group;
+        let init = || BlockScratch {
+            qr: vec![0f32; rows * hd],
+            scores: vec![0f32; rows * p.n_kv],
+            max: vec![0f32; rows],
+            sum: vec![0f32; rows],
+            acc: vec![0f32; rows * hd],
+            kt: vec![0f32; TILE * hd],
+            vt: vec![0f32; TILE * hd],
+            live: Vec::new(),
+        };
+        let w = bsz * hd * p.n_head;
+        for_each_chunk(par, out, q, w, init, |s, ib, o, qb| {
+            wide::block(&ctx, s, ib, o, qb, bsz)
+        });
+        return;
+    }
+
+    #[cfg(target_arch = "x86_64")]
     if kernels == Kernels::Fast && crate::qdot::has_avx2() {
         // A task takes a whole group, unless that leaves threads idle (a
         // decode step of a model with one or two kv heads): then a head.
         // Either way each head's sums are the same.
-        let threads = if par { rayon::current_num_threads() } else { 1 };
         let per_task = if m * p.n_head_kv < 2 * threads {
             1
         } else {
@@ -205,6 +236,36 @@ struct GroupScratch {
     max: Vec<f32>,
     sum: Vec<f32>,
     qr: Vec<f32>,
+}
+
+/// Cache rows per K/V tile of the blocked prefill path: 64 rows of a
+/// 64-element head widened to f32 are 16 KiB each for K and V, in L1/L2
+/// with the block's queries.
+const TILE: usize = 64;
+
+/// Most tokens per block of the blocked prefill path (each tile is read
+/// once per block).
+const MAX_BLOCK: usize = 16;
+
+/// Fewest tokens that take the blocked path; fewer (a decode step) take
+/// the per-token grouped one, which splits a group across threads.
+pub const TILED_MIN_TOKENS: usize = 4;
+
+/// Per-task buffers of the blocked path, `rows` = tokens of a block times
+/// the heads of a group. qr: `[head_dim, rows]`; scores: `[n_kv, rows]`;
+/// max, sum: `[rows]`; acc: `[head_dim, rows]`; kt, vt: `[head_dim,
+/// TILE]`, one tile widened; live: `[n_kv / TILE]`, whether any token of
+/// the block sees a row of the tile.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct BlockScratch {
+    qr: Vec<f32>,
+    scores: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    acc: Vec<f32>,
+    kt: Vec<f32>,
+    vt: Vec<f32>,
+    live: Vec<bool>,
 }
 
 /// Per-task buffers of the plain path. scores: `[n_kv]`; kv: `[head_dim]`,
@@ -313,6 +374,301 @@ mod wide {
         }
         // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
         unsafe { tf(h, s, ig, o, q) }
+    }
+
+    /// Token block `ib` (`bsz` tokens from `ib * bsz`; fewer in the last
+    /// block) against the whole window, one kv head at a time: all query
+    /// heads of all the block's tokens that share the kv head run against
+    /// each [`TILE`]-row tile of K and V while it sits in cache, widened to
+    /// f32 once per tile. Tiles that every token of the block masks are
+    /// not read at all. Sums in the same order as [`group`] (each score is
+    /// the same `dots`, each output element adds the rows in order), so the
+    /// two agree but for a masked row's `+ 0 * v`.
+    pub(super) fn block(
+        h: &Heads,
+        s: &mut BlockScratch,
+        ib: usize,
+        o: &mut [f32],
+        q: &[f32],
+        bsz: usize,
+    ) {
+        // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
+        unsafe { block_body(h, s, ib, o, q, bsz) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn block_body(
+        h: &Heads,
+        s: &mut BlockScratch,
+        ib: usize,
+        o: &mut [f32],
+        q: &[f32],
+        bsz: usize,
+    ) {
+        let p = h.p;
+        let (hd, n_kv, n_head, g) = (p.head_dim, p.n_kv, p.n_head, h.group);
+        let nb = o.len() / (n_head * hd); // tokens in this block
+        let i0 = ib * bsz;
+        let rows = nb * g; // query rows per kv head: row b * g + t
+        let mask = &h.mask[i0 * n_kv..(i0 + nb) * n_kv];
+        let n_tiles = n_kv.div_ceil(TILE);
+        let BlockScratch {
+            qr,
+            scores,
+            max,
+            sum,
+            acc,
+            kt,
+            vt,
+            live,
+        } = s;
+        // A tile is live when some token of the block sees one of its rows.
+        live.clear();
+        live.extend((0..n_tiles).map(|t| {
+            let (j0, j1) = (t * TILE, ((t + 1) * TILE).min(n_kv));
+            (0..nb).any(|b| {
+                mask[b * n_kv + j0..b * n_kv + j1]
+                    .iter()
+                    .any(|&x| x != f32::NEG_INFINITY)
+            })
+        }));
+        for hk in 0..p.n_head_kv {
+            let at_head = hk * hd;
+            // qr: [hd, rows], the group's queries of every token, rounded
+            // to f16 as `group` rounds them.
+            for b in 0..nb {
+                for t in 0..g {
+                    let src = &q[(b * n_head + hk * g + t) * hd..][..hd];
+                    let dst = &mut qr[(b * g + t) * hd..][..hd];
+                    if h.round_q {
+                        for (d, &x) in dst.iter_mut().zip(src) {
+                            *d = f16::from_f32(x).to_f32();
+                        }
+                    } else {
+                        dst.copy_from_slice(src);
+                    }
+                }
+            }
+            max[..rows].fill(f32::NEG_INFINITY);
+            // Scores: [n_kv, rows] (row r at scores[r * n_kv..]).
+            for (ti, &alive) in live.iter().enumerate() {
+                let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));
+                if !alive {
+                    for r in 0..rows {
+                        scores[r * n_kv + j0..r * n_kv + j0 + tn].fill(f32::NEG_INFINITY);
+                    }
+                    continue;
+                }
+                for jj in 0..tn {
+                    let at = (p.kv_start + j0 + jj) * h.row + at_head;
+                    h.k.load(at, &mut kt[jj * hd..(jj + 1) * hd]);
+                }
+                let mut r0 = 0;
+                while r0 < rows {
+                    let nr = (rows - r0).min(4);
+                    let qs = &qr[r0 * hd..];
+                    for jj in 0..tn {
+                        let krow = &kt[jj * hd..(jj + 1) * hd];
+                        let mut xs = [0f32; 4];
+                        match nr {
+                            4 => xs = dots::<f32, 4>(qs, krow, hd),
+                            3 => xs[..3].copy_from_slice(&dots::<f32, 3>(qs, krow, hd)),
+                            2 => xs[..2].copy_from_slice(&dots::<f32, 2>(qs, krow, hd)),
+                            _ => xs[..1].copy_from_slice(&dots::<f32, 1>(qs, krow, hd)),
+                        }
+                        for (t, &x) in xs[..nr].iter().enumerate() {
+                            let r = r0 + t;
+                            let mk = mask[(r / g) * n_kv + j0 + jj];
+                            let sc = if mk == f32::NEG_INFINITY {
+                                f32::NEG_INFINITY
+                            } else {
+                                let mut x = x;
+                                if p.softcap > 0.0 {
+                                    x = p.softcap * (x / p.softcap).tanh();
+                                }
+                                x * p.scale + mk
+                            };
+                            scores[r * n_kv + j0 + jj] = sc;
+                            max[r] = max[r].max(sc);
+                        }
+                    }
+                    r0 += nr;
+                }
+            }
+            // Softmax as `group` does it: masked weights 0, ggml's
+            // normalize-then-round to f16 when asked.
+            for r in 0..rows {
+                let total = exp_row(&mut scores[r * n_kv..(r + 1) * n_kv], max[r]);
+                sum[r] = total;
+                if h.round_p && total > 0.0 {
+                    let inv = 1.0 / total;
+                    for sc in scores[r * n_kv..(r + 1) * n_kv].iter_mut() {
+                        *sc = f16::from_f32(*sc * inv).to_f32();
+                    }
+                }
+            }
+            // acc: [hd, rows], the weighted V rows summed tile by tile.
+            acc[..rows * hd].fill(0.0);
+            for (ti, &alive) in live.iter().enumerate() {
+                if !alive {
+                    continue;
+                }
+                let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));
+                for jj in 0..tn {
+                    let at = (p.kv_start + j0 + jj) * h.row + at_head;
+                    h.v.load(at, &mut vt[jj * hd..(jj + 1) * hd]);
+                }
+                let vt = &vt[..tn * hd];
+                let mut r0 = 0;
+                while r0 < rows {
+                    let nr = (rows - r0).min(4);
+                    let (oa, w) = (&mut acc[r0 * hd..], &scores[r0 * n_kv + j0..]);
+                    match nr {
+                        4 => weigh_tile::<4>(oa, w, n_kv, vt, hd),
+                        3 => weigh_tile::<3>(oa, w, n_kv, vt, hd),
+                        2 => weigh_tile::<2>(oa, w, n_kv, vt, hd),
+                        _ => weigh_tile::<1>(oa, w, n_kv, vt, hd),
+                    }
+                    r0 += nr;
+                }
+            }
+            for r in 0..rows {
+                let (b, t) = (r / g, r % g);
+                let dst = &mut o[(b * n_head + hk * g + t) * hd..][..hd];
+                let src = &acc[r * hd..(r + 1) * hd];
+                if max[r] == f32::NEG_INFINITY {
+                    dst.fill(0.0); // fully masked: zeros
+                } else if h.round_p {
+                    dst.copy_from_slice(src);
+                } else {
+                    let inv = 1.0 / sum[r];
+                    for (d, &x) in dst.iter_mut().zip(src) {
+                        *d = x * inv;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `o[t] += sum_jj w[t * stride + jj] * vt[jj]` for `N` rows (`o[t *
+    /// hd..]`) over the `vt.len() / hd` rows of a tile (`vt[jj * hd..][..hd]`),
+    /// a 16-element chunk of each row's sum in registers across the tile.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn weigh_tile<const N: usize>(o: &mut [f32], w: &[f32], stride: usize, vt: &[f32], hd: usize) {
+        let tn = vt.len() / hd;
+        let mut d = 0;
+        while d + 16 <= hd {
+            let mut a0 = [_mm256_setzero_ps(); N];
+            let mut a1 = [_mm256_setzero_ps(); N];
+            for t in 0..N {
+                a0[t] = f32::ld8(o, t * hd + d);
+                a1[t] = f32::ld8(o, t * hd + d + 8);
+            }
+            for jj in 0..tn {
+                let (v0, v1) = (f32::ld8(vt, jj * hd + d), f32::ld8(vt, jj * hd + d + 8));
+                for t in 0..N {
+                    let wj = _mm256_set1_ps(w[t * stride + jj]);
+                    a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
+                    a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
+                }
+            }
+            for t in 0..N {
+                st(o, t * hd + d, a0[t]);
+                st(o, t * hd + d + 8, a1[t]);
+            }
+            d += 16;
+        }
+        for t in 0..N {
+            for e in d..hd {
+                let mut x = o[t * hd + e];
+                for jj in 0..tn {
+                    x += w[t * stride + jj] * vt[jj * hd + e];
+                }
+                o[t * hd + e] = x;
+            }
+        }
+    }
+
+    /// `x = exp(x - max)` for every `x` of `row` (-inf to 0), and their sum.
+    /// Eight at a time in a polynomial `exp` (Cephes' `expf`: range
+    /// reduction by ln 2, a degree-5 polynomial; within 2 ulp of f32's own
+    /// for the arguments <= 0 a softmax gives it), a scalar libm call per
+    /// score having been the largest cost of prefill at depth. Both fast
+    /// paths use it, so they agree bit for bit.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn exp_row(row: &mut [f32], max: f32) -> f32 {
+        let n = row.len();
+        let (vmax, ninf) = (_mm256_set1_ps(max), _mm256_set1_ps(f32::NEG_INFINITY));
+        let mut acc = _mm256_setzero_ps();
+        let mut j = 0;
+        while j + 8 <= n {
+            let x = f32::ld8(row, j);
+            let dead = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, ninf);
+            let e = _mm256_andnot_ps(dead, exp8(_mm256_sub_ps(x, vmax)));
+            st(row, j, e);
+            acc = _mm256_add_ps(acc, e);
+            j += 8;
+        }
+        let mut total = hsum_f32(acc);
+        if j < n {
+            // The tail through the same vector code, padded with -inf.
+            let mut pad = [f32::NEG_INFINITY; 8];
+            pad[..n - j].copy_from_slice(&row[j..]);
+            let x = f32::ld8(&pad, 0);
+            let dead = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, ninf);
+            let e = _mm256_andnot_ps(dead, exp8(_mm256_sub_ps(x, vmax)));
+            st(&mut pad, 0, e);
+            for (d, &e) in row[j..].iter_mut().zip(&pad) {
+                *d = e;
+                total += e;
+            }
+        }
+        total
+    }
+
+    /// [`exp_row`] for the unit test (the caller checked AVX2).
+    #[cfg(test)]
+    pub(super) fn exp_row_for_test(row: &mut [f32], max: f32) -> f32 {
+        // SAFETY: the test calls this only after `has_avx2()`.
+        unsafe { exp_row(row, max) }
+    }
+
+    /// `exp(x)` of 8 lanes (Cephes' `expf`); arguments below -87.3 give
+    /// about 1e-38 rather than 0 (the caller zeroes masked lanes itself).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn exp8(x: __m256) -> __m256 {
+        let x = _mm256_min_ps(x, _mm256_set1_ps(88.376_26));
+        let x = _mm256_max_ps(x, _mm256_set1_ps(-87.336_55));
+        // n = round(x / ln 2); r = x - n ln 2 in two steps (hi exact in f32).
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut y = _mm256_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            0.166_666_65,
+            0.5,
+        ] {
+            y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
+        }
+        let y = _mm256_fmadd_ps(
+            y,
+            _mm256_mul_ps(r, r),
+            _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+        );
+        // y * 2^n: n added to the exponent field.
+        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        ));
+        _mm256_mul_ps(y, _mm256_castsi256_ps(e))
     }
 
     /// A cache element type: 8 of them from `at`, or one, as f32.
@@ -501,15 +857,7 @@ mod wide {
             }
         }
         for t in 0..gsz {
-            let mut total = 0f32;
-            for sc in scores[t * n_kv..(t + 1) * n_kv].iter_mut() {
-                if *sc == f32::NEG_INFINITY {
-                    *sc = 0.0;
-                    continue;
-                }
-                *sc = (*sc - max[t]).exp();
-                total += *sc;
-            }
+            let total = exp_row(&mut scores[t * n_kv..(t + 1) * n_kv], max[t]);
             sum[t] = total;
             if h.round_p && total > 0.0 {
                 // ggml normalizes first, then rounds the weights to f16.
@@ -618,5 +966,50 @@ fn weigh_v(o: &mut [f32], w: &[f32], v: &[f32], row: usize) {
                 *o += wj * vv;
             }
         }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    /// `wide::exp_row`'s polynomial vs libm's `exp`: Cephes' `expf` is
+    /// within 2 ulp; 4 ulp of relative error (2^-21) leaves room.
+    const EXP_REL_TOL: f32 = 4.0 * f32::EPSILON / 2.0;
+
+    #[test]
+    fn exp_row_matches_libm_and_zeroes_masked() {
+        if !crate::qdot::has_avx2() {
+            return; // the scalar twin is the plain path's own `exp`
+        }
+        // 0 down to -100 (past f32's smallest normal) in odd steps, a -inf
+        // every 7th, and a tail of 3 after the 8-wide chunks.
+        let mut row: Vec<f32> = (0..1003)
+            .map(|i| {
+                if i % 7 == 3 {
+                    f32::NEG_INFINITY
+                } else {
+                    1.5 - i as f32 * 0.0997
+                }
+            })
+            .collect();
+        let want: Vec<f32> = row
+            .iter()
+            .map(|&x| {
+                if x == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (x - 1.5).exp()
+                }
+            })
+            .collect();
+        let sum = super::wide::exp_row_for_test(&mut row, 1.5);
+        for (j, (&g, &w)) in row.iter().zip(&want).enumerate() {
+            let err = (g - w).abs();
+            assert!(
+                err <= EXP_REL_TOL * w || err < 1e-37,
+                "exp at {j}: got {g:e}, libm {w:e}"
+            );
+        }
+        let total: f32 = want.iter().sum();
+        assert!((sum - total).abs() <= 1e-5 * total, "sum {sum} vs {total}");
     }
 }

@@ -334,3 +334,107 @@ fn empty_windows_and_ungrouped_heads_give_zeros() {
         assert!(out.iter().all(|&x| x == 0.0), "{kernels:?} 4 heads over 3");
     }
 }
+
+/// Causal mask over a sliding window of `w` rows: token i (at row
+/// n_kv - m + i) sees rows (pos - w, pos]. Whole tiles of the window's start
+/// are masked for every token of a late block.
+fn sliding(n_kv: usize, m: usize, w: usize) -> Vec<f32> {
+    let mut mask = causal(n_kv, m);
+    for i in 0..m {
+        let pos = n_kv - m + i;
+        for j in 0..(pos + 1).saturating_sub(w) {
+            mask[i * n_kv + j] = f32::NEG_INFINITY;
+        }
+    }
+    mask
+}
+
+/// Prefill at depth (the blocked path: windows of several 64-row tiles and
+/// a partial one, blocks of tokens and a partial last block): against f64
+/// and the plain loops (`run`), and, bit for bit, against the same tokens
+/// attended one at a time (the per-token grouped path), each on one thread
+/// and on the pool. GQA 1, 3 and 4 heads per kv head, F32 and F16 caches,
+/// causal and sliding-window masks (whole tiles masked), soft-capping.
+#[test]
+fn prefill_at_depth_blocks_and_tiles() {
+    let cases: [(usize, usize, usize, usize, usize, f32); 4] = [
+        // (n_head, n_head_kv, head_dim, n_kv, m, softcap)
+        (9, 3, 64, 64 * 3 + 17, 37, 0.0),
+        (4, 4, 32, 64 * 4, 70, 0.0),
+        (8, 2, 40, 64 * 2 + 5, 21, 2.5),
+        (4, 1, 136, 150, 9, 0.0),
+    ];
+    for (n, &(nh, nkv, hd, n_kv, m, cap)) in cases.iter().enumerate() {
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            for (mname, mask) in [
+                ("causal", causal(n_kv, m)),
+                ("sliding", sliding(n_kv, m, 70)),
+            ] {
+                let mut c = Case {
+                    p: params(nh, nkv, hd, n_kv),
+                    m,
+                    n_rows: n_kv + 2,
+                    cache_ty: ty,
+                    mask,
+                };
+                c.p.kv_start = 2;
+                c.p.softcap = cap;
+                c.p.scale = 0.5 / (hd as f32).sqrt();
+                let name = format!("depth {nh}/{nkv} hd {hd} n_kv {n_kv} m {m} {ty} {mname}");
+                run(&name, &c, 90 + n as u64);
+                batch_equals_tokens(&name, &c, 190 + n as u64);
+            }
+        }
+    }
+}
+
+/// `attention_with(Fast)` of `c.m` tokens equals, bit for bit, each token
+/// alone (one query, its mask row), with and without ggml's f16 rounding,
+/// on one thread and on the pool.
+fn batch_equals_tokens(name: &str, c: &Case, seed: u64) {
+    let mut rng = Rng(seed);
+    let p = &c.p;
+    let (hd, row) = (p.head_dim, p.head_dim * p.n_head_kv);
+    let qv: Vec<f32> = rng
+        .vec(hd * p.n_head * c.m)
+        .iter()
+        .map(|x| x * 2.0)
+        .collect();
+    let kvals = rng.vec(row * c.n_rows);
+    let vvals = rng.vec(row * c.n_rows);
+    let kh: Vec<f16> = kvals.iter().map(|&x| f16::from_f32(x)).collect();
+    let vh: Vec<f16> = vvals.iter().map(|&x| f16::from_f32(x)).collect();
+    let (kc, vc) = if c.cache_ty == GgmlType::F16 {
+        (Cache::F16(&kh), Cache::F16(&vh))
+    } else {
+        (Cache::F32(&kvals), Cache::F32(&vvals))
+    };
+    let w = hd * p.n_head;
+    for ggml_f16 in [false, true] {
+        let mut one = vec![0f32; w * c.m];
+        for i in 0..c.m {
+            let mask_i = &c.mask[i * p.n_kv..(i + 1) * p.n_kv];
+            let (q_i, o_i) = (&qv[i * w..(i + 1) * w], &mut one[i * w..(i + 1) * w]);
+            glint_cpu::attention_with(Kernels::Fast, false, q_i, kc, vc, mask_i, p, o_i, ggml_f16);
+        }
+        for par in [false, true] {
+            let mut batch = vec![7f32; w * c.m];
+            glint_cpu::attention_with(
+                Kernels::Fast,
+                par,
+                &qv,
+                kc,
+                vc,
+                &c.mask,
+                p,
+                &mut batch,
+                ggml_f16,
+            );
+            assert!(
+                batch == one,
+                "{name}: batch of {} vs one at a time, f16 rounding {ggml_f16}, par {par}",
+                c.m
+            );
+        }
+    }
+}
