@@ -248,8 +248,12 @@ const TILE: usize = 64;
 const MAX_BLOCK: usize = 16;
 
 /// Fewest tokens that take the blocked path; fewer (a decode step) take
-/// the per-token grouped one, which splits a group across threads.
-pub const TILED_MIN_TOKENS: usize = 4;
+/// the per-token grouped one, which splits a group across threads. A
+/// server's decode step holds one token per slot, often of sequences in
+/// different streams: no tile is masked for all of them, so a block would
+/// score every tile for every token; below a block's worth of tokens the
+/// per-token path, which skips each token's masked rows, is the faster.
+pub const TILED_MIN_TOKENS: usize = 16;
 
 /// Per-task buffers of the blocked path, `rows` = tokens of a block times
 /// the heads of a group. qr: `[head_dim, rows]`; scores: `[n_kv, rows]`;

@@ -362,7 +362,7 @@ fn prefill_at_depth_blocks_and_tiles() {
         (9, 3, 64, 64 * 3 + 17, 37, 0.0),
         (4, 4, 32, 64 * 4, 70, 0.0),
         (8, 2, 40, 64 * 2 + 5, 21, 2.5),
-        (4, 1, 136, 150, 9, 0.0),
+        (4, 1, 136, 150, 17, 0.0),
     ];
     for (n, &(nh, nkv, hd, n_kv, m, cap)) in cases.iter().enumerate() {
         for ty in [GgmlType::F32, GgmlType::F16] {
