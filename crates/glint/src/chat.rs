@@ -70,8 +70,6 @@ impl Chat {
     /// The template of the model in `gguf`, rendered with the BOS and EOS
     /// texts of `tok`.
     pub fn new(gguf: &GgufFile, tok: &Tokenizer) -> Result<Chat, Error> {
-        let text = |id: Option<u32>| id.and_then(|id| tok.token_text(id)).unwrap_or("");
-        let (bos, eos) = (text(tok.bos()), text(tok.eos()));
         let (source, origin) = match gguf.get_str("tokenizer.chat_template")? {
             Some(source) => (source, TemplateOrigin::Model),
             None => {
@@ -82,23 +80,22 @@ impl Chat {
                 (source, TemplateOrigin::Fallback(name))
             }
         };
-        Ok(Chat {
-            template: ChatTemplate::new(source, bos, eos)?,
-            source: source.to_string(),
-            origin,
-            add_bos: tok.add_bos(),
-            add_eos: tok.add_eos(),
-        })
+        Chat::build(source, origin, tok)
     }
 
     /// A chat with the Jinja template `source` instead of the model's
     /// (llama-server's `--chat-template-file`).
     pub fn from_source(source: &str, tok: &Tokenizer) -> Result<Chat, Error> {
+        Chat::build(source, TemplateOrigin::Given, tok)
+    }
+
+    /// `source` compiled with the BOS and EOS texts of `tok`.
+    fn build(source: &str, origin: TemplateOrigin, tok: &Tokenizer) -> Result<Chat, Error> {
         let text = |id: Option<u32>| id.and_then(|id| tok.token_text(id)).unwrap_or("");
         Ok(Chat {
             template: ChatTemplate::new(source, text(tok.bos()), text(tok.eos()))?,
             source: source.to_string(),
-            origin: TemplateOrigin::Given,
+            origin,
             add_bos: tok.add_bos(),
             add_eos: tok.add_eos(),
         })
