@@ -24,14 +24,9 @@ use crate::{body_json, request, Shared};
 /// Most token ids `/detokenize` takes at once.
 const MAX_DETOKENIZE: usize = 1 << 20;
 
+/// A boolean field of `body`, `default` when absent or null.
 fn flag(body: &serde_json::Map<String, Value>, key: &str, default: bool) -> Result<bool, ApiError> {
-    match body.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(ApiError::bad_request(format!(
-            "`{key}` must be true or false"
-        ))),
-    }
+    Ok(request::Fields(body).bool(key)?.unwrap_or(default))
 }
 
 /// `{"content", "add_special": false, "parse_special": true, "with_pieces":

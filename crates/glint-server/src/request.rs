@@ -48,7 +48,7 @@ pub fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 
 /// Typed getters: a missing key or `null` is `None`; a value of the wrong
 /// type is a 400 naming the field.
-struct Fields<'a>(&'a Map<String, Value>);
+pub(crate) struct Fields<'a>(pub(crate) &'a Map<String, Value>);
 
 fn wrong(key: &str, what: &str) -> ApiError {
     ApiError::bad_request(format!("`{key}` must be {what}"))
@@ -79,7 +79,7 @@ impl Fields<'_> {
         }
     }
 
-    fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
+    pub(crate) fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
