@@ -1172,6 +1172,7 @@ fn llama_server_flags_parse_apply_or_are_refused_by_name() {
         (&["--no-jinja"][..], "--no-jinja"),
         (&["--frobnicate"][..], "--frobnicate"),
         (&["-gan", "4", "-gaw", "6"][..], "multiple"),
+        (&["--seed", "4294967296"][..], "--seed"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_glint"))
             .arg("serve")

@@ -283,13 +283,20 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         type_k: cache_type(p, "cache-type-k")?,
         type_v: cache_type(p, "cache-type-v")?,
     };
-    let defaults = glint_server::RequestDefaults {
-        n_predict: num::<i64>(p, "n-predict")?.and_then(|n| usize::try_from(n).ok()),
-        temp: num(p, "temp")?,
-        seed: num::<i64>(p, "seed")?.and_then(|s| u32::try_from(s).ok()),
-        ga_n: num(p, "grp-attn-n")?.unwrap_or(1),
-        ga_w: num(p, "grp-attn-w")?.unwrap_or(512),
-    };
+    let defaults =
+        glint_server::RequestDefaults {
+            n_predict: num::<i64>(p, "n-predict")?.and_then(|n| usize::try_from(n).ok()),
+            temp: num(p, "temp")?,
+            // -1 is llama-server's "random"; anything else must be a u32 seed.
+            seed: match num::<i64>(p, "seed")? {
+                None | Some(-1) => None,
+                Some(s) => Some(u32::try_from(s).map_err(|_| {
+                    format!("--seed {s}: a seed is -1 (random) or 0..={}", u32::MAX)
+                })?),
+            },
+            ga_n: num(p, "grp-attn-n")?.unwrap_or(1),
+            ga_w: num(p, "grp-attn-w")?.unwrap_or(512),
+        };
     glint::generate::validate_self_extend(defaults.ga_n, defaults.ga_w)
         .map_err(|e| format!("serve: {e}"))?;
     if defaults.ga_n > 1 && p.has("context-shift") {
