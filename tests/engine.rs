@@ -5,7 +5,7 @@
 
 mod common;
 
-use glint::engine::{Event, FinishReason, Request, StopReason, Usage};
+use glint::engine::{Event, FinishReason, Request, StopReason, TokenLogprob, Usage};
 use glint::{ContextParams, Engine, EngineParams, Model};
 
 /// A finished request: each choice's tokens and text, its stop reason and
@@ -16,6 +16,44 @@ struct Choice {
     text: String,
     stop: Option<StopReason>,
     usage: Usage,
+    /// Each token's log-probabilities (with the 2 best).
+    logprobs: Vec<TokenLogprob>,
+}
+
+/// Greedy runs whose batches differed (alone vs beside other choices, cold
+/// vs from a cached or shared prefix) are not bit-identical on the cpu
+/// backend: where other sequences' cells sit between a sequence's own in a
+/// unified cache, attention sums its rows in other groups, and the 8-bit
+/// quantization of activations turns those last bits into visible logit
+/// changes. A greedy step may flip only where the two best tokens lie this
+/// close (in log-probability, in both runs). The same bound as the serve
+/// tests' `NEAR_TIE`.
+const NEAR_TIE: f32 = 0.5;
+
+/// Asserts that two greedy runs give the same tokens, or part only at a
+/// near-tie (each run's token within `NEAR_TIE` of the other's, in both
+/// runs); returns how many leading tokens they share.
+fn agree_up_to_near_tie(a: &Choice, b: &Choice, what: &str) -> usize {
+    let same = a
+        .tokens
+        .iter()
+        .zip(&b.tokens)
+        .take_while(|(x, y)| x == y)
+        .count();
+    if same < a.tokens.len().min(b.tokens.len()) {
+        let (x, y) = (&a.logprobs[same], &b.logprobs[same]);
+        for (mine, other) in [(x, y.token), (y, x.token)] {
+            let alt = mine.top.iter().find(|t| t.0 == other).map(|t| t.2);
+            assert!(
+                alt.is_some_and(|l| (mine.logprob - l).abs() <= NEAR_TIE),
+                "{what}: the runs part at token {same} ({} vs {}), no near-tie: {} vs {alt:?}",
+                x.token,
+                y.token,
+                mine.logprob,
+            );
+        }
+    }
+    same
 }
 
 fn engine(model: &Model, n_ctx: u32, n_slots: u32) -> Engine {
@@ -40,10 +78,14 @@ fn collect(events: &glint::engine::Events, n: usize) -> Vec<Choice> {
     while done < n {
         match events.recv().expect("the engine is running") {
             Event::Delta {
-                index, token, text, ..
+                index,
+                token,
+                text,
+                logprob,
             } => {
                 out[index].tokens.extend(token);
                 out[index].text.push_str(&text);
+                out[index].logprobs.extend(logprob);
             }
             Event::Done {
                 index,
@@ -73,6 +115,7 @@ fn request(ids: Vec<u32>, max_tokens: usize) -> Request {
     r.sampling.temp = 0.0;
     r.max_tokens = Some(max_tokens);
     r.ignore_eos = true;
+    r.logprobs = Some(2);
     r
 }
 
@@ -88,7 +131,7 @@ fn n_choices_decode_the_prompt_once_and_each_equals_its_solo_run() {
     let choices = run(&e, req);
     let solo = run(&engine(&model, 1024, 4), request(ids.clone(), 12));
     for c in &choices {
-        assert_eq!(c.tokens, solo[0].tokens);
+        agree_up_to_near_tie(c, &solo[0], "a choice vs the solo run");
         assert_eq!(c.stop, Some(StopReason::NPredict));
         assert_eq!(c.usage.prompt_tokens, ids.len());
         assert_eq!(c.usage.completion_tokens, 12);
@@ -141,7 +184,7 @@ fn a_busy_slots_prefix_is_shared_into_a_new_request_and_gives_the_cold_tokens() 
     }
     let warm_b = run(&e, request(b.clone(), 16));
     assert_eq!(warm_b[0].usage.cached_tokens, common);
-    assert_eq!(warm_b[0].tokens, cold_b[0].tokens);
+    agree_up_to_near_tie(&warm_b[0], &cold_b[0], "warm vs cold");
     assert_eq!(cold_b[0].usage.cached_tokens, 0);
     // A goes on undisturbed.
     let rest_a = collect(&ev_a, 1);
@@ -194,8 +237,8 @@ fn self_extend_copies_shared_cells_so_each_choice_equals_the_solo_run() {
     let both = run(&engine(&model, 1024, 4), req(2));
     let solo = run(&engine(&model, 1024, 4), req(1));
     let plain = run(&engine(&model, 1024, 4), request(ids.clone(), 24));
-    assert_eq!(both[0].tokens, solo[0].tokens);
-    assert_eq!(both[1].tokens, solo[0].tokens);
+    agree_up_to_near_tie(&both[0], &solo[0], "choice 0 vs solo");
+    agree_up_to_near_tie(&both[1], &solo[0], "choice 1 vs solo");
     // Self-extend did change the positions the model saw.
     assert_ne!(solo[0].tokens, plain[0].tokens);
 }
@@ -230,7 +273,7 @@ fn a_cut_prefix_comes_back_from_the_ram_cache_with_the_cold_tokens() {
     run(&e, request(c, 4)); // slot 0 (least recently used) cuts A: saved
     let warm_d = run(&e, request(d.clone(), 12));
     assert_eq!(warm_d[0].usage.cached_tokens, a.len());
-    assert_eq!(warm_d[0].tokens, cold_d[0].tokens);
+    agree_up_to_near_tie(&warm_d[0], &cold_d[0], "warm vs cold");
 
     // Without a RAM cache the same sequence prefills D from scratch.
     let ctx = ContextParams {

@@ -102,27 +102,39 @@ fn four_concurrent_requests_each_get_what_they_get_alone() {
         "Count from one to five.",
         "Why is the sky blue?",
     ];
-    let alone: Vec<String> = questions
+    // Logprobs say whether a parting of the greedy texts is a near-tie.
+    let body = |q: &str| {
+        let mut b = chat_body(q, 20);
+        b["logprobs"] = json!(true);
+        b["top_logprobs"] = json!(2);
+        b
+    };
+    let alone: Vec<Value> = questions
         .iter()
-        .map(|q| chat_text(&s.post("/v1/chat/completions", &chat_body(q, 20)).1))
+        .map(|q| s.post("/v1/chat/completions", &body(q)).1)
         .collect();
-    let together: Vec<String> = std::thread::scope(|sc| {
+    let together: Vec<Value> = std::thread::scope(|sc| {
         let hs: Vec<_> = questions
             .iter()
             .map(|q| {
                 let s = &s;
-                sc.spawn(move || s.post("/v1/chat/completions", &chat_body(q, 20)))
+                sc.spawn(move || s.post("/v1/chat/completions", &body(q)))
             })
             .collect();
         hs.into_iter()
             .map(|h| {
                 let (status, v) = h.join().unwrap();
                 assert_eq!(status, 200, "{v}");
-                chat_text(&v)
+                v
             })
             .collect()
     });
-    assert_eq!(together, alone);
+    for (i, q) in questions.iter().enumerate() {
+        let same = agree_up_to_near_tie(&together[i], &alone[i], q);
+        if same == steps(&alone[i]).len() {
+            assert_eq!(chat_text(&together[i]), chat_text(&alone[i]), "{q}");
+        }
+    }
 }
 
 #[test]
@@ -134,6 +146,8 @@ fn a_shared_prefix_is_reused_and_gives_the_cold_tokens() {
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
             "max_tokens": 16,
             "temperature": 0,
+            "logprobs": true,
+            "top_logprobs": 2,
         })
     };
     let (a, b) = (
@@ -171,14 +185,14 @@ fn a_shared_prefix_is_reused_and_gives_the_cold_tokens() {
         warm["usage"]["prompt_tokens_details"]["cached_tokens"],
         common
     );
-    assert_eq!(chat_text(&warm), chat_text(&cold));
+    agree_up_to_near_tie(&warm, &cold, "warm vs cold");
     // The same prompt again: all but the last token come from the cache.
     let (_, again) = s.post("/v1/chat/completions", &b);
     assert_eq!(
         again["usage"]["prompt_tokens_details"]["cached_tokens"],
         ib.len() - 1
     );
-    assert_eq!(chat_text(&again), chat_text(&cold));
+    agree_up_to_near_tie(&again, &cold, "again vs cold");
     drop(s);
 
     // With the RAM cache (on by default), what A cut of B's cells was saved
@@ -191,7 +205,7 @@ fn a_shared_prefix_is_reused_and_gives_the_cold_tokens() {
         warm["usage"]["prompt_tokens_details"]["cached_tokens"],
         ib.len() - 1
     );
-    assert_eq!(chat_text(&warm), chat_text(&cold));
+    agree_up_to_near_tie(&warm, &cold, "warm vs cold");
 }
 
 #[test]
@@ -384,8 +398,7 @@ fn a_full_shared_cache_ends_only_the_slot_that_finds_no_cell() {
     // both fit; the one that finds no cell ends with "length", the other
     // takes its cells and gets all of its tokens, as it would alone.
     let s = Server::start(&["-c", "256"]);
-    let body =
-        |p: &str| json!({"prompt": p, "max_tokens": 200, "temperature": 0, "ignore_eos": true});
+    let body = |p: &str| json!({"prompt": p, "max_tokens": 200, "temperature": 0, "ignore_eos": true, "logprobs": 2});
     let prompts = [
         "Once upon a time there was a baker",
         "The history of the Roman empire",
@@ -419,15 +432,13 @@ fn a_full_shared_cache_ends_only_the_slot_that_finds_no_cell() {
     assert_eq!(together[l]["choices"][0]["finish_reason"], "length");
     // Batched decodes are not bit-identical to single ones on the cpu
     // backend (other summation orders), so over 200 greedy tokens a near-tie
-    // may flip: both must follow their solo text for a good while, the one
+    // may flip: both follow their solo text up to a near-tie at most, the one
     // cut short included (it kept what it had, nothing of the other's).
     for i in [w, l] {
-        let (a, b) = (text_of(&together[i]), text_of(&alone[i]));
-        let same = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
-        assert!(
-            same >= 100,
-            "slot {i} left its solo text after {same} chars:\n{a:?}\n{b:?}"
-        );
+        let same = agree_up_to_near_tie(&together[i], &alone[i], prompts[i]);
+        if same == n[i] as usize {
+            assert!(text_of(&alone[i]).starts_with(&text_of(&together[i])));
+        }
     }
 }
 

@@ -197,3 +197,84 @@ pub fn stream_text(data: &[String]) -> String {
         })
         .collect()
 }
+
+/// Two greedy runs of one prompt whose batches differed (alone vs beside
+/// other slots, cold vs from a cached prefix) are not bit-identical on the
+/// cpu backend: where another slot's cells sit between a slot's own in a
+/// unified cache, attention sums its rows in other groups, and the 8-bit
+/// quantization of activations turns those last bits into visible logit
+/// changes (one such run moved the same tokens' logprobs by up to 0.13 over
+/// 57 steps; llama.cpp's own configurations differ by up to 1.4 in logits).
+/// A greedy step may flip only where its two best tokens lie this close (in
+/// log-probability, in both runs).
+pub const NEAR_TIE: f64 = 0.5;
+
+/// One response's steps: (token, logprob, top alternatives), from a chat
+/// (`logprobs.content`) or a completion (`tokens`, `token_logprobs`,
+/// `top_logprobs`) asked with logprobs and at least 2 top logprobs.
+pub fn steps(v: &Value) -> Vec<(String, f64, Vec<(String, f64)>)> {
+    let lp = &v["choices"][0]["logprobs"];
+    if let Some(content) = lp["content"].as_array() {
+        return content
+            .iter()
+            .map(|s| {
+                let top = s["top_logprobs"].as_array().unwrap();
+                let top = top
+                    .iter()
+                    .map(|t| {
+                        (
+                            t["token"].as_str().unwrap().to_string(),
+                            t["logprob"].as_f64().unwrap(),
+                        )
+                    })
+                    .collect();
+                (
+                    s["token"].as_str().unwrap().to_string(),
+                    s["logprob"].as_f64().unwrap(),
+                    top,
+                )
+            })
+            .collect();
+    }
+    let tokens = lp["tokens"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no logprobs: {v}"));
+    tokens
+        .iter()
+        .zip(lp["token_logprobs"].as_array().unwrap())
+        .zip(lp["top_logprobs"].as_array().unwrap())
+        .map(|((t, l), top)| {
+            let top = top
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, x)| (k.clone(), x.as_f64().unwrap()))
+                .collect();
+            (t.as_str().unwrap().to_string(), l.as_f64().unwrap(), top)
+        })
+        .collect()
+}
+
+/// How many leading tokens two greedy runs share, after asserting that they
+/// part (if they do) only at a near-tie: each run's token is within
+/// `NEAR_TIE` of the other's in both runs' top logprobs.
+pub fn agree_up_to_near_tie(a: &Value, b: &Value, what: &str) -> usize {
+    let (sa, sb) = (steps(a), steps(b));
+    let same = sa.iter().zip(&sb).take_while(|(x, y)| x.0 == y.0).count();
+    if same < sa.len().min(sb.len()) {
+        let (x, y) = (&sa[same], &sb[same]);
+        for (run, mine, other) in [("first", x, &y.0), ("second", y, &x.0)] {
+            let alt = mine.2.iter().find(|(t, _)| t == other).map(|p| p.1);
+            let gap = alt.map(|l| mine.1 - l);
+            assert!(
+                gap.is_some_and(|g| g.abs() <= NEAR_TIE),
+                "{what}: the runs part at token {same} ({:?} vs {:?}), no near-tie in the {run} run: \
+                 its token {:.4}, the other's {alt:?}",
+                x.0,
+                y.0,
+                mine.1,
+            );
+        }
+    }
+    same
+}
