@@ -209,10 +209,13 @@ pub fn stream_text(data: &[String]) -> String {
 /// log-probability, in both runs).
 pub const NEAR_TIE: f64 = 0.5;
 
-/// One response's steps: (token, logprob, top alternatives), from a chat
+/// One generated token: its text, its logprob, the top alternatives.
+pub type Step = (String, f64, Vec<(String, f64)>);
+
+/// One response's steps, from a chat
 /// (`logprobs.content`) or a completion (`tokens`, `token_logprobs`,
 /// `top_logprobs`) asked with logprobs and at least 2 top logprobs.
-pub fn steps(v: &Value) -> Vec<(String, f64, Vec<(String, f64)>)> {
+pub fn steps(v: &Value) -> Vec<Step> {
     let lp = &v["choices"][0]["logprobs"];
     if let Some(content) = lp["content"].as_array() {
         return content
