@@ -1148,6 +1148,7 @@ fn llama_server_flags_parse_apply_or_are_refused_by_name() {
         "f16",
         "-ctv",
         "f32",
+        "--no-jinja",
     ]);
     let (_, models) = s.get("/v1/models");
     let models: Value = serde_json::from_slice(&models).unwrap();
@@ -1180,7 +1181,6 @@ fn llama_server_flags_parse_apply_or_are_refused_by_name() {
         (&["--lora", "x.gguf"][..], "--lora"),
         (&["--spec-draft-n-max", "4"][..], "--spec-draft-n-max"),
         (&["--mmproj", "x.gguf"][..], "--mmproj"),
-        (&["--no-jinja"][..], "--no-jinja"),
         (&["--frobnicate"][..], "--frobnicate"),
         (&["-gan", "4", "-gaw", "6"][..], "multiple"),
         (&["--seed", "4294967296"][..], "--seed"),

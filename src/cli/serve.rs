@@ -158,7 +158,7 @@ const FLAGS: &[Flag] = &[
     flag!("no-cache-idle-slots", [], None, "do not keep idle slots' prefixes in RAM (as --cache-ram 0)"),
     flag!("tags", [], Some("LIST"), "accepted, for llama-server's command lines (glint shows no tags)"),
     flag!("jinja", [], None, "accepted: glint always renders chat templates with Jinja"),
-    flag!("no-jinja", [], None, "refused: glint has no non-Jinja template engine"),
+    flag!("no-jinja", [], None, "accepted with a notice: glint renders the model's template with Jinja either way"),
     flag!("verbose", ["-v"], None, "accepted: glint logs one line per event already"),
     flag!("cont-batching", ["-cb"], None, "accepted: continuous batching is always on"),
     flag!("n-gpu-layers", ["-ngl"], Some("N"), "accepted with a notice: glint puts the whole model on one backend (--backend)"),
@@ -209,7 +209,6 @@ fn cache_type(p: &Parsed, flag: &str) -> Result<glint::CacheType, String> {
 /// those that ask for what glint lacks: an error.
 fn notices(p: &Parsed) -> Result<(), String> {
     let refused = [
-        ("no-jinja", "glint renders chat templates with Jinja only"),
         ("embedding", "embeddings are not served yet"),
         ("pooling", "embeddings are not served yet"),
         ("reranking", "reranking is not supported"),
@@ -240,6 +239,14 @@ fn notices(p: &Parsed) -> Result<(), String> {
             "reasoning_content is not split out yet: it stays in content",
         ),
         ("tags", "tags are not shown"),
+        // llama.cpp's test suite passes --no-jinja to every server that
+        // does not ask for --jinja: its built-in (non-Jinja) formatters
+        // give the same prompts as the model's template for the templates
+        // glint knows, and glint has only the template.
+        (
+            "no-jinja",
+            "glint renders the model's chat template with Jinja either way",
+        ),
     ];
     for (flag, note) in notes.iter().filter(|(f, _)| p.has(f)) {
         eprintln!("glint serve: --{flag} accepted: {note}");
