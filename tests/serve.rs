@@ -566,7 +566,7 @@ fn metrics_count_what_the_responses_report() {
     let empty = parse_prometheus(&scrape());
     assert_eq!(metric(&empty, "llamacpp:prompt_tokens_total"), 0.0);
     assert_eq!(
-        histogram_count(&empty, "llamacpp:time_to_first_token_seconds"),
+        histogram_count(&empty, "glint:time_to_first_token_seconds"),
         0.0
     );
 
@@ -618,6 +618,9 @@ fn metrics_count_what_the_responses_report() {
     };
     assert!(cached(&usages[1]) > 0, "{}", usages[1]);
 
+    // The engine publishes its busy count after the step that finished the
+    // last request, which may come just after that request's response.
+    s.wait_processing(0, Duration::from_secs(5));
     let m = parse_prometheus(&scrape());
     let n_requests = usages.len() as f64;
     assert_eq!(
@@ -633,11 +636,11 @@ fn metrics_count_what_the_responses_report() {
         sum(&|u| field(u, "completion_tokens"))
     );
     assert_eq!(
-        histogram_count(&m, "llamacpp:time_to_first_token_seconds"),
+        histogram_count(&m, "glint:time_to_first_token_seconds"),
         n_requests
     );
     assert_eq!(
-        histogram_count(&m, "llamacpp:inter_token_latency_seconds"),
+        histogram_count(&m, "glint:inter_token_latency_seconds"),
         sum(&|u| field(u, "completion_tokens") - 1)
     );
     for name in [
@@ -645,14 +648,26 @@ fn metrics_count_what_the_responses_report() {
         "llamacpp:tokens_predicted_seconds_total",
         "llamacpp:prompt_tokens_seconds",
         "llamacpp:predicted_tokens_seconds",
-        "llamacpp:time_to_first_token_seconds_sum",
-        "llamacpp:inter_token_latency_seconds_sum",
+        "glint:time_to_first_token_seconds_sum",
+        "glint:inter_token_latency_seconds_sum",
     ] {
         let v = metric(&m, name);
         assert!(v > 0.0 && v.is_finite(), "{name} = {v}");
     }
     assert_eq!(metric(&m, "llamacpp:requests_processing"), 0.0);
     assert_eq!(metric(&m, "llamacpp:requests_deferred"), 0.0);
+    // Every token after a request's first comes from a decode step of its
+    // own (one token per slot per batch), and prompts take at least one.
+    let decodes = metric(&m, "llamacpp:n_decode_total");
+    let steps = sum(&|u| field(u, "completion_tokens") - 1);
+    assert!(
+        decodes >= steps / n_requests + 1.0
+            && decodes <= steps + sum(&|u| field(u, "prompt_tokens")),
+        "{decodes} decodes, {steps} steps"
+    );
+    let per = metric(&m, "llamacpp:n_busy_slots_per_decode");
+    assert!((1.0..=4.0).contains(&per), "{per} busy slots per decode");
+    assert!(metric(&m, "llamacpp:n_tokens_max") >= 1.0);
     // The rate gauges cover the time since the previous scrape.
     let again = parse_prometheus(&scrape());
     assert_eq!(metric(&again, "llamacpp:prompt_tokens_seconds"), 0.0);
@@ -1234,4 +1249,171 @@ fn infill_puts_prefix_and_suffix_around_the_models_fim_tokens() {
         .as_str()
         .unwrap()
         .contains("fill-in-the-middle"));
+}
+
+/// What llama.cpp's own server test suite relies on beyond the OpenAI
+/// shapes: Title-Case header names and CORS preflights as llama-server
+/// sends them, several listening addresses, aliases and tags, `/completions`
+/// as the native route, several prompts in one `/completion`, text logit
+/// biases, `generation_settings`, assistant prefill, `input_tokens`, and
+/// `__verbose`.
+#[test]
+fn llama_server_suite_shapes() {
+    let _t = turn();
+    let s = Server::start(&[
+        "--host",
+        "127.0.0.1,::1",
+        "--alias",
+        "zeta,alpha",
+        "--tags",
+        "chat,small",
+        "--cors-origins",
+        "localhost",
+        "--seed",
+        "42",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+    ]);
+    // CORS: a preflight on any route, answered before the API key; loopback
+    // origins are reflected, others are not.
+    let pre = |origin: &str| {
+        raw_head(
+            &s.addr,
+            &format!(
+                "OPTIONS /completions HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n\
+                 Access-Control-Request-Method: POST"
+            ),
+        )
+    };
+    let ok = pre("http://localhost:3000");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(
+        ok.contains("\r\nAccess-Control-Allow-Origin: http://localhost:3000"),
+        "{ok}"
+    );
+    assert!(
+        ok.contains("\r\nAccess-Control-Allow-Methods: GET, POST, DELETE, OPTIONS"),
+        "{ok}"
+    );
+    assert!(
+        ok.contains("\r\nAccess-Control-Allow-Credentials: true"),
+        "{ok}"
+    );
+    let evil = pre("http://localhost.evil.com");
+    assert!(
+        evil.starts_with("HTTP/1.1 200") && !evil.contains("Allow-Origin"),
+        "{evil}"
+    );
+    // The second address serves too (where this machine has IPv6 loopback).
+    let port = s.addr.rsplit(':').next().unwrap();
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        assert_eq!(
+            http(&format!("[::1]:{port}"), "GET", "/health", b"", &[]).0,
+            200
+        );
+    }
+
+    let (_, models) = s.get("/v1/models");
+    let models: Value = serde_json::from_slice(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "alpha");
+    assert_eq!(models["data"][0]["aliases"], json!(["alpha", "zeta"]));
+    assert_eq!(models["data"][0]["tags"], json!(["chat", "small"]));
+
+    // /completions (no /v1) is llama-server's native route.
+    let (status, v) = s.post("/completions", &json!({"prompt": "Hello"}));
+    assert_eq!(status, 200, "{v}");
+    let settings = &v["generation_settings"];
+    assert_eq!(settings["seed"], 42);
+    assert_eq!(settings["n_predict"], 8);
+    assert_eq!(settings["logit_bias"], json!([]));
+    assert_eq!(v["tokens_predicted"], 8);
+    // Several prompts: one object each, in order, each as if alone.
+    let (_, ids) = s.post(
+        "/tokenize",
+        &json!({"content": "Hello", "add_special": true}),
+    );
+    let (status, many) = s.post(
+        "/completion",
+        &json!({"prompt": [ids["tokens"], "Hello", {"prompt_string": "Hello"}], "n_predict": 1}),
+    );
+    // (One token each: the three share a batch, whose sums may differ from a
+    // solo run's in the last bits, and only the first token is safe from
+    // near-ties.)
+    let (_, one) = s.post("/completion", &json!({"prompt": "Hello", "n_predict": 1}));
+    assert_eq!(status, 200, "{many}");
+    let many = many.as_array().unwrap();
+    assert_eq!(many.len(), 3);
+    for (i, m) in many.iter().enumerate() {
+        assert_eq!(m["index"], i);
+        assert_eq!(m["content"], one["content"], "prompt {i}");
+    }
+    // ignore_eos: every end-of-generation token at -inf (null in JSON).
+    let (_, e) = s.post(
+        "/completion",
+        &json!({"prompt": "Hi", "ignore_eos": true, "n_predict": 1}),
+    );
+    let bias = e["generation_settings"]["logit_bias"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        !bias.is_empty() && bias.iter().all(|b| b["bias"].is_null()),
+        "{bias:?}"
+    );
+    // A text bias applies to each of its tokens: the greedy first word of
+    // the plain run never comes back.
+    let first = v["content"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let (_, b) = s.post(
+        "/completion",
+        &json!({"prompt": "Hello", "logit_bias": [[format!(" {first}"), false]]}),
+    );
+    let got = &b["generation_settings"]["logit_bias"];
+    assert!(!got.as_array().unwrap().is_empty(), "{b}");
+    assert!(
+        !b["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!(" {first}")),
+        "{b}"
+    );
+
+    // Chat: an assistant message last is continued, not closed.
+    let chat = |extra: Value| {
+        let mut body = json!({
+            "messages": [
+                {"role": "user", "content": "Name a fruit."},
+                {"role": "assistant", "content": "Ban"},
+            ],
+            "max_tokens": 2,
+            "verbose": true,
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        s.post("/v1/chat/completions", &body)
+    };
+    let (status, c) = chat(json!({}));
+    assert_eq!(status, 200, "{c}");
+    let prompt = c["__verbose"]["prompt"].as_str().unwrap();
+    assert!(prompt.ends_with("<|im_start|>assistant\nBan"), "{prompt:?}");
+    let (status, _) = chat(json!({"add_generation_prompt": true, "continue_final_message": true}));
+    assert_eq!(status, 400);
+    let (_, n) = s.post(
+        "/chat/completions/input_tokens",
+        &json!({"messages": [{"role": "user", "content": "Name a fruit."}]}),
+    );
+    assert!(n["input_tokens"].as_u64().unwrap() > 5, "{n}");
+    let (_, quiet) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
+    );
+    assert!(quiet.get("__verbose").is_none());
 }

@@ -142,7 +142,7 @@ const FLAGS: &[Flag] = &[
         None,
         "serve GET /metrics: Prometheus text with llama-server's llamacpp: names"
     ),
-    flag!("alias", ["-a"], Some("NAME"), "the model's name in responses and /v1/models (default: the file's name)"),
+    flag!("alias", ["-a"], Some("NAMES"), "the model's names, comma-separated; its id in responses is the alphabetically first (default: the file's name)"),
     flag!("n-predict", ["-n"], Some("N"), "tokens a request generates when it does not say (default: until the end)"),
     flag!("temp", [], Some("T"), "temperature of requests that do not say (default 0.8)"),
     flag!("seed", ["-s"], Some("N"), "RNG seed of requests that do not say (default: random)"),
@@ -156,10 +156,10 @@ const FLAGS: &[Flag] = &[
     flag!("no-slots", [], None, "do not serve the slot routes (501)"),
     flag!("cors-origins", [], Some("LIST"), "comma-separated origins CORS allows (default: any)"),
     flag!("no-cache-idle-slots", [], None, "do not keep idle slots' prefixes in RAM (as --cache-ram 0)"),
-    flag!("tags", [], Some("LIST"), "accepted, for llama-server's command lines (glint shows no tags)"),
+    flag!("tags", [], Some("LIST"), "comma-separated tags shown in /v1/models"),
     flag!("jinja", [], None, "accepted: glint always renders chat templates with Jinja"),
     flag!("no-jinja", [], None, "accepted with a notice: glint renders the model's template with Jinja either way"),
-    flag!("verbose", ["-v"], None, "accepted: glint logs one line per event already"),
+    flag!("verbose", ["-v"], None, "every chat response carries `__verbose` with its rendered prompt"),
     flag!("cont-batching", ["-cb"], None, "accepted: continuous batching is always on"),
     flag!("n-gpu-layers", ["-ngl"], Some("N"), "accepted with a notice: glint puts the whole model on one backend (--backend)"),
     flag!("flash-attn", ["-fa"], Some("on|off|auto"), "accepted with a notice: glint's attention kernels are fused already"),
@@ -238,7 +238,6 @@ fn notices(p: &Parsed) -> Result<(), String> {
             "reasoning",
             "reasoning_content is not split out yet: it stays in content",
         ),
-        ("tags", "tags are not shown"),
         // llama.cpp's test suite passes --no-jinja to every server that
         // does not ask for --jinja: its built-in (non-Jinja) formatters
         // give the same prompts as the model's template for the templates
@@ -328,6 +327,7 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         timeout: num::<u64>(p, "timeout")?.map_or(d.timeout, Duration::from_secs),
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
         metrics: p.has("metrics"),
+        verbose: p.has("verbose"),
         cache_ram: match num::<i64>(p, "cache-ram")? {
             _ if p.has("no-cache-idle-slots") => 0,
             None => d.cache_ram,
@@ -336,6 +336,16 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         },
         slot_save_path: p.get("slot-save-path").map(std::path::PathBuf::from),
         alias: p.get("alias").map(str::to_string),
+        tags: p
+            .get("tags")
+            .map(|t| {
+                t.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
         chat_template,
         defaults,
         slots_endpoint: !p.has("no-slots"),

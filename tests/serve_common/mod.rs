@@ -281,3 +281,15 @@ pub fn agree_up_to_near_tie(a: &Value, b: &Value, what: &str) -> usize {
     }
     same
 }
+
+/// One raw request (`head` without the final blank line; no body) on a
+/// fresh connection: the response's head, as sent (header case kept).
+pub fn raw_head(addr: &str, head: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "{head}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    text.split("\r\n\r\n").next().unwrap_or("").to_string()
+}

@@ -46,6 +46,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use glint::chat::Chat;
 use glint::engine::{Event, EventSink, TokenLogprob};
+use glint::sample::LogitBiasEntry;
 use glint::{ContextParams, Engine, EngineParams, Model, ModelParams};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -76,8 +77,12 @@ pub struct Config {
     /// Bytes of host memory keeping prefixes that idle slots give up
     /// (0 = none).
     pub cache_ram: usize,
-    /// The served model's name (`--alias`; default: the file's name).
+    /// The served model's names (`--alias`, comma-separated as
+    /// llama-server's; its id is the alphabetically first; default: the
+    /// file's name).
     pub alias: Option<String>,
+    /// Tags shown in `/v1/models` (`--tags`).
+    pub tags: Vec<String>,
     /// A Jinja chat template replacing the model's (`--chat-template-file`).
     pub chat_template: Option<String>,
     /// Defaults for requests that do not set them (`--n-predict`,
@@ -105,6 +110,9 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Serve `GET /metrics`.
     pub metrics: bool,
+    /// Every chat response carries `__verbose` (its rendered prompt), as
+    /// llama-server's with `--verbose`.
+    pub verbose: bool,
 }
 
 impl Default for Config {
@@ -123,6 +131,7 @@ impl Default for Config {
             prefill_per_step: EngineParams::default().prefill_per_step,
             cache_ram: EngineParams::default().cache_ram,
             alias: None,
+            tags: Vec::new(),
             chat_template: None,
             defaults: RequestDefaults::default(),
             slots_endpoint: true,
@@ -133,6 +142,7 @@ impl Default for Config {
             api_keys: Vec::new(),
             timeout: Duration::from_secs(600),
             max_body_bytes: 8 << 20,
+            verbose: false,
             metrics: false,
         }
     }
@@ -187,7 +197,11 @@ impl RequestDefaults {
 struct Loaded {
     engine: Engine,
     chat: Chat,
+    /// The model's id in responses: the first of `aliases`, or the file's
+    /// name.
     name: String,
+    aliases: Vec<String>,
+    tags: Vec<String>,
 }
 
 /// What every handler shares.
@@ -211,6 +225,7 @@ struct AppState {
     slots_endpoint: bool,
     /// Defaults of the fields a request leaves out.
     defaults: RequestDefaults,
+    verbose: bool,
 }
 
 impl AppState {
@@ -262,19 +277,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 }
 
 async fn serve(cfg: Config) -> Result<(), ServerError> {
-    let addr = format!("{}:{}", cfg.host, cfg.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|err| ServerError::Io {
-            what: format!("binding {addr}"),
-            err,
-        })?;
-    let bound: SocketAddr = listener.local_addr().map_err(|err| ServerError::Io {
-        what: "reading the bound address".into(),
-        err,
-    })?;
-    eprintln!("glint serve: listening on http://{bound}");
-
+    let listeners = bind_all(&cfg.host, cfg.port).await?;
     let state = Arc::new(AppState {
         loaded: OnceLock::new(),
         api_keys: cfg.api_keys.clone(),
@@ -288,6 +291,7 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         slot_save_path: cfg.slot_save_path.clone(),
         slots_endpoint: cfg.slots_endpoint,
         defaults: cfg.defaults.clone(),
+        verbose: cfg.verbose,
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -323,24 +327,83 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    // TCP_NODELAY, as llama-server's httplib build: a stream is many small
-    // writes, one a token, and Nagle's algorithm would hold each behind the
-    // client's delayed ACK of the one before.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|err| ServerError::Io {
-            what: "serving".into(),
-            err,
-        })?;
+    let accepting =
+        futures_util::future::join_all(listeners.into_iter().map(|l| accept_loop(l, app.clone())));
+    tokio::select! {
+        _ = accepting => {}
+        _ = shutdown => {}
+    }
     let e = failed.lock().unwrap().take();
     match e {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Listeners on every address of `host` (llama-server's comma-separated
+/// list, e.g. `127.0.0.1,::1`), all on `port`; with port 0 the first
+/// address picks a free port and the others take the same one.
+async fn bind_all(host: &str, port: u16) -> Result<Vec<tokio::net::TcpListener>, ServerError> {
+    let mut out: Vec<tokio::net::TcpListener> = Vec::new();
+    let mut port = port;
+    for h in host.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let h = h.trim_start_matches('[').trim_end_matches(']');
+        let what = || format!("binding {h} port {port}");
+        let l = tokio::net::TcpListener::bind((h, port))
+            .await
+            .map_err(|err| ServerError::Io { what: what(), err })?;
+        let bound: SocketAddr = l
+            .local_addr()
+            .map_err(|err| ServerError::Io { what: what(), err })?;
+        port = bound.port();
+        eprintln!("glint serve: listening on http://{bound}");
+        out.push(l);
+    }
+    if out.is_empty() {
+        return Err(ServerError::Io {
+            what: format!("--host {host:?}"),
+            err: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"),
+        });
+    }
+    Ok(out)
+}
+
+/// Serve `app` on every connection `listener` accepts, each on its own task.
+async fn accept_loop(listener: tokio::net::TcpListener, app: Router) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            // Out of file descriptors and the like: a pause, then on.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        // TCP_NODELAY, as llama-server's httplib build: a stream is many
+        // small writes, one a token, and Nagle's algorithm would hold each
+        // behind the client's delayed ACK of the one before.
+        let _ = tcp.set_nodelay(true);
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                // Header names as llama-server writes them.
+                .title_case_headers(true)
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc);
+            // A client that hangs up or speaks broken HTTP ends only its
+            // own connection.
+            let _ = conn.await;
+        });
+    }
+}
+
+/// `--alias a,b,c`: the names, sorted and without repeats (llama-server
+/// keeps them in a `std::set`, and the model's id is the first).
+fn aliases(alias: Option<&str>) -> Vec<String> {
+    let set: std::collections::BTreeSet<String> = alias
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect();
+    set.into_iter().collect()
 }
 
 /// Load the model, its chat template, and start the engine.
@@ -363,21 +426,31 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
             cache_ram: cfg.cache_ram,
         },
     )?;
-    let name = cfg.alias.clone().unwrap_or_else(|| {
+    let aliases = aliases(cfg.alias.as_deref());
+    let name = aliases.first().cloned().unwrap_or_else(|| {
         cfg.model_path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "glint".into())
     });
-    Ok(Loaded { engine, chat, name })
+    Ok(Loaded {
+        engine,
+        chat,
+        name,
+        aliases,
+        tags: cfg.tags.clone(),
+    })
 }
 
 fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
+        .route("/v1/chat/completions/input_tokens", post(chat_input_tokens))
+        .route("/chat/completions/input_tokens", post(chat_input_tokens))
         .route("/v1/completions", post(completions))
-        .route("/completions", post(completions))
+        // llama-server's /completions (no /v1) is its native route.
+        .route("/completions", post(native::completion))
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/metrics", get(metrics_text))
@@ -406,22 +479,65 @@ fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         })
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(cors(cors_origins))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(cors_origins.to_vec()),
+            cors,
+        ))
         .with_state(state)
 }
 
-/// CORS: any origin, or only those of `--cors-origins` (llama-server's
-/// comma-separated list; `*` = any).
-fn cors(origins: &[String]) -> tower_http::cors::CorsLayer {
-    use tower_http::cors::{AllowOrigin, CorsLayer};
-    if origins.is_empty() || origins.iter().any(|o| o == "*") {
-        return CorsLayer::permissive();
+/// CORS as llama-server answers it. `Access-Control-Allow-Origin` echoes the
+/// request's `Origin` when `--cors-origins` allows it: any origin (no list,
+/// or `*`), any loopback origin (`localhost`: `localhost`, `127.0.0.1`,
+/// `[::1]`, any scheme and port), or one named in the list. A preflight
+/// (`OPTIONS`, on any path) is answered here with 200, before routing and
+/// the API key (browsers send no credentials with it).
+async fn cors(State(origins): State<Arc<Vec<String>>>, req: HttpRequest, next: Next) -> Response {
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| header::HeaderValue::to_str(o).ok())
+        .filter(|o| origin_allowed(&origins, o))
+        .and_then(|o| header::HeaderValue::from_str(o).ok());
+    let preflight = req.method() == axum::http::Method::OPTIONS;
+    let mut res = if preflight {
+        StatusCode::OK.into_response()
+    } else {
+        next.run(req).await
+    };
+    let h = res.headers_mut();
+    if let Some(o) = origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
     }
-    let list: Vec<header::HeaderValue> = origins
-        .iter()
-        .filter_map(|o| header::HeaderValue::from_str(o).ok())
-        .collect();
-    CorsLayer::permissive().allow_origin(AllowOrigin::list(list))
+    if preflight {
+        let v = header::HeaderValue::from_static;
+        h.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, v("true"));
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            v("GET, POST, DELETE, OPTIONS"),
+        );
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v("*"));
+    }
+    res
+}
+
+/// Whether `--cors-origins` (`origins`) lets `origin` read responses.
+fn origin_allowed(origins: &[String], origin: &str) -> bool {
+    if origins.is_empty() {
+        return true;
+    }
+    origins.iter().any(|o| match o.as_str() {
+        "*" => true,
+        "localhost" => {
+            let rest = origin.split_once("://").map_or(origin, |(_, r)| r);
+            let host = match rest.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or(""),
+                None => rest.split([':', '/']).next().unwrap_or(""),
+            };
+            matches!(host, "localhost" | "127.0.0.1" | "::1")
+        }
+        o => o == origin,
+    })
 }
 
 /// `Authorization: Bearer KEY` or `X-Api-Key: KEY` with any of the keys,
@@ -448,7 +564,11 @@ async fn metrics_text(State(st): State<Shared>) -> Result<Response, ApiError> {
         ));
     };
     let l = st.loaded()?;
-    let text = m.render(l.engine.n_processing(), l.engine.n_waiting());
+    let text = m.render(
+        l.engine.n_processing(),
+        l.engine.n_waiting(),
+        l.engine.decode_stats(),
+    );
     Ok((
         [
             (
@@ -491,6 +611,8 @@ async fn models(State(st): State<Shared>) -> Result<Json<Value>, ApiError> {
             "object": "model",
             "created": now(),
             "owned_by": "glint",
+            "aliases": l.aliases,
+            "tags": l.tags,
             "meta": {
                 "n_ctx_train": hp.n_ctx_train,
                 "n_vocab": l.engine.model().n_vocab(),
@@ -530,13 +652,64 @@ async fn chat_completions(
     let body = body_json(body)?;
     let mut opts = request::options(&body, Endpoint::Chat)?;
     st.defaults.apply(&body, &mut opts.req);
-    let messages = request::messages(&body)?;
+    let (text, ids) = chat_prompt(l, &body)?;
+    // llama-server's `__verbose` (request `verbose`, or the server's
+    // --verbose): the rendered prompt, for checking a template.
+    let verbose = st.verbose || request::Fields(&body).bool("verbose")?.unwrap_or(false);
+    let verbose = verbose.then(|| json!({ "prompt": text }));
+    respond(&st, l, Endpoint::Chat, opts, ids, verbose).await
+}
+
+/// A chat body's prompt, as text and tokens. A conversation that ends
+/// with an assistant message continues it (llama-server's prefill, vLLM's
+/// `continue_final_message`): the turns before it are rendered with the
+/// generation prompt and its text follows, unclosed.
+fn chat_prompt(l: &Loaded, body: &Map<String, Value>) -> Result<(String, Vec<u32>), ApiError> {
+    let mut messages = request::messages(body)?;
+    let f = request::Fields(body);
+    let add_generation_prompt = f.bool("add_generation_prompt")?;
+    let continue_final = f.bool("continue_final_message")?;
+    if add_generation_prompt == Some(true) && continue_final == Some(true) {
+        return Err(ApiError::bad_request(
+            "`add_generation_prompt` and `continue_final_message` cannot both be true",
+        ));
+    }
+    let is_assistant = |m: &Value| m["role"] == "assistant";
+    let trailing = messages
+        .iter()
+        .rev()
+        .take_while(|m| is_assistant(m))
+        .count();
+    if trailing >= 2 {
+        return Err(ApiError::bad_request(
+            "cannot have 2 or more assistant messages at the end of the list",
+        ));
+    }
+    let prefill = match (trailing, add_generation_prompt) {
+        (1, Some(true)) | (0, _) => None,
+        _ => messages
+            .pop()
+            .map(|m| m["content"].as_str().unwrap_or("").to_string()),
+    };
     let tok = l.engine.model().tokenizer();
-    let (_, ids) = l
-        .chat
-        .prompt(tok, &messages, true)
-        .map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
-    respond(&st, l, Endpoint::Chat, opts, ids).await
+    let failed = |e: glint::Error| ApiError::bad_request(format!("the chat template failed: {e}"));
+    let add = prefill.is_some() || add_generation_prompt.unwrap_or(true);
+    let mut text = l.chat.render(&messages, add).map_err(failed)?;
+    text.push_str(prefill.as_deref().unwrap_or(""));
+    let ids = l.chat.tokenize(tok, &text).map_err(failed)?;
+    Ok((text, ids))
+}
+
+/// llama-server's `POST /chat/completions/input_tokens`: how many tokens a
+/// chat body's prompt takes, without running it.
+async fn chat_input_tokens(
+    State(st): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let l = st.loaded()?;
+    let body = body_json(body)?;
+    let (_, ids) = chat_prompt(l, &body)?;
+    Ok(Json(json!({ "input_tokens": ids.len() })))
 }
 
 async fn completions(
@@ -556,7 +729,7 @@ async fn completions(
             .encode(&text, true, true)
             .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))?,
     };
-    respond(&st, l, Endpoint::Completion, opts, ids).await
+    respond(&st, l, Endpoint::Completion, opts, ids, None).await
 }
 
 /// Events of one request, from the engine thread to the handler (and its
@@ -588,6 +761,7 @@ async fn respond(
     endpoint: Endpoint,
     opts: Options,
     prompt: Vec<u32>,
+    verbose: Option<Value>,
 ) -> Result<Response, ApiError> {
     let (stream, include_usage) = (opts.stream, opts.include_usage);
     let want_logprobs = opts.req.logprobs.is_some();
@@ -617,7 +791,11 @@ async fn respond(
         let whole = tokio::time::timeout(st.timeout, collect(rx, n_choices))
             .await
             .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
-        Ok(Json(meta.complete(&whole, want_logprobs)).into_response())
+        let mut v = meta.complete(&whole, want_logprobs);
+        if let Some(verbose) = verbose {
+            v["__verbose"] = verbose;
+        }
+        Ok(Json(v).into_response())
     }
 }
 
@@ -626,9 +804,10 @@ async fn respond(
 pub(crate) fn submit(
     st: &Shared,
     l: &Loaded,
-    opts: Options,
+    mut opts: Options,
     prompt: Vec<u32>,
 ) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    resolve_bias(l.engine.model().tokenizer(), &mut opts)?;
     let Options {
         mut req, n_keep, ..
     } = opts;
@@ -645,6 +824,36 @@ pub(crate) fn submit(
         .map(|m| std::cell::RefCell::new(Tracker::new(m.clone())));
     l.engine.submit(req, Box::new(Sink { tx, tracker }))?;
     Ok(rx)
+}
+
+/// The request's final logit biases, as llama-server makes them: each
+/// text entry's tokens, and with `ignore_eos` every end-of-generation token
+/// at -inf (never sampled, rather than sampled and ignored). Idempotent.
+pub(crate) fn resolve_bias(tok: &glint::Tokenizer, opts: &mut Options) -> Result<(), ApiError> {
+    let bias = &mut opts.req.sampling.logit_bias;
+    for (text, b) in std::mem::take(&mut opts.bias_text) {
+        let ids = tok.encode(&text, false, false).map_err(|e| {
+            ApiError::bad_request(format!("logit_bias: cannot tokenize {text:?}: {e}"))
+        })?;
+        bias.extend(
+            ids.into_iter()
+                .map(|token| LogitBiasEntry { token, bias: b }),
+        );
+    }
+    if opts.req.ignore_eos {
+        for &token in tok.eog_ids() {
+            if !bias
+                .iter()
+                .any(|e| e.token == token && e.bias == f32::NEG_INFINITY)
+            {
+                bias.push(LogitBiasEntry {
+                    token,
+                    bias: f32::NEG_INFINITY,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every event of a request of `n` choices, until each is `Done`.
@@ -816,6 +1025,33 @@ fn sse(st: Streaming) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cors_origins_allow_any_loopback_or_listed_origins() {
+        let list = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(origin_allowed(&[], "http://evil.com"));
+        assert!(origin_allowed(&list(&["*"]), "http://evil.com"));
+        let local = list(&["localhost"]);
+        for o in [
+            "http://localhost",
+            "http://127.0.0.1:3000",
+            "http://[::1]:3000",
+            "https://localhost:8080",
+        ] {
+            assert!(origin_allowed(&local, o), "{o}");
+        }
+        for o in [
+            "http://localhost.evil.com",
+            "http://notlocalhost",
+            "http://[::2]",
+            "http://evil.com",
+        ] {
+            assert!(!origin_allowed(&local, o), "{o}");
+        }
+        let named = list(&["http://a.example"]);
+        assert!(origin_allowed(&named, "http://a.example"));
+        assert!(!origin_allowed(&named, "http://b.example"));
+    }
 
     #[test]
     fn an_api_key_file_lists_keys_and_refuses_to_be_empty() {

@@ -1,5 +1,7 @@
 //! `GET /metrics` (with `--metrics`): Prometheus text format 0.0.4 under
-//! llama-server's `llamacpp:` names, plus two histograms of glint's own.
+//! llama-server's `llamacpp:` names, plus two histograms of glint's own
+//! under `glint:` (llama-server has no histograms, and clients that parse
+//! its `llamacpp:` lines expect one `# TYPE` line per sample name).
 //!
 //! Everything is derived on the server side from what the engine tells a
 //! request, stamped on the engine thread as the events are sent (so a slow
@@ -35,7 +37,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use glint::engine::{Event, Usage};
+use glint::engine::{DecodeStats, Event, Usage};
 
 /// Upper bounds of the time-to-first-token buckets, seconds: a cached
 /// prompt on a small model (milliseconds) to a long prompt queued behind
@@ -77,17 +79,17 @@ impl Histogram {
     }
 
     fn write(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP llamacpp:{name} {help}");
-        let _ = writeln!(out, "# TYPE llamacpp:{name} histogram");
+        let _ = writeln!(out, "# HELP glint:{name} {help}");
+        let _ = writeln!(out, "# TYPE glint:{name} histogram");
         let mut cum = 0;
         for (b, n) in self.bounds.iter().zip(&self.counts) {
             cum += n;
-            let _ = writeln!(out, "llamacpp:{name}_bucket{{le=\"{b}\"}} {cum}");
+            let _ = writeln!(out, "glint:{name}_bucket{{le=\"{b}\"}} {cum}");
         }
         cum += self.counts[self.bounds.len()];
-        let _ = writeln!(out, "llamacpp:{name}_bucket{{le=\"+Inf\"}} {cum}");
-        let _ = writeln!(out, "llamacpp:{name}_sum {}", self.sum);
-        let _ = writeln!(out, "llamacpp:{name}_count {cum}");
+        let _ = writeln!(out, "glint:{name}_bucket{{le=\"+Inf\"}} {cum}");
+        let _ = writeln!(out, "glint:{name}_sum {}", self.sum);
+        let _ = writeln!(out, "glint:{name}_count {cum}");
     }
 }
 
@@ -205,7 +207,7 @@ impl Metrics {
     }
 
     /// The text of `GET /metrics`; starts a new window for the rate gauges.
-    pub fn render(&self, n_processing: usize, n_deferred: usize) -> String {
+    pub fn render(&self, n_processing: usize, n_deferred: usize, d: DecodeStats) -> String {
         let mut t = self.lock();
         let mut out = String::new();
         let mut item = |name: &str, kind: &str, help: &str, v: f64| {
@@ -239,9 +241,41 @@ impl Metrics {
                 "Total time spent generating tokens",
                 t.predicted_secs,
             ),
+            (
+                "n_decode_total",
+                "Total number of batches decoded",
+                d.n_decode as f64,
+            ),
+            (
+                "n_tokens_max",
+                "Largest number of tokens in one batch",
+                d.n_tokens_max as f64,
+            ),
+            // glint has no speculative decoding: llama-server's counters
+            // of it, at zero.
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Draft tokens proposed (no speculative decoding)",
+                0.0,
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Draft tokens accepted (no speculative decoding)",
+                0.0,
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "Drafts made (no speculative decoding)",
+                0.0,
+            ),
         ] {
             item(name, "counter", help, v);
         }
+        let per_decode = if d.n_decode > 0 {
+            d.busy_slots as f64 / d.n_decode as f64
+        } else {
+            0.0
+        };
         for (name, help, v) in [
             (
                 "prompt_tokens_seconds",
@@ -262,6 +296,11 @@ impl Metrics {
                 "requests_deferred",
                 "Number of requests deferred",
                 n_deferred as f64,
+            ),
+            (
+                "n_busy_slots_per_decode",
+                "Average number of busy slots per batch decoded",
+                per_decode,
             ),
         ] {
             item(name, "gauge", help, v);
@@ -378,11 +417,11 @@ mod tests {
         }
         let mut out = String::new();
         h.write(&mut out, "x", "help");
-        assert!(out.contains("llamacpp:x_bucket{le=\"0.1\"} 2\n"), "{out}");
-        assert!(out.contains("llamacpp:x_bucket{le=\"1\"} 3\n"), "{out}");
-        assert!(out.contains("llamacpp:x_bucket{le=\"+Inf\"} 4\n"), "{out}");
-        assert!(out.contains("llamacpp:x_sum 2.65\n"), "{out}");
-        assert!(out.contains("llamacpp:x_count 4\n"), "{out}");
+        assert!(out.contains("glint:x_bucket{le=\"0.1\"} 2\n"), "{out}");
+        assert!(out.contains("glint:x_bucket{le=\"1\"} 3\n"), "{out}");
+        assert!(out.contains("glint:x_bucket{le=\"+Inf\"} 4\n"), "{out}");
+        assert!(out.contains("glint:x_sum 2.65\n"), "{out}");
+        assert!(out.contains("glint:x_count 4\n"), "{out}");
     }
 
     #[test]

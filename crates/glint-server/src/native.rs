@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use glint::engine::{Event, StopReason, TokenLogprob};
+use glint::engine::{Event, Request, StopReason, TokenLogprob};
 use glint::sample::MAX_TOP_LOGPROBS;
 use serde_json::{json, Value};
 
@@ -127,11 +127,7 @@ pub(crate) async fn props(State(st): State<Shared>) -> Result<Json<Value>, ApiEr
     Ok(Json(json!({
         "default_generation_settings": {
             "n_ctx": l.engine.n_ctx_slot(),
-            "params": {
-                "n_predict": -1,
-                "n_keep": st.n_keep,
-                "context_shift": st.context_shift,
-            },
+            "params": default_params(&st)?,
         },
         "total_slots": l.engine.n_slots(),
         "model_alias": l.name,
@@ -144,21 +140,50 @@ pub(crate) async fn props(State(st): State<Shared>) -> Result<Json<Value>, ApiEr
     })))
 }
 
-/// llama-server's `prompt` of `/completion`: a string, token ids, or a mix
-/// of both (strings tokenized in place, special tokens parsed; BOS before
-/// a leading string when the model adds one).
-fn mixed_prompt(
+/// llama-server's `prompt` of `/completion`: one prompt (a string, token
+/// ids, or a mix of both: strings tokenized in place, special tokens
+/// parsed, BOS before a leading string when the model adds one), or
+/// several (an array of strings or of such arrays; as llama-server, an
+/// array with a number at its top level is one mixed prompt).
+fn prompts(
     body: &serde_json::Map<String, Value>,
     tok: &glint::Tokenizer,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    match body.get("prompt") {
+        Some(Value::Array(parts)) if !parts.is_empty() && !parts.iter().any(Value::is_number) => {
+            parts.iter().map(|p| mixed_prompt(p, tok)).collect()
+        }
+        Some(p) => Ok(vec![mixed_prompt(p, tok)?]),
+        None => Err(ApiError::bad_request("`prompt` is required")),
+    }
+}
+
+/// One prompt: a string, token ids, or a mix of both.
+fn mixed_prompt(prompt: &Value, tok: &glint::Tokenizer) -> Result<Vec<u32>, ApiError> {
     let bad = || ApiError::bad_request("`prompt` must be a string, token ids, or a mix of both");
     let text = |s: &str, first: bool| {
         tok.encode(s, first, true)
             .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))
     };
-    match body.get("prompt") {
-        Some(Value::String(s)) => text(s, true),
-        Some(Value::Array(parts)) if !parts.is_empty() => {
+    match prompt {
+        Value::String(s) => text(s, true),
+        // llama-server's multimodal prompt object; glint reads no media.
+        Value::Object(o) => {
+            if o.get("multimodal_data")
+                .is_some_and(|m| m.as_array().is_none_or(|a| !a.is_empty()))
+            {
+                return Err(ApiError::bad_request(
+                    "`multimodal_data`: this model reads text only",
+                ));
+            }
+            match o.get("prompt_string") {
+                Some(Value::String(s)) => text(s, true),
+                _ => Err(ApiError::bad_request(
+                    "a prompt object needs `prompt_string`, a string",
+                )),
+            }
+        }
+        Value::Array(parts) if !parts.is_empty() => {
             let mut ids = Vec::new();
             for (i, p) in parts.iter().enumerate() {
                 match p {
@@ -172,8 +197,7 @@ fn mixed_prompt(
             }
             Ok(ids)
         }
-        None => Err(ApiError::bad_request("`prompt` is required")),
-        Some(_) => Err(bad()),
+        _ => Err(bad()),
     }
 }
 
@@ -202,6 +226,67 @@ fn probs(lps: &[TokenLogprob]) -> Value {
     )
 }
 
+/// `/props`' `default_generation_settings.params`: what a request that
+/// sets nothing runs with.
+fn default_params(st: &Shared) -> Result<Value, ApiError> {
+    let (_, _, mut v) = completion_options(st, &Default::default())?;
+    v["n_keep"] = json!(st.n_keep);
+    v["context_shift"] = json!(st.context_shift);
+    Ok(v)
+}
+
+/// llama-server's `generation_settings`: the sampling parameters a request
+/// ran with, after the server's defaults (`logit_bias` as `[{token, bias}]`
+/// with -inf as null, the end-of-generation tokens' included under
+/// `ignore_eos`).
+pub(crate) fn generation_settings(req: &Request, stream: bool) -> Value {
+    let s = &req.sampling;
+    let n_predict = req.max_tokens.map_or(-1, |n| n as i64);
+    let bias: Vec<Value> = s
+        .logit_bias
+        .iter()
+        .map(|e| json!({ "token": e.token, "bias": if e.bias.is_finite() { json!(e.bias) } else { Value::Null } }))
+        .collect();
+    json!({
+        "n_predict": n_predict,
+        "max_tokens": n_predict,
+        "seed": s.seed,
+        "temperature": s.temp,
+        "dynatemp_range": s.dynatemp_range,
+        "dynatemp_exponent": s.dynatemp_exponent,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "top_n_sigma": s.top_n_sigma,
+        "xtc_probability": s.xtc_probability,
+        "xtc_threshold": s.xtc_threshold,
+        "typical_p": s.typ_p,
+        "repeat_last_n": s.penalty_last_n,
+        "repeat_penalty": s.penalty_repeat,
+        "presence_penalty": s.penalty_present,
+        "frequency_penalty": s.penalty_freq,
+        "dry_multiplier": s.dry_multiplier,
+        "dry_base": s.dry_base,
+        "dry_allowed_length": s.dry_allowed_length,
+        "dry_penalty_last_n": s.dry_penalty_last_n,
+        "mirostat": s.mirostat,
+        "mirostat_tau": s.mirostat_tau,
+        "mirostat_eta": s.mirostat_eta,
+        // llama-server's adaptive-p sampler, which glint does not have:
+        // its "off" values.
+        "adaptive_target": -1.0,
+        "adaptive_decay": 0.9,
+        "stop": req.stop,
+        "n_keep": req.n_keep,
+        "ignore_eos": req.ignore_eos,
+        "stream": stream,
+        "n_probs": req.logprobs.unwrap_or(0),
+        "min_keep": s.min_keep,
+        "logit_bias": bias,
+        "samplers": s.samplers.iter().map(|t| t.name()).collect::<Vec<_>>(),
+    })
+}
+
 /// The last object of a `/completion`: what was generated, why it stopped,
 /// the counts and the timings (`prompt_n` tokens decoded, `cache_n` found
 /// in the cache).
@@ -211,6 +296,7 @@ fn completion_end(
     return_tokens: bool,
     model: &str,
     stream: bool,
+    settings: &Value,
 ) -> Value {
     let done = c.done_at.unwrap_or_else(Instant::now);
     let first = c.first_at.unwrap_or(done);
@@ -219,6 +305,7 @@ fn completion_end(
     let u = c.usage;
     let prompt_n = u.prompt_tokens - u.cached_tokens;
     let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+    let per_token = |n: usize, ms: f64| if n > 0 { ms / n as f64 } else { 0.0 };
     let mut v = json!({
         "index": 0,
         "content": if stream { "" } else { c.text.as_str() },
@@ -233,14 +320,19 @@ fn completion_end(
         "stop_type": stop_type(c.stop),
         "stopping_word": "",
         "has_new_line": c.text.contains('\n'),
+        "generation_settings": settings,
         "timings": {
             "cache_n": u.cached_tokens,
             "prompt_n": prompt_n,
             "prompt_ms": prompt_ms,
             "prompt_per_second": per_s(prompt_n, prompt_ms),
+            "prompt_per_token_ms": per_token(prompt_n, prompt_ms),
             "predicted_n": u.completion_tokens,
             "predicted_ms": predicted_ms,
+            // The first token comes from the prompt's logits: the rates are
+            // over the decode steps after it.
             "predicted_per_second": per_s(u.completion_tokens.saturating_sub(1), predicted_ms),
+            "predicted_per_token_ms": per_token(u.completion_tokens.saturating_sub(1), predicted_ms),
         },
     });
     if !c.logprobs.is_empty() && !stream {
@@ -260,8 +352,77 @@ pub(crate) async fn completion(
 ) -> Result<Response, ApiError> {
     let l = st.loaded()?;
     let body = body_json(body)?;
-    let prompt = mixed_prompt(&body, l.engine.model().tokenizer())?;
-    run_completion(st, body, prompt).await
+    let mut prompts = prompts(&body, l.engine.model().tokenizer())?;
+    if prompts.len() == 1 {
+        return run_completion(st, body, prompts.remove(0)).await;
+    }
+    // Several prompts: one request each, side by side in the slots; the
+    // answer is their objects in order.
+    if flag(&body, "stream", false)? {
+        return Err(ApiError::bad_request("streaming takes one prompt"));
+    }
+    let runs = prompts.into_iter().map(|p| whole(&st, &body, p));
+    let mut out = Vec::new();
+    for (i, r) in futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let mut v = r?;
+        v["index"] = json!(i);
+        out.push(v);
+    }
+    Ok(Json(Value::Array(out)).into_response())
+}
+
+/// One prompt of `/completion`, not streamed: its last object.
+async fn whole(
+    st: &Shared,
+    body: &serde_json::Map<String, Value>,
+    prompt: Vec<u32>,
+) -> Result<Value, ApiError> {
+    let (opts, return_tokens, settings) = completion_options(st, body)?;
+    let l = st.loaded()?;
+    let t0 = Instant::now();
+    let rx = crate::submit(st, l, opts, prompt)?;
+    let c = tokio::time::timeout(st.timeout, crate::collect(rx, 1))
+        .await
+        .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
+    Ok(completion_end(
+        &c[0],
+        t0,
+        return_tokens,
+        &l.name,
+        false,
+        &settings,
+    ))
+}
+
+/// A `/completion` body's options (biases resolved), `return_tokens`, and
+/// its `generation_settings`.
+fn completion_options(
+    st: &Shared,
+    body: &serde_json::Map<String, Value>,
+) -> Result<(request::Options, bool, Value), ApiError> {
+    let l = st.loaded()?;
+    let mut opts = request::options(body, Endpoint::Completion)?;
+    st.defaults.apply(body, &mut opts.req);
+    match body.get("n_probs") {
+        None | Some(Value::Null) => {}
+        Some(v) => match v.as_u64() {
+            Some(0) => {}
+            Some(n) if n as usize <= MAX_TOP_LOGPROBS => opts.req.logprobs = Some(n as usize),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "`n_probs` must be an integer in 0..={MAX_TOP_LOGPROBS}"
+                )))
+            }
+        },
+    }
+    crate::resolve_bias(l.engine.model().tokenizer(), &mut opts)?;
+    let return_tokens = flag(body, "return_tokens", false)?;
+    let settings = generation_settings(&opts.req, opts.stream);
+    Ok((opts, return_tokens, settings))
 }
 
 /// llama-server's `/infill`: `input_prefix`, `input_suffix` and an optional
@@ -306,36 +467,19 @@ async fn run_completion(
     body: serde_json::Map<String, Value>,
     prompt: Vec<u32>,
 ) -> Result<Response, ApiError> {
-    let l = st.loaded()?;
-    let mut opts = request::options(&body, Endpoint::Completion)?;
-    st.defaults.apply(&body, &mut opts.req);
-    match body.get("n_probs") {
-        None | Some(Value::Null) => {}
-        Some(v) => match v.as_u64() {
-            Some(0) => {}
-            Some(n) if n as usize <= MAX_TOP_LOGPROBS => opts.req.logprobs = Some(n as usize),
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "`n_probs` must be an integer in 0..={MAX_TOP_LOGPROBS}"
-                )))
-            }
-        },
+    if !flag(&body, "stream", false)? {
+        return Ok(Json(whole(&st, &body, prompt).await?).into_response());
     }
-    let return_tokens = flag(&body, "return_tokens", false)?;
-    let stream = opts.stream;
+    let l = st.loaded()?;
+    let (opts, return_tokens, settings) = completion_options(&st, &body)?;
     let t0 = Instant::now();
     let rx = crate::submit(&st, l, opts, prompt)?;
     let model = l.name.clone();
-    if !stream {
-        let c = tokio::time::timeout(st.timeout, crate::collect(rx, 1))
-            .await
-            .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
-        return Ok(Json(completion_end(&c[0], t0, return_tokens, &model, false)).into_response());
-    }
     let timeout = st.timeout;
     let state = (rx, Choice::default(), false);
     let events = futures_util::stream::unfold(state, move |(mut rx, mut c, done)| {
         let model = model.clone();
+        let settings = settings.clone();
         async move {
             if done {
                 return None;
@@ -365,7 +509,10 @@ async fn run_completion(
                     c.stop = Some(stop);
                     c.usage = usage;
                     c.done_at = Some(Instant::now());
-                    (completion_end(&c, t0, return_tokens, &model, true), true)
+                    (
+                        completion_end(&c, t0, return_tokens, &model, true, &settings),
+                        true,
+                    )
                 }
                 Ok(Some(Event::Failed(m))) => (ApiError::internal(m).body(), true),
                 Ok(None) => (ApiError::internal("the engine stopped").body(), true),

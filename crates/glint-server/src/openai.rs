@@ -107,7 +107,7 @@ impl Meta {
             true,
             json!([{
                 "index": index,
-                "delta": { "role": "assistant", "content": "" },
+                "delta": { "role": "assistant", "content": null },
                 "logprobs": null,
                 "finish_reason": null,
             }]),

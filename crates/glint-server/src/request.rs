@@ -28,6 +28,10 @@ pub struct Options {
     /// llama-server's `n_keep`: tokens a context shift keeps (-1 = the
     /// prompt); `None` = the server's `--keep`.
     pub n_keep: Option<i64>,
+    /// llama-server's `logit_bias` by text: every token of the text (as the
+    /// tokenizer splits it, no special tokens) gets the bias; resolved to
+    /// token ids when the request is submitted, where the tokenizer is.
+    pub bias_text: Vec<(String, f32)>,
 }
 
 /// The most choices (`n`) a request may ask for, whatever the slots.
@@ -105,7 +109,8 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
         .map(|k| f.int(k, 1, u32::MAX as i64))
         .collect::<Result<Vec<_>, _>>()?;
     req.max_tokens = max.into_iter().flatten().next().map(|n| n as usize);
-    req.sampling = sampling(&f)?;
+    let (sampling, bias_text) = sampling(&f)?;
+    req.sampling = sampling;
     req.stop = stop(&f)?;
     req.ignore_eos = f.bool("ignore_eos")?.unwrap_or(false);
     req.logprobs = match endpoint {
@@ -139,11 +144,13 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
         stream,
         include_usage,
         n_keep,
+        bias_text,
     })
 }
 
-/// The sampler chain's parameters: llama-server's defaults, then the body's.
-fn sampling(f: &Fields) -> Result<SamplerParams, ApiError> {
+/// The sampler chain's parameters: llama-server's defaults, then the body's;
+/// and the `logit_bias` entries given as text.
+fn sampling(f: &Fields) -> Result<(SamplerParams, Vec<(String, f32)>), ApiError> {
     let mut s = SamplerParams::default();
     let floats: [(&str, &mut f32); 8] = [
         ("temperature", &mut s.temp),
@@ -170,17 +177,33 @@ fn sampling(f: &Fields) -> Result<SamplerParams, ApiError> {
     if let Some(seed) = f.int("seed", -1, u32::MAX as i64)? {
         s.seed = if seed < 0 { DEFAULT_SEED } else { seed as u32 };
     }
-    s.logit_bias = logit_bias(f)?;
+    let (ids, text) = logit_bias(f)?;
+    s.logit_bias = ids;
     s.validate()
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    Ok(s)
+    Ok((s, text))
 }
 
-/// `{"token id": bias}` (OpenAI) or `[[id, bias], ...]` (llama-server).
-fn logit_bias(f: &Fields) -> Result<Vec<LogitBiasEntry>, ApiError> {
-    let bad = || wrong("logit_bias", "an object of token id -> number");
+/// A bias entry's target: a token id, or a text whose tokens all get it.
+enum BiasTarget {
+    Id(u32),
+    Text(String),
+}
+
+/// `{"token id": bias}` (OpenAI) or `[[id, bias], ...]` (llama-server); in
+/// both, llama-server also takes a text for the id (`{"hello": -5}`,
+/// `[["hello", -5]]`), and `false` for the bias (never this token).
+type Biases = (Vec<LogitBiasEntry>, Vec<(String, f32)>);
+
+fn logit_bias(f: &Fields) -> Result<Biases, ApiError> {
+    let bad = || {
+        wrong(
+            "logit_bias",
+            "an object of token id (or text) -> number or false",
+        )
+    };
     let pairs: Vec<(Value, &Value)> = match f.get("logit_bias") {
-        None => return Ok(Vec::new()),
+        None | Some(Value::Null) => return Ok(Default::default()),
         Some(Value::Object(o)) => o.iter().map(|(k, v)| (json!(k), v)).collect(),
         Some(Value::Array(a)) => a
             .iter()
@@ -191,23 +214,29 @@ fn logit_bias(f: &Fields) -> Result<Vec<LogitBiasEntry>, ApiError> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(bad()),
     };
-    pairs
-        .into_iter()
-        .map(|(t, b)| {
-            let token = match &t {
-                Value::String(s) => s.parse::<u32>().ok(),
-                v => v.as_u64().and_then(|n| u32::try_from(n).ok()),
-            };
-            let bias = match b {
-                Value::Bool(false) => Some(f32::NEG_INFINITY),
-                v => v.as_f64().filter(|x| x.is_finite()).map(|x| x as f32),
-            };
-            match (token, bias) {
-                (Some(token), Some(bias)) => Ok(LogitBiasEntry { token, bias }),
-                _ => Err(bad()),
-            }
-        })
-        .collect()
+    let (mut ids, mut text) = (Vec::new(), Vec::new());
+    for (t, b) in pairs {
+        let target = match &t {
+            Value::String(s) => match s.parse::<u32>() {
+                Ok(id) => Some(BiasTarget::Id(id)),
+                Err(_) => Some(BiasTarget::Text(s.clone())),
+            },
+            v => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(BiasTarget::Id),
+        };
+        let bias = match b {
+            Value::Bool(false) => Some(f32::NEG_INFINITY),
+            v => v.as_f64().filter(|x| x.is_finite()).map(|x| x as f32),
+        };
+        match (target, bias) {
+            (Some(BiasTarget::Id(token)), Some(bias)) => ids.push(LogitBiasEntry { token, bias }),
+            (Some(BiasTarget::Text(s)), Some(bias)) => text.push((s, bias)),
+            _ => return Err(bad()),
+        }
+    }
+    Ok((ids, text))
 }
 
 /// `stop`: a string or an array of strings.
@@ -277,7 +306,8 @@ fn text_parts(parts: &[Value]) -> Option<String> {
             },
         )
         .collect::<Option<Vec<&str>>>()
-        .map(|v| v.concat())
+        // As llama-server joins a message's text parts.
+        .map(|v| v.join("\n\n"))
 }
 
 /// A completion's `prompt`: a string, an array of one string, or token ids.
@@ -336,6 +366,12 @@ mod tests {
         assert_eq!(o.req.sampling.logit_bias[0].token, 15);
         assert_eq!(o.req.sampling.logit_bias[0].bias, -100.0);
         assert!(o.stream && o.include_usage);
+        // llama-server's forms: pairs, texts for ids, `false` for never.
+        let b = body(r#"{"logit_bias": [[7, false], ["hello", -5]]}"#);
+        let o = options(&b, Endpoint::Completion).unwrap();
+        assert_eq!(o.req.sampling.logit_bias[0].token, 7);
+        assert_eq!(o.req.sampling.logit_bias[0].bias, f32::NEG_INFINITY);
+        assert_eq!(o.bias_text, vec![("hello".to_string(), -5.0)]);
     }
 
     #[test]
@@ -347,7 +383,8 @@ mod tests {
             (r#"{"temperature": "hot"}"#, "temperature"),
             (r#"{"stop": 5}"#, "stop"),
             (r#"{"stream": 1}"#, "stream"),
-            (r#"{"logit_bias": {"x": 1}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"x": "high"}}"#, "logit_bias"),
+            (r#"{"logit_bias": [[1, 2, 3]]}"#, "logit_bias"),
             (r#"{"top_p": 0}"#, "top_p"),
         ] {
             let e = options(&body(b), Endpoint::Chat).unwrap_err();
@@ -365,7 +402,7 @@ mod tests {
             r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                 {"type": "text", "text": "b"}]}]}"#,
         );
-        assert_eq!(messages(&b).unwrap()[0]["content"], "ab");
+        assert_eq!(messages(&b).unwrap()[0]["content"], "a\n\nb");
         assert!(messages(&body(r#"{"messages": []}"#)).is_err());
         assert!(messages(&body(r#"{"messages": [{"content": "x"}]}"#)).is_err());
         assert!(matches!(

@@ -385,6 +385,8 @@ pub struct Engine {
     n_ctx_slot: usize,
     /// The slots as of the last step.
     slots: Arc<std::sync::Mutex<Vec<SlotInfo>>>,
+    /// Decode counts as of the last step.
+    stats: Arc<std::sync::Mutex<DecodeStats>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -403,7 +405,8 @@ impl Engine {
         let waiting = Arc::new(AtomicUsize::new(0));
         let busy = Arc::new(AtomicUsize::new(0));
         let slots = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (w, b, sl) = (waiting.clone(), busy.clone(), slots.clone());
+        let stats = Arc::new(std::sync::Mutex::new(DecodeStats::default()));
+        let published = (waiting.clone(), busy.clone(), slots.clone(), stats.clone());
         let n_batch = ctx.params().n_batch as usize;
         let prefill_cap = match params.prefill_per_step {
             0 => n_batch,
@@ -411,7 +414,7 @@ impl Engine {
         };
         let thread = std::thread::Builder::new()
             .name("glint-engine".into())
-            .spawn(move || run(ctx, rx, (w, b, sl), prefill_cap, params.cache_ram))
+            .spawn(move || run(ctx, rx, published, prefill_cap, params.cache_ram))
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
             model: model.clone(),
@@ -422,6 +425,7 @@ impl Engine {
             n_slots,
             n_ctx_slot,
             slots,
+            stats,
             thread: Some(thread),
         })
     }
@@ -449,6 +453,11 @@ impl Engine {
     /// Slots running a request now (as of the last step).
     pub fn n_processing(&self) -> usize {
         self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Decode counts as of the last step.
+    pub fn decode_stats(&self) -> DecodeStats {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The slots as of the last step.
@@ -522,17 +531,30 @@ impl Drop for Engine {
     }
 }
 
+/// Counts of the engine's decode steps since it started (llama-server's
+/// `n_decode_total`, `n_tokens_max` and `n_busy_slots_per_decode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Batches decoded.
+    pub n_decode: u64,
+    /// Most tokens in one batch.
+    pub n_tokens_max: usize,
+    /// Over all batches, the slots with tokens in each, summed.
+    pub busy_slots: u64,
+}
+
 /// The engine thread: wait for work, then step until every slot is idle.
 type Published = (
     Arc<AtomicUsize>,
     Arc<AtomicUsize>,
     Arc<std::sync::Mutex<Vec<SlotInfo>>>,
+    Arc<std::sync::Mutex<DecodeStats>>,
 );
 
 fn run(
     mut ctx: Context,
     rx: mpsc::Receiver<Msg>,
-    (waiting, busy, slots): Published,
+    (waiting, busy, slots, stats): Published,
     prefill_cap: usize,
     cache_ram: usize,
 ) {
@@ -572,5 +594,6 @@ fn run(
         sched.error = None;
         busy.store(sched.n_busy(), Ordering::Relaxed);
         *slots.lock().unwrap_or_else(|e| e.into_inner()) = sched.slot_infos();
+        *stats.lock().unwrap_or_else(|e| e.into_inner()) = sched.stats;
     }
 }

@@ -14,8 +14,8 @@ use glint_tokenizer::{StreamDecoder, Tokenizer};
 use super::ram::{RamCache, MIN_TOKENS};
 use super::stop::split_stop;
 use super::{
-    Event, EventSink, FinishReason, KvEvent, Request, SlotAction, SlotInfo, SlotOutcome,
-    StopReason, TokenLogprob, Usage,
+    DecodeStats, Event, EventSink, FinishReason, KvEvent, Request, SlotAction, SlotInfo,
+    SlotOutcome, StopReason, TokenLogprob, Usage,
 };
 use crate::chat::common_prefix;
 use crate::generate::plain_greedy;
@@ -105,6 +105,8 @@ pub(crate) struct Scheduler<'a> {
     /// The first error of a failed decode or hook since it was last taken
     /// (its requests got [`Event::Failed`]).
     pub(crate) error: Option<Error>,
+    /// Decode counts since the start.
+    pub(crate) stats: DecodeStats,
 }
 
 impl<'a> Scheduler<'a> {
@@ -142,6 +144,7 @@ impl<'a> Scheduler<'a> {
             waiting,
             ram: (ram_budget > 0).then(|| RamCache::new(ram_budget)),
             error: None,
+            stats: DecodeStats::default(),
         }
     }
 
@@ -725,6 +728,9 @@ impl<'a> Scheduler<'a> {
             self.error.get_or_insert(e);
             return;
         }
+        self.stats.n_decode += 1;
+        self.stats.n_tokens_max = self.stats.n_tokens_max.max(batch.len());
+        self.stats.busy_slots += fed.len() as u64;
 
         for (i, idx, first) in outs {
             if first {
