@@ -1417,3 +1417,85 @@ fn llama_server_suite_shapes() {
     );
     assert!(quiet.get("__verbose").is_none());
 }
+
+/// Resumable streams: with `X-Conversation-Id` a stream runs to its end
+/// even when its client hangs up at once, and `GET /v1/stream` replays it
+/// from any chunk; `DELETE` forgets it.
+#[test]
+fn a_conversation_stream_survives_its_client_and_replays() {
+    let _t = turn();
+    let s = Server::start(&["-c", "1024"]);
+    let body = json!({
+        "messages": [{"role": "user", "content": "Count from one to ten."}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": true,
+    });
+    let sse = |b: Vec<u8>| -> Vec<String> {
+        String::from_utf8(b)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
+            .collect()
+    };
+    let conv = "X-Conversation-Id: team/chat:1";
+    let q = "/v1/stream?conv_id=team%2Fchat%3A1";
+    let (status, b) = http(
+        &s.addr,
+        "POST",
+        "/v1/chat/completions",
+        body.to_string().as_bytes(),
+        &[conv],
+    );
+    assert_eq!(status, 200);
+    let live = sse(b);
+    assert_eq!(live.last().unwrap(), "[DONE]");
+    let (status, b) = http(&s.addr, "GET", &format!("{q}&from=0"), b"", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(sse(b), live);
+    let (_, b) = http(&s.addr, "GET", &format!("{q}&from=3"), b"", &[]);
+    assert_eq!(sse(b), live[3..]);
+
+    // A client that hangs up after its first chunk (a page reload): the
+    // generation goes on, whole.
+    {
+        use std::io::{BufRead, Write};
+        let mut c = std::net::TcpStream::connect(&s.addr).unwrap();
+        let b = body.to_string();
+        write!(
+            c,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{conv}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )
+        .unwrap();
+        let mut lines = std::io::BufReader::new(c).lines();
+        while !lines.next().unwrap().unwrap().starts_with("data: ") {}
+    }
+    // The replay follows the live chunks to the end (once the server has
+    // read the request; until then the old, finished session answers).
+    let t0 = std::time::Instant::now();
+    let again = loop {
+        let (status, b) = http(&s.addr, "GET", &format!("{q}&from=0"), b"", &[]);
+        assert_eq!(status, 200);
+        let again = sse(b);
+        let id = |d: &[String]| serde_json::from_str::<Value>(&d[0]).unwrap()["id"].clone();
+        if id(&again) != id(&live) {
+            break again;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the new stream never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(again.last().unwrap(), "[DONE]");
+    assert_eq!(stream_text(&again), stream_text(&live));
+
+    assert_eq!(http(&s.addr, "DELETE", q, b"", &[]).0, 204);
+    assert_eq!(
+        http(&s.addr, "GET", &format!("{q}&from=0"), b"", &[]).0,
+        404
+    );
+    assert_eq!(http(&s.addr, "DELETE", q, b"", &[]).0, 404);
+}

@@ -28,6 +28,7 @@ mod native;
 mod openai;
 mod request;
 mod responses;
+mod streams;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -226,6 +227,8 @@ struct AppState {
     /// Defaults of the fields a request leaves out.
     defaults: RequestDefaults,
     verbose: bool,
+    /// Resumable streams (`X-Conversation-Id`).
+    streams: streams::Sessions,
 }
 
 impl AppState {
@@ -292,6 +295,7 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         slots_endpoint: cfg.slots_endpoint,
         defaults: cfg.defaults.clone(),
         verbose: cfg.verbose,
+        streams: Default::default(),
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -464,6 +468,7 @@ fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> Router {
         .route("/props", get(native::props))
         .route("/slots", get(native::slots))
         .route("/slots/{id}", post(native::slot_action))
+        .route("/v1/stream", get(streams::get).delete(streams::delete))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(health))
@@ -645,7 +650,7 @@ fn body_json(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, 
 
 async fn chat_completions(
     State(st): State<Shared>,
-    _headers: HeaderMap,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let l = st.loaded()?;
@@ -657,7 +662,16 @@ async fn chat_completions(
     // --verbose): the rendered prompt, for checking a template.
     let verbose = st.verbose || request::Fields(&body).bool("verbose")?.unwrap_or(false);
     let verbose = verbose.then(|| json!({ "prompt": text }));
-    respond(&st, l, Endpoint::Chat, opts, ids, verbose).await
+    respond(
+        &st,
+        l,
+        Endpoint::Chat,
+        opts,
+        ids,
+        verbose,
+        conversation(&headers),
+    )
+    .await
 }
 
 /// A chat body's prompt, as text and tokens. A conversation that ends
@@ -714,6 +728,7 @@ async fn chat_input_tokens(
 
 async fn completions(
     State(st): State<Shared>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let l = st.loaded()?;
@@ -729,7 +744,16 @@ async fn completions(
             .encode(&text, true, true)
             .map_err(|e| ApiError::bad_request(format!("cannot tokenize the prompt: {e}")))?,
     };
-    respond(&st, l, Endpoint::Completion, opts, ids, None).await
+    respond(
+        &st,
+        l,
+        Endpoint::Completion,
+        opts,
+        ids,
+        None,
+        conversation(&headers),
+    )
+    .await
 }
 
 /// Events of one request, from the engine thread to the handler (and its
@@ -762,6 +786,7 @@ async fn respond(
     opts: Options,
     prompt: Vec<u32>,
     verbose: Option<Value>,
+    conversation: Option<String>,
 ) -> Result<Response, ApiError> {
     let (stream, include_usage) = (opts.stream, opts.include_usage);
     let want_logprobs = opts.req.logprobs.is_some();
@@ -778,7 +803,7 @@ async fn respond(
         endpoint,
     };
     if stream {
-        let st = Streaming::new(
+        let s = Streaming::new(
             meta,
             rx,
             n_choices,
@@ -786,7 +811,10 @@ async fn respond(
             want_logprobs,
             st.timeout,
         );
-        Ok(sse(st).into_response())
+        match conversation {
+            Some(id) => streams::detach(st, &id, chunks(s)),
+            None => Ok(sse(s).into_response()),
+        }
     } else {
         let whole = tokio::time::timeout(st.timeout, collect(rx, n_choices))
             .await
@@ -1003,10 +1031,18 @@ impl Streaming {
 /// `data: [DONE]` last. Dropping it (the client left) drops the receiver,
 /// which cancels the request in the engine.
 fn sse(st: Streaming) -> impl IntoResponse {
-    let events = futures_util::stream::unfold(st, |mut st| async move {
+    let events = futures_util::StreamExt::map(chunks(st), |data| {
+        Ok::<_, Infallible>(SseEvent::default().data(data))
+    });
+    Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+/// A stream's SSE payloads, in order.
+fn chunks(st: Streaming) -> impl futures_util::Stream<Item = String> + Send + 'static {
+    futures_util::stream::unfold(st, |mut st| async move {
         loop {
             if let Some(data) = st.pending.pop_front() {
-                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st));
+                return Some((data, st));
             }
             if st.done {
                 return None;
@@ -1018,8 +1054,17 @@ fn sse(st: Streaming) -> impl IntoResponse {
             };
             st.on_event(ev);
         }
-    });
-    Sse::new(events).keep_alive(KeepAlive::default())
+    })
+}
+
+/// `X-Conversation-Id`: the stream is resumable under this id.
+fn conversation(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("x-conversation-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && id.len() <= 256)
+        .map(str::to_string)
 }
 
 #[cfg(test)]
