@@ -18,6 +18,9 @@ struct Choice {
     usage: Usage,
     /// Each token's log-probabilities (with the 2 best).
     logprobs: Vec<TokenLogprob>,
+    /// The request's prompt progress reports (total, cached, processed);
+    /// on choice 0.
+    progress: Vec<(usize, usize, usize)>,
 }
 
 /// Greedy runs whose batches differed (alone vs beside other choices, cold
@@ -99,6 +102,11 @@ fn collect(events: &glint::engine::Events, n: usize) -> Vec<Choice> {
                 done += 1;
             }
             Event::Failed(e) => panic!("request failed: {e}"),
+            Event::Progress {
+                total,
+                cached,
+                processed,
+            } => out[0].progress.push((total, cached, processed)),
         }
     }
     out
@@ -178,9 +186,12 @@ fn a_busy_slots_prefix_is_shared_into_a_new_request_and_gives_the_cold_tokens() 
     let e = engine(&model, 2048, 4);
     let ev_a = e.submit_channel(request(a.clone(), 48)).unwrap();
     // Wait until A generates: its prompt is in its slot's cells.
-    match ev_a.recv() {
-        Some(Event::Delta { .. }) => {}
-        other => panic!("expected A's first token, got {other:?}"),
+    loop {
+        match ev_a.recv() {
+            Some(Event::Progress { .. }) => continue,
+            Some(Event::Delta { .. }) => break,
+            other => panic!("expected A's first token, got {other:?}"),
+        }
     }
     let warm_b = run(&e, request(b.clone(), 16));
     assert_eq!(warm_b[0].usage.cached_tokens, common);
@@ -293,4 +304,40 @@ fn a_cut_prefix_comes_back_from_the_ram_cache_with_the_cold_tokens() {
     );
     run(&e, request(prompt(&model, "Seven times eight equals"), 4));
     assert_eq!(run(&e, request(d, 12))[0].usage.cached_tokens, 0);
+}
+
+/// Prompt progress: one report before any prompt token is decoded, then one
+/// per batch with some of the prompt, `processed` growing by at most the
+/// prefill cap to the whole prompt; a second run reports its cached part.
+#[test]
+fn prompt_progress_is_reported_batch_by_batch() {
+    let model = common::cpu_model("smollm2");
+    let ids = prompt(
+        &model,
+        &"The quick brown fox jumps over the lazy dog. ".repeat(6),
+    );
+    let e = Engine::start(
+        &model,
+        ContextParams {
+            n_ctx: 1024,
+            n_seq_max: 1,
+            ..Default::default()
+        },
+        EngineParams {
+            prefill_per_step: 16,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let p = run(&e, request(ids.clone(), 2)).remove(0).progress;
+    let n = ids.len();
+    assert_eq!(p[0], (n, 0, 0));
+    assert_eq!(p.last().unwrap().2, n);
+    assert_eq!(p.len(), 1 + n.div_ceil(16), "{p:?}");
+    for w in p.windows(2) {
+        assert!(w[1].2 > w[0].2 && w[1].2 - w[0].2 <= 16, "{p:?}");
+    }
+    // The same prompt again: all but its last token from the slot's cells.
+    let p = run(&e, request(ids.clone(), 2)).remove(0).progress;
+    assert_eq!(p, vec![(n, n - 1, n - 1), (n, n - 1, n)]);
 }

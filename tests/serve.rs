@@ -1499,3 +1499,82 @@ fn a_conversation_stream_survives_its_client_and_replays() {
     );
     assert_eq!(http(&s.addr, "DELETE", q, b"", &[]).0, 404);
 }
+
+/// llama-server's telemetry fields: `return_progress` (prompt progress
+/// chunks before the first token), `timings_per_token`, and
+/// `post_sampling_probs` (probabilities of the distribution the token was
+/// drawn from).
+#[test]
+fn progress_timings_and_post_sampling_probs() {
+    let _t = turn();
+    let s = Server::start(&["-c", "1024", "-b", "32", "-np", "1"]);
+    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(8);
+    let data = s.stream(
+        "/completion",
+        &json!({"prompt": prompt, "n_predict": 4, "stream": true,
+                "return_progress": true, "timings_per_token": true}),
+    );
+    let chunks: Vec<Value> = data
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let progress: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c.get("prompt_progress"))
+        .collect();
+    // 80-odd tokens in batches of 32: a report before any, then 3 or more.
+    assert!(progress.len() >= 4, "{progress:?}");
+    assert_eq!(progress[0]["processed"], progress[0]["cache"]);
+    let total = progress[0]["total"].as_u64().unwrap();
+    assert_eq!(progress.last().unwrap()["processed"], total);
+    for w in progress.windows(2) {
+        assert!(w[1]["processed"].as_u64() > w[0]["processed"].as_u64());
+    }
+    for c in chunks.iter().filter(|c| c.get("prompt_progress").is_none()) {
+        let t = &c["timings"];
+        assert!(t["predicted_n"].as_u64().unwrap() <= 4, "{c}");
+        assert!(
+            t.as_object()
+                .unwrap()
+                .values()
+                .all(|v| v.as_f64().is_some_and(|x| x >= 0.0)),
+            "{c}"
+        );
+    }
+
+    let (_, v) = s.post(
+        "/completion",
+        &json!({"prompt": "Today I would finally become a", "n_predict": 3, "n_probs": 10,
+                "temperature": 1.0, "post_sampling_probs": true, "seed": 7, "ignore_eos": true}),
+    );
+    let probs = v["completion_probabilities"].as_array().unwrap();
+    assert_eq!(probs.len(), 3, "{v}");
+    for p in probs {
+        let top = p["top_probs"].as_array().unwrap();
+        assert!(!top.is_empty() && top.len() <= 10);
+        let sum: f64 = top.iter().map(|t| t["prob"].as_f64().unwrap()).sum();
+        assert!(sum <= 1.0 + 1e-5, "{p}");
+        let x = p["prob"].as_f64().unwrap();
+        assert!(x > 0.0 && x <= 1.0, "{p}");
+        // The drawn token is one the chain kept: among the alternatives,
+        // with the same probability, unless ten others beat it.
+        if let Some(t) = top.iter().find(|t| t["id"] == p["id"]) {
+            assert!((t["prob"].as_f64().unwrap() - x).abs() < 1e-6);
+        }
+    }
+
+    // Chat: the usage chunk carries the timings; the role chunk does not.
+    let data = s.stream(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "test"}], "max_tokens": 5, "stream": true,
+                "stream_options": {"include_usage": true}, "timings_per_token": true}),
+    );
+    let first: Value = serde_json::from_str(&data[0]).unwrap();
+    assert!(first.get("timings").is_none() && first["choices"][0]["delta"]["content"].is_null());
+    let usage: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert!(usage["choices"].as_array().unwrap().is_empty());
+    assert!(
+        usage["timings"]["predicted_n"].as_u64().unwrap() <= 5,
+        "{usage}"
+    );
+}

@@ -164,6 +164,7 @@ const FLAGS: &[Flag] = &[
     flag!("n-gpu-layers", ["-ngl"], Some("N"), "accepted with a notice: glint puts the whole model on one backend (--backend)"),
     flag!("flash-attn", ["-fa"], Some("on|off|auto"), "accepted with a notice: glint's attention kernels are fused already"),
     flag!("no-ui", [], None, "accepted: glint serves no web UI"),
+    flag!("backend-sampling", ["--backend_sampling"], None, "accepted with a notice: glint samples on the host, from the logits of its one backend"),
     flag!("swa-full", [], None, "accepted: glint's caches hold the full context for every layer"),
     flag!("reasoning-format", [], Some("FORMAT"), "accepted with a notice: reasoning_content is not split out yet"),
     flag!("reasoning", [], Some("on|off|auto"), "accepted with a notice: reasoning_content is not split out yet"),
@@ -226,6 +227,10 @@ fn notices(p: &Parsed) -> Result<(), String> {
         ("flash-attn", "glint's attention kernels are fused already"),
         ("cont-batching", "continuous batching is always on"),
         ("no-ui", "glint serves no web UI"),
+        (
+            "backend-sampling",
+            "glint samples on the host; a request's backend_sampling changes nothing",
+        ),
         (
             "swa-full",
             "glint's caches hold the full context for every layer",

@@ -55,7 +55,7 @@ mod token;
 
 pub use chain::{Chain, Sampler, SamplerClone};
 pub use history::{Dry, LogitBias, Penalties, DRY_MAX_BREAKER_TAIL};
-pub use logprobs::{logprobs, TokenLogprobs, MAX_TOP_LOGPROBS};
+pub use logprobs::{logprobs, post_sampling_logprobs, TokenLogprobs, MAX_TOP_LOGPROBS};
 pub use mirostat::{Mirostat, MirostatV2};
 pub use params::{
     parse_logit_bias, parse_sampler_list, parse_sampler_seq, LogitBiasEntry, SamplerParams,

@@ -29,6 +29,7 @@ mod openai;
 mod request;
 mod responses;
 mod streams;
+mod timings;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -789,6 +790,7 @@ async fn respond(
     conversation: Option<String>,
 ) -> Result<Response, ApiError> {
     let (stream, include_usage) = (opts.stream, opts.include_usage);
+    let (timings_per_token, return_progress) = (opts.timings_per_token, opts.return_progress);
     let want_logprobs = opts.req.logprobs.is_some();
     let n_choices = opts.req.n.max(1);
     let rx = submit(st, l, opts, prompt)?;
@@ -803,7 +805,7 @@ async fn respond(
         endpoint,
     };
     if stream {
-        let s = Streaming::new(
+        let mut s = Streaming::new(
             meta,
             rx,
             n_choices,
@@ -811,6 +813,8 @@ async fn respond(
             want_logprobs,
             st.timeout,
         );
+        s.timings = timings_per_token;
+        s.progress = return_progress;
         match conversation {
             Some(id) => streams::detach(st, &id, chunks(s)),
             None => Ok(sse(s).into_response()),
@@ -922,6 +926,7 @@ pub(crate) async fn collect(
                 }
             }
             Event::Failed(m) => return Err(ApiError::internal(m)),
+            Event::Progress { .. } => {}
         }
     }
     Err(ApiError::internal("the engine stopped"))
@@ -941,6 +946,11 @@ struct Streaming {
     /// Per choice: its counts once done.
     finished: Vec<Option<Choice>>,
     timeout: Duration,
+    clock: timings::Clock,
+    /// Chunks carry `timings` (`timings_per_token`).
+    timings: bool,
+    /// `prompt_progress` chunks (`return_progress`).
+    progress: bool,
 }
 
 impl Streaming {
@@ -968,15 +978,33 @@ impl Streaming {
             offset: vec![0; n],
             finished: vec![None; n],
             timeout,
+            clock: timings::Clock::new(),
+            timings: false,
+            progress: false,
         }
     }
 
     /// Turn one engine event into chunks.
     fn on_event(&mut self, ev: Option<Event>) {
-        let push =
-            |p: &mut std::collections::VecDeque<String>, v: Value| p.push_back(v.to_string());
+        if let Some(ev) = &ev {
+            self.clock.on_event(ev);
+        }
+        let timings = self.timings.then(|| self.clock.json());
+        let push = |p: &mut std::collections::VecDeque<String>, mut v: Value| {
+            if let Some(t) = &timings {
+                v["timings"] = t.clone();
+            }
+            p.push_back(v.to_string())
+        };
         let last = self.offset.len() - 1;
         match ev {
+            Some(Event::Progress { .. }) => {
+                if self.progress {
+                    let mut v = self.meta.wrap(true, json!([]));
+                    v["prompt_progress"] = self.clock.progress();
+                    push(&mut self.pending, v);
+                }
+            }
             Some(Event::Delta {
                 index,
                 text,

@@ -386,6 +386,7 @@ impl Tracker {
                 self.metrics.finished(self.submitted, deltas, &usage);
             }
             Event::Failed(_) => self.end_prefill(now),
+            Event::Progress { .. } => {}
         }
     }
 

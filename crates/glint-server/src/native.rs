@@ -212,14 +212,24 @@ fn stop_type(stop: Option<StopReason>) -> &'static str {
 }
 
 /// `completion_probabilities` entries: `{id, token, logprob, bytes,
-/// top_logprobs: [{id, token, logprob, bytes}]}`.
-fn probs(lps: &[TokenLogprob]) -> Value {
-    let one = |id: u32, text: &str, lp: f32| json!({ "id": id, "token": text, "logprob": lp, "bytes": text.as_bytes() });
+/// top_logprobs: [{id, token, logprob, bytes}]}`; with `post_sampling_probs`
+/// (`post`), probabilities of the distribution the sampler drew from:
+/// `{id, token, prob, bytes, top_probs: [...]}`.
+fn probs(lps: &[TokenLogprob], post: bool) -> Value {
+    let (key, top_key) = if post {
+        ("prob", "top_probs")
+    } else {
+        ("logprob", "top_logprobs")
+    };
+    let one = |id: u32, text: &str, lp: f32| {
+        let x = if post { lp.exp() } else { lp };
+        json!({ "id": id, "token": text, key: x, "bytes": text.as_bytes() })
+    };
     Value::Array(
         lps.iter()
             .map(|t| {
                 let mut v = one(t.token, &t.text, t.logprob);
-                v["top_logprobs"] = t.top.iter().map(|(i, s, l)| one(*i, s, *l)).collect();
+                v[top_key] = t.top.iter().map(|(i, s, l)| one(*i, s, *l)).collect();
                 v
             })
             .collect(),
@@ -281,6 +291,7 @@ pub(crate) fn generation_settings(req: &Request, stream: bool) -> Value {
         "ignore_eos": req.ignore_eos,
         "stream": stream,
         "n_probs": req.logprobs.unwrap_or(0),
+        "post_sampling_probs": req.post_sampling_probs,
         "min_keep": s.min_keep,
         "logit_bias": bias,
         "samplers": s.samplers.iter().map(|t| t.name()).collect::<Vec<_>>(),
@@ -304,8 +315,6 @@ fn completion_end(
     let predicted_ms = (done - first).as_secs_f64() * 1e3;
     let u = c.usage;
     let prompt_n = u.prompt_tokens - u.cached_tokens;
-    let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
-    let per_token = |n: usize, ms: f64| if n > 0 { ms / n as f64 } else { 0.0 };
     let mut v = json!({
         "index": 0,
         "content": if stream { "" } else { c.text.as_str() },
@@ -321,22 +330,11 @@ fn completion_end(
         "stopping_word": "",
         "has_new_line": c.text.contains('\n'),
         "generation_settings": settings,
-        "timings": {
-            "cache_n": u.cached_tokens,
-            "prompt_n": prompt_n,
-            "prompt_ms": prompt_ms,
-            "prompt_per_second": per_s(prompt_n, prompt_ms),
-            "prompt_per_token_ms": per_token(prompt_n, prompt_ms),
-            "predicted_n": u.completion_tokens,
-            "predicted_ms": predicted_ms,
-            // The first token comes from the prompt's logits: the rates are
-            // over the decode steps after it.
-            "predicted_per_second": per_s(u.completion_tokens.saturating_sub(1), predicted_ms),
-            "predicted_per_token_ms": per_token(u.completion_tokens.saturating_sub(1), predicted_ms),
-        },
+        "timings": crate::timings::timings(prompt_n, u.cached_tokens, prompt_ms, u.completion_tokens, predicted_ms),
     });
     if !c.logprobs.is_empty() && !stream {
-        v["completion_probabilities"] = probs(&c.logprobs);
+        let post = settings["post_sampling_probs"] == true;
+        v["completion_probabilities"] = probs(&c.logprobs, post);
     }
     v
 }
@@ -419,6 +417,7 @@ fn completion_options(
             }
         },
     }
+    opts.req.post_sampling_probs = flag(body, "post_sampling_probs", false)?;
     crate::resolve_bias(l.engine.model().tokenizer(), &mut opts)?;
     let return_tokens = flag(body, "return_tokens", false)?;
     let settings = generation_settings(&opts.req, opts.stream);
@@ -472,57 +471,78 @@ async fn run_completion(
     }
     let l = st.loaded()?;
     let (opts, return_tokens, settings) = completion_options(&st, &body)?;
+    let (per_token, progress) = (opts.timings_per_token, opts.return_progress);
     let t0 = Instant::now();
     let rx = crate::submit(&st, l, opts, prompt)?;
     let model = l.name.clone();
     let timeout = st.timeout;
-    let state = (rx, Choice::default(), false);
-    let events = futures_util::stream::unfold(state, move |(mut rx, mut c, done)| {
+    let state = (rx, Choice::default(), false, crate::timings::Clock::new());
+    let events = futures_util::stream::unfold(state, move |(mut rx, mut c, done, mut clock)| {
         let model = model.clone();
         let settings = settings.clone();
         async move {
             if done {
                 return None;
             }
-            let ev = tokio::time::timeout(timeout, rx.recv()).await;
-            let (data, done) = match ev {
-                Ok(Some(Event::Delta {
-                    token,
-                    text,
-                    logprob,
-                    ..
-                })) => {
-                    c.first_at.get_or_insert_with(Instant::now);
-                    c.text.push_str(&text);
-                    let mut v = json!({
-                        "index": 0,
-                        "content": text,
-                        "tokens": if return_tokens { token.into_iter().collect() } else { Vec::new() },
-                        "stop": false,
-                    });
-                    if let Some(lp) = logprob {
-                        v["completion_probabilities"] = probs(std::slice::from_ref(&lp));
+            let (mut data, done) = loop {
+                let ev = tokio::time::timeout(timeout, rx.recv()).await;
+                if let Ok(Some(ev)) = &ev {
+                    clock.on_event(ev);
+                }
+                break match ev {
+                    Ok(Some(Event::Progress { .. })) => {
+                        if !progress {
+                            continue;
+                        }
+                        let v = json!({
+                            "index": 0, "content": "", "tokens": [], "stop": false,
+                            "prompt_progress": clock.progress(),
+                            "timings": clock.json(),
+                        });
+                        (v, false)
                     }
-                    (v, false)
-                }
-                Ok(Some(Event::Done { stop, usage, .. })) => {
-                    c.stop = Some(stop);
-                    c.usage = usage;
-                    c.done_at = Some(Instant::now());
-                    (
-                        completion_end(&c, t0, return_tokens, &model, true, &settings),
+                    Ok(Some(Event::Delta {
+                        token,
+                        text,
+                        logprob,
+                        ..
+                    })) => {
+                        c.first_at.get_or_insert_with(Instant::now);
+                        c.text.push_str(&text);
+                        let mut v = json!({
+                            "index": 0,
+                            "content": text,
+                            "tokens": if return_tokens { token.into_iter().collect() } else { Vec::new() },
+                            "stop": false,
+                        });
+                        if let Some(lp) = logprob {
+                            let post = settings["post_sampling_probs"] == true;
+                            v["completion_probabilities"] = probs(std::slice::from_ref(&lp), post);
+                        }
+                        (v, false)
+                    }
+                    Ok(Some(Event::Done { stop, usage, .. })) => {
+                        c.stop = Some(stop);
+                        c.usage = usage;
+                        c.done_at = Some(Instant::now());
+                        (
+                            completion_end(&c, t0, return_tokens, &model, true, &settings),
+                            true,
+                        )
+                    }
+                    Ok(Some(Event::Failed(m))) => (ApiError::internal(m).body(), true),
+                    Ok(None) => (ApiError::internal("the engine stopped").body(), true),
+                    Err(_) => (
+                        ApiError::new(StatusCode::REQUEST_TIMEOUT, "the stream timed out").body(),
                         true,
-                    )
-                }
-                Ok(Some(Event::Failed(m))) => (ApiError::internal(m).body(), true),
-                Ok(None) => (ApiError::internal("the engine stopped").body(), true),
-                Err(_) => (
-                    ApiError::new(StatusCode::REQUEST_TIMEOUT, "the stream timed out").body(),
-                    true,
-                ),
+                    ),
+                };
             };
+            if per_token && !done {
+                data["timings"] = clock.json();
+            }
             let ev = SseEvent::default().data(data.to_string());
-            Some((Ok::<_, Infallible>(ev), (rx, c, done)))
+            Some((Ok::<_, Infallible>(ev), (rx, c, done, clock)))
         }
     });
     Ok(Sse::new(events)

@@ -59,7 +59,7 @@ impl Meta {
         }
     }
 
-    fn wrap(&self, chunk: bool, choices: Value) -> Value {
+    pub(crate) fn wrap(&self, chunk: bool, choices: Value) -> Value {
         json!({
             "id": self.id,
             "object": self.object(chunk),

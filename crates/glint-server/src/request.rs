@@ -32,6 +32,11 @@ pub struct Options {
     /// tokenizer splits it, no special tokens) gets the bias; resolved to
     /// token ids when the request is submitted, where the tokenizer is.
     pub bias_text: Vec<(String, f32)>,
+    /// llama-server's `timings_per_token`: stream chunks carry `timings`.
+    pub timings_per_token: bool,
+    /// llama-server's `return_progress`: a stream reports its prompt's
+    /// progress (`prompt_progress`).
+    pub return_progress: bool,
 }
 
 /// The most choices (`n`) a request may ask for, whatever the slots.
@@ -145,6 +150,8 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
         include_usage,
         n_keep,
         bias_text,
+        timings_per_token: f.bool("timings_per_token")?.unwrap_or(false),
+        return_progress: f.bool("return_progress")?.unwrap_or(false),
     })
 }
 

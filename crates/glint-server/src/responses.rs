@@ -66,6 +66,8 @@ fn as_chat(body: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         ("top_p", "top_p"),
         ("seed", "seed"),
         ("stream", "stream"),
+        ("timings_per_token", "timings_per_token"),
+        ("return_progress", "return_progress"),
     ] {
         if let Some(v) = body.get(from) {
             chat.insert(to.into(), v.clone());
@@ -126,6 +128,7 @@ pub(crate) async fn responses(
         .prompt(l.engine.model().tokenizer(), &messages, true)
         .map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
     let stream = opts.stream;
+    let (per_token, progress) = (opts.timings_per_token, opts.return_progress);
     let rx = submit(&st, l, opts, ids)?;
     let id = format!(
         "resp_{}",
@@ -176,29 +179,47 @@ pub(crate) async fn responses(
         String::new(),
         std::collections::VecDeque::from(start),
         false,
+        crate::timings::Clock::new(),
     );
-    let events =
-        futures_util::stream::unfold(state, move |(mut rx, mut text, mut pending, mut done)| {
+    let events = futures_util::stream::unfold(
+        state,
+        move |(mut rx, mut text, mut pending, mut done, mut clock)| {
             let (id, model) = (id.clone(), model.clone());
             async move {
                 loop {
                     if let Some((name, data)) = pending.pop_front() {
                         let ev = SseEvent::default().event(name).data(data.to_string());
-                        return Some((Ok::<_, Infallible>(ev), (rx, text, pending, done)));
+                        return Some((Ok::<_, Infallible>(ev), (rx, text, pending, done, clock)));
                     }
                     if done {
                         return None;
                     }
                     let item = format!("msg_{id}");
-                    match tokio::time::timeout(timeout, rx.recv()).await {
+                    let ev = tokio::time::timeout(timeout, rx.recv()).await;
+                    if let Ok(Some(ev)) = &ev {
+                        clock.on_event(ev);
+                    }
+                    match ev {
+                        Ok(Some(Event::Progress { .. })) => {
+                            if progress {
+                                let mut v = json!({ "type": "response.in_progress",
+                                    "response": response_json(&id, &model, "", "in_progress", None),
+                                    "prompt_progress": clock.progress() });
+                                if per_token {
+                                    v["timings"] = clock.json();
+                                }
+                                pending.push_back(("response.in_progress", v));
+                            }
+                        }
                         Ok(Some(Event::Delta { text: t, .. })) => {
                             if !t.is_empty() {
                                 text.push_str(&t);
-                                pending.push_back((
-                                    "response.output_text.delta",
-                                    json!({ "type": "response.output_text.delta", "item_id": item,
-                                        "output_index": 0, "content_index": 0, "delta": t }),
-                                ));
+                                let mut v = json!({ "type": "response.output_text.delta", "item_id": item,
+                                        "output_index": 0, "content_index": 0, "delta": t });
+                                if per_token {
+                                    v["timings"] = clock.json();
+                                }
+                                pending.push_back(("response.output_text.delta", v));
                             }
                         }
                         Ok(Some(Event::Done { reason, usage, .. })) => {
@@ -221,7 +242,8 @@ pub(crate) async fn responses(
                             ));
                             pending.push_back((
                                 "response.completed",
-                                json!({ "type": "response.completed", "response": whole }),
+                                json!({ "type": "response.completed", "response": whole,
+                                        "timings": clock.json() }),
                             ));
                             done = true;
                         }
@@ -239,7 +261,8 @@ pub(crate) async fn responses(
                     }
                 }
             }
-        });
+        },
+    );
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())

@@ -279,6 +279,7 @@ impl EventSink for LocalSink<'_, '_> {
             }
             // The run returns the error itself.
             Event::Failed(_) => true,
+            Event::Progress { .. } => true,
         }
     }
 

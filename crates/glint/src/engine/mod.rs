@@ -107,6 +107,10 @@ pub struct Request {
     /// [`MAX_TOP_LOGPROBS`]) most likely alternatives, from the logits
     /// before sampling.
     pub logprobs: Option<usize>,
+    /// With `logprobs`: report them over the distribution the sampler chain
+    /// drew from (after penalties, truncation and temperature) instead of
+    /// the raw logits (llama-server's `post_sampling_probs`).
+    pub post_sampling_probs: bool,
     /// Choices (OpenAI's `n`, at least 1, at most the number of slots): the
     /// prompt is decoded once and its cells copied (`seq_cp`) into `n - 1`
     /// more slots; choice `i` samples with seed `seed + i` (a random seed
@@ -136,6 +140,7 @@ impl Request {
             stop: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            post_sampling_probs: false,
             n: 1,
             context_shift: false,
             n_keep: 0,
@@ -253,10 +258,22 @@ pub struct Usage {
     pub completion_tokens: usize,
 }
 
-/// What the engine tells a request, in order: per choice deltas then one
-/// `Done`; or one `Failed` for the whole request.
+/// What the engine tells a request, in order: `Progress` of its prompt, then
+/// per choice deltas and one `Done`; or one `Failed` for the whole request.
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// Prompt processing went on (sent when the request starts, before any
+    /// prompt token is decoded, then after each batch with some of it):
+    /// `processed` of `total` prompt tokens are in the cache, `cached` of
+    /// them found there.
+    Progress {
+        /// Prompt tokens.
+        total: usize,
+        /// Of those, reused from a cache.
+        cached: usize,
+        /// Of those, in the cache now (cached ones included).
+        processed: usize,
+    },
     /// One generated token of choice `index`: the text it completed (may be
     /// empty: half a character, or text held back as the possible start of
     /// a stop string), or (`token: None`) held text released at the end.

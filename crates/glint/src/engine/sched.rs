@@ -486,6 +486,19 @@ impl<'a> Scheduler<'a> {
             s.started = self.step;
             s.last_used = self.step;
         }
+        self.progress(lead);
+    }
+
+    /// Tell slot `i`'s request how far its prompt is.
+    fn progress(&self, i: usize) {
+        let s = &self.slots[i];
+        if let Some(job) = &s.job {
+            job.send(Event::Progress {
+                total: job.req.prompt.len(),
+                cached: job.n_cached,
+                processed: s.cache.len().min(job.req.prompt.len()),
+            });
+        }
     }
 
     /// Cells free in the stream of `seq`, after giving up idle slots'
@@ -731,6 +744,11 @@ impl<'a> Scheduler<'a> {
         self.stats.n_decode += 1;
         self.stats.n_tokens_max = self.stats.n_tokens_max.max(batch.len());
         self.stats.busy_slots += fed.len() as u64;
+        for &i in &prefilling {
+            if fed.contains(&i) {
+                self.progress(i);
+            }
+        }
 
         for (i, idx, first) in outs {
             if first {
@@ -923,6 +941,15 @@ fn pick(ctx: &mut Context, job: &mut Active, idx: usize) -> Result<(u32, Option<
         return Ok((id, None));
     }
     let logits = ctx.logits(idx)?;
+    if let (Some(n), true) = (job.req.logprobs, job.req.post_sampling_probs) {
+        let cur = job.chain.apply_logits(logits)?;
+        let id = cur
+            .selected_token()
+            .ok_or_else(|| Error::Internal("the sampler chain selected nothing".into()))?;
+        job.chain.accept(id);
+        let l = glint_sample::post_sampling_logprobs(&cur, id, n)?;
+        return Ok((id, Some((l.logprob, l.top))));
+    }
     let id = job.chain.sample(logits)?;
     let lp = match job.req.logprobs {
         Some(n) => {
