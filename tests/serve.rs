@@ -1121,6 +1121,29 @@ fn slots_save_erase_and_restore_their_prompt() {
     let s = Server::start(&["-np", "1", "-c", "1024"]);
     let (status, _) = s.post("/slots/0?action=save", &json!({ "filename": "x.bin" }));
     assert_eq!(status, 501);
+    drop(s);
+
+    // --no-slots hides GET /slots only: slot files still work.
+    std::fs::create_dir_all(&dir).unwrap();
+    let s = Server::start(&[
+        "-np",
+        "1",
+        "-c",
+        "1024",
+        "--no-slots",
+        "--slot-save-path",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(s.get("/slots").0, 501);
+    s.post(
+        "/v1/completions",
+        &json!({"prompt": "Hello there", "max_tokens": 2}),
+    );
+    let (status, v) = s.post("/slots/0?action=save", &json!({ "filename": "y.bin" }));
+    assert_eq!(status, 200, "{v}");
+    assert!(dir.join("y.bin").exists());
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

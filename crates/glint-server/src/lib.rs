@@ -90,7 +90,8 @@ pub struct Config {
     /// Defaults for requests that do not set them (`--n-predict`,
     /// `--temp`, `--seed`, `-gan`/`-gaw`).
     pub defaults: RequestDefaults,
-    /// `GET /slots` and `POST /slots/{id}` (off with `--no-slots`).
+    /// `GET /slots` (off with `--no-slots`; `POST /slots/{id}` needs only
+    /// `slot_save_path`, as llama-server's).
     pub slots_endpoint: bool,
     /// Origins allowed by CORS (`--cors-origins`; empty or `*` = any).
     pub cors_origins: Vec<String>,

@@ -325,7 +325,8 @@ fn completion_end(
         "tokens_predicted": u.completion_tokens,
         "tokens_evaluated": u.prompt_tokens,
         "tokens_cached": u.prompt_tokens + u.completion_tokens.saturating_sub(1),
-        "truncated": false,
+        // The context ran out before the request's end.
+        "truncated": c.stop == Some(StopReason::ContextFull),
         "stop_type": stop_type(c.stop),
         "stopping_word": "",
         "has_new_line": c.text.contains('\n'),
@@ -608,7 +609,8 @@ pub(crate) async fn slot_action(
     axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    slots_on(&st)?;
+    // As llama-server: --no-slots hides GET /slots only; slot files are
+    // governed by --slot-save-path alone.
     st.loaded()?;
     let id: usize = id
         .parse()

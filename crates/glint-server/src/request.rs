@@ -109,11 +109,17 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
     // More choices than slots: the engine refuses it (a 400 naming both).
     req.n = f.int("n", 1, MAX_CHOICES)?.unwrap_or(1) as usize;
     let n_keep = f.int("n_keep", -1, u32::MAX as i64)?;
+    // llama-server's `n_predict: -1`: no limit (and not the server's).
     let max = ["max_completion_tokens", "max_tokens", "n_predict"]
         .iter()
-        .map(|k| f.int(k, 1, u32::MAX as i64))
+        .map(|k| f.int(k, if *k == "n_predict" { -1 } else { 1 }, u32::MAX as i64))
         .collect::<Result<Vec<_>, _>>()?;
-    req.max_tokens = max.into_iter().flatten().next().map(|n| n as usize);
+    req.max_tokens = max
+        .into_iter()
+        .flatten()
+        .next()
+        .filter(|&n| n > 0)
+        .map(|n| n as usize);
     let (sampling, bias_text) = sampling(&f)?;
     req.sampling = sampling;
     req.stop = stop(&f)?;
@@ -379,6 +385,10 @@ mod tests {
         assert_eq!(o.req.sampling.logit_bias[0].token, 7);
         assert_eq!(o.req.sampling.logit_bias[0].bias, f32::NEG_INFINITY);
         assert_eq!(o.bias_text, vec![("hello".to_string(), -5.0)]);
+        // n_predict -1: no limit; below that, an error.
+        let o = options(&body(r#"{"n_predict": -1}"#), Endpoint::Completion).unwrap();
+        assert_eq!(o.req.max_tokens, None);
+        assert!(options(&body(r#"{"n_predict": -2}"#), Endpoint::Completion).is_err());
     }
 
     #[test]
