@@ -1215,7 +1215,8 @@ fn llama_server_flags_parse_apply_or_are_refused_by_name() {
 
     // What glint lacks is refused at startup, naming the flag.
     for (args, says) in [
-        (&["--embedding"][..], "--embedding"),
+        (&["--pooling", "mean"][..], "--pooling needs --embedding"),
+        (&["--embedding", "--pooling", "rank"][..], "rank"),
         (&["--lora", "x.gguf"][..], "--lora"),
         (&["--spec-draft-n-max", "4"][..], "--spec-draft-n-max"),
         (&["--mmproj", "x.gguf"][..], "--mmproj"),
@@ -1600,4 +1601,100 @@ fn progress_timings_and_post_sampling_probs() {
         usage["timings"]["predicted_n"].as_u64().unwrap() <= 5,
         "{usage}"
     );
+}
+
+/// `--embedding`: /v1/embeddings (float and base64 equal, L2-normalized,
+/// usage), llama-server's /embedding (one row per token with pooling none),
+/// and the completion routes refused.
+#[test]
+fn embeddings_over_http() {
+    let _t = turn();
+    let s = Server::start(&["-c", "512", "--embedding", "--pooling", "mean"]);
+    let texts = ["I believe the meaning of life is", "This is a test"];
+    let (status, v) = s.post("/v1/embeddings", &json!({"input": texts}));
+    assert_eq!(status, 200, "{v}");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    let vec_of = |d: &Value| -> Vec<f32> {
+        d["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    let first = vec_of(&data[0]);
+    assert_eq!(first.len(), 576);
+    let norm: f32 = first.iter().map(|x| x * x).sum();
+    assert!((norm - 1.0).abs() < 1e-3, "{norm}");
+    let (_, ids) = s.post(
+        "/tokenize",
+        &json!({"content": texts[0], "add_special": true}),
+    );
+    let (_, ids1) = s.post(
+        "/tokenize",
+        &json!({"content": texts[1], "add_special": true}),
+    );
+    let n = ids["tokens"].as_array().unwrap().len() + ids1["tokens"].as_array().unwrap().len();
+    assert_eq!(v["usage"]["prompt_tokens"], n);
+    // One input alone: the same vector as in the batch.
+    let (_, alone) = s.post("/v1/embeddings", &json!({"input": texts[0]}));
+    assert_eq!(vec_of(&alone["data"][0]), first);
+    // base64: the same floats, little-endian.
+    let (_, b) = s.post(
+        "/v1/embeddings",
+        &json!({"input": texts[0], "encoding_format": "base64"}),
+    );
+    let raw = decode_base64(b["data"][0]["embedding"].as_str().unwrap());
+    let floats: Vec<f32> = raw
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(floats, first);
+    // Bad inputs: 400.
+    for bad in [
+        json!([]),
+        json!({"content": "x"}),
+        json!({"content": [{"type": "image_url"}]}),
+    ] {
+        assert_eq!(
+            s.post("/v1/embeddings", &json!({"input": bad})).0,
+            400,
+            "{bad}"
+        );
+    }
+    // Completions are not served in this mode.
+    assert_eq!(s.post("/v1/completions", &json!({"prompt": "Hi"})).0, 501);
+    drop(s);
+
+    // Pooling none: /v1/embeddings refuses it, /embedding gives every row.
+    let s = Server::start(&["-c", "512", "--embedding"]);
+    assert_eq!(s.post("/v1/embeddings", &json!({"input": "hello"})).0, 400);
+    let (status, v) = s.post("/embedding", &json!({"content": texts[1]}));
+    assert_eq!(status, 200, "{v}");
+    let rows = v[0]["embedding"].as_array().unwrap();
+    assert_eq!(rows.len(), ids1["tokens"].as_array().unwrap().len());
+}
+
+fn decode_base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let s = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for &c in s {
+        acc = (acc << 6) | u32::from(val(c));
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
 }

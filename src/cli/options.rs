@@ -266,6 +266,7 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
         n_ctx,
         n_seq_max: n_seq,
         kv_unified,
+        embeddings: false,
         n_batch: match num(p, "batch-size")? {
             Some(b) => clamp("batch-size", b),
             None => d.n_batch,

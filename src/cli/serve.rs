@@ -168,8 +168,8 @@ const FLAGS: &[Flag] = &[
     flag!("swa-full", [], None, "accepted: glint's caches hold the full context for every layer"),
     flag!("reasoning-format", [], Some("FORMAT"), "accepted with a notice: reasoning_content is not split out yet"),
     flag!("reasoning", [], Some("on|off|auto"), "accepted with a notice: reasoning_content is not split out yet"),
-    flag!("embedding", ["--embeddings"], None, "refused: embeddings are not served yet"),
-    flag!("pooling", [], Some("TYPE"), "refused: embeddings are not served yet"),
+    flag!("embedding", ["--embeddings"], None, "serve embeddings (POST /v1/embeddings, /embedding) instead of completions"),
+    flag!("pooling", [], Some("none|mean|cls|last"), "how --embedding pools token states (default none: every token's, /embedding only)"),
     flag!("reranking", ["--rerank"], None, "refused: not supported"),
     flag!("lora", [], Some("FILE"), "refused: not supported"),
     flag!("model-draft", ["-md"], Some("FILE"), "refused: speculative decoding is not supported"),
@@ -210,8 +210,6 @@ fn cache_type(p: &Parsed, flag: &str) -> Result<glint::CacheType, String> {
 /// those that ask for what glint lacks: an error.
 fn notices(p: &Parsed) -> Result<(), String> {
     let refused = [
-        ("embedding", "embeddings are not served yet"),
-        ("pooling", "embeddings are not served yet"),
         ("reranking", "reranking is not supported"),
         ("lora", "LoRA adapters are not supported"),
         ("model-draft", "speculative decoding is not supported"),
@@ -293,6 +291,7 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         n_ubatch: num(p, "ubatch-size")?.unwrap_or(dc.n_ubatch),
         type_k: cache_type(p, "cache-type-k")?,
         type_v: cache_type(p, "cache-type-v")?,
+        embeddings: p.has("embedding"),
     };
     let defaults =
         glint_server::RequestDefaults {
@@ -333,6 +332,16 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
         metrics: p.has("metrics"),
         verbose: p.has("verbose"),
+        embedding: match (p.has("embedding"), p.get("pooling")) {
+            (false, None) => None,
+            (false, Some(_)) => return Err("serve: --pooling needs --embedding".into()),
+            (true, pooling) => Some(
+                pooling
+                    .unwrap_or("none")
+                    .parse()
+                    .map_err(|e: glint::Error| format!("--pooling: {e}"))?,
+            ),
+        },
         cache_ram: match num::<i64>(p, "cache-ram")? {
             _ if p.has("no-cache-idle-slots") => 0,
             None => d.cache_ram,

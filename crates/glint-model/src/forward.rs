@@ -227,6 +227,9 @@ pub struct Output<T> {
     /// Argmax of each logits row `[n_out]` i32 (on device: greedy decode
     /// reads back 4 bytes per row).
     pub argmax: T,
+    /// The output rows' hidden states after the output norm, what the head
+    /// multiplies (`[n_embd, n_out]`): the model's embeddings.
+    pub hidden: T,
     /// Rows.
     pub n_out: usize,
 }
@@ -605,6 +608,7 @@ fn output_head<B: Backend>(
     Ok(Output {
         logits,
         argmax,
+        hidden: xn,
         n_out,
     })
 }

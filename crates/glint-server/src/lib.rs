@@ -22,6 +22,7 @@
 
 #![deny(missing_docs)]
 
+mod embeddings;
 mod error;
 mod metrics;
 mod native;
@@ -116,6 +117,9 @@ pub struct Config {
     /// Every chat response carries `__verbose` (its rendered prompt), as
     /// llama-server's with `--verbose`.
     pub verbose: bool,
+    /// Serve embeddings (`--embedding`), pooled this way (`--pooling`;
+    /// `None`: every token's); the completion routes answer 501 then.
+    pub embedding: Option<glint::embed::Pooling>,
 }
 
 impl Default for Config {
@@ -146,6 +150,7 @@ impl Default for Config {
             timeout: Duration::from_secs(600),
             max_body_bytes: 8 << 20,
             verbose: false,
+            embedding: None,
             metrics: false,
         }
     }
@@ -231,6 +236,8 @@ struct AppState {
     verbose: bool,
     /// Resumable streams (`X-Conversation-Id`).
     streams: streams::Sessions,
+    /// `Some` with --embedding: how embeddings are pooled.
+    pooling: Option<glint::embed::Pooling>,
 }
 
 impl AppState {
@@ -298,6 +305,7 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         defaults: cfg.defaults.clone(),
         verbose: cfg.verbose,
         streams: Default::default(),
+        pooling: cfg.embedding,
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -420,6 +428,7 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
         None => Chat::for_model(&model)?,
     };
     let mut ctx = cfg.ctx_params.clone();
+    ctx.embeddings |= cfg.embedding.is_some();
     if ctx.n_ctx == 0 {
         ctx.n_ctx = 4096.min(model.hparams().n_ctx_train as u32);
     }
@@ -471,6 +480,9 @@ fn router(state: Shared, max_body: usize, cors_origins: &[String]) -> Router {
         .route("/slots", get(native::slots))
         .route("/slots/{id}", post(native::slot_action))
         .route("/v1/stream", get(streams::get).delete(streams::delete))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/embeddings", post(embeddings::native))
+        .route("/embedding", post(embeddings::native))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(health))
@@ -840,6 +852,12 @@ pub(crate) fn submit(
     mut opts: Options,
     prompt: Vec<u32>,
 ) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    if st.pooling.is_some() {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "This server does not support completions. Start it without `--embedding`",
+        ));
+    }
     resolve_bias(l.engine.model().tokenizer(), &mut opts)?;
     let Options {
         mut req, n_keep, ..

@@ -17,6 +17,9 @@ struct Outputs {
     row_of: Vec<i32>,
     /// `[n_rows, n_vocab]` rows read back so far (`None` until read).
     host: Vec<Option<Vec<f32>>>,
+    /// `[n_rows, n_embd]` hidden states, read with the logits when the
+    /// context keeps embeddings.
+    hidden: Vec<Option<Vec<f32>>>,
     /// Output rows that are still on the device, in the last micro-batch's
     /// output (`first row`, count).
     pending: Option<(usize, usize)>,
@@ -202,6 +205,7 @@ impl Context {
         self.out = Outputs {
             row_of,
             host: vec![None; n_rows as usize],
+            hidden: vec![None; n_rows as usize],
             pending: None,
         };
     }
@@ -378,7 +382,35 @@ impl Context {
             }
             self.out.host[first + k] = Some(row);
         }
+        if self.params.embeddings {
+            let n_embd = model.hparams().n_embd;
+            let all = with_exec!(model.backend(), &mut self.exec, |l, x| read_hidden(
+                l, x, count, n_embd
+            ))?;
+            for (k, row) in all.chunks_exact(n_embd).enumerate() {
+                self.out.hidden[first + k] = Some(row.to_vec());
+            }
+        }
         Ok(())
+    }
+
+    /// The hidden state `[n_embd]` of batch token `i` of the last `decode`
+    /// after the output norm (the model's embedding of that token): the
+    /// context must keep embeddings ([`ContextParams::embeddings`]) and the
+    /// token must have asked for logits.
+    pub fn embeddings(&mut self, i: usize) -> Result<&[f32], Error> {
+        if !self.params.embeddings {
+            return Err(Error::Invalid(
+                "this context keeps no embeddings (ContextParams::embeddings)".into(),
+            ));
+        }
+        let r = self.out_row(i)?;
+        if self.out.hidden[r].is_none() {
+            self.read_pending()?;
+        }
+        self.out.hidden[r]
+            .as_deref()
+            .ok_or_else(|| Error::Internal(format!("hidden row {r} was never computed")))
     }
 
     fn out_row(&self, i: usize) -> Result<usize, Error> {
@@ -667,6 +699,21 @@ fn read_logits<B: Backend>(
         .ok_or_else(|| Error::Internal("no pending logits on the device".into()))?;
     let mut buf = vec![0u8; count * n_vocab * 4];
     l.be.read(&out.logits, 0, &mut buf)?;
+    Ok(bytemuck::cast_slice::<u8, f32>(&buf).to_vec())
+}
+
+fn read_hidden<B: Backend>(
+    l: &Loaded<B>,
+    x: &mut Exec<B>,
+    count: usize,
+    n_embd: usize,
+) -> Result<Vec<f32>, Error> {
+    let out = x
+        .pending
+        .as_ref()
+        .ok_or_else(|| Error::Internal("no pending outputs on the device".into()))?;
+    let mut buf = vec![0u8; count * n_embd * 4];
+    l.be.read(&out.hidden, 0, &mut buf)?;
     Ok(bytemuck::cast_slice::<u8, f32>(&buf).to_vec())
 }
 

@@ -40,6 +40,7 @@ mod backend;
 mod batch;
 pub mod chat;
 mod context;
+pub mod embed;
 pub mod engine;
 mod error;
 pub mod generate;

@@ -98,6 +98,10 @@ pub struct ContextParams {
     pub type_v: CacheType,
     /// One stream shared by all sequences (true), or one per sequence.
     pub kv_unified: bool,
+    /// Keep the output rows' hidden states (after the output norm) beside
+    /// their logits, for [`crate::Context::embeddings`]: `n_embd` more
+    /// floats read back per output row.
+    pub embeddings: bool,
 }
 
 impl Default for ContextParams {
@@ -110,6 +114,7 @@ impl Default for ContextParams {
             type_k: CacheType::F16,
             type_v: CacheType::F16,
             kv_unified: true,
+            embeddings: false,
         }
     }
 }

@@ -352,9 +352,13 @@ impl EventSink for ChannelSink {
     }
 }
 
+/// Embeddings asked of the engine: the inputs' vectors, in order.
+type Embedded = Result<Vec<Vec<Vec<f32>>>, Error>;
+
 enum Msg {
     Job(Box<Request>, Box<dyn EventSink + Send>),
     Slot(usize, SlotAction, mpsc::Sender<Result<SlotOutcome, Error>>),
+    Embed(Vec<Vec<u32>>, crate::embed::Pooling, mpsc::Sender<Embedded>),
     Shutdown,
 }
 
@@ -400,6 +404,7 @@ pub struct Engine {
     max_queue: usize,
     n_slots: usize,
     n_ctx_slot: usize,
+    n_ubatch: usize,
     /// The slots as of the last step.
     slots: Arc<std::sync::Mutex<Vec<SlotInfo>>>,
     /// Decode counts as of the last step.
@@ -418,6 +423,7 @@ impl Engine {
         let ctx = Context::new(model, ctx_params)?;
         let n_slots = ctx.params().n_seq_max as usize;
         let n_ctx_slot = ctx.n_ctx_stream() as usize;
+        let n_ubatch = ctx.params().n_ubatch as usize;
         let (tx, rx) = mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let busy = Arc::new(AtomicUsize::new(0));
@@ -441,6 +447,7 @@ impl Engine {
             max_queue: params.max_queue,
             n_slots,
             n_ctx_slot,
+            n_ubatch,
             slots,
             stats,
             thread: Some(thread),
@@ -460,6 +467,12 @@ impl Engine {
     /// Cells one slot may use at most (the whole cache when it is shared).
     pub fn n_ctx_slot(&self) -> usize {
         self.n_ctx_slot
+    }
+
+    /// Most tokens one forward pass carries (`-ub`): the longest input
+    /// [`Engine::embed`] takes.
+    pub fn n_ubatch(&self) -> usize {
+        self.n_ubatch
     }
 
     /// Requests waiting for a slot now.
@@ -490,6 +503,20 @@ impl Engine {
                 .collect();
         }
         s
+    }
+
+    /// Embeddings of `inputs` (token ids each), between two steps on the
+    /// engine's context, which must keep embeddings
+    /// ([`crate::ContextParams::embeddings`]); one vector per input, or one
+    /// per token with [`crate::embed::Pooling::None`]; not normalized.
+    /// Blocks until done.
+    pub fn embed(&self, inputs: Vec<Vec<u32>>, pooling: crate::embed::Pooling) -> Embedded {
+        let (tx, rx) = mpsc::channel();
+        self.tx
+            .send(Msg::Embed(inputs, pooling, tx))
+            .map_err(|_| Error::Internal("the engine has stopped".into()))?;
+        rx.recv()
+            .map_err(|_| Error::Internal("the engine has stopped".into()))?
     }
 
     /// Save, restore or erase idle slot `id`'s cells, between two steps
@@ -601,6 +628,9 @@ fn run(
                 Msg::Job(req, sink) => sched.push(Job { req: *req, sink }),
                 Msg::Slot(id, action, reply) => {
                     let _ = reply.send(sched.slot_action(&mut ctx, id, action));
+                }
+                Msg::Embed(inputs, pooling, reply) => {
+                    let _ = reply.send(sched.embed(&mut ctx, &inputs, pooling));
                 }
                 Msg::Shutdown => return,
             }

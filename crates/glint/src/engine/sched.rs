@@ -285,6 +285,25 @@ impl<'a> Scheduler<'a> {
         s.shared = false;
     }
 
+    /// Embed each of `inputs` in the cells of the first idle slot (its
+    /// prefix given up first, as for any new request), between two steps.
+    pub(crate) fn embed(
+        &mut self,
+        ctx: &mut Context,
+        inputs: &[Vec<u32>],
+        pooling: crate::embed::Pooling,
+    ) -> Result<Vec<Vec<Vec<f32>>>, Error> {
+        let i = (0..self.slots.len())
+            .find(|&i| self.slots[i].job.is_none())
+            .ok_or_else(|| Error::Invalid("every slot is busy: no sequence to embed in".into()))?;
+        self.evict(ctx, i);
+        let seq = self.slots[i].seq;
+        inputs
+            .iter()
+            .map(|t| crate::embed::embed(ctx, seq, t, pooling))
+            .collect()
+    }
+
     /// Give up idle slot `i`'s cells, keeping their state in host memory
     /// when there is a RAM cache and they are a prefix worth keeping.
     fn evict(&mut self, ctx: &mut Context, i: usize) {
