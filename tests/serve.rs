@@ -1698,3 +1698,78 @@ fn decode_base64(s: &str) -> Vec<u8> {
     }
     out
 }
+
+/// Structured output: `grammar` (GBNF), `json_schema`, and `response_format`
+/// constrain the sampled tokens, so the text parses and fits its schema
+/// even from a 135M model at temperature 1; a bad grammar or schema is 400.
+#[test]
+fn grammars_and_json_schemas_constrain_the_output() {
+    let _t = turn();
+    let s = Server::start(&["-c", "2048"]);
+    let chat = |extra: Value| {
+        let mut b = json!({
+            "messages": [{"role": "user", "content": "Describe a person."}],
+            "max_tokens": 96, "temperature": 1.0, "seed": 3,
+        });
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        s.post("/v1/chat/completions", &b)
+    };
+    let (status, v) = chat(json!({"grammar": "root ::= \"a\"{5} | \"b\" [0-9]{2,3}"}));
+    assert_eq!(status, 200, "{v}");
+    let text = chat_text(&v);
+    let ok = text == "aaaaa"
+        || (text.starts_with('b')
+            && (3..=4).contains(&text.len())
+            && text[1..].chars().all(|c| c.is_ascii_digit()));
+    assert!(ok, "{text:?}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer"},
+        "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 2}},
+        "required": ["name", "age"]});
+    for extra in [
+        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}}),
+        json!({"json_schema": schema}),
+    ] {
+        let (status, v) = chat(extra);
+        assert_eq!(status, 200, "{v}");
+        let text = chat_text(&v);
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{text}");
+        let p: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(
+            p["name"].as_str().is_some_and(|n| n.chars().count() <= 12),
+            "{p}"
+        );
+        assert!(p["age"].is_i64(), "{p}");
+        if let Some(pets) = p.get("pets") {
+            let pets = pets.as_array().unwrap();
+            assert!(
+                pets.len() <= 2 && pets.iter().all(|x| x == "cat" || x == "dog"),
+                "{p}"
+            );
+        }
+        assert!(p
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| ["name", "age", "pets"].contains(&k.as_str())));
+    }
+    let (status, v) = chat(json!({"response_format": {"type": "json_object"}}));
+    assert_eq!(status, 200);
+    let text = chat_text(&v);
+    assert!(text.starts_with('{'), "{text}");
+
+    for bad in [
+        json!({"grammar": "root ::= this is (not valid GBNF"}),
+        json!({"json_schema": {"type": "hiccup"}}),
+        json!({"response_format": {"type": "json_object", "schema": 123}}),
+        json!({"response_format": {"type": "sound"}}),
+    ] {
+        let (status, v) = chat(bad.clone());
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+}

@@ -150,3 +150,34 @@ def test_responses_whole_and_streamed(client):
             completed = ev.response
     assert "".join(deltas) == whole.output_text
     assert completed is not None and completed.output_text == whole.output_text
+
+
+def test_json_schema_response_format_gives_parseable_json(client):
+    import json
+
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 16}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    r = client.chat.completions.create(
+        model=model_id(client),
+        messages=[{"role": "user", "content": "Invent a person."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}},
+        max_tokens=64,
+        temperature=1.0,
+        seed=11,
+    )
+    assert r.choices[0].finish_reason == "stop"
+    person = json.loads(r.choices[0].message.content)
+    assert set(person) == {"name", "age"}
+    assert isinstance(person["name"], str) and len(person["name"]) <= 16
+    assert isinstance(person["age"], int)
+    # A schema that is not one: 400.
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=model_id(client),
+            messages=[{"role": "user", "content": "Hi"}],
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "hiccup"}}},
+            max_tokens=4,
+        )

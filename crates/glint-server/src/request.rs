@@ -144,6 +144,7 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
             return Err(ApiError::bad_request("`echo` is not supported"));
         }
     }
+    req.grammar = grammar(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.get("stream_options") {
         None => false,
@@ -195,6 +196,61 @@ fn sampling(f: &Fields) -> Result<(SamplerParams, Vec<(String, f32)>), ApiError>
     s.validate()
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok((s, text))
+}
+
+/// The output's grammar: llama-server's `grammar` (GBNF) or `json_schema`,
+/// or OpenAI's `response_format` (`json_object`, with an optional
+/// `schema`; `json_schema` with `json_schema.schema`; `text`: none).
+fn grammar(f: &Fields) -> Result<Option<std::sync::Arc<glint::grammar::Grammar>>, ApiError> {
+    use glint::grammar::{json_schema, Grammar};
+    let from_schema = |field: &str, s: &Value| {
+        json_schema(s).map_err(|e| ApiError::bad_request(format!("`{field}`: {e}")))
+    };
+    let mut text = None;
+    if let Some(g) = f.get("grammar").filter(|v| !v.is_null()) {
+        let g = g.as_str().ok_or_else(|| wrong("grammar", "a GBNF text"))?;
+        if !g.trim().is_empty() {
+            text = Some(g.to_string());
+        }
+    }
+    if let Some(s) = f.get("json_schema").filter(|v| !v.is_null()) {
+        text = Some(from_schema("json_schema", s)?);
+    }
+    match f.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(rf)) => match rf.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some("json_object") => {
+                let any = serde_json::json!({"type": "object"});
+                text = Some(from_schema(
+                    "response_format.schema",
+                    rf.get("schema").unwrap_or(&any),
+                )?);
+            }
+            Some("json_schema") => {
+                let s = rf
+                    .get("json_schema")
+                    .and_then(|j| j.get("schema"))
+                    .ok_or_else(|| {
+                        ApiError::bad_request("`response_format.json_schema.schema` is required")
+                    })?;
+                text = Some(from_schema("response_format.json_schema.schema", s)?);
+            }
+            _ => {
+                return Err(wrong(
+                    "response_format",
+                    "{\"type\": \"text\" | \"json_object\" | \"json_schema\"}",
+                ))
+            }
+        },
+        Some(_) => return Err(wrong("response_format", "an object")),
+    }
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    Grammar::parse(&text)
+        .map(|g| Some(std::sync::Arc::new(g)))
+        .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// A bias entry's target: a token id, or a text whose tokens all get it.

@@ -61,6 +61,7 @@ pub use glint_cpu::Precision as CpuPrecision;
 pub use glint_gguf as gguf;
 #[cfg(feature = "wgpu")]
 pub use glint_gpu::GpuCounters;
+pub use glint_grammar as grammar;
 pub use glint_kv as kv;
 pub use glint_model::{HParams, RopeOverrides, RopeScaling};
 pub use glint_quant as quant;

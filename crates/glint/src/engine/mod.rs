@@ -107,6 +107,10 @@ pub struct Request {
     /// [`MAX_TOP_LOGPROBS`]) most likely alternatives, from the logits
     /// before sampling.
     pub logprobs: Option<usize>,
+    /// Only tokens that keep the output a valid prefix of this grammar
+    /// (GBNF, or a JSON schema made into one: [`glint_grammar`]); the
+    /// end-of-generation token only once the output is a whole sentence.
+    pub grammar: Option<Arc<glint_grammar::Grammar>>,
     /// With `logprobs`: report them over the distribution the sampler chain
     /// drew from (after penalties, truncation and temperature) instead of
     /// the raw logits (llama-server's `post_sampling_probs`).
@@ -141,6 +145,7 @@ impl Request {
             ignore_eos: false,
             logprobs: None,
             post_sampling_probs: false,
+            grammar: None,
             n: 1,
             context_shift: false,
             n_keep: 0,

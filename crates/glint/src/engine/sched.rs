@@ -59,6 +59,8 @@ struct Active<'a> {
     n_cached: usize,
     /// Slots of choices `1..n`, waiting for this one's prompt.
     followers: Vec<usize>,
+    /// Where the output stands in the request's grammar.
+    matcher: Option<glint_grammar::Matcher>,
 }
 
 impl Active<'_> {
@@ -107,6 +109,8 @@ pub(crate) struct Scheduler<'a> {
     pub(crate) error: Option<Error>,
     /// Decode counts since the start.
     pub(crate) stats: DecodeStats,
+    /// The vocabulary as a trie, for grammar masks (made on first use).
+    trie: Option<Rc<glint_grammar::TokenTrie>>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -145,6 +149,7 @@ impl<'a> Scheduler<'a> {
             ram: (ram_budget > 0).then(|| RamCache::new(ram_budget)),
             error: None,
             stats: DecodeStats::default(),
+            trie: None,
         }
     }
 
@@ -473,7 +478,10 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
-        let greedy = plain_greedy(&req.sampling) && req.logprobs.is_none();
+        let greedy = plain_greedy(&req.sampling) && req.logprobs.is_none() && req.grammar.is_none();
+        if req.grammar.is_some() && self.trie.is_none() {
+            self.trie = Some(token_trie(self.tok));
+        }
         for (k, chain) in chains.into_iter().enumerate() {
             let i = if k == 0 { lead } else { followers[k - 1] };
             if k > 0 {
@@ -495,6 +503,7 @@ impl<'a> Scheduler<'a> {
                 } else {
                     Vec::new()
                 },
+                matcher: req.grammar.clone().map(glint_grammar::Matcher::new),
             });
             s.phase = if k == 0 {
                 Phase::Prefill
@@ -854,7 +863,7 @@ impl<'a> Scheduler<'a> {
             if job.req.max_tokens == Some(0) {
                 Then::Finish(StopReason::NPredict)
             } else {
-                match pick(ctx, job, idx) {
+                match pick(ctx, job, idx, self.trie.as_deref(), tok) {
                     Err(e) => Then::Fail(e),
                     Ok((id, logprob)) => emit(tok, job, id, logprob),
                 }
@@ -952,7 +961,80 @@ impl<'a> Scheduler<'a> {
 type Logprob = (f32, Vec<(u32, f32)>);
 
 /// The next token from batch row `idx`, with its logprobs when asked for.
-fn pick(ctx: &mut Context, job: &mut Active, idx: usize) -> Result<(u32, Option<Logprob>), Error> {
+fn pick(
+    ctx: &mut Context,
+    job: &mut Active,
+    idx: usize,
+    trie: Option<&glint_grammar::TokenTrie>,
+    tok: &Tokenizer,
+) -> Result<(u32, Option<Logprob>), Error> {
+    if let (Some(m), Some(trie)) = (job.matcher.as_mut(), trie) {
+        // Grammar, as llama.cpp's sampler does it: draw from the chain as
+        // usual and keep the token when the grammar takes it (nearly always
+        // once the output is under way: one check, no mask); else mask
+        // every token that cannot go on (a walk of the vocabulary's trie),
+        // the end of generation allowed only where the output is complete,
+        // and draw again.
+        let fits = |m: &glint_grammar::Matcher, id: u32| -> Result<bool, Error> {
+            if tok.is_eog(id) {
+                return Ok(m.is_accepting());
+            }
+            let piece = tok
+                .token_to_piece(id, false)
+                .map_err(|e| Error::Internal(format!("token {id}: {e}")))?;
+            Ok(!piece.is_empty()
+                && std::str::from_utf8(&piece).is_ok_and(|t| m.clone().advance_str(t)))
+        };
+        let raw = ctx.logits(idx)?;
+        let first = job.chain.apply_logits(raw)?.selected_token();
+        let id = match first {
+            Some(id) if fits(m, id)? => id,
+            _ => {
+                let allowed = m.allowed(trie);
+                let (accepting, done) = (m.is_accepting(), m.is_done());
+                let masked: Vec<f32> = raw
+                    .iter()
+                    .enumerate()
+                    .map(|(t, &l)| {
+                        let ok = if tok.is_eog(t as u32) {
+                            accepting
+                        } else {
+                            !done && allowed[t]
+                        };
+                        if ok {
+                            l
+                        } else {
+                            f32::NEG_INFINITY
+                        }
+                    })
+                    .collect();
+                job.chain
+                    .apply_logits(&masked)?
+                    .selected_token()
+                    .ok_or_else(|| Error::Internal("the sampler chain selected nothing".into()))?
+            }
+        };
+        job.chain.accept(id);
+        if !tok.is_eog(id) {
+            let piece = tok
+                .token_to_piece(id, false)
+                .map_err(|e| Error::Internal(format!("token {id}: {e}")))?;
+            let text = String::from_utf8_lossy(&piece).into_owned();
+            if !m.advance_str(&text) {
+                return Err(Error::Internal(format!(
+                    "the grammar refused token {id} {text:?} it allowed"
+                )));
+            }
+        }
+        let lp = match job.req.logprobs {
+            Some(n) => {
+                let l = glint_sample::logprobs(ctx.logits(idx)?, id, n)?;
+                Some((l.logprob, l.top))
+            }
+            None => None,
+        };
+        return Ok((id, lp));
+    }
     if job.greedy {
         // Nothing in the chain changes the largest logit: 4 bytes back.
         let id = ctx.argmax(idx)?;
@@ -978,6 +1060,19 @@ fn pick(ctx: &mut Context, job: &mut Active, idx: usize) -> Result<(u32, Option<
         None => None,
     };
     Ok((id, lp))
+}
+
+/// The vocabulary's texts as a trie (control tokens have none).
+fn token_trie(tok: &Tokenizer) -> Rc<glint_grammar::TokenTrie> {
+    let texts: Vec<Option<Vec<u8>>> = (0..tok.n_vocab() as u32)
+        .map(|t| {
+            tok.token_to_piece(t, false)
+                .ok()
+                .map(|b| b.into_owned())
+                .filter(|b| !b.is_empty())
+        })
+        .collect();
+    Rc::new(glint_grammar::TokenTrie::new(&texts))
 }
 
 /// A token's text as logprobs show it (special tokens included).
