@@ -1773,3 +1773,45 @@ fn grammars_and_json_schemas_constrain_the_output() {
         assert_eq!(status, 400, "{bad}: {v}");
     }
 }
+
+/// What templates see, as llama-server gives it: `enable_thinking`
+/// (`--reasoning off` makes it false; `chat_template_kwargs` wins), today's
+/// `date_string`, the request's `tools`, `add_generation_prompt`; and
+/// llama.cpp's built-in template names.
+#[test]
+fn templates_get_llama_servers_variables() {
+    let _t = turn();
+    let tpl = "{{ date_string }}|{{ enable_thinking }}|{{ tools | length if tools else 0 }}|\
+               {% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}>{% endif %}";
+    let s = Server::start(&["-c", "512", "--chat-template", tpl, "--reasoning", "off"]);
+    let apply = |extra: Value| {
+        let mut b = json!({"messages": [{"role": "user", "content": "Hi"}]});
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (status, v) = s.post("/apply-template", &b);
+        assert_eq!(status, 200, "{v}");
+        v["prompt"].as_str().unwrap().to_string()
+    };
+    let p = apply(json!({}));
+    let parts: Vec<&str> = p.split('|').collect();
+    // "24 Nov 2026": a day, a month's short name, a year.
+    let date: Vec<&str> = parts[0].split(' ').collect();
+    assert!(
+        date.len() == 3 && date[0].len() == 2 && date[1].len() == 3 && date[2].len() == 4,
+        "{p}"
+    );
+    assert_eq!(&parts[1..], ["False", "0", "Hi>"]); // Python's spelling, as jinja2
+    let p = apply(
+        json!({"chat_template_kwargs": {"enable_thinking": true}, "add_generation_prompt": false,
+                         "tools": [{"type": "function", "function": {"name": "f"}}]}),
+    );
+    assert!(p.ends_with("|True|1|Hi"), "{p}");
+    drop(s);
+    let s = Server::start(&["-c", "512", "--chat-template", "command-r"]);
+    let (_, v) = s.post(
+        "/apply-template",
+        &json!({"messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    assert_eq!(v["prompt"], "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+}

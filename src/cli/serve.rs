@@ -151,7 +151,7 @@ const FLAGS: &[Flag] = &[
     flag!("cache-type-k", ["-ctk"], Some("f16|f32"), "K cache type (default f16)"),
     flag!("cache-type-v", ["-ctv"], Some("f16|f32"), "V cache type (default f16)"),
     flag!("chat-template-file", [], Some("FILE"), "a Jinja chat template replacing the model's"),
-    flag!("chat-template", [], Some("JINJA"), "a Jinja chat template (text) replacing the model's"),
+    flag!("chat-template", [], Some("JINJA"), "a chat template replacing the model's: Jinja text, or a built-in name (chatml, llama3, command-r, gemma, zephyr)"),
     flag!("slots", [], None, "serve GET /slots (default)"),
     flag!("no-slots", [], None, "do not serve GET /slots (501); slot files need only --slot-save-path"),
     flag!("cors-origins", [], Some("LIST"), "comma-separated origins CORS allows (default: any)"),
@@ -167,7 +167,7 @@ const FLAGS: &[Flag] = &[
     flag!("backend-sampling", ["--backend_sampling"], None, "accepted with a notice: glint samples on the host, from the logits of its one backend"),
     flag!("swa-full", [], None, "accepted: glint's caches hold the full context for every layer"),
     flag!("reasoning-format", [], Some("FORMAT"), "accepted with a notice: reasoning_content is not split out yet"),
-    flag!("reasoning", [], Some("on|off|auto"), "accepted with a notice: reasoning_content is not split out yet"),
+    flag!("reasoning", [], Some("on|off|auto"), "the chat templates' enable_thinking: false with off (default auto: true); reasoning_content is not split out yet"),
     flag!("embedding", ["--embeddings"], None, "serve embeddings (POST /v1/embeddings, /embedding) instead of completions"),
     flag!("pooling", [], Some("none|mean|cls|last"), "how --embedding pools token states (default none: every token's, /embedding only)"),
     flag!("reranking", ["--rerank"], None, "refused: not supported"),
@@ -235,10 +235,6 @@ fn notices(p: &Parsed) -> Result<(), String> {
         ),
         (
             "reasoning-format",
-            "reasoning_content is not split out yet: it stays in content",
-        ),
-        (
-            "reasoning",
             "reasoning_content is not split out yet: it stays in content",
         ),
         // llama.cpp's test suite passes --no-jinja to every server that
@@ -316,7 +312,8 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
     }
     let chat_template = match (p.get("chat-template-file"), p.get("chat-template")) {
         (Some(f), _) => Some(super::options::read_text_file("chat-template-file", f)?),
-        (None, Some(t)) => Some(t.to_string()),
+        // A built-in name (llama.cpp's `--chat-template llama3`), else Jinja.
+        (None, Some(t)) => Some(glint::chat::builtin(t).unwrap_or(t).to_string()),
         (None, None) => None,
     };
     Ok(glint_server::Config {
@@ -332,6 +329,11 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         max_body_bytes: num(p, "max-body")?.unwrap_or(d.max_body_bytes),
         metrics: p.has("metrics"),
         verbose: p.has("verbose"),
+        enable_thinking: match p.get("reasoning") {
+            None | Some("on") | Some("auto") => true,
+            Some("off") => false,
+            Some(other) => return Err(format!("serve: --reasoning {other}: on, off or auto")),
+        },
         embedding: match (p.has("embedding"), p.get("pooling")) {
             (false, None) => None,
             (false, Some(_)) => return Err("serve: --pooling needs --embedding".into()),

@@ -179,11 +179,30 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         tools: Option<&serde_json::Value>,
     ) -> Result<String> {
+        self.render_with(
+            messages,
+            add_generation_prompt,
+            tools,
+            &serde_json::Map::new(),
+        )
+    }
+
+    /// As [`ChatTemplate::render`], with more variables for the template
+    /// (`extra`: llama-server's `chat_template_kwargs`, `enable_thinking`,
+    /// `date_string`, ...); the standard ones above win over them.
+    pub fn render_with<M: Serialize>(
+        &self,
+        messages: &[M],
+        add_generation_prompt: bool,
+        tools: Option<&serde_json::Value>,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         let messages = to_value("messages", messages)?;
         let tools = match tools {
             Some(tools) => to_value("tools", tools)?,
             None => Value::from(()),
         };
+        let extra = to_value("extra", extra)?;
         let ctx = minijinja::context! {
             messages => messages,
             tools => tools,
@@ -191,6 +210,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..extra
         };
         let template = self.env.get_template(NAME).map_err(|e| render_error(&e))?;
         template.render(ctx).map_err(|e| render_error(&e))
@@ -363,5 +383,86 @@ mod tests {
             .unwrap()
             .render(minijinja::context! { s => "\x1c a \x1f" });
         assert_eq!(env_out.unwrap(), "a|a \x1f|\x1c a ");
+    }
+}
+
+/// llama.cpp's built-in template names (`--chat-template NAME`) glint knows,
+/// as Jinja writing what llama.cpp's own formatter writes for them.
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "chatml",
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    ),
+    (
+        "llama3",
+        "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content | trim }}<|eot_id|>{% endfor %}\
+         {% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
+    ),
+    (
+        "command-r",
+        "{% for m in messages %}<|START_OF_TURN_TOKEN|>\
+         {% if m.role == 'system' %}<|SYSTEM_TOKEN|>{% elif m.role == 'user' %}<|USER_TOKEN|>{% else %}<|CHATBOT_TOKEN|>{% endif %}\
+         {{ m.content | trim }}<|END_OF_TURN_TOKEN|>{% endfor %}\
+         {% if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}",
+    ),
+    (
+        "gemma",
+        "{% set ns = namespace(system='') %}{% for m in messages %}\
+         {% if m.role == 'system' %}{% set ns.system = ns.system + (m.content | trim) + '\n\n' %}\
+         {% else %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n\
+         {% if m.role == 'user' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}{{ m.content | trim }}<end_of_turn>\n{% endif %}\
+         {% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
+    ),
+    (
+        "zephyr",
+        "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}<|endoftext|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|assistant|>\n{% endif %}",
+    ),
+];
+
+/// The Jinja source of llama.cpp's built-in template `name`, if glint has
+/// it (`chatml`, `llama3`, `command-r`, `gemma`, `zephyr`).
+pub fn builtin(name: &str) -> Option<&'static str> {
+    BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+#[cfg(test)]
+mod builtin_tests {
+    use super::*;
+
+    #[test]
+    fn builtin_templates_write_what_llama_cpp_writes() {
+        let msgs = serde_json::json!([
+            {"role": "system", "content": "You are a test."},
+            {"role": "user", "content": "Hi there"},
+        ]);
+        let msgs = msgs.as_array().unwrap();
+        let t = ChatTemplate::new(builtin("command-r").unwrap(), "", "").unwrap();
+        assert_eq!(
+            t.render(msgs, true, None).unwrap(),
+            "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>\
+             <|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>\
+             <|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+        );
+        let t = ChatTemplate::new(builtin("llama3").unwrap(), "", "").unwrap();
+        assert_eq!(
+            t.render(msgs, true, None).unwrap(),
+            "<|start_header_id|>system<|end_header_id|>\n\nYou are a test.<|eot_id|>\
+             <|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>\
+             <|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
+        let t = ChatTemplate::new(builtin("gemma").unwrap(), "", "").unwrap();
+        assert_eq!(
+            t.render(msgs, true, None).unwrap(),
+            "<start_of_turn>user\nYou are a test.\n\nHi there<end_of_turn>\n<start_of_turn>model\n"
+        );
+        for (name, _) in BUILTIN {
+            assert!(
+                ChatTemplate::new(builtin(name).unwrap(), "", "").is_ok(),
+                "{name}"
+            );
+        }
+        assert!(builtin("nope").is_none());
     }
 }

@@ -117,6 +117,8 @@ pub struct Config {
     /// Every chat response carries `__verbose` (its rendered prompt), as
     /// llama-server's with `--verbose`.
     pub verbose: bool,
+    /// The chat templates' `enable_thinking` (`--reasoning off`: false).
+    pub enable_thinking: bool,
     /// Serve embeddings (`--embedding`), pooled this way (`--pooling`;
     /// `None`: every token's); the completion routes answer 501 then.
     pub embedding: Option<glint::embed::Pooling>,
@@ -151,6 +153,7 @@ impl Default for Config {
             max_body_bytes: 8 << 20,
             verbose: false,
             embedding: None,
+            enable_thinking: true,
             metrics: false,
         }
     }
@@ -202,7 +205,7 @@ impl RequestDefaults {
 }
 
 /// The model once loaded: the engine and the chat template.
-struct Loaded {
+pub(crate) struct Loaded {
     engine: Engine,
     chat: Chat,
     /// The model's id in responses: the first of `aliases`, or the file's
@@ -234,6 +237,8 @@ struct AppState {
     /// Defaults of the fields a request leaves out.
     defaults: RequestDefaults,
     verbose: bool,
+    /// The templates' `enable_thinking` (false with `--reasoning off`).
+    enable_thinking: bool,
     /// Resumable streams (`X-Conversation-Id`).
     streams: streams::Sessions,
     /// `Some` with --embedding: how embeddings are pooled.
@@ -304,6 +309,7 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         slots_endpoint: cfg.slots_endpoint,
         defaults: cfg.defaults.clone(),
         verbose: cfg.verbose,
+        enable_thinking: cfg.enable_thinking,
         streams: Default::default(),
         pooling: cfg.embedding,
     });
@@ -671,7 +677,7 @@ async fn chat_completions(
     let body = body_json(body)?;
     let mut opts = request::options(&body, Endpoint::Chat)?;
     st.defaults.apply(&body, &mut opts.req);
-    let (text, ids) = chat_prompt(l, &body)?;
+    let (text, ids) = chat_prompt(&st, l, &body)?;
     // llama-server's `__verbose` (request `verbose`, or the server's
     // --verbose): the rendered prompt, for checking a template.
     let verbose = st.verbose || request::Fields(&body).bool("verbose")?.unwrap_or(false);
@@ -692,7 +698,29 @@ async fn chat_completions(
 /// with an assistant message continues it (llama-server's prefill, vLLM's
 /// `continue_final_message`): the turns before it are rendered with the
 /// generation prompt and its text follows, unclosed.
-fn chat_prompt(l: &Loaded, body: &Map<String, Value>) -> Result<(String, Vec<u32>), ApiError> {
+fn chat_prompt(
+    st: &Shared,
+    l: &Loaded,
+    body: &Map<String, Value>,
+) -> Result<(String, Vec<u32>), ApiError> {
+    let text = chat_text(st, l, body)?;
+    let failed = |e: glint::Error| ApiError::bad_request(format!("the chat template failed: {e}"));
+    let ids = l
+        .chat
+        .tokenize(l.engine.model().tokenizer(), &text)
+        .map_err(failed)?;
+    Ok((text, ids))
+}
+
+/// A chat body rendered by the template (see [`chat_prompt`]): with the
+/// body's `tools`, `chat_template_kwargs`, the server's `enable_thinking`
+/// (`--reasoning off` makes it false) and the date variables llama.cpp
+/// gives templates (`date_string`, `datetime`).
+pub(crate) fn chat_text(
+    st: &Shared,
+    l: &Loaded,
+    body: &Map<String, Value>,
+) -> Result<String, ApiError> {
     let mut messages = request::messages(body)?;
     let f = request::Fields(body);
     let add_generation_prompt = f.bool("add_generation_prompt")?;
@@ -719,13 +747,66 @@ fn chat_prompt(l: &Loaded, body: &Map<String, Value>) -> Result<(String, Vec<u32
             .pop()
             .map(|m| m["content"].as_str().unwrap_or("").to_string()),
     };
-    let tok = l.engine.model().tokenizer();
+    let tools = match body.get("tools") {
+        None | Some(Value::Null) => None,
+        Some(t @ Value::Array(_)) => Some(t),
+        Some(_) => return Err(ApiError::bad_request("`tools` must be an array")),
+    };
+    let mut extra = Map::new();
+    let today = |fmt: &str| {
+        let now = std::time::SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        civil_date(now, fmt)
+    };
+    extra.insert("date_string".into(), json!(today("%d %b %Y")));
+    extra.insert("datetime".into(), json!(today("%b %d %Y")));
+    extra.insert("enable_thinking".into(), json!(st.enable_thinking));
+    // FireFunction v2's template prints the tools from `functions`.
+    let functions = tools
+        .filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+        .map(|t| serde_json::to_string_pretty(t).unwrap_or_default())
+        .unwrap_or_default();
+    extra.insert("functions".into(), json!(functions));
+    match body.get("chat_template_kwargs") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(kw)) => extra.extend(kw.clone()),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`chat_template_kwargs` must be an object",
+            ))
+        }
+    }
     let failed = |e: glint::Error| ApiError::bad_request(format!("the chat template failed: {e}"));
     let add = prefill.is_some() || add_generation_prompt.unwrap_or(true);
-    let mut text = l.chat.render(&messages, add).map_err(failed)?;
+    let mut text = l
+        .chat
+        .render_with(&messages, add, tools, &extra)
+        .map_err(failed)?;
     text.push_str(prefill.as_deref().unwrap_or(""));
-    let ids = l.chat.tokenize(tok, &text).map_err(failed)?;
-    Ok((text, ids))
+    Ok(text)
+}
+
+/// The UTC date of unix time `secs` as `%d`, `%b`, `%Y` put it (the only
+/// directives the date variables use).
+fn civil_date(secs: i64, fmt: &str) -> String {
+    // Howard Hinnant's days-to-civil.
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    fmt.replace("%d", &format!("{d:02}"))
+        .replace("%b", MONTHS[(m - 1) as usize])
+        .replace("%Y", &y.to_string())
 }
 
 /// llama-server's `POST /chat/completions/input_tokens`: how many tokens a
@@ -736,7 +817,7 @@ async fn chat_input_tokens(
 ) -> Result<Json<Value>, ApiError> {
     let l = st.loaded()?;
     let body = body_json(body)?;
-    let (_, ids) = chat_prompt(l, &body)?;
+    let (_, ids) = chat_prompt(&st, l, &body)?;
     Ok(Json(json!({ "input_tokens": ids.len() })))
 }
 

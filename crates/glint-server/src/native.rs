@@ -105,11 +105,7 @@ pub(crate) async fn apply_template(
 ) -> Result<Json<Value>, ApiError> {
     let l = st.loaded()?;
     let body = body_json(body)?;
-    let messages = request::messages(&body)?;
-    let prompt = l
-        .chat
-        .render(&messages, true)
-        .map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
+    let prompt = crate::chat_text(&st, l, &body)?;
     Ok(Json(json!({ "prompt": prompt })))
 }
 

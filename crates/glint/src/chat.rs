@@ -19,6 +19,7 @@
 
 use std::time::Instant;
 
+pub use glint_chat::builtin;
 use glint_chat::ChatTemplate;
 use glint_gguf::GgufFile;
 use std::cell::RefCell;
@@ -122,6 +123,21 @@ impl Chat {
         Ok(self
             .template
             .render(messages, add_generation_prompt, None)?)
+    }
+
+    /// As [`Chat::render`], with the request's `tools` and more template
+    /// variables (`extra`: `enable_thinking`, `chat_template_kwargs`, the
+    /// date llama.cpp gives templates, ...).
+    pub fn render_with(
+        &self,
+        messages: &[Value],
+        add_generation_prompt: bool,
+        tools: Option<&Value>,
+        extra: &serde_json::Map<String, Value>,
+    ) -> Result<String, Error> {
+        Ok(self
+            .template
+            .render_with(messages, add_generation_prompt, tools, extra)?)
     }
 
     /// Token ids of rendered chat text: control tokens in the text are
