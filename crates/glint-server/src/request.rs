@@ -286,8 +286,10 @@ fn logit_bias(f: &Fields) -> Result<Biases, ApiError> {
     let (mut ids, mut text) = (Vec::new(), Vec::new());
     for (t, b) in pairs {
         let target = match &t {
-            Value::String(s) => match s.parse::<u32>() {
-                Ok(id) => Some(BiasTarget::Id(id)),
+            // A key that reads as an integer is a token id (and must be
+            // one); any other string is a text.
+            Value::String(s) => match s.trim().parse::<i64>() {
+                Ok(n) => u32::try_from(n).ok().map(BiasTarget::Id),
                 Err(_) => Some(BiasTarget::Text(s.clone())),
             },
             v => v
@@ -457,6 +459,7 @@ mod tests {
             (r#"{"stop": 5}"#, "stop"),
             (r#"{"stream": 1}"#, "stream"),
             (r#"{"logit_bias": {"x": "high"}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"-1": 1}}"#, "logit_bias"),
             (r#"{"logit_bias": [[1, 2, 3]]}"#, "logit_bias"),
             (r#"{"top_p": 0}"#, "top_p"),
         ] {
