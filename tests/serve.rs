@@ -1815,3 +1815,277 @@ fn templates_get_llama_servers_variables() {
     );
     assert_eq!(v["prompt"], "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
 }
+
+/// The weather tool the tool-call tests offer.
+fn weather_tool() -> Value {
+    json!({"type": "function", "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object",
+            "properties": {"location": {"type": "string", "maxLength": 24}},
+            "required": ["location"]}}})
+}
+
+/// A stream's chat deltas put back together: content, reasoning, calls
+/// (by index: id, name, arguments) and the finish reason; every content
+/// delta non-empty.
+fn merge_stream(data: &[String]) -> (String, String, Vec<(String, String, String)>, String) {
+    let (mut content, mut reasoning, mut calls, mut finish) = (
+        String::new(),
+        String::new(),
+        Vec::<(String, String, String)>::new(),
+        String::new(),
+    );
+    for d in data.iter().filter(|d| *d != "[DONE]") {
+        let v: Value = serde_json::from_str(d).unwrap();
+        let Some(c) = v["choices"].get(0) else {
+            continue;
+        };
+        let delta = &c["delta"];
+        if let Some(t) = delta["content"].as_str() {
+            assert!(!t.is_empty(), "an empty content delta: {d}");
+            content.push_str(t);
+        }
+        if let Some(t) = delta["reasoning_content"].as_str() {
+            reasoning.push_str(t);
+        }
+        for tc in delta["tool_calls"].as_array().into_iter().flatten() {
+            let i = tc["index"].as_u64().unwrap() as usize;
+            if i == calls.len() {
+                assert_eq!(tc["type"], "function", "{d}");
+                calls.push(Default::default());
+            }
+            let e = &mut calls[i];
+            if let Some(id) = tc["id"].as_str() {
+                e.0 = id.to_string();
+            }
+            e.1.push_str(tc["function"]["name"].as_str().unwrap_or(""));
+            e.2.push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+        }
+        if let Some(f) = c["finish_reason"].as_str() {
+            finish = f.to_string();
+        }
+    }
+    (content, reasoning, calls, finish)
+}
+
+/// tool_choice "required" (or a named function) forces a call in the
+/// template's format by a grammar, and the answer comes back as
+/// `tool_calls` (an id, the name, the arguments as a JSON string), whole
+/// and streamed alike, the raw call never in `content`; "none" parses
+/// nothing; wrong tools and choices are 400. Checked on the three formats
+/// (SmolLM2's own template: Hermes; a Llama 3 and a Functionary template).
+#[test]
+fn tool_calls_are_forced_and_parsed_whole_and_streamed() {
+    let _t = turn();
+    let llama3 = "{# <|start_header_id|> \"parameters\" #}{% for m in messages %}{{ m.content }}\n{% endfor %}";
+    let functionary = "{# >>>all #}{% for m in messages %}{{ m.content }}\n{% endfor %}>>>";
+    for (template, raw_marker) in [
+        (None, "<tool_call>"),
+        (Some(llama3), "\"parameters\""),
+        (Some(functionary), ">>>"),
+    ] {
+        let mut args = vec!["-c", "2048"];
+        if let Some(t) = template {
+            args.extend(["--chat-template", t]);
+        }
+        let s = Server::start(&args);
+        let body = |extra: Value| {
+            let mut b = json!({
+                "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+                "tools": [weather_tool(), {"type": "code_interpreter"}],
+                "tool_choice": "required",
+                "max_tokens": 96, "temperature": 0,
+            });
+            b.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            b
+        };
+        let (status, v) = s.post("/v1/chat/completions", &body(json!({})));
+        assert_eq!(status, 200, "{v}");
+        let c = &v["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{template:?}: {v}");
+        let calls = c["message"]["tool_calls"].as_array().expect("tool_calls");
+        assert_eq!(calls.len(), 1, "{v}");
+        let call = &calls[0];
+        assert!(call["id"].as_str().is_some_and(|id| id.len() > 8), "{v}");
+        assert_eq!(call["type"], "function");
+        let name = call["function"]["name"].as_str().unwrap();
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {v}"));
+        match name {
+            "get_weather" => assert!(args["location"].is_string(), "{v}"),
+            "python" => assert!(args["code"].is_string(), "{v}"),
+            other => panic!("called {other}: {v}"),
+        }
+        let content = c["message"]["content"].as_str().unwrap_or("");
+        assert!(!content.contains(raw_marker), "{template:?}: {v}");
+
+        // Streamed: the same call, in deltas.
+        let (sc, _, scalls, finish) =
+            merge_stream(&s.stream("/v1/chat/completions", &body(json!({"stream": true}))));
+        assert_eq!(finish, "tool_calls");
+        assert_eq!(sc, content, "{template:?}");
+        assert_eq!(scalls.len(), 1);
+        assert!(scalls[0].0.starts_with("call_"));
+        assert_eq!(scalls[0].1, name);
+        assert_eq!(scalls[0].2, call["function"]["arguments"].as_str().unwrap());
+
+        // A named function is the one called.
+        let (status, v) = s.post(
+            "/v1/chat/completions",
+            &body(json!({"tool_choice": {"type": "function", "function": {"name": "python"}}})),
+        );
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            v["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "python",
+            "{v}"
+        );
+    }
+
+    // "none" and auto with no call: text, no tool_calls.
+    let s = Server::start(&["-c", "2048"]);
+    let (status, v) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "tools": [weather_tool()],
+                "tool_choice": "none", "max_tokens": 8, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        v["choices"][0]["message"].get("tool_calls").is_none(),
+        "{v}"
+    );
+    assert_ne!(v["choices"][0]["finish_reason"], "tool_calls");
+
+    for bad in [
+        json!({"tool_choice": "required"}),
+        json!({"tools": [weather_tool()], "tool_choice": "always"}),
+        json!({"tools": [weather_tool()], "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+        json!({"tools": [{"type": "function", "function": {"name": ""}}]}),
+        json!({"tools": [weather_tool(), weather_tool()]}),
+        json!({"tools": [weather_tool()], "tool_choice": "required", "grammar": "root ::= \"a\""}),
+        json!({"tools": "get_weather"}),
+    ] {
+        let mut b = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4});
+        b.as_object_mut()
+            .unwrap()
+            .extend(bad.as_object().unwrap().clone());
+        let (status, v) = s.post("/v1/chat/completions", &b);
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+}
+
+/// With tool_choice auto a call the model writes is parsed (here written
+/// under a grammar, as a model would), and text before it stays content;
+/// a `<think>` block becomes `reasoning_content` (whole and streamed)
+/// unless `reasoning_format` is none; an assistant turn's tool_calls with
+/// JSON-string arguments render through the template.
+#[test]
+fn auto_calls_and_thoughts_are_split_out() {
+    let _t = turn();
+    let s = Server::start(&["-c", "2048"]);
+    let ask = |grammar: &str, extra: Value| {
+        let mut b = json!({
+            "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [weather_tool()], "max_tokens": 64, "temperature": 0,
+            "grammar": grammar,
+        });
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let call = r#"root ::= "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>""#;
+    let (status, v) = s.post("/v1/chat/completions", &ask(call, json!({})));
+    assert_eq!(status, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    assert_eq!(m["content"], "Checking.", "{v}");
+    assert_eq!(m["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!(
+        m["tool_calls"][0]["function"]["arguments"],
+        r#"{"location":"Paris"}"#
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    let (content, _, calls, finish) =
+        merge_stream(&s.stream("/v1/chat/completions", &ask(call, json!({"stream": true}))));
+    assert_eq!(content, "Checking.");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].2, r#"{"location":"Paris"}"#);
+    assert_eq!(finish, "tool_calls");
+
+    let think = r#"root ::= "<think>\nIt is cold there.\n</think>\n\nBring a coat.""#;
+    let (status, v) = s.post("/v1/chat/completions", &ask(think, json!({})));
+    assert_eq!(status, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    assert_eq!(m["reasoning_content"], "It is cold there.", "{v}");
+    assert_eq!(m["content"], "Bring a coat.");
+    let (content, reasoning, calls, _) =
+        merge_stream(&s.stream("/v1/chat/completions", &ask(think, json!({"stream": true}))));
+    assert_eq!(
+        (content.as_str(), reasoning.as_str()),
+        ("Bring a coat.", "It is cold there.")
+    );
+    assert!(calls.is_empty());
+    let (_, v) = s.post(
+        "/v1/chat/completions",
+        &ask(think, json!({"reasoning_format": "none"})),
+    );
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "<think>\nIt is cold there.\n</think>\n\nBring a coat."
+    );
+    assert!(v["choices"][0]["message"]
+        .get("reasoning_content")
+        .is_none());
+    let (status, _) = s.post(
+        "/v1/chat/completions",
+        &ask(think, json!({"reasoning_format": "deep"})),
+    );
+    assert_eq!(status, 400);
+
+    // The call and its result go back to the model as the next turns.
+    let (status, v) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"location\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "12 C, rain"}],
+            "tools": [weather_tool()], "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+}
+
+/// llama-server's `id_slot`: the request runs in that slot (the response
+/// and GET /slots say so, and its prompt is cached there); past the last
+/// slot is a 400.
+#[test]
+fn id_slot_pins_a_request_to_its_slot() {
+    let _t = turn();
+    let s = Server::start(&["-c", "2048", "-np", "4"]);
+    for slot in [2, 0, 3] {
+        let (status, v) = s.post(
+            "/completion",
+            &json!({"prompt": format!("Slot {slot} says"), "n_predict": 4, "temperature": 0, "id_slot": slot}),
+        );
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["id_slot"], slot, "{v}");
+    }
+    // The same prompt again in slot 2 finds it cached there.
+    let (_, v) = s.post(
+        "/completion",
+        &json!({"prompt": "Slot 2 says", "n_predict": 4, "temperature": 0, "id_slot": 2}),
+    );
+    assert!(v["timings"]["cache_n"].as_u64().unwrap() > 0, "{v}");
+    let (status, v) = s.post(
+        "/completion",
+        &json!({"prompt": "x", "n_predict": 1, "id_slot": 4}),
+    );
+    assert_eq!(status, 400, "{v}");
+    let (status, _) = s.post(
+        "/completion",
+        &json!({"prompt": "x", "n_predict": 1, "id_slot": -1}),
+    );
+    assert_eq!(status, 200);
+}

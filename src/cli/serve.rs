@@ -166,10 +166,10 @@ const FLAGS: &[Flag] = &[
     flag!("no-ui", [], None, "accepted: glint serves no web UI"),
     flag!("backend-sampling", ["--backend_sampling"], None, "accepted with a notice: glint samples on the host, from the logits of its one backend"),
     flag!("swa-full", [], None, "accepted: glint's caches hold the full context for every layer"),
-    flag!("reasoning-format", [], Some("FORMAT"), "accepted with a notice: reasoning_content is not split out yet"),
-    flag!("reasoning", [], Some("on|off|auto"), "the chat templates' enable_thinking: false with off (default auto: true); reasoning_content is not split out yet"),
+    flag!("reasoning-format", [], Some("FORMAT"), "what becomes of a <think> block: auto/deepseek (default: split into reasoning_content), deepseek-legacy (split and kept in content), none (kept in content)"),
+    flag!("reasoning", [], Some("on|off|auto"), "the chat templates' enable_thinking: false with off (default auto: true)"),
     flag!("embedding", ["--embeddings"], None, "serve embeddings (POST /v1/embeddings, /embedding) instead of completions"),
-    flag!("pooling", [], Some("none|mean|cls|last"), "how --embedding pools token states (default none: every token's, /embedding only)"),
+    flag!("pooling", [], Some("none|mean|cls|last"), "how --embedding pools token states (default: the model's pooling_type, else none: every token's, /embedding only)"),
     flag!("reranking", ["--rerank"], None, "refused: not supported"),
     flag!("lora", [], Some("FILE"), "refused: not supported"),
     flag!("model-draft", ["-md"], Some("FILE"), "refused: speculative decoding is not supported"),
@@ -232,10 +232,6 @@ fn notices(p: &Parsed) -> Result<(), String> {
         (
             "swa-full",
             "glint's caches hold the full context for every layer",
-        ),
-        (
-            "reasoning-format",
-            "reasoning_content is not split out yet: it stays in content",
         ),
         // llama.cpp's test suite passes --no-jinja to every server that
         // does not ask for --jinja: its built-in (non-Jinja) formatters
@@ -334,15 +330,22 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
             Some("off") => false,
             Some(other) => return Err(format!("serve: --reasoning {other}: on, off or auto")),
         },
+        reasoning_format: match p.get("reasoning-format") {
+            None => glint::chat::tools::ReasoningFormat::default(),
+            Some(f) => glint::chat::tools::ReasoningFormat::parse(f).ok_or_else(|| {
+                format!("serve: --reasoning-format {f}: none, auto, deepseek or deepseek-legacy")
+            })?,
+        },
         embedding: match (p.has("embedding"), p.get("pooling")) {
             (false, None) => None,
             (false, Some(_)) => return Err("serve: --pooling needs --embedding".into()),
-            (true, pooling) => Some(
+            // Without --pooling: the model's own (llama-server's default).
+            (true, None) => Some(None),
+            (true, Some(pooling)) => Some(Some(
                 pooling
-                    .unwrap_or("none")
                     .parse()
                     .map_err(|e: glint::Error| format!("--pooling: {e}"))?,
-            ),
+            )),
         },
         cache_ram: match num::<i64>(p, "cache-ram")? {
             _ if p.has("no-cache-idle-slots") => 0,

@@ -181,3 +181,71 @@ def test_json_schema_response_format_gives_parseable_json(client):
             response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "hiccup"}}},
             max_tokens=4,
         )
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string", "maxLength": 24}},
+            "required": ["location"],
+        },
+    },
+}
+
+
+def test_tool_call_round_trip(client):
+    import json
+
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    kw = dict(model=model_id(client), tools=[WEATHER], tool_choice="required", max_tokens=64, temperature=0)
+    r = client.chat.completions.create(messages=messages, **kw)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.id and call.type == "function"
+    assert call.function.name == "get_weather"
+    assert isinstance(json.loads(call.function.arguments)["location"], str)
+
+    # Streamed, the client's deltas carry the same call.
+    chunks = list(client.chat.completions.create(messages=messages, stream=True, **kw))
+    deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert deltas and deltas[0].function.name == "get_weather"
+    assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).count("<tool_call>")
+
+    # The call and its result go back; the model answers in text.
+    messages.append(choice.message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "12 C and raining"})
+    again = client.chat.completions.create(
+        model=model_id(client), messages=messages, tools=[WEATHER], max_tokens=16, temperature=0
+    )
+    assert again.choices[0].message.content
+
+
+def test_embeddings_through_the_client():
+    """`--embedding --pooling mean` (GLINT_EMBED_URL, a second server):
+    unit vectors, one per input, the same text the same vector, base64
+    the same numbers."""
+    import base64
+    import math
+    import struct
+
+    client = openai.OpenAI(base_url=os.environ["GLINT_EMBED_URL"], api_key="unused", timeout=120)
+    texts = ["The cat sat on the mat.", "A cat is sitting on a mat.", "Stock prices fell sharply."]
+    r = client.embeddings.create(model=model_id(client), input=texts)
+    assert [d.index for d in r.data] == [0, 1, 2]
+    vecs = [d.embedding for d in r.data]
+    for v in vecs:
+        assert abs(math.sqrt(sum(x * x for x in v)) - 1.0) < 1e-3
+    cos = lambda a, b: sum(x * y for x, y in zip(a, b))
+    assert cos(vecs[0], vecs[1]) > cos(vecs[0], vecs[2])
+    assert r.usage.prompt_tokens > 0
+    again = client.embeddings.create(model=model_id(client), input=texts[0], encoding_format="base64")
+    raw = again.data[0].embedding
+    if isinstance(raw, str):
+        raw = list(struct.unpack(f"<{len(base64.b64decode(raw)) // 4}f", base64.b64decode(raw)))
+    assert max(abs(x - y) for x, y in zip(raw, vecs[0])) < 1e-5

@@ -42,6 +42,7 @@
 mod error;
 mod fallback;
 mod pyjson;
+pub mod tools;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! JSON schema to GBNF: the parts of a schema clients use (what llama.cpp's
 //! json-schema-to-grammar covers, less `pattern`): `type` (one or a list),
-//! `const`, `enum`, `properties` with `required` (in the order the parsed
-//! map keeps them, serde_json's: by name; optional ones optional), `additionalProperties`, `items` (a schema, or a list of
+//! `const`, `enum`, `properties` with `required` (in the
+//! schema's order; optional ones optional), `additionalProperties`, `items` (a schema, or a list of
 //! them: a tuple), `prefixItems`, `minItems`/`maxItems`, string
 //! `minLength`/`maxLength`, `anyOf`/`oneOf`, `allOf` of one, `$ref` to
 //! `#/$defs/…` or `#/definitions/…`. `{}` or `true` is any JSON value.
@@ -31,13 +31,28 @@ const MAX_DEPTH: usize = 64;
 
 /// The GBNF text of `schema` (its root rule `root`).
 pub fn json_schema(schema: &Value) -> Result<String, GrammarError> {
+    let mut out = json_schema_rules(schema, "root")?;
+    out.push_str(PRIMITIVES);
+    Ok(out)
+}
+
+/// The rules of `schema` alone, its root named `name` and its other rules
+/// (`$ref` targets) prefixed with it, for grammars that hold several
+/// schemas (one per tool). They use the rules of [`JSON_PRIMITIVES`],
+/// which the whole grammar must hold once.
+pub fn json_schema_rules(schema: &Value, name: &str) -> Result<String, GrammarError> {
     let mut c = Conv {
         root: schema,
         refs: BTreeMap::new(),
         pending: Vec::new(),
+        prefix: if name == "root" {
+            String::new()
+        } else {
+            format!("{name}-")
+        },
     };
     let body = c.visit(schema, 0)?;
-    let mut out = format!("root ::= {body}\n");
+    let mut out = format!("{name} ::= {body}\n");
     // Each referenced definition once, as a rule of its own (so a schema
     // may refer to itself).
     while let Some(r) = c.pending.pop() {
@@ -45,9 +60,12 @@ pub fn json_schema(schema: &Value) -> Result<String, GrammarError> {
         let body = c.visit(target, 1)?;
         out.push_str(&format!("{} ::= {body}\n", c.refs[&r]));
     }
-    out.push_str(PRIMITIVES);
     Ok(out)
 }
+
+/// The shared rules every JSON schema's rules use (`space`, `string`,
+/// `value`, ...).
+pub const JSON_PRIMITIVES: &str = PRIMITIVES;
 
 struct Conv<'a> {
     root: &'a Value,
@@ -55,6 +73,8 @@ struct Conv<'a> {
     refs: BTreeMap<String, String>,
     /// References seen but not yet converted.
     pending: Vec<String>,
+    /// Before each reference rule's name.
+    prefix: String,
 }
 
 fn lit(s: &str) -> String {
@@ -109,7 +129,7 @@ impl<'a> Conv<'a> {
         if let Some(r) = o.get("$ref") {
             let r = r.as_str().ok_or_else(|| bad("$ref must be a string"))?;
             if !self.refs.contains_key(r) {
-                let name = format!("ref{}", self.refs.len());
+                let name = format!("{}ref{}", self.prefix, self.refs.len());
                 self.refs.insert(r.to_string(), name);
                 self.pending.push(r.to_string());
             }

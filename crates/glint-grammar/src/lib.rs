@@ -18,7 +18,7 @@ mod json;
 mod matcher;
 mod parse;
 
-pub use json::json_schema;
+pub use json::{json_schema, json_schema_rules, JSON_PRIMITIVES};
 pub use matcher::{Matcher, TokenTrie};
 
 /// What went wrong, naming where.

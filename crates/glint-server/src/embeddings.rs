@@ -20,12 +20,13 @@ const MAX_INPUTS: usize = 2048;
 
 /// 501 unless the server embeds.
 fn embedding_on(st: &Shared) -> Result<Pooling, ApiError> {
-    st.pooling.ok_or_else(|| {
-        ApiError::new(
+    if !st.embedding {
+        return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "This server does not support embeddings. Start it with `--embedding`",
-        )
-    })
+        ));
+    }
+    Ok(st.loaded()?.pooling)
 }
 
 /// The inputs of `v` (OpenAI's `input`, llama-server's `content`): a

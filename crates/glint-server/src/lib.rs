@@ -31,6 +31,7 @@ mod request;
 mod responses;
 mod streams;
 mod timings;
+mod tools;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -47,6 +48,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use glint::chat::tools::{OutputParser, ReasoningFormat, ToolFormat};
 use glint::chat::Chat;
 use glint::engine::{Event, EventSink, TokenLogprob};
 use glint::sample::LogitBiasEntry;
@@ -119,9 +121,12 @@ pub struct Config {
     pub verbose: bool,
     /// The chat templates' `enable_thinking` (`--reasoning off`: false).
     pub enable_thinking: bool,
+    /// What becomes of a `<think>` block (`--reasoning-format`; a
+    /// request's `reasoning_format` wins).
+    pub reasoning_format: ReasoningFormat,
     /// Serve embeddings (`--embedding`), pooled this way (`--pooling`;
     /// `None`: every token's); the completion routes answer 501 then.
-    pub embedding: Option<glint::embed::Pooling>,
+    pub embedding: Option<Option<glint::embed::Pooling>>,
 }
 
 impl Default for Config {
@@ -154,6 +159,7 @@ impl Default for Config {
             verbose: false,
             embedding: None,
             enable_thinking: true,
+            reasoning_format: ReasoningFormat::default(),
             metrics: false,
         }
     }
@@ -213,6 +219,10 @@ pub(crate) struct Loaded {
     name: String,
     aliases: Vec<String>,
     tags: Vec<String>,
+    /// How the template's model writes tool calls.
+    tool_format: ToolFormat,
+    /// How embeddings are pooled (`--pooling`, else the model's own).
+    pooling: glint::embed::Pooling,
 }
 
 /// What every handler shares.
@@ -239,10 +249,11 @@ struct AppState {
     verbose: bool,
     /// The templates' `enable_thinking` (false with `--reasoning off`).
     enable_thinking: bool,
+    reasoning_format: ReasoningFormat,
     /// Resumable streams (`X-Conversation-Id`).
     streams: streams::Sessions,
-    /// `Some` with --embedding: how embeddings are pooled.
-    pooling: Option<glint::embed::Pooling>,
+    /// Serving embeddings (`--embedding`).
+    embedding: bool,
 }
 
 impl AppState {
@@ -310,8 +321,9 @@ async fn serve(cfg: Config) -> Result<(), ServerError> {
         defaults: cfg.defaults.clone(),
         verbose: cfg.verbose,
         enable_thinking: cfg.enable_thinking,
+        reasoning_format: cfg.reasoning_format,
         streams: Default::default(),
-        pooling: cfg.embedding,
+        embedding: cfg.embedding.is_some(),
     });
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<ServerError>();
     let st = state.clone();
@@ -454,8 +466,15 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "glint".into())
     });
+    let tool_format = ToolFormat::detect(chat.source());
+    let pooling = match cfg.embedding {
+        Some(Some(p)) => p,
+        _ => glint::embed::Pooling::of_model(&model).unwrap_or(glint::embed::Pooling::None),
+    };
     Ok(Loaded {
         engine,
+        tool_format,
+        pooling,
         chat,
         name,
         aliases,
@@ -678,6 +697,15 @@ async fn chat_completions(
     let mut opts = request::options(&body, Endpoint::Chat)?;
     st.defaults.apply(&body, &mut opts.req);
     let (text, ids) = chat_prompt(&st, l, &body)?;
+    let (parser, forced) = tools::chat_output(l, st.reasoning_format, &body, &text)?;
+    if let Some(g) = forced {
+        if opts.req.grammar.is_some() {
+            return Err(ApiError::bad_request(
+                "a call is forced by tool_choice: it cannot be combined with `grammar`, `json_schema` or `response_format`",
+            ));
+        }
+        opts.req.grammar = Some(g);
+    }
     // llama-server's `__verbose` (request `verbose`, or the server's
     // --verbose): the rendered prompt, for checking a template.
     let verbose = st.verbose || request::Fields(&body).bool("verbose")?.unwrap_or(false);
@@ -688,7 +716,7 @@ async fn chat_completions(
         Endpoint::Chat,
         opts,
         ids,
-        verbose,
+        (verbose, Some(parser)),
         conversation(&headers),
     )
     .await
@@ -722,6 +750,7 @@ pub(crate) fn chat_text(
     body: &Map<String, Value>,
 ) -> Result<String, ApiError> {
     let mut messages = request::messages(body)?;
+    glint::chat::tools::arguments_as_objects(&mut messages);
     let f = request::Fields(body);
     let add_generation_prompt = f.bool("add_generation_prompt")?;
     let continue_final = f.bool("continue_final_message")?;
@@ -845,7 +874,7 @@ async fn completions(
         Endpoint::Completion,
         opts,
         ids,
-        None,
+        (None, None),
         conversation(&headers),
     )
     .await
@@ -880,7 +909,7 @@ async fn respond(
     endpoint: Endpoint,
     opts: Options,
     prompt: Vec<u32>,
-    verbose: Option<Value>,
+    (verbose, parser): (Option<Value>, Option<OutputParser>),
     conversation: Option<String>,
 ) -> Result<Response, ApiError> {
     let (stream, include_usage) = (opts.stream, opts.include_usage);
@@ -909,6 +938,11 @@ async fn respond(
         );
         s.timings = timings_per_token;
         s.progress = return_progress;
+        if let Some(p) = &parser {
+            s.chat = (0..n_choices)
+                .map(|_| Some(tools::ChatStream::new(p.clone())))
+                .collect();
+        }
         match conversation {
             Some(id) => streams::detach(st, &id, chunks(s)),
             None => Ok(sse(s).into_response()),
@@ -917,7 +951,7 @@ async fn respond(
         let whole = tokio::time::timeout(st.timeout, collect(rx, n_choices))
             .await
             .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
-        let mut v = meta.complete(&whole, want_logprobs);
+        let mut v = meta.complete(&whole, want_logprobs, parser.as_ref());
         if let Some(verbose) = verbose {
             v["__verbose"] = verbose;
         }
@@ -933,7 +967,7 @@ pub(crate) fn submit(
     mut opts: Options,
     prompt: Vec<u32>,
 ) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
-    if st.pooling.is_some() {
+    if st.embedding {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "This server does not support completions. Start it without `--embedding`",
@@ -1051,6 +1085,11 @@ struct Streaming {
     timings: bool,
     /// `prompt_progress` chunks (`return_progress`).
     progress: bool,
+    /// Per choice of a chat: its answer taken apart as it comes (tool
+    /// calls, reasoning); empty: text goes out as it is.
+    chat: Vec<Option<tools::ChatStream>>,
+    /// Per choice: logprobs of tokens whose text is held back.
+    held_logprobs: Vec<Vec<TokenLogprob>>,
 }
 
 impl Streaming {
@@ -1081,6 +1120,8 @@ impl Streaming {
             clock: timings::Clock::new(),
             timings: false,
             progress: false,
+            chat: Vec::new(),
+            held_logprobs: vec![Vec::new(); n],
         }
     }
 
@@ -1115,6 +1156,15 @@ impl Streaming {
                     return;
                 }
                 let index = index.min(last);
+                if let Some(Some(cs)) = self.chat.get_mut(index) {
+                    self.held_logprobs[index].extend(logprob);
+                    for delta in cs.deltas(&text, false) {
+                        let lps = std::mem::take(&mut self.held_logprobs[index]);
+                        let lp = self.want_logprobs.then_some(lps.as_slice());
+                        push(&mut self.pending, self.meta.delta_value(index, delta, lp));
+                    }
+                    return;
+                }
                 let lps: Vec<TokenLogprob> = logprob.into_iter().collect();
                 let lp = self.want_logprobs.then_some(lps.as_slice());
                 let chunk = self.meta.delta_chunk(index, &text, lp, self.offset[index]);
@@ -1128,6 +1178,17 @@ impl Streaming {
                 ..
             }) => {
                 let index = index.min(last);
+                let mut reason = reason.as_str();
+                if let Some(Some(cs)) = self.chat.get_mut(index) {
+                    for delta in cs.deltas("", true) {
+                        let lps = std::mem::take(&mut self.held_logprobs[index]);
+                        let lp = self.want_logprobs.then_some(lps.as_slice());
+                        push(&mut self.pending, self.meta.delta_value(index, delta, lp));
+                    }
+                    if cs.calls > 0 {
+                        reason = "tool_calls";
+                    }
+                }
                 push(&mut self.pending, self.meta.finish_chunk(index, reason));
                 self.finished[index] = Some(Choice {
                     usage,

@@ -466,6 +466,7 @@ mod tests {
             prompt_tokens: 10,
             cached_tokens: 4,
             completion_tokens: 3,
+            slot: 0,
         };
         tr.on_event(&Event::Done {
             index: 0,

@@ -315,7 +315,7 @@ fn completion_end(
         "index": 0,
         "content": if stream { "" } else { c.text.as_str() },
         "tokens": if return_tokens && !stream { c.tokens.clone() } else { Vec::new() },
-        "id_slot": -1,
+        "id_slot": u.slot,
         "stop": true,
         "model": model,
         "tokens_predicted": u.completion_tokens,

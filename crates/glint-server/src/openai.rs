@@ -72,20 +72,39 @@ impl Meta {
 
     /// A whole (non-streamed) response: one entry per choice, `usage`
     /// summed over them (the prompt counted once).
-    pub fn complete(&self, choices: &[Choice], want_logprobs: bool) -> Value {
+    /// A chat's answers are taken apart by `parser` (tool calls,
+    /// reasoning) when given.
+    pub fn complete(
+        &self,
+        choices: &[Choice],
+        want_logprobs: bool,
+        parser: Option<&glint::chat::tools::OutputParser>,
+    ) -> Value {
         let list: Vec<Value> = choices
             .iter()
             .enumerate()
             .map(|(index, c)| {
                 let lp = want_logprobs.then(|| self.logprobs(&c.logprobs, 0));
-                let reason = c.reason.map(FinishReason::as_str);
+                let mut reason = c.reason.map(FinishReason::as_str);
                 match self.endpoint {
-                    Endpoint::Chat => json!({
-                        "index": index,
-                        "message": { "role": "assistant", "content": c.text },
-                        "logprobs": lp,
-                        "finish_reason": reason,
-                    }),
+                    Endpoint::Chat => {
+                        let message = match parser {
+                            Some(p) => {
+                                let (m, calls) = crate::tools::message(p, &c.text);
+                                if calls {
+                                    reason = Some("tool_calls");
+                                }
+                                m
+                            }
+                            None => json!({ "role": "assistant", "content": c.text }),
+                        };
+                        json!({
+                            "index": index,
+                            "message": message,
+                            "logprobs": lp,
+                            "finish_reason": reason,
+                        })
+                    }
                     Endpoint::Completion => json!({
                         "index": index,
                         "text": c.text,
@@ -141,20 +160,41 @@ impl Meta {
         self.wrap(true, json!([choice]))
     }
 
-    /// The chunk that says why choice `index` ends.
-    pub fn finish_chunk(&self, index: usize, reason: FinishReason) -> Value {
+    /// A chat chunk carrying `delta` (content, reasoning or a call) and
+    /// the logprobs of the tokens that made it.
+    pub fn delta_value(
+        &self,
+        index: usize,
+        delta: Value,
+        logprobs: Option<&[TokenLogprob]>,
+    ) -> Value {
+        let lp = logprobs.map(|l| self.logprobs(l, 0));
+        self.wrap(
+            true,
+            json!([{
+                "index": index,
+                "delta": delta,
+                "logprobs": lp,
+                "finish_reason": null,
+            }]),
+        )
+    }
+
+    /// The chunk that says why choice `index` ends (`reason` as OpenAI
+    /// writes it: `stop`, `length`, `tool_calls`).
+    pub fn finish_chunk(&self, index: usize, reason: &str) -> Value {
         let choice = match self.endpoint {
             Endpoint::Chat => json!({
                 "index": index,
                 "delta": {},
                 "logprobs": null,
-                "finish_reason": reason.as_str(),
+                "finish_reason": reason,
             }),
             Endpoint::Completion => json!({
                 "index": index,
                 "text": "",
                 "logprobs": null,
-                "finish_reason": reason.as_str(),
+                "finish_reason": reason,
             }),
         };
         self.wrap(true, json!([choice]))

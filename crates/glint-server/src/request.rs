@@ -109,6 +109,12 @@ pub fn options(body: &Map<String, Value>, endpoint: Endpoint) -> Result<Options,
     // More choices than slots: the engine refuses it (a 400 naming both).
     req.n = f.int("n", 1, MAX_CHOICES)?.unwrap_or(1) as usize;
     let n_keep = f.int("n_keep", -1, u32::MAX as i64)?;
+    // llama-server's `id_slot` (-1: any); past the last slot the engine
+    // refuses it (a 400 naming the range).
+    req.slot = f
+        .int("id_slot", -1, u32::MAX as i64)?
+        .filter(|&s| s >= 0)
+        .map(|s| s as usize);
     // llama-server's `n_predict: -1`: no limit (and not the server's).
     let max = ["max_completion_tokens", "max_tokens", "n_predict"]
         .iter()
@@ -333,8 +339,8 @@ fn stop(f: &Fields) -> Result<Vec<String>, ApiError> {
     Ok(list)
 }
 
-/// `messages` as `{role, content}` objects with string content (an array
-/// of text parts is joined).
+/// `messages` with string content (an array of text parts is joined);
+/// their other fields as given.
 pub fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
     let bad = |m: &str| ApiError::bad_request(m.to_string());
     let list = match body.get("messages") {
@@ -346,10 +352,9 @@ pub fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
     list.iter()
         .enumerate()
         .map(|(i, m)| {
-            let role = m.get("role").and_then(Value::as_str);
-            let Some(role) = role else {
+            if m.get("role").and_then(Value::as_str).is_none() {
                 return Err(bad(&format!("messages[{i}] needs a string `role`")));
-            };
+            }
             let content = match m.get("content") {
                 None | Some(Value::Null) => String::new(),
                 Some(Value::String(s)) => s.clone(),
@@ -361,7 +366,11 @@ pub fn messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
                     )))
                 }
             };
-            Ok(json!({ "role": role, "content": content }))
+            // The rest (`tool_calls`, `tool_call_id`, `name`,
+            // `reasoning_content`) goes to the template as given.
+            let mut out = m.as_object().cloned().unwrap_or_default();
+            out.insert("content".into(), json!(content));
+            Ok(Value::Object(out))
         })
         .collect()
 }

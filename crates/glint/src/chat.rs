@@ -20,6 +20,8 @@
 use std::time::Instant;
 
 pub use glint_chat::builtin;
+/// Tool calls and reasoning as templates write them (see [`glint_chat::tools`]).
+pub use glint_chat::tools;
 use glint_chat::ChatTemplate;
 use glint_gguf::GgufFile;
 use std::cell::RefCell;

@@ -36,6 +36,15 @@ impl std::str::FromStr for Pooling {
 }
 
 impl Pooling {
+    /// The pooling `model`'s GGUF asks for (`<arch>.pooling_type`); `None`
+    /// when it names none, or one glint lacks (rank).
+    pub fn of_model(model: &crate::Model) -> Option<Pooling> {
+        let g = model.gguf();
+        let arch = g.architecture().ok()?;
+        let v = g.get_usize(&format!("{arch}.pooling_type")).ok()??;
+        Pooling::from_gguf(u32::try_from(v).ok()?)
+    }
+
     /// The GGUF `<arch>.pooling_type` value's pooling, if it is one of these.
     pub fn from_gguf(v: u32) -> Option<Pooling> {
         match v {

@@ -132,6 +132,10 @@ pub struct Request {
     pub ga_n: i32,
     /// Self-extend window (`--grp-attn-w`, a multiple of `ga_n`).
     pub ga_w: i32,
+    /// Run in this slot (llama-server's `id_slot`; with `n` > 1 it holds
+    /// the first choice): the request waits in the queue until that slot
+    /// is idle. `None`: whichever slot suits best.
+    pub slot: Option<usize>,
 }
 
 impl Request {
@@ -151,6 +155,7 @@ impl Request {
             n_keep: 0,
             ga_n: 1,
             ga_w: 512,
+            slot: None,
         }
     }
 
@@ -191,6 +196,12 @@ impl Request {
         }
         if self.stop.iter().any(String::is_empty) {
             return Err(Error::Invalid("an empty stop string".into()));
+        }
+        if let Some(s) = self.slot.filter(|&s| s >= n_slots) {
+            return Err(Error::Invalid(format!(
+                "slot {s} asked for; there are {n_slots} (0 to {})",
+                n_slots - 1
+            )));
         }
         if self.n == 0 || self.n > n_slots {
             return Err(Error::Invalid(format!(
@@ -261,6 +272,8 @@ pub struct Usage {
     pub cached_tokens: usize,
     /// Tokens generated.
     pub completion_tokens: usize,
+    /// The slot that ran it (llama-server's `id_slot`).
+    pub slot: usize,
 }
 
 /// What the engine tells a request, in order: `Progress` of its prompt, then

@@ -356,23 +356,31 @@ impl<'a> Scheduler<'a> {
             if idle.len() < front.req.n.max(1) {
                 return;
             }
+            // A request for one slot waits for it (first come, first
+            // served: the queue behind it waits too, as llama-server's).
+            let wanted = front.req.slot;
+            if wanted.is_some_and(|w| !idle.contains(&w)) {
+                return;
+            }
             let job = self.queue.pop_front().expect("a front job");
             self.dequeued();
             let prompt = &job.req.prompt;
             // Ties go to the lowest slot: `max_by_key` keeps the last maximum.
-            let lead = *idle
-                .iter()
-                .rev()
-                .max_by_key(|&&i| {
-                    let s = &self.slots[i];
-                    let common = if s.aligned {
-                        common_prefix(&s.cache, prompt)
-                    } else {
-                        0
-                    };
-                    (common, s.cache.is_empty(), std::cmp::Reverse(s.last_used))
-                })
-                .expect("an idle slot");
+            let lead = wanted.unwrap_or_else(|| {
+                *idle
+                    .iter()
+                    .rev()
+                    .max_by_key(|&&i| {
+                        let s = &self.slots[i];
+                        let common = if s.aligned {
+                            common_prefix(&s.cache, prompt)
+                        } else {
+                            0
+                        };
+                        (common, s.cache.is_empty(), std::cmp::Reverse(s.last_used))
+                    })
+                    .expect("an idle slot")
+            });
             let mut rest: Vec<usize> = idle.into_iter().filter(|&i| i != lead).collect();
             rest.sort_by_key(|&i| (!self.slots[i].cache.is_empty(), self.slots[i].last_used));
             rest.truncate(job.req.n.max(1) - 1);
@@ -945,6 +953,7 @@ impl<'a> Scheduler<'a> {
                     prompt_tokens: job.req.prompt.len(),
                     cached_tokens: job.n_cached,
                     completion_tokens: job.n_gen,
+                    slot: i,
                 },
             });
             // Choices still waiting for this one's prompt end with it.
