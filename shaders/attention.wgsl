@@ -11,6 +11,12 @@
 //   4 out:    [head_dim * n_head, m] f32
 //   5 params: uniform Params
 // SHADER_F16 (F16 caches only): k and v are bound as `array<f16>`.
+// WINDOW (two-window SelfExtend): bindings 4..6 are the distant half,
+//   4 q2:       like q, rotated at the grouped query positions
+//   5 k2:       like k, rotated at the grouped key positions
+//   6 mask_far: like mask
+// then 7 out, 8 params; a pair the mask hides and mask_far lets through is
+// scored q2 · k2 + mask_far, and one softmax runs over the merged logits.
 // The chunk's max logit goes through reduce.wgsl (subgroups with
 // USE_SUBGROUPS, else a tree in workgroup memory).
 #include "index.wgsl"
@@ -39,8 +45,20 @@ struct Params {
 @group(0) @binding(2) var<storage, read> v: array<u32>;
 #endif
 @group(0) @binding(3) var<storage, read> mask: array<f32>;
+#ifdef WINDOW
+@group(0) @binding(4) var<storage, read> q2: array<f32>;
+#ifdef SHADER_F16
+@group(0) @binding(5) var<storage, read> k2: array<f16>;
+#else
+@group(0) @binding(5) var<storage, read> k2: array<u32>;
+#endif
+@group(0) @binding(6) var<storage, read> mask_far: array<f32>;
+@group(0) @binding(7) var<storage, read_write> out: array<f32>;
+@group(0) @binding(8) var<uniform> p: Params;
+#else
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
+#endif
 
 const WG: u32 = 128u;
 const CHUNK: u32 = 256u;
@@ -50,6 +68,23 @@ const PER_THREAD: u32 = MAX_HEAD_DIM / WG;
 const NEG_INF: f32 = -3.4028235e38;
 
 var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
+#ifdef WINDOW
+var<workgroup> qs2: array<f32, MAX_HEAD_DIM>;
+
+#ifdef SHADER_F16
+fn k2_at(i: u32) -> f32 {
+    return f32(k2[i]);
+}
+#else
+fn k2_at(i: u32) -> f32 {
+    let w = k2[select(i, i >> 1u, KV_F16)];
+    if (KV_F16) {
+        return unpack2x16float(w)[i & 1u];
+    }
+    return bitcast<f32>(w);
+}
+#endif
+#endif
 var<workgroup> sc: array<f32, CHUNK>;
 var<workgroup> chunk_max: f32;
 
@@ -88,6 +123,9 @@ fn main(inv: Inv, ln: Lane) {
     let row_len = hd * p.n_head_kv;
     for (var d = inv.lid.x; d < hd; d += WG) {
         qs[d] = q[g * hd + d];
+#ifdef WINDOW
+        qs2[d] = q2[g * hd + d];
+#endif
     }
     var acc: array<f32, PER_THREAD>;
     var run_max = NEG_INF;
@@ -100,14 +138,31 @@ fn main(inv: Inv, ln: Lane) {
         for (var jj = inv.lid.x; jj < n_chunk; jj += WG) {
             let j = j0 + jj;
             let kb = (p.kv_start + j) * row_len + h_kv * hd;
+            var bias = mask[tok * p.n_kv + j];
             var s = 0.0;
+#ifdef WINDOW
+            let near = bias > NEG_INF;
+            if (!near) {
+                bias = mask_far[tok * p.n_kv + j];
+            }
+            if (near) {
+                for (var d = 0u; d < hd; d++) {
+                    s += qs[d] * kv_at(false, kb + d);
+                }
+            } else if (bias > NEG_INF) {
+                for (var d = 0u; d < hd; d++) {
+                    s += qs2[d] * k2_at(kb + d);
+                }
+            }
+#else
             for (var d = 0u; d < hd; d++) {
                 s += qs[d] * kv_at(false, kb + d);
             }
+#endif
             if (p.softcap > 0.0) {
                 s = p.softcap * tanh_safe(s / p.softcap);
             }
-            s = s * p.scale + mask[tok * p.n_kv + j];
+            s = s * p.scale + bias;
             sc[jj] = s;
             local_max = max(local_max, s);
         }

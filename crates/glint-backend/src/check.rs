@@ -366,6 +366,36 @@ pub fn attention<T: Tensor + ?Sized>(
     Ok(m)
 }
 
+/// [`crate::Backend::attention_window`]: [`attention`]'s checks, and the
+/// distant half's `q2`, `k2`, `mask_far` shaped and typed as `q`, `k`,
+/// `mask`. Returns `m`.
+pub fn attention_window<T: Tensor + ?Sized>(
+    [q, k, v, mask]: [&T; 4],
+    [q2, k2, mask_far]: [&T; 3],
+    p: &AttnParams,
+    out: &T,
+) -> Result<usize> {
+    const OP: &str = "attention_window";
+    let m = attention([q, k, v, mask], p, out)?;
+    distinct(OP, out, &[q2, k2, mask_far])?;
+    for (a, b) in [(q, q2), (k, k2), (mask, mask_far)] {
+        if a.desc().ty != b.desc().ty {
+            return Err(shape(
+                OP,
+                format!(
+                    "`{}` is {} but `{}` is {}",
+                    a.desc().label,
+                    a.desc().ty,
+                    b.desc().label,
+                    b.desc().ty
+                ),
+            ));
+        }
+        same(OP, a.desc(), b.desc())?;
+    }
+    Ok(m)
+}
+
 /// [`crate::Backend::kshift`]: `k` F32 or F16 `[head_dim * n_head, n_rows]`;
 /// `shift` I32 `[n_rows]`. Returns `n_rows`.
 pub fn kshift<T: Tensor + ?Sized>(k: &T, shift: &T, p: &RopeParams) -> Result<usize> {

@@ -315,6 +315,24 @@ pub trait Backend: Send + Sync {
         out: &Self::Tensor,
     ) -> Result<()>;
 
+    /// Two-window SelfExtend attention (Jin et al. 2024): as
+    /// [`Backend::attention`], but a (query, key) pair that `mask` hides
+    /// and `mask_far` lets through is scored `q2[:, h, i] · k2[:, h_kv, j]
+    /// + mask_far[j, i]` (queries and keys rotated at their grouped
+    /// positions), and one softmax runs over the merged logits. `q2`, `k2`,
+    /// `mask_far`: shaped and typed as `q`, `k`, `mask`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_window(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        mask: &Self::Tensor,
+        far: [&Self::Tensor; 3],
+        p: &AttnParams,
+        out: &Self::Tensor,
+    ) -> Result<()>;
+
     /// K-shift: rotate cached K rows in place by a per-row position delta,
     /// `k[:, j] = rope(k[:, j], shift[j])` as a *pure rotation* (the YaRN
     /// magnitude factor `attn_factor`/mscale is not applied). Rows with

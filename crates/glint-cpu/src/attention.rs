@@ -101,6 +101,7 @@ pub fn attention_with(
         k,
         v,
         mask,
+        far: None,
         p,
         round_q,
         round_p,
@@ -186,6 +187,52 @@ pub fn attention_with(
     for_each_chunk(par, out, q, hd, init, |s, ih, o, qh| ctx.head(s, ih, o, qh));
 }
 
+/// Two-window SelfExtend attention (Jin et al. 2024): each (query,
+/// key) pair gets one logit, `q · k` where `mask` lets it through (the
+/// neighbour window), else `far.q · far.k` where `far.mask` does (queries
+/// and keys rotated at their grouped positions), and one softmax runs over
+/// the merged logits. Shapes as [`attention_with`]; `far`'s as `q`, `k`
+/// and `mask`. One task per (token, head) in plain loops, on the current
+/// rayon pool when `par`; no f16 rounding of Q or the weights.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_window(
+    par: bool,
+    q: &[f32],
+    k: Cache,
+    v: Cache,
+    mask: &[f32],
+    far: Far,
+    p: &AttnParams,
+    out: &mut [f32],
+) {
+    let hd = p.head_dim;
+    if hd == 0 || p.n_head == 0 {
+        return;
+    }
+    if p.n_kv == 0 || p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 {
+        out.fill(0.0);
+        return;
+    }
+    let ctx = Heads {
+        k,
+        v,
+        mask,
+        far: Some(far),
+        p,
+        round_q: false,
+        round_p: false,
+        row: hd * p.n_head_kv,
+        group: p.n_head / p.n_head_kv,
+        per_task: 1,
+    };
+    let init = || Scratch {
+        scores: vec![0f32; p.n_kv],
+        kv: vec![0f32; hd],
+        qr: vec![0f32; hd],
+    };
+    for_each_chunk(par, out, q, hd, init, |s, ih, o, qh| ctx.head(s, ih, o, qh));
+}
+
 /// `task(scratch, i, o, q)` for each chunk `i` of `width` elements of `out`
 /// and of `q`, on the current rayon pool when `par` (one `init()` scratch
 /// per worker), else on the calling thread.
@@ -210,11 +257,27 @@ fn for_each_chunk<S>(
     }
 }
 
+/// The distant half of two-window SelfExtend attention (see
+/// [`attention_window`]): queries rotated at their grouped positions, keys
+/// at theirs, and the mask of the (query, key) pairs that use them.
+#[derive(Clone, Copy)]
+pub struct Far<'a> {
+    /// `[head_dim, n_head, m]`, like `q`.
+    pub q: &'a [f32],
+    /// `[head_dim * n_head_kv, n_rows]`, like `k`.
+    pub k: Cache<'a>,
+    /// `[n_kv, m]`: 0 (or a bias) where the pair is distant, else -inf.
+    pub mask: &'a [f32],
+}
+
 /// What every task of one attention call shares.
 struct Heads<'a> {
     k: Cache<'a>,
     v: Cache<'a>,
     mask: &'a [f32],
+    /// Two-window SelfExtend: pairs the near mask hides and this one's
+    /// mask lets through are scored with its queries and keys.
+    far: Option<Far<'a>>,
     p: &'a AttnParams,
     /// Round Q to f16 before `Q·K` (ggml over an F16 K cache).
     round_q: bool,
@@ -297,17 +360,30 @@ impl Heads<'_> {
         };
         let at_head = (h / self.group) * hd;
         let mask_i = &self.mask[i * p.n_kv..(i + 1) * p.n_kv];
+        // Two-window SelfExtend: the distant pairs' query, keys and mask.
+        let far = self.far.map(|f| {
+            let at = (i * p.n_head + h) * hd;
+            (
+                &f.q[at..at + hd],
+                f.k,
+                &f.mask[i * p.n_kv..(i + 1) * p.n_kv],
+            )
+        });
         let mut max = f32::NEG_INFINITY;
         for (j, s) in scores.iter_mut().enumerate() {
-            if mask_i[j] == f32::NEG_INFINITY {
+            let at = (p.kv_start + j) * row + at_head;
+            let (mut x, bias) = if mask_i[j] != f32::NEG_INFINITY {
+                (dot16(qh, k.row(at, kv)), mask_i[j])
+            } else if let Some((fq, fk, fm)) = far.filter(|f| f.2[j] != f32::NEG_INFINITY) {
+                (dot16(fq, fk.row(at, kv)), fm[j])
+            } else {
                 *s = f32::NEG_INFINITY;
                 continue;
-            }
-            let mut x = dot16(qh, k.row((p.kv_start + j) * row + at_head, kv));
+            };
             if p.softcap > 0.0 {
                 x = p.softcap * (x / p.softcap).tanh();
             }
-            *s = x * p.scale + mask_i[j];
+            *s = x * p.scale + bias;
             max = max.max(*s);
         }
         o.fill(0.0);

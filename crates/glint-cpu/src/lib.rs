@@ -33,7 +33,7 @@ use glint_backend::{
     SharedBytes, TensorDesc, Unary, Usage,
 };
 
-pub use attention::{attention_with, Cache};
+pub use attention::{attention_window, attention_with, Cache, Far};
 pub use matmul::{mul_mat_ggml, mul_mat_ggml_with, Kernels, WeightRows, DECODE_MAX_M};
 pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;
@@ -421,6 +421,62 @@ impl Backend for CpuBackend {
         let ggml = self.precision == Precision::Ggml;
         self.run(work / 16, |par| {
             attention_with(Kernels::Fast, par, &qs, kc, vc, &ms, p, o, ggml)
+        });
+        Ok(())
+    }
+
+    fn attention_window(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        mask: &CpuTensor,
+        [q2, k2, mask_far]: [&CpuTensor; 3],
+        p: &AttnParams,
+        out: &CpuTensor,
+    ) -> Result<()> {
+        const OP: &str = "attention_window";
+        check::attention_window([q, k, v, mask], [q2, k2, mask_far], p, out)?;
+        let (qg, kg, vg, mg) = (
+            q.read_guard()?,
+            k.read_guard()?,
+            v.read_guard()?,
+            mask.read_guard()?,
+        );
+        let (q2g, k2g, mfg) = (q2.read_guard()?, k2.read_guard()?, mask_far.read_guard()?);
+        let mut og = out.write_guard(OP)?;
+        let o = og.f32s_mut();
+        let (qs, ms, q2s, mfs) = (qg.f32s(), mg.f32s(), q2g.f32s(), mfg.f32s());
+        let (k16, k32, v16, v32, k216, k232);
+        let kc = if k.desc.ty == F16 {
+            k16 = kg.f16s();
+            Cache::F16(&k16)
+        } else {
+            k32 = kg.f32s();
+            Cache::F32(&k32)
+        };
+        let k2c = if k2.desc.ty == F16 {
+            k216 = k2g.f16s();
+            Cache::F16(&k216)
+        } else {
+            k232 = k2g.f32s();
+            Cache::F32(&k232)
+        };
+        let vc = if v.desc.ty == F16 {
+            v16 = vg.f16s();
+            Cache::F16(&v16)
+        } else {
+            v32 = vg.f32s();
+            Cache::F32(&v32)
+        };
+        let far = Far {
+            q: &q2s,
+            k: k2c,
+            mask: &mfs,
+        };
+        let work = o.len() * p.n_kv * 2;
+        self.run(work / 16, |par| {
+            attention_window(par, &qs, kc, vc, &ms, far, p, o)
         });
         Ok(())
     }

@@ -259,6 +259,19 @@ impl Backend for GpuBackend {
         ops::attention(self, [q, k, v, mask], p, out)
     }
 
+    fn attention_window(
+        &self,
+        q: &GpuTensor,
+        k: &GpuTensor,
+        v: &GpuTensor,
+        mask: &GpuTensor,
+        far: [&GpuTensor; 3],
+        p: &AttnParams,
+        out: &GpuTensor,
+    ) -> Result<()> {
+        ops::attention_window(self, [q, k, v, mask], far, p, out)
+    }
+
     fn kshift(&self, k: &GpuTensor, shift: &GpuTensor, p: &RopeParams) -> Result<()> {
         ops::kshift(self, k, shift, p)
     }

@@ -271,3 +271,68 @@ fn rope_set_rows_attention_kshift() {
         }
     });
 }
+
+/// Two-window SelfExtend attention: the WINDOW variant of the kernel
+/// against the cpu backend's, F32 and F16 caches, a window starting past
+/// row 0, near and far pairs mixed in every row, a row with none.
+#[test]
+fn attention_window_matches_cpu() {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (hd, nh, nkv, m, rows) = (64, 8, 2, 6, 320);
+        let (kv_start, n_kv) = (11, 300);
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
+            let q2 = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
+            let all = i32p(&(0..rows as i32).collect::<Vec<_>>());
+            let mut caches = Vec::new();
+            for _ in 0..3 {
+                let c = pair(ty, [hd * nkv, rows, 1, 1], Usage::KvCache, None);
+                let vals = f32p([hd * nkv, rows, 1, 1], &r.vec_scaled(hd * nkv * rows, 1.5));
+                gpu().set_rows(&vals.0, &all.0, &c.0).unwrap();
+                cpu().set_rows(&vals.1, &all.1, &c.1).unwrap();
+                caches.push(c);
+            }
+            let (k, k2, v) = (&caches[0], &caches[1], &caches[2]);
+            // Token t sits at position 250 + 10 t (token 5 sees nothing):
+            // near within 64 of it, far before that.
+            let (mut near, mut far) = (
+                vec![f32::NEG_INFINITY; n_kv * m],
+                vec![f32::NEG_INFINITY; n_kv * m],
+            );
+            for t in 0..m - 1 {
+                let i = 250 + 10 * t;
+                for j in 0..=i.min(n_kv - 1) {
+                    let dst = if i - j < 64 { &mut near } else { &mut far };
+                    dst[t * n_kv + j] = if j % 9 == 0 { -0.25 } else { 0.0 };
+                }
+            }
+            let (near, far) = (f32p([n_kv, m, 1, 1], &near), f32p([n_kv, m, 1, 1], &far));
+            for softcap in [0.0, 20.0] {
+                let ap = AttnParams {
+                    n_head: nh,
+                    n_head_kv: nkv,
+                    head_dim: hd,
+                    scale: 0.125,
+                    softcap,
+                    kv_start,
+                    n_kv,
+                };
+                let o = out([hd * nh, m, 1, 1]);
+                gpu()
+                    .attention_window(&q.0, &k.0, &v.0, &near.0, [&q2.0, &k2.0, &far.0], &ap, &o.0)
+                    .unwrap();
+                cpu()
+                    .attention_window(&q.1, &k.1, &v.1, &near.1, [&q2.1, &k2.1, &far.1], &ap, &o.1)
+                    .unwrap();
+                let t = tol::attn(ty);
+                compare(
+                    &format!("attention_window {ty:?} {softcap}"),
+                    &o,
+                    GgmlType::F32,
+                    t,
+                );
+            }
+        }
+    });
+}

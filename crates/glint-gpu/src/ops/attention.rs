@@ -22,6 +22,41 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
     be.launch("attention", key, [&qkvm, &[out]], &params, m * nh)
 }
 
+/// Two-window SelfExtend: [`attention`] with the distant half (`q2`, `k2`,
+/// `mask_far`, shaped as q, k, mask) bound after the mask (the `WINDOW`
+/// variant of the same kernel).
+pub(crate) fn attention_window(
+    be: &GpuBackend,
+    qkvm: [&T; 4],
+    far: [&T; 3],
+    p: &AttnParams,
+    out: &T,
+) -> Result<()> {
+    check::attention_window(qkvm, far, p, out)?;
+    let (m, f16) = check_attention("attention_window", qkvm, p, out)?;
+    let mut flags = be.flags(true, f16);
+    flags.push(WINDOW);
+    let key = PipelineKey::new("attention.wgsl", "main", 7, 1)
+        .with_constant("KV_F16", f16 as u32 as f64)
+        .with_flags(flags);
+    let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
+    let params = [hd, nh, nkv, m, p.kv_start, p.n_kv].map(|v| v as u32);
+    let params = [&params[..], &[scale, softcap]].concat();
+    let [q, k, v, mask] = qkvm;
+    let [q2, k2, mf] = far;
+    be.launch(
+        "attention_window",
+        key,
+        [&[q, k, v, mask, q2, k2, mf], &[out]],
+        &params,
+        m * nh,
+    )
+}
+
+/// Flag: the two-window SelfExtend variant of attention.wgsl.
+const WINDOW: &str = "WINDOW";
+
 /// The kernel keeps a head's query in workgroup memory of this many f32
 /// (`MAX_HEAD_DIM` in attention.wgsl): a limit of this kernel, not of the op.
 const MAX_HEAD_DIM: usize = 512;

@@ -81,7 +81,7 @@ impl GpuBackend {
 }
 
 pub(crate) use argmax::argmax;
-pub(crate) use attention::attention;
+pub(crate) use attention::{attention, attention_window};
 pub(crate) use binary::{add, glu, mul};
 pub(crate) use get_rows::get_rows;
 pub(crate) use kshift::kshift;

@@ -1,0 +1,194 @@
+//! Two-window SelfExtend attention (`attention_window`) against the
+//! paper's formula written out in f64: raw queries and keys rotated on
+//! both sides, at their own positions inside the neighbour window and at
+//! their grouped ones outside it, one softmax over the merged logits; and
+//! equal to plain attention when the window covers every key.
+
+mod common;
+
+use common::*;
+use glint_backend::{AttnParams, Backend, GgmlType, RopeMode, RopeParams};
+
+/// f32 rotations at positions up to a few hundred radians, then the
+/// softmax: 5e-5 absolute on outputs of |v| <= 1.
+const WINDOW_TOL: f64 = 5e-5;
+
+/// Rotate `x` (`[hd]`, adjacent pairs, ggml's NORM) at `pos` in f64.
+fn rope64(x: &[f32], pos: f64, base: f64) -> Vec<f64> {
+    let hd = x.len();
+    let mut out = vec![0f64; hd];
+    for i in 0..hd / 2 {
+        let theta = pos * base.powf(-2.0 * i as f64 / hd as f64);
+        let (s, c) = theta.sin_cos();
+        let (a, b) = (x[2 * i] as f64, x[2 * i + 1] as f64);
+        out[2 * i] = a * c - b * s;
+        out[2 * i + 1] = a * s + b * c;
+    }
+    out
+}
+
+/// The grouped query position of the paper (and of LongLM's code).
+fn q_group(i: i32, g: i32, w: i32) -> i32 {
+    i / g + w - w / g
+}
+
+struct Setup {
+    hd: usize,
+    nh: usize,
+    nkv: usize,
+    n: usize,
+    qpos: Vec<i32>,
+    g: i32,
+    w: i32,
+}
+
+/// Backend output and the f64 formula's, for random raw q, k, v.
+fn run(s: &Setup, seed: u64) -> (Vec<f32>, Vec<f64>, Vec<f32>) {
+    let be = backend();
+    let mut rng = Rng(seed);
+    let (hd, nh, nkv, n, m) = (s.hd, s.nh, s.nkv, s.n, s.qpos.len());
+    let base = 10000.0f32;
+    let qraw = rng.vec(hd * nh * m);
+    let kraw = rng.vec(hd * nkv * n);
+    let vals = rng.vec(hd * nkv * n);
+    let kpos: Vec<i32> = (0..n as i32).collect();
+    let rot = |x: &[f32], heads: usize, pos: &[i32]| {
+        let t = f32s(&be, [hd, heads, pos.len(), 1], x);
+        let out = zeros(&be, GgmlType::F32, [hd, heads, pos.len(), 1]);
+        let p = RopeParams::plain(RopeMode::Norm, hd, heads, base);
+        be.rope(&t, &i32s(&be, pos), &p, &out).unwrap();
+        read_f32(&be, &out)
+    };
+    let q2pos: Vec<i32> = s.qpos.iter().map(|&i| q_group(i, s.g, s.w)).collect();
+    let k2pos: Vec<i32> = kpos.iter().map(|&j| j / s.g).collect();
+    let (q, q2) = (rot(&qraw, nh, &s.qpos), rot(&qraw, nh, &q2pos));
+    let (k, k2) = (rot(&kraw, nkv, &kpos), rot(&kraw, nkv, &k2pos));
+    // Causal; near when i - j < W.
+    let mut near = vec![f32::NEG_INFINITY; n * m];
+    let mut far = vec![f32::NEG_INFINITY; n * m];
+    for (t, &i) in s.qpos.iter().enumerate() {
+        for j in 0..=i.min(n as i32 - 1) {
+            let slot = if i - j < s.w { &mut near } else { &mut far };
+            slot[t * n + j as usize] = 0.0;
+        }
+    }
+    let p = AttnParams {
+        n_head: nh,
+        n_head_kv: nkv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        softcap: 0.0,
+        kv_start: 0,
+        n_kv: n,
+    };
+    let t = |v: &[f32], ne: [usize; 4]| f32s(&be, ne, v);
+    let out = zeros(&be, GgmlType::F32, [hd * nh, m, 1, 1]);
+    be.attention_window(
+        &t(&q, [hd, nh, m, 1]),
+        &t(&k, [hd * nkv, n, 1, 1]),
+        &t(&vals, [hd * nkv, n, 1, 1]),
+        &t(&near, [n, m, 1, 1]),
+        [
+            &t(&q2, [hd, nh, m, 1]),
+            &t(&k2, [hd * nkv, n, 1, 1]),
+            &t(&far, [n, m, 1, 1]),
+        ],
+        &p,
+        &out,
+    )
+    .unwrap();
+    let got = read_f32(&be, &out);
+
+    // Plain attention over the same keys, for the covering-window check.
+    let plain_out = zeros(&be, GgmlType::F32, [hd * nh, m, 1, 1]);
+    let causal: Vec<f32> = near
+        .iter()
+        .zip(&far)
+        .map(|(&a, &b)| {
+            if a == 0.0 || b == 0.0 {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    be.attention(
+        &t(&q, [hd, nh, m, 1]),
+        &t(&k, [hd * nkv, n, 1, 1]),
+        &t(&vals, [hd * nkv, n, 1, 1]),
+        &t(&causal, [n, m, 1, 1]),
+        &p,
+        &plain_out,
+    )
+    .unwrap();
+
+    // The formula: rotate raw q and k on both sides, in f64.
+    let mut want = vec![0f64; hd * nh * m];
+    let group = nh / nkv;
+    for (t, &i) in s.qpos.iter().enumerate() {
+        for h in 0..nh {
+            let hk = h / group;
+            let qh = &qraw[(t * nh + h) * hd..][..hd];
+            let keys: Vec<i32> = (0..=i.min(n as i32 - 1)).collect();
+            let logits: Vec<f64> = keys
+                .iter()
+                .map(|&j| {
+                    let kh = &kraw[(j as usize * nkv + hk) * hd..][..hd];
+                    let (a, b) = if i - j < s.w {
+                        (i as f64, j as f64)
+                    } else {
+                        (q_group(i, s.g, s.w) as f64, (j / s.g) as f64)
+                    };
+                    let (qa, kb) = (rope64(qh, a, base as f64), rope64(kh, b, base as f64));
+                    qa.iter().zip(&kb).map(|(x, y)| x * y).sum::<f64>() * p.scale as f64
+                })
+                .collect();
+            let mx = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = logits.iter().map(|x| (x - mx).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for d in 0..hd {
+                let o: f64 = keys
+                    .iter()
+                    .zip(&e)
+                    .map(|(&j, w)| w * vals[(j as usize * nkv + hk) * hd + d] as f64)
+                    .sum();
+                want[(t * nh + h) * hd + d] = o / sum;
+            }
+        }
+    }
+    (got, want, read_f32(&be, &plain_out))
+}
+
+#[test]
+fn window_attention_is_the_rotate_both_sides_formula() {
+    for (seed, w, g) in [(1, 32, 4), (2, 64, 8), (3, 16, 2)] {
+        let s = Setup {
+            hd: 16,
+            nh: 4,
+            nkv: 2,
+            n: 300,
+            qpos: vec![5, 40, 150, 151, 152, 299],
+            g,
+            w,
+        };
+        let (got, want, _) = run(&s, seed);
+        assert_close(&format!("window W={w} G={g}"), &got, &want, |_| WINDOW_TOL);
+    }
+}
+
+#[test]
+fn a_window_covering_every_key_is_plain_attention() {
+    let s = Setup {
+        hd: 32,
+        nh: 6,
+        nkv: 2,
+        n: 200,
+        qpos: vec![0, 17, 199],
+        g: 4,
+        w: 256,
+    };
+    let (got, want, plain) = run(&s, 9);
+    assert_close("covering window vs formula", &got, &want, |_| WINDOW_TOL);
+    let plain64: Vec<f64> = plain.iter().map(|&x| x as f64).collect();
+    assert_close("covering window vs attention", &got, &plain64, |_| 1e-6);
+}
