@@ -100,6 +100,9 @@ pub const FLAGS: &[Flag] = &[
         Some("md|json|csv"),
         "output format (default md)"
     ),
+    flag!("grp-attn-n", ["-gan"], Some("N"), "with --grp-attn-mode window: the SelfExtend group size"),
+    flag!("grp-attn-w", ["-gaw"], Some("N"), "with --grp-attn-mode window: the neighbour window (default 512)"),
+    flag!("grp-attn-mode", [], Some("window"), "time two-window SelfExtend attention (-gan > 1); default plain attention"),
     flag!("help", ["-h"], None, "this text"),
 ];
 
@@ -159,6 +162,8 @@ struct Config {
     adapter: Option<usize>,
     format: Format,
     counters: bool,
+    /// `--grp-attn-mode window`: two-window SelfExtend attention.
+    window: Option<glint::SelfExtendWindow>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -301,6 +306,7 @@ fn config(p: &Parsed) -> Result<Config, String> {
         adapter: p.parse("adapter")?,
         format,
         counters: p.has("counters"),
+        window: super::options::self_extend_window(p)?,
     })
 }
 
@@ -393,6 +399,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                                         n_ubatch,
                                         type_k,
                                         type_v,
+                                        self_extend_window: c.window,
                                         ..Default::default()
                                     };
                                     let r =

@@ -29,6 +29,7 @@ const NOT_IN_CHAT: &[&str] = &[
     "keep",
     "grp-attn-n",
     "grp-attn-w",
+    "grp-attn-mode",
     "verbose-prompt",
     "ignore-eos",
     "parallel",

@@ -114,7 +114,14 @@ fn job(p: &Parsed) -> Result<Job, String> {
     } else {
         vec![prompt_text(p)?]
     };
-    let ga_n = num::<i32>(p, "grp-attn-n")?.unwrap_or(1);
+    // In window mode self-extend lives in the context (its attention),
+    // not in shifting positions.
+    let window = super::options::self_extend_window(p)?.is_some();
+    let ga_n = if window {
+        1
+    } else {
+        num::<i32>(p, "grp-attn-n")?.unwrap_or(1)
+    };
     let ga_w = num::<i32>(p, "grp-attn-w")?.unwrap_or(512);
     glint::generate::validate_self_extend(ga_n, ga_w).map_err(|e| e.to_string())?;
     let ctx_shift = p.has("context-shift");

@@ -18,6 +18,7 @@ pub const FLAGS: &[Flag] = &[
     flag!("ubatch-size", ["-ub"], Some("N"), "physical batch size (default 512)"),
     flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group factor (default 1 = off)"),
     flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window, a multiple of -gan (default 512)"),
+    flag!("grp-attn-mode", [], Some("shift|window"), "self-extend mode: shift (default; llama.cpp's: cached positions compressed with seq_add/seq_div, K re-rotated) or window (the SelfExtend paper's: positions never move, near pairs attend normally, distant ones at grouped positions; a second K cache)"),
     flag!("context-shift", [], None, "when the context is full, drop half of what follows --keep and go on (default: stop)"),
     flag!("keep", [], Some("N"), "prompt tokens a context shift keeps (default 0; -1 = all; BOS added on top)"),
     flag!("parallel", ["-np"], Some("N"), "sequences decoded together, one prompt each (default 1)"),
@@ -277,7 +278,23 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
         },
         type_k: cache("cache-type-k")?,
         type_v: cache("cache-type-v")?,
+        self_extend_window: self_extend_window(p)?,
     })
+}
+
+/// `--grp-attn-mode window`: the two-window SelfExtend's sizes from
+/// `-gan`/`-gaw` (`None` in shift mode, the default, or with `-gan 1`).
+pub fn self_extend_window(p: &Parsed) -> Result<Option<glint::SelfExtendWindow>, String> {
+    let n = num::<u32>(p, "grp-attn-n")?.unwrap_or(1);
+    let w = num::<u32>(p, "grp-attn-w")?.unwrap_or(512);
+    match p.get("grp-attn-mode") {
+        None | Some("shift") => Ok(None),
+        Some("window") if n <= 1 => Ok(None),
+        Some("window") => glint::SelfExtendWindow::new(n, w)
+            .map(Some)
+            .map_err(|e| format!("--grp-attn-mode window: {e}")),
+        Some(other) => Err(format!("--grp-attn-mode {other}: shift or window")),
+    }
 }
 
 /// The prompts of `--parallel`: one per line of `-f`, or each `-p`.

@@ -22,6 +22,7 @@ const OWN_FLAGS: &[Flag] = &[
     flag!("seeds", [], Some("N"), "prompts (keys) per length and depth (default 1)"),
     flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group size (default 1 = off)"),
     flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window (default 512)"),
+    flag!("grp-attn-mode", [], Some("shift|window"), "self-extend mode: shift (default; llama.cpp's: cached positions compressed with seq_add/seq_div, K re-rotated) or window (the SelfExtend paper's: positions never move, near pairs attend normally, distant ones at grouped positions; a second K cache)"),
     flag!("batch-size", ["-b"], Some("N"), "prompt tokens per decode (default 2048)"),
     flag!("verbose", ["-v"], None, "print each prompt's answer to stderr"),
 ];
@@ -94,20 +95,27 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     let lengths: Vec<usize> = list(&p, "lengths", "2048")?;
     let depths: Vec<f64> = list(&p, "depths", "0.2,0.5,0.8")?;
     let seeds = num::<usize>(&p, "seeds")?.unwrap_or(1).max(1);
+    let window = super::options::self_extend_window(&p)?;
     let params = GenerateParams {
         n_predict: 8,
         sampling: SamplerParams {
             temp: 0.0,
             ..Default::default()
         },
-        ga_n: num(&p, "grp-attn-n")?.unwrap_or(1),
+        ga_n: if window.is_some() {
+            1
+        } else {
+            num(&p, "grp-attn-n")?.unwrap_or(1)
+        },
         ga_w: num(&p, "grp-attn-w")?.unwrap_or(512),
         ..Default::default()
     };
     glint::generate::validate_self_extend(params.ga_n, params.ga_w).map_err(|e| e.to_string())?;
     let model = Model::load(model_path(&p)?, &model_params(&p)?).map_err(|e| e.to_string())?;
     let n_batch = num::<u32>(&p, "batch-size")?.unwrap_or(2048);
-    let mode = if params.ga_n > 1 {
+    let mode = if let Some(w) = window {
+        format!("self-extend (window) -gan {} -gaw {}", w.n, w.w)
+    } else if params.ga_n > 1 {
         format!(
             "self-extend (shift) -gan {} -gaw {}",
             params.ga_n, params.ga_w
@@ -144,6 +152,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                         n_ctx: (ids.len() + 16) as u32,
                         n_batch,
                         n_ubatch: n_batch.min(512),
+                        self_extend_window: window,
                         ..Default::default()
                     },
                 )

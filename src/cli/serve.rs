@@ -148,6 +148,7 @@ const FLAGS: &[Flag] = &[
     flag!("seed", ["-s"], Some("N"), "RNG seed of requests that do not say (default: random)"),
     flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group factor for every request (default 1 = off)"),
     flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window, a multiple of -gan (default 512)"),
+    flag!("grp-attn-mode", [], Some("shift|window"), "self-extend mode: shift (default; llama.cpp's: cached positions compressed with seq_add/seq_div, K re-rotated) or window (the SelfExtend paper's: positions never move, near pairs attend normally, distant ones at grouped positions; a second K cache)"),
     flag!("cache-type-k", ["-ctk"], Some("f16|f32"), "K cache type (default f16)"),
     flag!("cache-type-v", ["-ctv"], Some("f16|f32"), "V cache type (default f16)"),
     flag!("chat-template-file", [], Some("FILE"), "a Jinja chat template replacing the model's"),
@@ -284,7 +285,14 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         type_k: cache_type(p, "cache-type-k")?,
         type_v: cache_type(p, "cache-type-v")?,
         embeddings: p.has("embedding"),
+        self_extend_window: super::options::self_extend_window(p)?,
     };
+    let window = ctx_params.self_extend_window.is_some();
+    if window && p.has("context-shift") {
+        return Err(
+            "serve: --grp-attn-mode window keeps positions fixed: no --context-shift".into(),
+        );
+    }
     let defaults =
         glint_server::RequestDefaults {
             n_predict: num::<i64>(p, "n-predict")?.and_then(|n| usize::try_from(n).ok()),
@@ -296,7 +304,12 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
                     format!("--seed {s}: a seed is -1 (random) or 0..={}", u32::MAX)
                 })?),
             },
-            ga_n: num(p, "grp-attn-n")?.unwrap_or(1),
+            // Window mode is the context's; the shift mode is per request.
+            ga_n: if window {
+                1
+            } else {
+                num(p, "grp-attn-n")?.unwrap_or(1)
+            },
             ga_w: num(p, "grp-attn-w")?.unwrap_or(512),
         };
     glint::generate::validate_self_extend(defaults.ga_n, defaults.ga_w)

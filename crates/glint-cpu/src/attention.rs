@@ -183,6 +183,7 @@ pub fn attention_with(
         scores: vec![0f32; p.n_kv],
         kv: vec![0f32; hd],
         qr: vec![0f32; hd],
+        qr2: vec![0f32; hd],
     };
     for_each_chunk(par, out, q, hd, init, |s, ih, o, qh| ctx.head(s, ih, o, qh));
 }
@@ -193,7 +194,8 @@ pub fn attention_with(
 /// and keys rotated at their grouped positions), and one softmax runs over
 /// the merged logits. Shapes as [`attention_with`]; `far`'s as `q`, `k`
 /// and `mask`. One task per (token, head) in plain loops, on the current
-/// rayon pool when `par`; no f16 rounding of Q or the weights.
+/// rayon pool when `par`; `ggml_f16` rounds as [`attention_with`] does
+/// (both queries over an F16 K, the weights over an F16 V).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_window(
     par: bool,
@@ -204,6 +206,7 @@ pub fn attention_window(
     far: Far,
     p: &AttnParams,
     out: &mut [f32],
+    ggml_f16: bool,
 ) {
     let hd = p.head_dim;
     if hd == 0 || p.n_head == 0 {
@@ -219,8 +222,8 @@ pub fn attention_window(
         mask,
         far: Some(far),
         p,
-        round_q: false,
-        round_p: false,
+        round_q: ggml_f16 && matches!(k, Cache::F16(_)),
+        round_p: ggml_f16 && matches!(v, Cache::F16(_)),
         row: hd * p.n_head_kv,
         group: p.n_head / p.n_head_kv,
         per_task: 1,
@@ -229,6 +232,7 @@ pub fn attention_window(
         scores: vec![0f32; p.n_kv],
         kv: vec![0f32; hd],
         qr: vec![0f32; hd],
+        qr2: vec![0f32; hd],
     };
     for_each_chunk(par, out, q, hd, init, |s, ih, o, qh| ctx.head(s, ih, o, qh));
 }
@@ -336,11 +340,13 @@ struct BlockScratch {
 }
 
 /// Per-task buffers of the plain path. scores: `[n_kv]`; kv: `[head_dim]`,
-/// one widened cache row; qr: `[head_dim]`, the query rounded to f16.
+/// one widened cache row; qr, qr2: `[head_dim]`, the query (and the
+/// distant one of a SelfExtend window) rounded to f16.
 struct Scratch {
     scores: Vec<f32>,
     kv: Vec<f32>,
     qr: Vec<f32>,
+    qr2: Vec<f32>,
 }
 
 impl Heads<'_> {
@@ -348,7 +354,12 @@ impl Heads<'_> {
     fn head(&self, s: &mut Scratch, ih: usize, o: &mut [f32], qh: &[f32]) {
         let (p, k, v, row) = (self.p, self.k, self.v, self.row);
         let hd = p.head_dim;
-        let Scratch { scores, kv, qr } = s;
+        let Scratch {
+            scores,
+            kv,
+            qr,
+            qr2,
+        } = s;
         let (i, h) = (ih / p.n_head, ih % p.n_head);
         let qh: &[f32] = if self.round_q {
             for (d, &s) in qr.iter_mut().zip(qh) {
@@ -363,11 +374,16 @@ impl Heads<'_> {
         // Two-window SelfExtend: the distant pairs' query, keys and mask.
         let far = self.far.map(|f| {
             let at = (i * p.n_head + h) * hd;
-            (
-                &f.q[at..at + hd],
-                f.k,
-                &f.mask[i * p.n_kv..(i + 1) * p.n_kv],
-            )
+            let fq = &f.q[at..at + hd];
+            let fq: &[f32] = if self.round_q {
+                for (d, &s) in qr2.iter_mut().zip(fq) {
+                    *d = f16::from_f32(s).to_f32();
+                }
+                qr2
+            } else {
+                fq
+            };
+            (fq, f.k, &f.mask[i * p.n_kv..(i + 1) * p.n_kv])
         });
         let mut max = f32::NEG_INFINITY;
         for (j, s) in scores.iter_mut().enumerate() {

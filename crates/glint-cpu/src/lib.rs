@@ -475,8 +475,9 @@ impl Backend for CpuBackend {
             mask: &mfs,
         };
         let work = o.len() * p.n_kv * 2;
+        let ggml = self.precision == Precision::Ggml;
         self.run(work / 16, |par| {
-            attention_window(par, &qs, kc, vc, &ms, far, p, o)
+            attention_window(par, &qs, kc, vc, &ms, far, p, o, ggml)
         });
         Ok(())
     }

@@ -16,6 +16,10 @@ pub struct KvStorage<T> {
     pub k: Vec<T>,
     /// Per layer, V rows: `[n_embd_kv, n_rows]`.
     pub v: Vec<T>,
+    /// Per layer, K rows rotated at their grouped positions `⌊pos/G⌋`
+    /// (two-window SelfExtend), `[n_embd_kv, n_rows]` of K's type; empty
+    /// when the context does not extend so.
+    pub k2: Vec<T>,
     /// Rows per layer (`n_stream * kv_size`).
     pub n_rows: usize,
     /// K cache element type.
@@ -25,13 +29,14 @@ pub struct KvStorage<T> {
 }
 
 impl<T: glint_backend::Tensor> KvStorage<T> {
-    /// Allocate `n_rows` rows per layer.
+    /// Allocate `n_rows` rows per layer (and as many grouped K rows when
+    /// `grouped`: two-window SelfExtend).
     pub fn new<B: Backend<Tensor = T>>(
         backend: &B,
         hp: &HParams,
         n_rows: usize,
-        type_k: GgmlType,
-        type_v: GgmlType,
+        [type_k, type_v]: [GgmlType; 2],
+        grouped: bool,
     ) -> Result<Self, ModelError> {
         for ty in [type_k, type_v] {
             if !matches!(ty, GgmlType::F16 | GgmlType::F32) {
@@ -42,8 +47,13 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
         }
         let mut k = Vec::with_capacity(hp.n_layer);
         let mut v = Vec::with_capacity(hp.n_layer);
+        let mut k2 = Vec::new();
         for il in 0..hp.n_layer {
-            for (list, ty, what) in [(&mut k, type_k, "k"), (&mut v, type_v, "v")] {
+            let mut lists = vec![(&mut k, type_k, "k"), (&mut v, type_v, "v")];
+            if grouped {
+                lists.push((&mut k2, type_k, "k_grouped"));
+            }
+            for (list, ty, what) in lists {
                 let t = backend.alloc(TensorDesc {
                     ty,
                     ne: [hp.n_embd_kv(), n_rows, 1, 1],
@@ -59,6 +69,7 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
         Ok(KvStorage {
             k,
             v,
+            k2,
             n_rows,
             type_k,
             type_v,
@@ -84,6 +95,21 @@ pub struct UBatch<'a> {
     pub mask_swa: Option<&'a [f32]>,
     /// Tokens (indices into `0..T`) whose logits are wanted, in output order.
     pub outputs: &'a [i32],
+    /// Two-window SelfExtend's inputs (the cache must hold grouped K rows).
+    pub window: Option<WindowInputs<'a>>,
+}
+
+/// What two-window SelfExtend adds to a micro-batch (group size G,
+/// neighbour window W): full-attention layers score a (query, key) pair at
+/// the grouped positions where `mask` hides it and `mask_far` does not.
+pub struct WindowInputs<'a> {
+    /// Grouped query positions `[T]`: `⌊pos/G⌋ + W − W/G`.
+    pub pos_q: &'a [i32],
+    /// Grouped key positions of the batch's own tokens `[T]`: `⌊pos/G⌋`.
+    pub pos_k: &'a [i32],
+    /// The distant pairs `[n_kv, T]`: 0 where `pos_i − pos_j ≥ W` (and the
+    /// pair is visible), else -inf; `mask` then holds only the near ones.
+    pub mask_far: &'a [f32],
 }
 
 /// Per-batch scratch buffers, allocated once for the largest micro-batch and
@@ -92,12 +118,19 @@ pub struct UBatch<'a> {
 pub struct Scratch<T> {
     n_tokens_max: usize,
     n_kv_max: usize,
+    /// Sized for two-window SelfExtend.
+    window: bool,
     ids: T,      // [T] i32
     pos: T,      // [T] i32
     rows: T,     // [T] i32
     outs: T,     // [T] i32
     mask: T,     // [n_kv_max * T] f32
     mask_swa: T, // [n_kv_max * T] f32
+    pos_q2: T,   // [T] i32, grouped query positions (two-window SelfExtend)
+    pos_k2: T,   // [T] i32, grouped key positions
+    mask_far: T, // [n_kv_max * T] f32 with SelfExtend's window, else [1]
+    qr2: T,      // [head_dim, n_head, T] f32, roped at the grouped positions
+    kr2: T,      // [head_dim, n_head_kv, T] f32, the same
     x: T,        // [n_embd, T] f32, the residual stream
     x2: T,       // [n_embd, T] f32, its next value
     h: T,        // [n_embd, T] f32, normed input of a block
@@ -138,8 +171,11 @@ impl<T: glint_backend::Tensor> Scratch<T> {
         hp: &HParams,
         n_tokens_max: usize,
         n_kv_max: usize,
+        window: bool,
     ) -> Result<Self, ModelError> {
         let t = n_tokens_max.max(1);
+        // Only a SelfExtend window needs these at full size.
+        let wt = if window { t } else { 1 };
         let a = |ty: GgmlType, n: usize, label: &str| {
             backend.alloc(TensorDesc {
                 ty,
@@ -155,6 +191,7 @@ impl<T: glint_backend::Tensor> Scratch<T> {
         Ok(Scratch {
             n_tokens_max: t,
             n_kv_max,
+            window,
             ids: a(i, t, "inp_tokens")?,
             pos: a(i, t, "inp_pos")?,
             rows: a(i, t, "inp_rows")?,
@@ -165,6 +202,11 @@ impl<T: glint_backend::Tensor> Scratch<T> {
                 if hp.n_swa > 0 { n_kv_max * t } else { 1 },
                 "kq_mask_swa",
             )?,
+            pos_q2: a(i, wt, "inp_pos_q_grouped")?,
+            pos_k2: a(i, wt, "inp_pos_k_grouped")?,
+            mask_far: a(f, if window { n_kv_max * t } else { 1 }, "kq_mask_far")?,
+            qr2: a(f, n_q * wt, "q_rope_grouped")?,
+            kr2: a(f, n_kv * wt, "k_rope_grouped")?,
             x: a(f, n_embd * t, "x")?,
             x2: a(f, n_embd * t, "x2")?,
             h: a(f, n_embd * t, "h")?,
@@ -334,6 +376,21 @@ fn check_ubatch<T>(
             s.n_tokens_max
         ));
     }
+    if let Some(w) = &ub.window {
+        if kv.k2.is_empty() || !s.window {
+            return bad("a SelfExtend window needs a cache and scratch made for it".into());
+        }
+        if w.pos_q.len() != t || w.pos_k.len() != t || w.mask_far.len() != ub.n_kv * t {
+            return bad(format!(
+                "SelfExtend window: {} query and {} key positions, {} far-mask values for {t} \
+                 tokens and {} rows",
+                w.pos_q.len(),
+                w.pos_k.len(),
+                w.mask_far.len(),
+                ub.n_kv
+            ));
+        }
+    }
     if ub.mask.len() != ub.n_kv * t {
         return bad(format!(
             "mask has {} values, expected {} x {t}",
@@ -378,6 +435,9 @@ struct Inputs<T> {
     rows: T,             // [T] i32
     mask: T,             // [n_kv, T] f32
     mask_swa: Option<T>, // [n_kv, T] f32, iff the model has sliding-window layers
+    /// Two-window SelfExtend: grouped query and key positions `[T]` i32,
+    /// the distant pairs' mask `[n_kv, T]` f32.
+    window: Option<[T; 3]>,
 }
 
 impl<T: glint_backend::Tensor> Inputs<T> {
@@ -404,12 +464,25 @@ impl<T: glint_backend::Tensor> Inputs<T> {
             }
             _ => None,
         };
+        let window = match &ub.window {
+            Some(w) => {
+                let pq = view(b, &s.pos_q2, &[t])?;
+                let pk = view(b, &s.pos_k2, &[t])?;
+                let mf = view(b, &s.mask_far, &[ub.n_kv, t])?;
+                b.write(&pq, 0, bytemuck::cast_slice(w.pos_q))?;
+                b.write(&pk, 0, bytemuck::cast_slice(w.pos_k))?;
+                b.write(&mf, 0, bytemuck::cast_slice(w.mask_far))?;
+                Some([pq, pk, mf])
+            }
+            None => None,
+        };
         Ok(Inputs {
             ids,
             pos,
             rows,
             mask,
             mask_swa,
+            window,
         })
     }
 }
@@ -522,6 +595,19 @@ impl<B: Backend> Layer<'_, B> {
         b.set_rows(&view(b, &f.kr, &[n_ekv, t])?, &inp.rows, &kv.k[il])?;
         b.set_rows(&vc, &inp.rows, &kv.v[il])?;
         let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
+        // Two-window SelfExtend (full-attention layers): the batch's keys
+        // also at their grouped positions, its queries at theirs.
+        let window = match (&inp.window, kv.k2.get(il)) {
+            (Some([pq, pk, mf]), Some(k2)) if !swa => {
+                let qr2 = view(b, &s.qr2, &[hd, nh, t])?;
+                let kr2 = view(b, &s.kr2, &[hd, nkv, t])?;
+                b.rope(&qh, pq, &hp.rope(il, nh), &qr2)?;
+                b.rope(&kh, pk, &hp.rope(il, nkv), &kr2)?;
+                b.set_rows(&view(b, &kr2, &[n_ekv, t])?, &inp.rows, k2)?;
+                Some((qr2, k2, mf))
+            }
+            _ => None,
+        };
         let layer_mask = match (&inp.mask_swa, swa) {
             (Some(m), true) => m,
             _ => &inp.mask,
@@ -535,7 +621,18 @@ impl<B: Backend> Layer<'_, B> {
             kv_start: self.ub.kv_start,
             n_kv: self.ub.n_kv,
         };
-        b.attention(&f.qr, &kv.k[il], &kv.v[il], layer_mask, &p, &f.attn)?;
+        match window {
+            Some((qr2, k2, mf)) => b.attention_window(
+                &f.qr,
+                &kv.k[il],
+                &kv.v[il],
+                layer_mask,
+                [&qr2, k2, mf],
+                &p,
+                &f.attn,
+            )?,
+            None => b.attention(&f.qr, &kv.k[il], &kv.v[il], layer_mask, &p, &f.attn)?,
+        }
         b.mul_mat(&lw.wo, &f.attn, &f.o)?;
         self.residual(lw.post_attn_norm.as_ref(), x, x2)
     }

@@ -13,7 +13,7 @@ use glint_backend::{BackendError, GgmlType};
 use glint_gguf::GgufError;
 
 pub use arch::{arch_info, ArchInfo, ARCHS};
-pub use forward::{forward, KvStorage, Output, Scratch, UBatch, OUTPUTS_AT_FIRST};
+pub use forward::{forward, KvStorage, Output, Scratch, UBatch, WindowInputs, OUTPUTS_AT_FIRST};
 pub use hparams::{HParams, RopeOverrides, RopeScaling};
 pub use weights::{LayerWeights, Weights};
 

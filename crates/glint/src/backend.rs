@@ -192,7 +192,13 @@ fn new_exec<B: Backend>(
     n_ubatch: usize,
 ) -> Result<Exec<B>, Error> {
     let kv = KvCache::new(be, hp, p)?;
-    let scratch = Scratch::new(be, hp, n_ubatch, p.cells.kv_size as usize)?;
+    let scratch = Scratch::new(
+        be,
+        hp,
+        n_ubatch,
+        p.cells.kv_size as usize,
+        p.window.is_some(),
+    )?;
     Ok(Exec {
         kv,
         scratch,

@@ -4,7 +4,7 @@
 
 use glint_backend::Backend;
 use glint_kv::{KvCells, KvParams, MaskParams, Query, StreamLayout, SwaType, TokenMeta};
-use glint_model::{forward, HParams, UBatch};
+use glint_model::{forward, HParams, UBatch, WindowInputs};
 
 use crate::backend::{on_exec, with_exec, Exec, ExecState, Loaded};
 use crate::memory::{KvCacheParams, SeqMemory};
@@ -75,6 +75,7 @@ impl Context {
             },
             type_k: params.type_k.ggml(),
             type_v: params.type_v.ggml(),
+            window: params.self_extend_window,
         };
         let exec = model
             .backend()
@@ -332,7 +333,11 @@ impl Context {
                 pos: batch.pos[i],
             })
             .collect();
-        let span = self.kv_span(&queries, &streams[range.clone()])?;
+        let mut span = self.kv_span(&queries, &streams[range.clone()])?;
+        let window = self
+            .params
+            .self_extend_window
+            .map(|w| self.window_inputs(w, &queries, &mut span));
         let outputs: Vec<i32> = range
             .clone()
             .filter(|&i| batch.logits[i])
@@ -348,6 +353,11 @@ impl Context {
             mask: &span.mask,
             mask_swa: span.mask_swa.as_deref(),
             outputs: &outputs,
+            window: window.as_ref().map(|(far, pos_q, pos_k)| WindowInputs {
+                pos_q,
+                pos_k,
+                mask_far: far,
+            }),
         };
         // Logits still on the device from the previous micro-batch are
         // read before its scratch is reused.
@@ -517,11 +527,13 @@ impl Context {
     /// Shift positions `[p0, p1)` of `seq` by `d` (K is re-rotated before the
     /// next decode).
     pub fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        self.positions_move("seq_add")?;
         on_exec!(&mut self.exec, |x| x.kv.seq_add(seq, p0, p1, d))
     }
 
     /// Divide positions `[p0, p1)` of `seq` by `n` (floor).
     pub fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, n: i32) -> Result<(), Error> {
+        self.positions_move("seq_div")?;
         on_exec!(&mut self.exec, |x| x.kv.seq_div(seq, p0, p1, n))
     }
 
@@ -546,6 +558,7 @@ impl Context {
         ga_n: i32,
         ga_w: i32,
     ) -> Result<glint_kv::SelfExtendOutcome, Error> {
+        self.positions_move("self-extend's shift mode")?;
         Ok(glint_kv::self_extend_step(
             self.cells_mut(),
             seq,
@@ -565,12 +578,64 @@ impl Context {
         n_keep: i32,
         n_past: i32,
     ) -> Result<glint_kv::ContextShift, Error> {
+        self.positions_move("a context shift")?;
         Ok(glint_kv::context_shift(
             self.cells_mut(),
             seq,
             n_keep,
             n_past,
         )?)
+    }
+
+    /// Refuse `what`, which moves cached positions, in a context with a
+    /// two-window SelfExtend (its grouped K would no longer match).
+    fn positions_move(&self, what: &str) -> Result<(), Error> {
+        match self.params.self_extend_window {
+            Some(_) => Err(Error::Invalid(format!(
+                "{what} moves cached positions, which the two-window SelfExtend (window mode) keeps fixed"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Two-window SelfExtend's inputs for `queries` over `span`: the span's
+    /// mask split into near pairs (kept in `span.mask`) and distant ones
+    /// (returned), and the grouped query and key positions.
+    fn window_inputs(
+        &self,
+        w: crate::params::SelfExtendWindow,
+        queries: &[Query],
+        span: &mut KvSpan,
+    ) -> (Vec<f32>, Vec<i32>, Vec<i32>) {
+        let cells = self.cells();
+        let kv_size = cells.params().kv_size as usize;
+        // pos: [n_kv], each row's cell position (None: empty).
+        let pos: Vec<Option<i32>> = (span.kv_start..span.kv_start + span.n_kv)
+            .map(|r| {
+                cells
+                    .cell((r / kv_size) as u32, (r % kv_size) as u32)
+                    .map(|c| c.pos)
+                    .filter(|&p| p >= 0)
+            })
+            .collect();
+        let mut far = vec![f32::NEG_INFINITY; span.mask.len()];
+        for (t, q) in queries.iter().enumerate() {
+            let row = t * span.n_kv..(t + 1) * span.n_kv;
+            for ((m, f), p) in span.mask[row.clone()]
+                .iter_mut()
+                .zip(&mut far[row])
+                .zip(&pos)
+            {
+                if let Some(p) = *p {
+                    if *m != f32::NEG_INFINITY && !w.near(q.pos, p) {
+                        (*f, *m) = (*m, f32::NEG_INFINITY);
+                    }
+                }
+            }
+        }
+        let pos_q = queries.iter().map(|q| w.query_pos(q.pos)).collect();
+        let pos_k = queries.iter().map(|q| w.key_pos(q.pos)).collect();
+        (far, pos_q, pos_k)
     }
 
     /// Positions of every non-empty cell, all streams, in cell order.

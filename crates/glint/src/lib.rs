@@ -69,4 +69,4 @@ pub use glint_sample as sample;
 pub use glint_tokenizer::{StreamDecoder, Tokenizer};
 pub use measure::{cpu_read_bandwidth, devices, DeviceInfo};
 pub use model::Model;
-pub use params::{BackendKind, CacheType, ContextParams, ModelParams};
+pub use params::{BackendKind, CacheType, ContextParams, ModelParams, SelfExtendWindow};

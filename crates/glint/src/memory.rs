@@ -31,6 +31,8 @@ pub(crate) struct KvCacheParams {
     pub(crate) type_k: GgmlType,
     /// V cache element type.
     pub(crate) type_v: GgmlType,
+    /// Two-window SelfExtend: keep K rotated at grouped positions too.
+    pub(crate) window: Option<crate::params::SelfExtendWindow>,
 }
 
 /// What [`SeqMemory::begin`] changed, for [`SeqMemory::rollback`]: the
@@ -83,13 +85,15 @@ pub(crate) struct KvCache<B: Backend> {
     /// `[n_stream * kv_size]` i32: the K-shift of each cell, uploaded before
     /// the K-shift kernel runs.
     shifts: B::Tensor,
+    /// Two-window SelfExtend: `storage.k2` holds K at grouped positions.
+    window: Option<crate::params::SelfExtendWindow>,
 }
 
 impl<B: Backend> KvCache<B> {
     pub(crate) fn new(be: &B, hp: &HParams, p: &KvCacheParams) -> Result<Self, Error> {
         let cells = KvCells::new(p.cells.clone())?;
         let n_rows = (cells.n_stream() * p.cells.kv_size) as usize;
-        let storage = KvStorage::new(be, hp, n_rows, p.type_k, p.type_v)?;
+        let storage = KvStorage::new(be, hp, n_rows, [p.type_k, p.type_v], p.window.is_some())?;
         let shifts = be.alloc(TensorDesc {
             ty: GgmlType::I32,
             ne: [n_rows, 1, 1, 1],
@@ -101,6 +105,7 @@ impl<B: Backend> KvCache<B> {
             cells,
             storage,
             shifts,
+            window: p.window,
         })
     }
 
@@ -154,7 +159,8 @@ impl<B: Backend> KvCache<B> {
         let dst: Vec<i32> = pairs.iter().map(|p| p.1).collect();
         be.write(&src_idx, 0, bytemuck::cast_slice(&src))?;
         be.write(&dst_idx, 0, bytemuck::cast_slice(&dst))?;
-        for t in self.storage.k.iter().chain(self.storage.v.iter()) {
+        let s = &self.storage;
+        for t in s.k.iter().chain(s.v.iter()).chain(s.k2.iter()) {
             be.get_rows(t, &src_idx, &tmp)?;
             be.set_rows(&tmp, &dst_idx, t)?;
         }
@@ -325,6 +331,53 @@ impl<B: Backend> SeqMemory<B> for KvCache<B> {
             self.write_rows(be, &r.dst_rows, &kept)?;
         }
         self.cells = next;
+        self.rebuild_grouped(be, &r.dst_rows)?;
+        Ok(())
+    }
+}
+
+impl<B: Backend> KvCache<B> {
+    /// Two-window SelfExtend: the grouped K of `rows` made anew from their
+    /// K (copied, then rotated by `⌊pos/G⌋ − pos`: a pure rotation), after
+    /// a state restore wrote K alone. Nothing without a window.
+    fn rebuild_grouped(&self, be: &B, rows: &[u64]) -> Result<(), Error> {
+        let Some(w) = self.window else {
+            return Ok(());
+        };
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let kv_size = self.cells.params().kv_size as u64;
+        let mut shifts = vec![0i32; self.storage.n_rows];
+        let mut idx = Vec::with_capacity(rows.len());
+        for &r in rows {
+            let cell = self
+                .cells
+                .cell((r / kv_size) as u32, (r % kv_size) as u32)
+                .ok_or_else(|| Error::Internal(format!("row {r} has no cell")))?;
+            shifts[r as usize] = w.key_pos(cell.pos) - cell.pos;
+            idx.push(r as i32);
+        }
+        let alloc = |ty: GgmlType, ne: [usize; 4], label: &str| {
+            be.alloc(TensorDesc {
+                ty,
+                ne,
+                label: label.into(),
+                usage: Usage::Scratch,
+            })
+        };
+        // idx: [n] i32 rows; tmp: [n_embd_kv, n] f32
+        let n = idx.len();
+        let idx_t = alloc(GgmlType::I32, [n, 1, 1, 1], "grouped_rows")?;
+        let tmp = alloc(GgmlType::F32, [self.hp.n_embd_kv(), n, 1, 1], "grouped_tmp")?;
+        be.write(&idx_t, 0, bytemuck::cast_slice(&idx))?;
+        be.write(&self.shifts, 0, bytemuck::cast_slice(&shifts))?;
+        for (il, (k, k2)) in self.storage.k.iter().zip(&self.storage.k2).enumerate() {
+            be.get_rows(k, &idx_t, &tmp)?;
+            be.set_rows(&tmp, &idx_t, k2)?;
+            be.kshift(k2, &self.shifts, &self.hp.rope(il, self.hp.n_head_kv))?;
+        }
+        be.sync()?;
         Ok(())
     }
 }

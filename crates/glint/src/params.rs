@@ -102,6 +102,54 @@ pub struct ContextParams {
     /// their logits, for [`crate::Context::embeddings`]: `n_embd` more
     /// floats read back per output row.
     pub embeddings: bool,
+    /// Two-window SelfExtend (Jin et al. 2024; `--grp-attn-mode window`):
+    /// a (query, key) pair closer than the window `w` attends as usual,
+    /// a farther one at grouped positions (keys at `⌊pos/n⌋`, queries at
+    /// `⌊pos/n⌋ + w − w/n`), one softmax over both. The cache keeps a
+    /// second K per layer, rotated at the grouped positions when written
+    /// (no extra attention work; one more K cache of memory); positions
+    /// never move, so `seq_add`/`seq_div` (context shift, the shift mode
+    /// of self-extend) are refused. `None`: plain attention.
+    pub self_extend_window: Option<SelfExtendWindow>,
+}
+
+/// Two-window SelfExtend's sizes (see
+/// [`ContextParams::self_extend_window`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SelfExtendWindow {
+    /// Group size G (`-gan`, > 1).
+    pub n: u32,
+    /// Neighbour window W (`-gaw`, a positive multiple of G).
+    pub w: u32,
+}
+
+impl SelfExtendWindow {
+    /// A window of `w` with groups of `n`; an error naming the rule unless
+    /// `n > 1` and `w` is a positive multiple of `n`.
+    pub fn new(n: u32, w: u32) -> Result<SelfExtendWindow, crate::Error> {
+        if n < 2 || w == 0 || !w.is_multiple_of(n) {
+            return Err(crate::Error::Invalid(format!(
+                "self-extend window: the group size ({n}) must be at least 2 and the window ({w}) a positive multiple of it"
+            )));
+        }
+        Ok(SelfExtendWindow { n, w })
+    }
+
+    /// Where a query at `pos` sits for distant keys: `⌊pos/n⌋ + w − w/n`.
+    pub fn query_pos(self, pos: i32) -> i32 {
+        let (n, w) = (self.n as i32, self.w as i32);
+        pos.div_euclid(n) + w - w / n
+    }
+
+    /// Where a key at `pos` sits for distant queries: `⌊pos/n⌋`.
+    pub fn key_pos(self, pos: i32) -> i32 {
+        pos.div_euclid(self.n as i32)
+    }
+
+    /// Whether a query at `qpos` sees a key at `kpos` as a neighbour.
+    pub fn near(self, qpos: i32, kpos: i32) -> bool {
+        qpos - kpos < self.w as i32
+    }
 }
 
 impl Default for ContextParams {
@@ -115,6 +163,7 @@ impl Default for ContextParams {
             type_v: CacheType::F16,
             kv_unified: true,
             embeddings: false,
+            self_extend_window: None,
         }
     }
 }
