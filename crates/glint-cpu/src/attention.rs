@@ -153,6 +153,8 @@ pub fn attention_with(
             max: vec![0f32; per_task],
             sum: vec![0f32; per_task],
             qr: vec![0f32; gw],
+            qr2: Vec::new(),
+            merged: Vec::new(),
         };
         for_each_chunk(par, out, q, gw, init, |s, ig, o, qg| {
             wide::group(&ctx, s, ig, o, qg)
@@ -228,6 +230,39 @@ pub fn attention_window(
         group: p.n_head / p.n_head_kv,
         per_task: 1,
     };
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Decode (fewer tokens than a prefill block): the grouped AVX2
+        // path, as attention_with takes it; prefill: the plain loops.
+        let threads = if par { rayon::current_num_threads() } else { 1 };
+        let m = q.len() / (hd * p.n_head);
+        let same_type = matches!(
+            (k, far.k),
+            (Cache::F32(_), Cache::F32(_)) | (Cache::F16(_), Cache::F16(_))
+        );
+        if crate::qdot::has_avx2() && m < TILED_MIN_TOKENS && same_type {
+            let group = p.n_head / p.n_head_kv;
+            let per_task = if m * p.n_head_kv < 2 * threads {
+                1
+            } else {
+                group
+            };
+            let ctx = Heads { per_task, ..ctx };
+            let gw = per_task * hd;
+            let init = || GroupScratch {
+                scores: vec![0f32; per_task * p.n_kv],
+                max: vec![0f32; per_task],
+                sum: vec![0f32; per_task],
+                qr: vec![0f32; gw],
+                qr2: vec![0f32; gw],
+                merged: Vec::with_capacity(p.n_kv),
+            };
+            for_each_chunk(par, out, q, gw, init, |s, ig, o, qg| {
+                wide::group(&ctx, s, ig, o, qg)
+            });
+            return;
+        }
+    }
     let init = || Scratch {
         scores: vec![0f32; p.n_kv],
         kv: vec![0f32; hd],
@@ -303,6 +338,10 @@ struct GroupScratch {
     max: Vec<f32>,
     sum: Vec<f32>,
     qr: Vec<f32>,
+    /// SelfExtend window: the distant queries rounded `[head_dim, group]`,
+    /// and each row's bias, near or far `[n_kv]` (-inf: masked).
+    qr2: Vec<f32>,
+    merged: Vec<f32>,
 }
 
 /// Cache rows per K/V tile of the blocked prefill path: 64 rows of a
@@ -771,9 +810,18 @@ mod wide {
     trait Elem: Copy {
         fn ld8(s: &[Self], at: usize) -> __m256;
         fn get(s: &[Self], i: usize) -> f32;
+        /// `c`'s elements, if it holds this type.
+        fn of<'c>(c: Cache<'c>) -> Option<&'c [Self]>;
     }
 
     impl Elem for f32 {
+        fn of<'c>(c: Cache<'c>) -> Option<&'c [f32]> {
+            match c {
+                Cache::F32(s) => Some(s),
+                Cache::F16(_) => None,
+            }
+        }
+
         #[inline(always)]
         fn get(s: &[f32], i: usize) -> f32 {
             s[i]
@@ -789,6 +837,13 @@ mod wide {
     }
 
     impl Elem for f16 {
+        fn of<'c>(c: Cache<'c>) -> Option<&'c [f16]> {
+            match c {
+                Cache::F16(s) => Some(s),
+                Cache::F32(_) => None,
+            }
+        }
+
         #[inline(always)]
         fn get(s: &[f16], i: usize) -> f32 {
             s[i].to_f32()
@@ -906,7 +961,7 @@ mod wide {
         let tasks_per_token = p.n_head / gsz;
         let (i, first_head) = (ig / tasks_per_token, (ig % tasks_per_token) * gsz);
         let at_head = (first_head / h.group) * hd;
-        let live = &h.mask[i * n_kv..(i + 1) * n_kv];
+        let near = &h.mask[i * n_kv..(i + 1) * n_kv];
         let kw = &kc[p.kv_start * h.row + at_head..];
         let vw = &vc[p.kv_start * h.row + at_head..];
         let q: &[f32] = if h.round_q {
@@ -917,9 +972,38 @@ mod wide {
         } else {
             q
         };
+        // Two-window SelfExtend: the distant queries (rounded like `q`),
+        // grouped keys, and per row the bias of whichever pair applies.
+        let far = h.far.and_then(|f| {
+            let k2 = K::of(f.k)?;
+            let gw = gsz * hd;
+            let q2 = &f.q[ig * gw..(ig + 1) * gw];
+            s.qr2.resize(gw, 0.0);
+            let q2: &[f32] = if h.round_q {
+                for (d, &x) in s.qr2.iter_mut().zip(q2) {
+                    *d = f16::from_f32(x).to_f32();
+                }
+                &s.qr2
+            } else {
+                q2
+            };
+            let fm = &f.mask[i * n_kv..(i + 1) * n_kv];
+            s.merged.clear();
+            s.merged.extend(
+                near.iter()
+                    .zip(fm)
+                    .map(|(&a, &b)| if a != f32::NEG_INFINITY { a } else { b }),
+            );
+            Some((q2, &k2[p.kv_start * h.row + at_head..]))
+        });
         let GroupScratch {
-            scores, max, sum, ..
+            scores,
+            max,
+            sum,
+            merged,
+            ..
         } = s;
+        let live: &[f32] = if far.is_some() { merged } else { near };
         max.fill(f32::NEG_INFINITY);
         for j in 0..n_kv {
             if live[j] == f32::NEG_INFINITY {
@@ -928,10 +1012,15 @@ mod wide {
                 }
                 continue;
             }
-            let krow = &kw[j * h.row..j * h.row + hd];
+            // A distant pair (near masked, far not) scores q2 · k2.
+            let (qsel, ksel) = match far {
+                Some((q2, k2)) if near[j] == f32::NEG_INFINITY => (q2, k2),
+                _ => (q, kw),
+            };
+            let krow = &ksel[j * h.row..j * h.row + hd];
             let mut h0 = 0;
             while h0 < gsz {
-                let qs = &q[h0 * hd..];
+                let qs = &qsel[h0 * hd..];
                 let mut xs = [0f32; 4];
                 let nh = (gsz - h0).min(4);
                 match nh {
