@@ -232,15 +232,16 @@ pub fn attention_window(
     };
     #[cfg(target_arch = "x86_64")]
     {
-        // Decode (fewer tokens than a prefill block): the grouped AVX2
-        // path, as attention_with takes it; prefill: the plain loops.
+        // The grouped AVX2 path, decode and prefill alike (a prefill
+        // re-reads the window per token: no tiles as attention_with's
+        // blocked path, but FMA rows instead of the plain loops).
         let threads = if par { rayon::current_num_threads() } else { 1 };
         let m = q.len() / (hd * p.n_head);
         let same_type = matches!(
             (k, far.k),
             (Cache::F32(_), Cache::F32(_)) | (Cache::F16(_), Cache::F16(_))
         );
-        if crate::qdot::has_avx2() && m < TILED_MIN_TOKENS && same_type {
+        if crate::qdot::has_avx2() && same_type {
             let group = p.n_head / p.n_head_kv;
             let per_task = if m * p.n_head_kv < 2 * threads {
                 1

@@ -173,8 +173,7 @@ fn window_attention_is_the_rotate_both_sides_formula() {
         };
         let (got, want, _) = run(&s, seed);
         assert_close(&format!("window W={w} G={g}"), &got, &want, |_| WINDOW_TOL);
-        // A prefill's worth of queries takes the plain loops, a decode's
-        // the grouped AVX2 path (where the cpu has it): both the formula.
+        // A prefill's worth of queries too.
         let prefill = Setup {
             qpos: (100..140).collect(),
             ..s
