@@ -174,3 +174,43 @@ fn wgpu_and_cpu_agree_in_window_mode() {
     let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
     assert_eq!(argmax(&a), argmax(&b));
 }
+
+#[test]
+fn one_stream_per_sequence_gives_what_the_unified_cache_gives() {
+    let m = cpu_f32();
+    let a = prompt(&m, 300);
+    let b: Vec<u32> = a.iter().rev().copied().collect();
+    let run = |unified: bool| {
+        let mut c = Context::new(
+            &m,
+            ContextParams {
+                n_ctx: 1024,
+                n_batch: 1024,
+                n_seq_max: 2,
+                kv_unified: unified,
+                self_extend_window: window(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        // Both sequences in one batch.
+        let mut batch = Batch::new();
+        for (seq, ids) in [(0, &a), (1, &b)] {
+            for (i, &t) in ids.iter().enumerate() {
+                batch.add(t, i as i32, &[seq], i == ids.len() - 1);
+            }
+        }
+        c.decode(&batch).unwrap();
+        (
+            c.logits(a.len() - 1).unwrap().to_vec(),
+            c.logits(a.len() + b.len() - 1).unwrap().to_vec(),
+        )
+    };
+    let (u0, u1) = run(true);
+    let (s0, s1) = run(false);
+    assert!(common::max_abs_diff(&u0, &s0) < SPLIT_TOL);
+    assert!(common::max_abs_diff(&u1, &s1) < SPLIT_TOL);
+    // Each is what the sequence gives alone.
+    let alone = decode(&mut ctx(&m, window(), 512, 1), &a, 0, 0, 1024);
+    assert!(common::max_abs_diff(&u0, &alone) < SPLIT_TOL);
+}

@@ -1223,6 +1223,22 @@ fn llama_server_flags_parse_apply_or_are_refused_by_name() {
         (&["--frobnicate"][..], "--frobnicate"),
         (&["-gan", "4", "-gaw", "6"][..], "multiple"),
         (&["--seed", "4294967296"][..], "--seed"),
+        (
+            &["--grp-attn-mode", "sideways", "-gan", "4"][..],
+            "shift or window",
+        ),
+        (
+            &[
+                "--grp-attn-mode",
+                "window",
+                "-gan",
+                "4",
+                "-gaw",
+                "128",
+                "--context-shift",
+            ][..],
+            "--context-shift",
+        ),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_glint"))
             .arg("serve")
@@ -2088,4 +2104,32 @@ fn id_slot_pins_a_request_to_its_slot() {
         &json!({"prompt": "x", "n_predict": 1, "id_slot": -1}),
     );
     assert_eq!(status, 200);
+}
+
+/// `--grp-attn-mode window`: the two-window SelfExtend for every slot; a
+/// prompt longer than the window is answered, and the same request again
+/// (its prefix now cached, grouped keys and all) answers the same.
+#[test]
+fn the_window_mode_serves_and_reuses_its_cache() {
+    let _t = turn();
+    let s = Server::start(&[
+        "-c",
+        "2048",
+        "--grp-attn-mode",
+        "window",
+        "-gan",
+        "4",
+        "-gaw",
+        "64",
+    ]);
+    let prompt = "The history of the bridge: it was built of stone, then of iron, then of steel. "
+        .repeat(12);
+    let body = json!({"prompt": prompt, "n_predict": 8, "temperature": 0});
+    let (status, a) = s.post("/completion", &body);
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(a["tokens_predicted"], 8);
+    assert!(a["tokens_evaluated"].as_u64().unwrap() > 64, "{a}");
+    let (_, b) = s.post("/completion", &body);
+    assert!(b["timings"]["cache_n"].as_u64().unwrap() > 0, "{b}");
+    assert_eq!(a["content"], b["content"]);
 }

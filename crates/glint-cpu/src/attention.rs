@@ -195,9 +195,12 @@ pub fn attention_with(
 /// neighbour window), else `far.q · far.k` where `far.mask` does (queries
 /// and keys rotated at their grouped positions), and one softmax runs over
 /// the merged logits. Shapes as [`attention_with`]; `far`'s as `q`, `k`
-/// and `mask`. One task per (token, head) in plain loops, on the current
-/// rayon pool when `par`; `ggml_f16` rounds as [`attention_with`] does
-/// (both queries over an F16 K, the weights over an F16 V).
+/// and `mask`. On x86_64 with AVX2 (K and `far.k` of one type): the
+/// grouped path of [`attention_with`], one task per (token, kv head) or
+/// (token, head), each row scored against whichever query and key its
+/// pair uses; elsewhere one task per (token, head) in plain loops. On the
+/// current rayon pool when `par`; `ggml_f16` rounds as [`attention_with`]
+/// does (both queries over an F16 K, the weights over an F16 V).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_window(
     par: bool,
