@@ -341,3 +341,37 @@ fn prompt_progress_is_reported_batch_by_batch() {
     let p = run(&e, request(ids.clone(), 2)).remove(0).progress;
     assert_eq!(p, vec![(n, n - 1, n - 1), (n, n - 1, n)]);
 }
+
+/// A lazy grammar (`grammar_trigger`): the output is free until the
+/// trigger appears, then the grammar holds from the trigger on; the free
+/// part is what the model says without any grammar.
+#[test]
+fn a_lazy_grammar_holds_only_from_its_trigger() {
+    let model = common::cpu_model("smollm2");
+    let e = engine(&model, 1024, 1);
+    let ids = prompt(&model, "Count with me: 1, 2, 3, 4,");
+    let free = run(&e, request(ids.clone(), 12));
+    let text = &free[0].text;
+    // A number the model writes unconstrained.
+    let at = text.find('7').expect("the model counts to 7");
+    let mut req = request(ids.clone(), 12);
+    req.grammar = Some(std::sync::Arc::new(
+        glint::grammar::Grammar::parse(r#"root ::= "7" [a-z]+ "." "#).unwrap(),
+    ));
+    req.grammar_trigger = Some("7".into());
+    req.ignore_eos = false;
+    let lazy = &run(&e, req)[0];
+    let (before, after) = lazy
+        .text
+        .split_at(lazy.text.find('7').expect("the trigger came"));
+    assert_eq!(before, &text[..at], "free until the trigger");
+    assert!(
+        after.len() > 2
+            && after[1..after.len() - 1]
+                .chars()
+                .all(|c| c.is_ascii_lowercase())
+            && after.ends_with('.'),
+        "{after:?}"
+    );
+    assert_eq!(lazy.stop, Some(StopReason::EndOfGeneration));
+}

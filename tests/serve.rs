@@ -2133,3 +2133,45 @@ fn the_window_mode_serves_and_reuses_its_cache() {
     assert!(b["timings"]["cache_n"].as_u64().unwrap() > 0, "{b}");
     assert_eq!(a["content"], b["content"]);
 }
+
+/// tool_choice auto holds a call to the tools' grammar once the model
+/// opens one (a lazy grammar, triggered by the format's opening text; the
+/// engine's own test shows the trigger at work): `__verbose` says which
+/// grammar a request runs under, as llama-server's generation settings.
+#[test]
+fn auto_tool_choice_runs_a_lazy_grammar() {
+    let _t = turn();
+    let s = Server::start(&["-c", "2048"]);
+    let ask = |extra: Value| {
+        let mut b = json!({
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": [weather_tool()], "max_tokens": 4, "temperature": 0, "verbose": true,
+        });
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (status, v) = s.post("/v1/chat/completions", &b);
+        assert_eq!(status, 200, "{v}");
+        v["__verbose"].clone()
+    };
+    let auto = ask(json!({}));
+    assert_eq!(auto["chat_format"], "hermes");
+    assert_eq!(auto["grammar_lazy"], true, "{auto}");
+    assert_eq!(auto["grammar_triggers"], json!(["<tool_call>"]));
+    let required = ask(json!({"tool_choice": "required"}));
+    assert_eq!(
+        (
+            required["grammar_lazy"].clone(),
+            required["has_grammar"].clone()
+        ),
+        (json!(false), json!(true))
+    );
+    let none = ask(json!({"tool_choice": "none"}));
+    assert_eq!(none["has_grammar"], false);
+    // The request's own grammar wins over the lazy one.
+    let own = ask(json!({"grammar": "root ::= \"a\"+"}));
+    assert_eq!(
+        (own["grammar_lazy"].clone(), own["has_grammar"].clone()),
+        (json!(false), json!(true))
+    );
+}

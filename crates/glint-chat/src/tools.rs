@@ -246,6 +246,27 @@ pub fn call_grammar(
     )))
 }
 
+/// With `tool_choice` auto: the grammar of a call (as
+/// [`call_grammar`] forces one) and the text that starts it, for a lazy
+/// grammar (the answer is free until the model opens a call, then the
+/// call must be well formed). `None` for formats whose calls have no
+/// opening text of their own (Functionary's recipients).
+pub fn lazy_call_grammar(
+    format: ToolFormat,
+    tools: &[Tool],
+    parallel: bool,
+) -> Result<Option<(String, String)>, String> {
+    let trigger = match format {
+        ToolFormat::Hermes => "<tool_call>",
+        ToolFormat::Llama3Json => "{\"name\"",
+        ToolFormat::FunctionaryV32 => return Ok(None),
+    };
+    Ok(
+        call_grammar(format, tools, &ToolChoice::Required, parallel)?
+            .map(|g| (g, trigger.to_string())),
+    )
+}
+
 /// `--reasoning-format`: what becomes of a model's `<think>` block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ReasoningFormat {
@@ -940,6 +961,30 @@ mod tests {
         )
         .is_err());
         assert!(call_grammar(ToolFormat::Hermes, &[], &ToolChoice::Required, false).is_err());
+    }
+
+    #[test]
+    fn lazy_grammars_start_at_the_calls_opening() {
+        let t = tools();
+        let (g, trigger) = lazy_call_grammar(ToolFormat::Hermes, &t, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(trigger, "<tool_call>");
+        assert!(accepts(
+            &g,
+            "<tool_call>\n{\"name\": \"test\", \"arguments\": {\"success\": true}}</tool_call>"
+        ));
+        let (g, trigger) = lazy_call_grammar(ToolFormat::Llama3Json, &t, false)
+            .unwrap()
+            .unwrap();
+        assert!(accepts(
+            &g,
+            &format!("{trigger}: \"python\", \"parameters\": {{\"code\": \"1\"}}}}")
+        ));
+        assert_eq!(
+            lazy_call_grammar(ToolFormat::FunctionaryV32, &t, false),
+            Ok(None)
+        );
     }
 
     #[test]

@@ -697,19 +697,36 @@ async fn chat_completions(
     let mut opts = request::options(&body, Endpoint::Chat)?;
     st.defaults.apply(&body, &mut opts.req);
     let (text, ids) = chat_prompt(&st, l, &body)?;
-    let (parser, forced) = tools::chat_output(l, st.reasoning_format, &body, &text)?;
-    if let Some(g) = forced {
-        if opts.req.grammar.is_some() {
-            return Err(ApiError::bad_request(
-                "a call is forced by tool_choice: it cannot be combined with `grammar`, `json_schema` or `response_format`",
-            ));
+    let (parser, calls) = tools::chat_output(l, st.reasoning_format, &body, &text)?;
+    match calls {
+        Some(tools::CallGrammar::Forced(g)) => {
+            if opts.req.grammar.is_some() {
+                return Err(ApiError::bad_request(
+                    "a call is forced by tool_choice: it cannot be combined with `grammar`, `json_schema` or `response_format`",
+                ));
+            }
+            opts.req.grammar = Some(g);
         }
-        opts.req.grammar = Some(g);
+        // The request's own grammar, if any, wins over a lazy one.
+        Some(tools::CallGrammar::Lazy(g, trigger)) if opts.req.grammar.is_none() => {
+            opts.req.grammar = Some(g);
+            opts.req.grammar_trigger = Some(trigger);
+        }
+        _ => {}
     }
     // llama-server's `__verbose` (request `verbose`, or the server's
-    // --verbose): the rendered prompt, for checking a template.
+    // --verbose): the rendered prompt, for checking a template, and how
+    // the answer is constrained and parsed (its generation_settings' names).
     let verbose = st.verbose || request::Fields(&body).bool("verbose")?.unwrap_or(false);
-    let verbose = verbose.then(|| json!({ "prompt": text }));
+    let verbose = verbose.then(|| {
+        json!({
+            "prompt": text,
+            "chat_format": l.tool_format.name(),
+            "grammar_lazy": opts.req.grammar_trigger.is_some(),
+            "grammar_triggers": opts.req.grammar_trigger.iter().collect::<Vec<_>>(),
+            "has_grammar": opts.req.grammar.is_some(),
+        })
+    });
     respond(
         &st,
         l,

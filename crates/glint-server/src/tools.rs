@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use glint::chat::tools::{
-    call_grammar, call_json, prompt_opens_thinking, tools_from_json, Delta, OutputParser,
-    ReasoningFormat, StreamParser, ToolChoice,
+    call_grammar, call_json, lazy_call_grammar, prompt_opens_thinking, tools_from_json, Delta,
+    OutputParser, ReasoningFormat, StreamParser, ToolChoice,
 };
 use glint::grammar::Grammar;
 use serde_json::{json, Map, Value};
@@ -17,14 +17,23 @@ use crate::error::ApiError;
 use crate::request::Fields;
 use crate::Loaded;
 
-/// How a chat request's answer is taken apart, and the grammar forcing a
-/// call (`tool_choice` required or a named function).
+/// A grammar for the answer: forced from the start, or lazy (from the
+/// first occurrence of its trigger text on).
+pub(crate) enum CallGrammar {
+    /// `tool_choice` required or a named function.
+    Forced(Arc<Grammar>),
+    /// `tool_choice` auto: a call, once the model opens one.
+    Lazy(Arc<Grammar>, String),
+}
+
+/// How a chat request's answer is taken apart, and the grammar of its
+/// calls.
 pub(crate) fn chat_output(
     l: &Loaded,
     server_reasoning: ReasoningFormat,
     body: &Map<String, Value>,
     prompt: &str,
-) -> Result<(OutputParser, Option<Arc<Grammar>>), ApiError> {
+) -> Result<(OutputParser, Option<CallGrammar>), ApiError> {
     let tools = match body.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(t) => tools_from_json(t).map_err(ApiError::bad_request)?,
@@ -41,6 +50,11 @@ pub(crate) fn chat_output(
         Some(_) => return Err(ApiError::bad_request("`reasoning_format` must be a string")),
     };
     let calls = (!tools.is_empty() && choice != ToolChoice::None).then_some(l.tool_format);
+    let compile = |text: &str| {
+        Grammar::parse(text)
+            .map(Arc::new)
+            .map_err(|e| ApiError::bad_request(format!("the tools' grammar: {e}")))
+    };
     let grammar = if tools.is_empty() {
         if matches!(choice, ToolChoice::Required | ToolChoice::Function(_)) {
             return Err(ApiError::bad_request(
@@ -48,15 +62,17 @@ pub(crate) fn chat_output(
             ));
         }
         None
+    } else if choice == ToolChoice::Auto {
+        match lazy_call_grammar(l.tool_format, &tools, parallel).map_err(ApiError::bad_request)? {
+            Some((g, trigger)) => Some(CallGrammar::Lazy(compile(&g)?, trigger)),
+            None => None,
+        }
     } else {
-        call_grammar(l.tool_format, &tools, &choice, parallel).map_err(ApiError::bad_request)?
-    };
-    let grammar = match grammar {
-        None => None,
-        Some(text) => {
-            Some(Arc::new(Grammar::parse(&text).map_err(|e| {
-                ApiError::bad_request(format!("the tools' grammar: {e}"))
-            })?))
+        match call_grammar(l.tool_format, &tools, &choice, parallel)
+            .map_err(ApiError::bad_request)?
+        {
+            Some(g) => Some(CallGrammar::Forced(compile(&g)?)),
+            None => None,
         }
     };
     let parser = OutputParser {

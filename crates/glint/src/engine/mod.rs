@@ -111,6 +111,12 @@ pub struct Request {
     /// (GBNF, or a JSON schema made into one: [`glint_grammar`]); the
     /// end-of-generation token only once the output is a whole sentence.
     pub grammar: Option<Arc<glint_grammar::Grammar>>,
+    /// With `grammar`: it applies only once this text appears in the output
+    /// (llama.cpp's lazy grammar, for tool calls the model may or may not
+    /// make); sampling is free until then, and the grammar must match the
+    /// output from the trigger's first byte on. A trigger the grammar does
+    /// not take leaves the output free.
+    pub grammar_trigger: Option<String>,
     /// With `logprobs`: report them over the distribution the sampler chain
     /// drew from (after penalties, truncation and temperature) instead of
     /// the raw logits (llama-server's `post_sampling_probs`).
@@ -150,6 +156,7 @@ impl Request {
             logprobs: None,
             post_sampling_probs: false,
             grammar: None,
+            grammar_trigger: None,
             n: 1,
             context_shift: false,
             n_keep: 0,

@@ -61,6 +61,9 @@ struct Active<'a> {
     followers: Vec<usize>,
     /// Where the output stands in the request's grammar.
     matcher: Option<glint_grammar::Matcher>,
+    /// A lazy grammar not triggered yet: the output so far, watched for
+    /// the request's `grammar_trigger`.
+    lazy: Option<String>,
 }
 
 impl Active<'_> {
@@ -511,7 +514,15 @@ impl<'a> Scheduler<'a> {
                 } else {
                     Vec::new()
                 },
-                matcher: req.grammar.clone().map(glint_grammar::Matcher::new),
+                matcher: match req.grammar_trigger {
+                    Some(_) => None,
+                    None => req.grammar.clone().map(glint_grammar::Matcher::new),
+                },
+                lazy: req
+                    .grammar_trigger
+                    .as_ref()
+                    .filter(|_| req.grammar.is_some())
+                    .map(|_| String::new()),
             });
             s.phase = if k == 0 {
                 Phase::Prefill
@@ -873,7 +884,10 @@ impl<'a> Scheduler<'a> {
             } else {
                 match pick(ctx, job, idx, self.trie.as_deref(), tok) {
                     Err(e) => Then::Fail(e),
-                    Ok((id, logprob)) => emit(tok, job, id, logprob),
+                    Ok((id, logprob)) => {
+                        watch_trigger(tok, job, id);
+                        emit(tok, job, id, logprob)
+                    }
                 }
             }
         };
@@ -1069,6 +1083,39 @@ fn pick(
         None => None,
     };
     Ok((id, lp))
+}
+
+/// A lazy grammar's watch: `id` joins the output; once the trigger is in
+/// it, the grammar takes over from the trigger on (or, refusing that text,
+/// is dropped and the output stays free).
+fn watch_trigger(tok: &Tokenizer, job: &mut Active, id: u32) {
+    let Some(text) = job.lazy.as_mut() else {
+        return;
+    };
+    if tok.is_eog(id) {
+        return;
+    }
+    if let Ok(p) = tok.token_to_piece(id, false) {
+        text.push_str(&String::from_utf8_lossy(&p));
+    }
+    let (Some(trigger), Some(g)) = (job.req.grammar_trigger.as_deref(), job.req.grammar.clone())
+    else {
+        return;
+    };
+    if let Some(at) = text.find(trigger) {
+        let mut m = glint_grammar::Matcher::new(g);
+        if m.advance_str(&text[at..]) {
+            job.matcher = Some(m);
+        }
+        job.lazy = None;
+    } else {
+        // Only the end that may begin the trigger is kept.
+        let mut keep = text.len().saturating_sub(trigger.len());
+        while !text.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        text.drain(..keep);
+    }
 }
 
 /// The vocabulary's texts as a trie (control tokens have none).
