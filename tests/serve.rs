@@ -2175,3 +2175,43 @@ fn auto_tool_choice_runs_a_lazy_grammar() {
         (json!(false), json!(true))
     );
 }
+
+/// On llama-server's native route a request that the full shared cache
+/// cannot hold gets its 500 "Context size has been exceeded." (its words,
+/// which its clients match), that request alone; every 200 generated all
+/// it asked for (llama.cpp's test_completion_unified).
+#[test]
+fn a_full_shared_cache_is_a_500_on_the_native_route() {
+    let _t = turn();
+    let s = Server::start(&["-c", "256", "--kv-unified"]);
+    let results: Vec<(u16, Value)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let s = &s;
+                sc.spawn(move || {
+                    s.post(
+                        "/completion",
+                        &json!({"prompt": "A", "n_predict": 70, "ignore_eos": true}),
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut refused = 0;
+    for (status, v) in &results {
+        match status {
+            200 => assert_eq!(v["timings"]["predicted_n"], 70, "{v}"),
+            500 => {
+                assert_eq!(
+                    v["error"]["message"], "Context size has been exceeded.",
+                    "{v}"
+                );
+                refused += 1;
+            }
+            other => panic!("{other}: {v}"),
+        }
+    }
+    assert!(refused >= 1, "4 x 71 tokens in 256 cells: {results:?}");
+    assert_eq!(s.get("/health").0, 200);
+}

@@ -374,8 +374,14 @@ fn run_parallel(
         ctx.model().backend_name()
     );
     for (i, s) in stats.iter().enumerate() {
-        if s.stop == glint::generate::StopReason::ContextFull {
-            eprintln!("glint: [{i}] the context is full: stopped");
+        match s.stop {
+            glint::generate::StopReason::ContextFull => {
+                eprintln!("glint: [{i}] the context is full: stopped")
+            }
+            glint::generate::StopReason::CacheFull => eprintln!(
+                "glint: [{i}] the shared cache had no free cell: stopped (a larger -c, or --no-kv-unified)"
+            ),
+            _ => {}
         }
     }
     Ok(())

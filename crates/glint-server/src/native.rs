@@ -201,7 +201,7 @@ fn mixed_prompt(prompt: &Value, tok: &glint::Tokenizer) -> Result<Vec<u32>, ApiE
 fn stop_type(stop: Option<StopReason>) -> &'static str {
     match stop {
         Some(StopReason::EndOfGeneration) => "eos",
-        Some(StopReason::NPredict) | Some(StopReason::ContextFull) => "limit",
+        Some(StopReason::NPredict | StopReason::ContextFull | StopReason::CacheFull) => "limit",
         Some(StopReason::StopString) => "word",
         Some(StopReason::Callback) | None => "none",
     }
@@ -322,7 +322,7 @@ fn completion_end(
         "tokens_evaluated": u.prompt_tokens,
         "tokens_cached": u.prompt_tokens + u.completion_tokens.saturating_sub(1),
         // The context ran out before the request's end.
-        "truncated": c.stop == Some(StopReason::ContextFull),
+        "truncated": matches!(c.stop, Some(StopReason::ContextFull | StopReason::CacheFull)),
         "stop_type": stop_type(c.stop),
         "stopping_word": "",
         "has_new_line": c.text.contains('\n'),
@@ -383,6 +383,11 @@ async fn whole(
     let c = tokio::time::timeout(st.timeout, crate::collect(rx, 1))
         .await
         .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request timed out"))??;
+    // llama-server's answer when the shared cache ran out of cells (its
+    // words, which its clients match): a 500, for this request alone.
+    if c[0].stop == Some(StopReason::CacheFull) {
+        return Err(ApiError::internal("Context size has been exceeded."));
+    }
     Ok(completion_end(
         &c[0],
         t0,

@@ -116,6 +116,9 @@ pub enum StopReason {
     NPredict,
     /// The context is full.
     ContextFull,
+    /// A cache shared with other sequences had no free cell for it (the
+    /// others hold them); the sequence ends, never another.
+    CacheFull,
     /// The callback asked to stop (or, on a server, the client went away).
     Callback,
     /// A stop string was generated.
@@ -130,6 +133,7 @@ impl std::fmt::Display for StopReason {
             StopReason::EndOfGeneration => "end of generation",
             StopReason::NPredict => "n_predict reached",
             StopReason::ContextFull => "context full",
+            StopReason::CacheFull => "no free cell in the shared cache",
             StopReason::Callback => "stopped by the caller",
             StopReason::StopString => "stop string",
         })

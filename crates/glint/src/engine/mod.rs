@@ -265,7 +265,9 @@ impl From<StopReason> for FinishReason {
             StopReason::EndOfGeneration | StopReason::StopString | StopReason::Callback => {
                 FinishReason::Stop
             }
-            StopReason::NPredict | StopReason::ContextFull => FinishReason::Length,
+            StopReason::NPredict | StopReason::ContextFull | StopReason::CacheFull => {
+                FinishReason::Length
+            }
         }
     }
 }

@@ -711,8 +711,12 @@ impl<'a> Scheduler<'a> {
                 got = self.take(ctx, &mut taken, i, 1);
             }
             let s = &mut self.slots[i];
-            if s.n_past as usize + 1 > n_ctx || got == 0 {
+            if s.n_past as usize + 1 > n_ctx {
                 self.finish(i, StopReason::ContextFull);
+                continue;
+            }
+            if got == 0 {
+                self.finish(i, StopReason::CacheFull);
                 continue;
             }
             outs.push((i, batch.len(), false));
@@ -768,7 +772,7 @@ impl<'a> Scheduler<'a> {
             // Prompts that cannot get a cell, with nothing generating to free
             // one: the newest gives up, so the others can go on.
             if let Some(&i) = prefilling.iter().max_by_key(|&&i| self.slots[i].started) {
-                self.finish(i, StopReason::ContextFull);
+                self.finish(i, StopReason::CacheFull);
                 Self::forget(ctx, &mut self.slots[i]);
             }
             return;
@@ -841,7 +845,7 @@ impl<'a> Scheduler<'a> {
             if copied.is_err() {
                 // No room for a copy (one stream per slot, never expected):
                 // that choice ends empty, the others go on.
-                self.finish(f, StopReason::ContextFull);
+                self.finish(f, StopReason::CacheFull);
                 continue;
             }
             let (cache, n_past, ga_i) = {
