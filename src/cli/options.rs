@@ -285,14 +285,19 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
 /// `--grp-attn-mode window`: the two-window SelfExtend's sizes from
 /// `-gan`/`-gaw` (`None` in shift mode, the default, or with `-gan 1`).
 pub fn self_extend_window(p: &Parsed) -> Result<Option<glint::SelfExtendWindow>, String> {
-    let n = num::<u32>(p, "grp-attn-n")?.unwrap_or(1);
-    let w = num::<u32>(p, "grp-attn-w")?.unwrap_or(512);
     match p.get("grp-attn-mode") {
+        // The shift mode's flags are checked where it runs.
         None | Some("shift") => Ok(None),
-        Some("window") if n <= 1 => Ok(None),
-        Some("window") => glint::SelfExtendWindow::new(n, w)
-            .map(Some)
-            .map_err(|e| format!("--grp-attn-mode window: {e}")),
+        Some("window") => {
+            let n = num::<u32>(p, "grp-attn-n")?.unwrap_or(1);
+            let w = num::<u32>(p, "grp-attn-w")?.unwrap_or(512);
+            if n <= 1 {
+                return Ok(None);
+            }
+            glint::SelfExtendWindow::new(n, w)
+                .map(Some)
+                .map_err(|e| format!("--grp-attn-mode window: {e}"))
+        }
         Some(other) => Err(format!("--grp-attn-mode {other}: shift or window")),
     }
 }
