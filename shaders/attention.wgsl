@@ -5,7 +5,8 @@
 // yields zeros. GQA/MQA: h_kv = h / (n_head / n_head_kv).
 // Bindings, in order:
 //   0 q:      [head_dim, n_head, m] f32
-//   1 k:      [head_dim * n_head_kv, n_rows] f32, or f16 packed two to a u32 (KV_F16)
+//   1 k:      [head_dim * n_head_kv, n_rows] f32, or f16 packed two to a u32 (KV_F16),
+//             or Q8_0/Q4_0 bytes (KV_Q, kv_quant.wgsl; read element by element)
 //   2 v:      like k
 //   3 mask:   [n_kv, m] f32
 //   4 out:    [head_dim * n_head, m] f32
@@ -22,6 +23,7 @@
 #include "index.wgsl"
 #include "reduce.wgsl"
 #include "common.wgsl"
+#include "kv_quant.wgsl"
 
 override KV_F16: bool = false;
 
@@ -77,6 +79,9 @@ fn k2_at(i: u32) -> f32 {
 }
 #else
 fn k2_at(i: u32) -> f32 {
+    if (KV_Q != 0u) {
+        return kv_quant_at(2u, i);
+    }
     let w = k2[select(i, i >> 1u, KV_F16)];
     if (KV_F16) {
         return unpack2x16float(w)[i & 1u];
@@ -96,7 +101,33 @@ fn kv_at(buf_is_v: bool, i: u32) -> f32 {
     return f32(k[i]);
 }
 #else
+// Word w of k (which = 0), v (1) or k2 (2).
+fn kv_word(which: u32, w: u32) -> u32 {
+#ifdef WINDOW
+    if (which == 2u) {
+        return k2[w];
+    }
+#endif
+    if (which == 1u) {
+        return v[w];
+    }
+    return k[w];
+}
+
+// Element i of a quantized k, v or k2: its block's scale and level byte.
+fn kv_quant_at(which: u32, i: u32) -> f32 {
+    let j = i % KVQ_BLOCK;
+    let b0 = (i / KVQ_BLOCK) * kvq_type_size();
+    let d = unpack2x16float((kv_word(which, b0 >> 2u) >> ((b0 & 2u) * 8u)) & 0xffffu).x;
+    let lb = b0 + kvq_level_byte(j);
+    let byte = (kv_word(which, lb >> 2u) >> ((lb & 3u) * 8u)) & 0xffu;
+    return kvq_value(d, byte, j);
+}
+
 fn kv_at(buf_is_v: bool, i: u32) -> f32 {
+    if (KV_Q != 0u) {
+        return kv_quant_at(select(0u, 1u, buf_is_v), i);
+    }
     var w: u32;
     if (buf_is_v) {
         w = v[select(i, i >> 1u, KV_F16)];

@@ -196,6 +196,8 @@ pub fn bytes_read(
     let el = |t: CacheType| match t {
         CacheType::F16 => 2.0,
         CacheType::F32 => 4.0,
+        CacheType::Q8_0 => 34.0 / 32.0,
+        CacheType::Q4_0 => 18.0 / 32.0,
     };
     // K and V of one cell in one layer.
     let cell = hp.n_embd_kv() as f64 * (el(type_k) + el(type_v));

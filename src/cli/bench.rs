@@ -67,13 +67,13 @@ pub const FLAGS: &[Flag] = &[
         "cache-type-k",
         ["-ctk"],
         Some("LIST"),
-        "K cache type f16|f32 (default f16)"
+        "K cache type f16|f32|q8_0|q4_0 (default f16)"
     ),
     flag!(
         "cache-type-v",
         ["-ctv"],
         Some("LIST"),
-        "V cache type f16|f32 (default f16)"
+        "V cache type f16|f32|q8_0|q4_0 (default f16)"
     ),
     flag!(
         "threads",
@@ -311,10 +311,7 @@ fn config(p: &Parsed) -> Result<Config, String> {
 }
 
 fn cache_name(t: CacheType) -> &'static str {
-    match t {
-        CacheType::F16 => "f16",
-        CacheType::F32 => "f32",
-    }
+    t.name()
 }
 
 /// The device bandwidth (bytes/s) for a loaded model's backend, measured

@@ -43,12 +43,43 @@ fn compute_ty<T: Tensor + ?Sized>(op: &'static str, what: &'static str, t: &T) -
     Ok(())
 }
 
-/// An F32 or F16 cache.
+/// An F32, F16, Q8_0 or Q4_0 cache (a quantized one in whole blocks of 32
+/// per row).
 fn cache_ty<T: Tensor + ?Sized>(op: &'static str, what: &'static str, t: &T) -> Result<()> {
     match t.desc().ty {
         GgmlType::F32 | GgmlType::F16 => Ok(()),
+        GgmlType::Q8_0 | GgmlType::Q4_0 if t.desc().ne[0].is_multiple_of(QK_CACHE) => Ok(()),
+        GgmlType::Q8_0 | GgmlType::Q4_0 => Err(shape(
+            op,
+            format!(
+                "a {} {what} needs rows of whole blocks of {QK_CACHE}, got {}",
+                t.desc().ty,
+                t.desc().ne[0]
+            ),
+        )),
         got => Err(BackendError::Type { op, ty: got, what }),
     }
+}
+
+/// Elements per block of the quantized cache types (Q8_0, Q4_0).
+pub const QK_CACHE: usize = 32;
+
+/// A quantized cache's heads must be whole blocks, so a head is dequantized,
+/// dotted or rotated without its neighbours.
+fn head_blocks<T: Tensor + ?Sized>(
+    op: &'static str,
+    what: &'static str,
+    t: &T,
+    head_dim: usize,
+) -> Result<()> {
+    let ty = t.desc().ty;
+    if matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) && !head_dim.is_multiple_of(QK_CACHE) {
+        return Err(shape(
+            op,
+            format!("a {ty} {what} needs head_dim a multiple of {QK_CACHE}, got {head_dim}"),
+        ));
+    }
+    Ok(())
 }
 
 /// View `d` as a matrix `[n, m]`: its leading dims must multiply to exactly
@@ -306,7 +337,8 @@ pub fn rope<T: Tensor + ?Sized>(x: &T, pos: &T, p: &RopeParams, out: &T) -> Resu
 }
 
 /// [`crate::Backend::set_rows`]: `src` F32 `[n, m]`; `idx` I32 `[m]`;
-/// `dst` F32 or F16 `[n, n_rows]`. Returns `m`.
+/// `dst` F32, F16, Q8_0 or Q4_0 `[n, n_rows]` (rows quantized as ggml's cpu
+/// backend quantizes them). Returns `m`.
 pub fn set_rows<T: Tensor + ?Sized>(src: &T, idx: &T, dst: &T) -> Result<usize> {
     const OP: &str = "set_rows";
     ty(OP, "src", src, GgmlType::F32)?;
@@ -319,7 +351,8 @@ pub fn set_rows<T: Tensor + ?Sized>(src: &T, idx: &T, dst: &T) -> Result<usize> 
 }
 
 /// [`crate::Backend::attention`]: `q` F32 `[head_dim, n_head, m]`; `k`, `v`
-/// F32 or F16 (each) `[head_dim * n_head_kv, n_rows]` with
+/// F32, F16, Q8_0 or Q4_0 (each; quantized ones with `head_dim` a multiple
+/// of 32) `[head_dim * n_head_kv, n_rows]` with
 /// `kv_start + n_kv <= n_rows`; `mask` F32 `[n_kv, m]`; `out` F32
 /// `[head_dim * n_head, m]`; `n_head` a multiple of `n_head_kv > 0`.
 /// Returns `m`.
@@ -348,6 +381,7 @@ pub fn attention<T: Tensor + ?Sized>(
     matrix(OP, "out", out.desc(), hd * nh, m)?;
     let end = p.kv_start.checked_add(p.n_kv);
     for (what, t) in [("k", k), ("v", v)] {
+        head_blocks(OP, what, t, hd)?;
         let rows = cols(OP, what, t.desc(), hd * nkv)?;
         if end.is_none_or(|e| e > rows) {
             return Err(shape(
@@ -396,7 +430,8 @@ pub fn attention_window<T: Tensor + ?Sized>(
     Ok(m)
 }
 
-/// [`crate::Backend::kshift`]: `k` F32 or F16 `[head_dim * n_head, n_rows]`;
+/// [`crate::Backend::kshift`]: `k` F32, F16, Q8_0 or Q4_0 `[head_dim *
+/// n_head, n_rows]` (a quantized one is dequantized, rotated, requantized);
 /// `shift` I32 `[n_rows]`. Returns `n_rows`.
 pub fn kshift<T: Tensor + ?Sized>(k: &T, shift: &T, p: &RopeParams) -> Result<usize> {
     const OP: &str = "kshift";
@@ -404,6 +439,7 @@ pub fn kshift<T: Tensor + ?Sized>(k: &T, shift: &T, p: &RopeParams) -> Result<us
     cache_ty(OP, "k", k)?;
     ty(OP, "shift", shift, GgmlType::I32)?;
     distinct(OP, k, &[shift])?;
+    head_blocks(OP, "k", k, p.head_dim)?;
     let n_rows = cols(OP, "k", k.desc(), p.head_dim * p.n_head)?;
     len(OP, "shift", shift.desc(), n_rows)?;
     Ok(n_rows)
@@ -519,5 +555,39 @@ mod tests {
         p.kv_start = usize::MAX;
         let e = attention([&q, &k, &k, &mask], &p, &out).unwrap_err();
         assert!(e.to_string().contains("it has 10"), "{e}");
+    }
+
+    #[test]
+    fn a_quantized_cache_wants_whole_blocks_per_head() {
+        let q = f32s([32, 4, 2, 1]);
+        let k8 = t(GgmlType::Q8_0, [64, 10, 1, 1]);
+        let k4 = t(GgmlType::Q4_0, [64, 10, 1, 1]);
+        let mask = f32s([10, 2, 1, 1]);
+        let out = f32s([128, 2, 1, 1]);
+        let mut p = AttnParams {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 32,
+            scale: 1.0,
+            softcap: 0.0,
+            kv_start: 0,
+            n_kv: 10,
+        };
+        assert_eq!(attention([&q, &k8, &k4, &mask], &p, &out).unwrap(), 2);
+        // Heads of 16: two heads share a block.
+        let q16 = f32s([16, 8, 2, 1]);
+        p.head_dim = 16;
+        p.n_head = 8;
+        p.n_head_kv = 4;
+        let e = attention([&q16, &k8, &k8, &mask], &p, &out).unwrap_err();
+        assert!(e.to_string().contains("head_dim a multiple of 32"), "{e}");
+        // A row that is not whole blocks.
+        let odd = t(GgmlType::Q8_0, [48, 10, 1, 1]);
+        let src = f32s([48, 2, 1, 1]);
+        let idx = t(GgmlType::I32, [2, 1, 1, 1]);
+        let e = set_rows(&src, &idx, &odd).unwrap_err();
+        assert!(e.to_string().contains("whole blocks of 32"), "{e}");
+        let e = set_rows(&src, &idx, &t(GgmlType::Q4_1, [64, 2, 1, 1])).unwrap_err();
+        assert!(matches!(e, BackendError::Type { what: "dst", .. }), "{e}");
     }
 }

@@ -376,7 +376,24 @@ impl Backend for CpuBackend {
         let (ss, is) = (sg.f32s(), ig.i32s());
         match dst.desc.ty {
             F16 => elementwise::set_rows_f16(&ss, &is, n, dg.f16s_mut()),
-            _ => elementwise::set_rows_f32(&ss, &is, n, dg.f32s_mut()),
+            GgmlType::F32 => elementwise::set_rows_f32(&ss, &is, n, dg.f32s_mut()),
+            ty => {
+                // Q8_0, Q4_0: each row quantized as ggml's cpu backend does.
+                let rb = dst.desc.row_bytes();
+                let bytes = dg.bytes_mut();
+                let n_rows = dst.desc.n_rows();
+                for (i, &id) in is.iter().enumerate() {
+                    let Some(r) = usize::try_from(id).ok().filter(|&r| r < n_rows) else {
+                        continue;
+                    };
+                    act::quantize_row(
+                        ty,
+                        &ss[i * n..(i + 1) * n],
+                        &mut bytes[r * rb..(r + 1) * rb],
+                    )
+                    .map_err(|e| shape_err(OP, e.to_string()))?;
+                }
+            }
         }
         Ok(())
     }
@@ -401,21 +418,10 @@ impl Backend for CpuBackend {
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
         let (qs, ms) = (qg.f32s(), mg.f32s());
-        let (k16, k32, v16, v32);
-        let kc = if k.desc.ty == F16 {
-            k16 = kg.f16s();
-            Cache::F16(&k16)
-        } else {
-            k32 = kg.f32s();
-            Cache::F32(&k32)
-        };
-        let vc = if v.desc.ty == F16 {
-            v16 = vg.f16s();
-            Cache::F16(&v16)
-        } else {
-            v32 = vg.f32s();
-            Cache::F32(&v32)
-        };
+        let kw = self.window_rows(OP, k, &kg, p)?;
+        let vw = self.window_rows(OP, v, &vg, p)?;
+        let (kc, vc) = (kw.cache(), vw.cache());
+        let p = &AttnParams { kv_start: 0, ..*p };
         // Work: one dot and one axpy of head_dim per (token, head, cache row).
         let work = o.len() * p.n_kv * 2;
         let ggml = self.precision == Precision::Ggml;
@@ -447,33 +453,16 @@ impl Backend for CpuBackend {
         let mut og = out.write_guard(OP)?;
         let o = og.f32s_mut();
         let (qs, ms, q2s, mfs) = (qg.f32s(), mg.f32s(), q2g.f32s(), mfg.f32s());
-        let (k16, k32, v16, v32, k216, k232);
-        let kc = if k.desc.ty == F16 {
-            k16 = kg.f16s();
-            Cache::F16(&k16)
-        } else {
-            k32 = kg.f32s();
-            Cache::F32(&k32)
-        };
-        let k2c = if k2.desc.ty == F16 {
-            k216 = k2g.f16s();
-            Cache::F16(&k216)
-        } else {
-            k232 = k2g.f32s();
-            Cache::F32(&k232)
-        };
-        let vc = if v.desc.ty == F16 {
-            v16 = vg.f16s();
-            Cache::F16(&v16)
-        } else {
-            v32 = vg.f32s();
-            Cache::F32(&v32)
-        };
+        let kw = self.window_rows(OP, k, &kg, p)?;
+        let vw = self.window_rows(OP, v, &vg, p)?;
+        let k2w = self.window_rows(OP, k2, &k2g, p)?;
+        let (kc, vc) = (kw.cache(), vw.cache());
         let far = Far {
             q: &q2s,
-            k: k2c,
+            k: k2w.cache(),
             mask: &mfs,
         };
+        let p = &AttnParams { kv_start: 0, ..*p };
         let work = o.len() * p.n_kv * 2;
         let ggml = self.precision == Precision::Ggml;
         self.run(work / 16, |par| {
@@ -493,12 +482,75 @@ impl Backend for CpuBackend {
                 let kk = kg.f16s_mut();
                 self.pool.install(|| rope::kshift(kk, &ss, p))
             }
-            _ => {
+            GgmlType::F32 => {
                 let kk = kg.f32s_mut();
                 self.pool.install(|| rope::kshift(kk, &ss, p))
             }
+            ty => {
+                let kk = kg.bytes_mut();
+                self.pool
+                    .install(|| rope::kshift_quant(ty, kk, &ss, p))
+                    .map_err(|e| shape_err(OP, e.to_string()))?
+            }
         }
         Ok(())
+    }
+}
+
+/// The rows `kv_start .. kv_start + n_kv` of a cache operand, as the
+/// attention kernels read them (F16 or F32, from row 0 of the window).
+enum WindowRows<'a> {
+    F16(std::borrow::Cow<'a, [half::f16]>, usize),
+    F32(std::borrow::Cow<'a, [f32]>, usize),
+}
+
+impl WindowRows<'_> {
+    fn cache(&self) -> Cache<'_> {
+        match self {
+            WindowRows::F16(c, from) => Cache::F16(&c[*from..]),
+            WindowRows::F32(c, from) => Cache::F32(&c[*from..]),
+        }
+    }
+}
+
+impl CpuBackend {
+    /// A cache operand's attended rows: F16 and F32 ones borrowed in place,
+    /// a quantized one (Q8_0, Q4_0) dequantized to f32, row by row. The
+    /// kernels then read the stored values exactly, with no rounding of Q
+    /// to the cache's type.
+    fn window_rows<'a>(
+        &self,
+        op: &'static str,
+        t: &CpuTensor,
+        g: &'a tensor::ReadGuard<'_>,
+        p: &AttnParams,
+    ) -> Result<WindowRows<'a>> {
+        let row = t.desc.ne[0];
+        let from = p.kv_start * row;
+        Ok(match t.desc.ty {
+            F16 => WindowRows::F16(g.f16s(), from),
+            GgmlType::F32 => WindowRows::F32(g.f32s(), from),
+            ty => {
+                let rb = t.desc.row_bytes();
+                let src = &g.bytes()[p.kv_start * rb..(p.kv_start + p.n_kv) * rb];
+                let mut out = vec![0f32; p.n_kv * row];
+                self.run(out.len(), |par| {
+                    let one = |(dst, s): (&mut [f32], &[u8])| {
+                        glint_quant::dequantize_row(ty, s, dst)
+                            .map_err(|e| shape_err(op, e.to_string()))
+                    };
+                    if par {
+                        use rayon::prelude::*;
+                        out.par_chunks_mut(row)
+                            .zip(src.par_chunks(rb))
+                            .try_for_each(one)
+                    } else {
+                        out.chunks_mut(row).zip(src.chunks(rb)).try_for_each(one)
+                    }
+                })?;
+                WindowRows::F32(std::borrow::Cow::Owned(out), 0)
+            }
+        })
     }
 }
 

@@ -154,3 +154,45 @@ pub fn kshift<T: CacheElem>(k: &mut [T], shift: &[i32], p: &RopeParams) {
         },
     );
 }
+
+/// K-shift of a quantized (Q8_0 or Q4_0) cache in place: each row with a
+/// shift is dequantized, each head rotated as [`kshift`] rotates it, and
+/// the row quantized again as `set_rows` quantizes (llama.cpp's K-shift of
+/// a quantized cache: dequantize, rope, requantize). `k`: rows of
+/// `ty.bytes_for(head_dim * n_head)` bytes; `shift`: `[n_rows]`.
+pub fn kshift_quant(
+    ty: glint_backend::GgmlType,
+    k: &mut [u8],
+    shift: &[i32],
+    p: &RopeParams,
+) -> Result<(), glint_quant::QuantError> {
+    let row = p.head_dim * p.n_head;
+    let Some(rb) = ty.bytes_for(row as u64).filter(|&b| b > 0) else {
+        return Ok(());
+    };
+    let inv_freq = inv_freqs(p, p.n_rot / 2);
+    k.par_chunks_mut(rb as usize)
+        .zip(shift.par_iter())
+        .try_for_each_init(
+            || {
+                let hd = p.head_dim;
+                (
+                    vec![(0f32, 0f32); p.n_rot / 2],
+                    vec![0f32; row],
+                    vec![0f32; hd],
+                )
+            },
+            |(cs, x, dst), (kr, &d)| {
+                if d == 0 {
+                    return Ok(());
+                }
+                cos_sin_with(p, &inv_freq, d as f64, false, cs);
+                glint_quant::dequantize_row(ty, kr, x)?;
+                for kh in x.chunks_mut(p.head_dim) {
+                    rotate_head(p, cs, kh, dst);
+                    kh.copy_from_slice(dst);
+                }
+                crate::act::quantize_row(ty, x, kr)
+            },
+        )
+}

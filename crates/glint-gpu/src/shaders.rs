@@ -45,6 +45,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "kshift.wgsl",
     "set_rows.wgsl",
     "attention.wgsl",
+    "kv_quant.wgsl",
     "quant/common.wgsl",
     "quant/block.wgsl",
     "quant/f32.wgsl",

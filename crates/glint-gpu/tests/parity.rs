@@ -336,3 +336,137 @@ fn attention_window_matches_cpu() {
         }
     });
 }
+
+/// Quantized caches (Q8_0, Q4_0), each op of the wgpu backend against the
+/// cpu's: `set_rows` quantizes as the cpu does (its `1/d` and `127/amax`
+/// are the shader's own divisions, so a value on a rounding edge may land
+/// one level over: all within one step, at least 99% equal); attention and
+/// two-window attention over the same cache bytes read the same values
+/// (attention's f32 tolerance); the K-shift dequantizes, rotates,
+/// requantizes (f32 angles on both sides: one step, 99% equal).
+#[test]
+fn quantized_cache_matches_cpu() {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (hd, nh, nkv, m, rows) = (64, 4, 2, 5, 90);
+        let (kv_start, n_kv) = (7, 80);
+        let n = hd * nkv;
+        let all = i32p(&(0..rows as i32).collect::<Vec<_>>());
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+            let rb = ty.bytes_for(n as u64).unwrap() as usize;
+            let bytes = |p: &Pair| {
+                let (mut g, mut c) = (vec![0u8; rb * rows], vec![0u8; rb * rows]);
+                gpu().read(&p.0, 0, &mut g).unwrap();
+                cpu().read(&p.1, 0, &mut c).unwrap();
+                (g, c)
+            };
+            // Dequantized values and each block's step, per element.
+            let values = |b: &[u8]| -> (Vec<f32>, Vec<f32>) {
+                let mut v = vec![0f32; n * rows];
+                for (row, dst) in b.chunks(rb).zip(v.chunks_mut(n)) {
+                    glint_cpu::dequant_row(ty, row, dst).unwrap();
+                }
+                let ts = ty.bytes_for(32).unwrap() as usize;
+                let d = b
+                    .chunks(ts)
+                    .flat_map(|blk| [half::f16::from_le_bytes([blk[0], blk[1]]).to_f32().abs(); 32])
+                    .collect();
+                (v, d)
+            };
+            let within_a_step = |what: &str, p: &Pair| {
+                let (g, c) = bytes(p);
+                let ((gv, gd), (cv, cd)) = (values(&g), values(&c));
+                let mut equal = 0;
+                for i in 0..gv.len() {
+                    let step = gd[i].max(cd[i]) * 1.01 + 1e-6;
+                    assert!(
+                        (gv[i] - cv[i]).abs() <= step,
+                        "{what} {ty} [{i}]: {} vs {}",
+                        gv[i],
+                        cv[i]
+                    );
+                    equal += (gv[i] == cv[i]) as usize;
+                }
+                assert!(
+                    equal * 100 >= 99 * gv.len(),
+                    "{what} {ty}: {equal} of {} equal",
+                    gv.len()
+                );
+            };
+            let mut fill = |scale: f32| {
+                let c = pair(ty, [n, rows, 1, 1], Usage::KvCache, None);
+                let vals = f32p([n, rows, 1, 1], &r.vec_scaled(n * rows, scale));
+                gpu().set_rows(&vals.0, &all.0, &c.0).unwrap();
+                cpu().set_rows(&vals.1, &all.1, &c.1).unwrap();
+                c
+            };
+            let k = fill(1.5);
+            within_a_step("set_rows", &k);
+            // From here both sides hold the cpu's bytes.
+            let same = |p: Pair| {
+                let (_, c) = bytes(&p);
+                pair(ty, [n, rows, 1, 1], Usage::KvCache, Some(&c))
+            };
+            let (k, k2, v) = (same(k), same(fill(1.5)), same(fill(1.0)));
+            let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
+            let q2 = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
+            let (mut near, mut far) = (vec![0f32; n_kv * m], vec![f32::NEG_INFINITY; n_kv * m]);
+            for t in 0..m {
+                for j in 0..n_kv {
+                    if j > 60 + 4 * t {
+                        near[t * n_kv + j] = f32::NEG_INFINITY;
+                    } else if j + 30 < 60 + 4 * t {
+                        near[t * n_kv + j] = f32::NEG_INFINITY;
+                        far[t * n_kv + j] = 0.0;
+                    }
+                }
+            }
+            let (near, far) = (f32p([n_kv, m, 1, 1], &near), f32p([n_kv, m, 1, 1], &far));
+            let ap = AttnParams {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                scale: 0.125,
+                softcap: 0.0,
+                kv_start,
+                n_kv,
+            };
+            let o = out([hd * nh, m, 1, 1]);
+            gpu()
+                .attention(&q.0, &k.0, &v.0, &near.0, &ap, &o.0)
+                .unwrap();
+            cpu()
+                .attention(&q.1, &k.1, &v.1, &near.1, &ap, &o.1)
+                .unwrap();
+            compare(
+                &format!("attention {ty}"),
+                &o,
+                GgmlType::F32,
+                tol::attn(GgmlType::F32),
+            );
+            let o = out([hd * nh, m, 1, 1]);
+            gpu()
+                .attention_window(&q.0, &k.0, &v.0, &near.0, [&q2.0, &k2.0, &far.0], &ap, &o.0)
+                .unwrap();
+            cpu()
+                .attention_window(&q.1, &k.1, &v.1, &near.1, [&q2.1, &k2.1, &far.1], &ap, &o.1)
+                .unwrap();
+            compare(
+                &format!("attention_window {ty}"),
+                &o,
+                GgmlType::F32,
+                tol::attn(GgmlType::F32),
+            );
+            for mode in [RopeMode::Norm, RopeMode::Neox] {
+                let p = RopeParams::plain(mode, hd, nkv, 10000.0);
+                let shift: Vec<i32> = (0..rows)
+                    .map(|i| if i % 5 == 0 { 0 } else { r.range(-400, 400) })
+                    .collect();
+                let s = i32p(&shift);
+                gpu().kshift(&k.0, &s.0, &p).unwrap();
+                cpu().kshift(&k.1, &s.1, &p).unwrap();
+                within_a_step(&format!("kshift {mode:?}"), &k);
+            }
+        }
+    });
+}

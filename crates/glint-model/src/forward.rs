@@ -8,7 +8,8 @@ use crate::hparams::HParams;
 use crate::weights::{LayerWeights, Weights};
 use crate::ModelError;
 
-/// The K and V rows of every layer: `[n_embd_kv, n_rows]` each, F16 or F32.
+/// The K and V rows of every layer: `[n_embd_kv, n_rows]` each, F16, F32,
+/// Q8_0 or Q4_0.
 /// Which row holds which token is the cache's bookkeeping (`glint-kv`); here
 /// they are just storage.
 pub struct KvStorage<T> {
@@ -39,9 +40,19 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
         grouped: bool,
     ) -> Result<Self, ModelError> {
         for ty in [type_k, type_v] {
-            if !matches!(ty, GgmlType::F16 | GgmlType::F32) {
+            if !matches!(
+                ty,
+                GgmlType::F16 | GgmlType::F32 | GgmlType::Q8_0 | GgmlType::Q4_0
+            ) {
                 return Err(ModelError::Invalid(format!(
-                    "KV cache type {ty} is not supported (f16, f32)"
+                    "KV cache type {ty} is not supported (f16, f32, q8_0, q4_0)"
+                )));
+            }
+            if matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) && !hp.head_dim.is_multiple_of(32) {
+                return Err(ModelError::Invalid(format!(
+                    "a {ty} KV cache needs head sizes that are multiples of 32 (blocks \
+                     within a head); this model's is {}",
+                    hp.head_dim
                 )));
             }
         }

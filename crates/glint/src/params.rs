@@ -57,6 +57,12 @@ pub enum CacheType {
     F16,
     /// Single precision.
     F32,
+    /// 8-bit blocks of 32 with an f16 scale (8.5 bits a value): rows are
+    /// quantized as they are written, dequantized where attention reads
+    /// them, and a K-shift dequantizes, rotates and requantizes.
+    Q8_0,
+    /// 4-bit blocks of 32 with an f16 scale (4.5 bits a value), as Q8_0.
+    Q4_0,
 }
 
 impl CacheType {
@@ -64,6 +70,18 @@ impl CacheType {
         match self {
             CacheType::F16 => GgmlType::F16,
             CacheType::F32 => GgmlType::F32,
+            CacheType::Q8_0 => GgmlType::Q8_0,
+            CacheType::Q4_0 => GgmlType::Q4_0,
+        }
+    }
+
+    /// llama.cpp's name of the type (`-ctk`/`-ctv`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheType::F16 => "f16",
+            CacheType::F32 => "f32",
+            CacheType::Q8_0 => "q8_0",
+            CacheType::Q4_0 => "q4_0",
         }
     }
 }
@@ -74,7 +92,11 @@ impl std::str::FromStr for CacheType {
         match s.to_ascii_lowercase().as_str() {
             "f16" => Ok(CacheType::F16),
             "f32" => Ok(CacheType::F32),
-            other => Err(Error::Invalid(format!("cache type `{other}` (f16, f32)"))),
+            "q8_0" => Ok(CacheType::Q8_0),
+            "q4_0" => Ok(CacheType::Q4_0),
+            other => Err(Error::Invalid(format!(
+                "cache type `{other}` (f16, f32, q8_0, q4_0)"
+            ))),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use glint_backend::{check, AttnParams, BackendError, Result};
 
-use super::{f16_cache, f32_bits, T};
+use super::{f16_cache, f32_bits, quant_cache, T};
 use crate::pipelines::PipelineKey;
 use crate::GpuBackend;
 
@@ -11,9 +11,10 @@ use crate::GpuBackend;
 /// or f16; mask: [n_kv, m] f32; out: [head_dim * n_head, m] f32. One
 /// workgroup per (token, head).
 pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
-    let (m, f16) = check_attention("attention", qkvm, p, out)?;
+    let (m, f16, kv_q) = check_attention("attention", qkvm, p, out)?;
     let key = PipelineKey::new("attention.wgsl", "main", 4, 1)
         .with_constant("KV_F16", f16 as u32 as f64)
+        .with_constant("KV_Q", kv_q as f64)
         .with_flags(be.flags(true, f16));
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
     let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
@@ -33,11 +34,12 @@ pub(crate) fn attention_window(
     out: &T,
 ) -> Result<()> {
     check::attention_window(qkvm, far, p, out)?;
-    let (m, f16) = check_attention("attention_window", qkvm, p, out)?;
+    let (m, f16, kv_q) = check_attention("attention_window", qkvm, p, out)?;
     let mut flags = be.flags(true, f16);
     flags.push(WINDOW);
     let key = PipelineKey::new("attention.wgsl", "main", 7, 1)
         .with_constant("KV_F16", f16 as u32 as f64)
+        .with_constant("KV_Q", kv_q as f64)
         .with_flags(flags);
     let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
     let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
@@ -62,13 +64,14 @@ const WINDOW: &str = "WINDOW";
 const MAX_HEAD_DIM: usize = 512;
 
 /// The op's checks (shared with the cpu backend), then this kernel's
-/// limits (one cache type, head_dim); `m` and whether the cache is F16.
+/// limits (one cache type, head_dim); `m`, whether the cache is F16 and
+/// its `KV_Q` (quantized type) constant.
 fn check_attention(
     op: &'static str,
     qkvm: [&T; 4],
     p: &AttnParams,
     out: &T,
-) -> Result<(usize, bool)> {
+) -> Result<(usize, bool, u32)> {
     let m = check::attention(qkvm, p, out)?;
     let [_, k, v, _] = qkvm;
     if v.desc.ty != k.desc.ty {
@@ -90,5 +93,5 @@ fn check_attention(
             ),
         });
     }
-    Ok((m, f16_cache(op, k, "k")?))
+    Ok((m, f16_cache(op, k, "k")?, quant_cache(op, k, "k")?))
 }

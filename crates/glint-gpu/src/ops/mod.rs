@@ -47,6 +47,29 @@ fn f16_cache(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<bool
     Ok(f16)
 }
 
+/// The `KV_Q` constant of a cache operand (kv_quant.wgsl): 0 for F32 and
+/// F16, 1 for Q8_0, 2 for Q4_0. The kernels write a quantized row word by
+/// word, so its bytes must be whole u32 words (an even number of blocks).
+fn quant_cache(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<u32> {
+    let q = match t.desc.ty {
+        GgmlType::Q8_0 => 1,
+        GgmlType::Q4_0 => 2,
+        _ => return Ok(0),
+    };
+    let rb = t.desc.row_bytes();
+    if !rb.is_multiple_of(4) {
+        return Err(BackendError::Shape {
+            op,
+            detail: format!(
+                "a {} {what} needs rows of whole u32 words on this backend (an even \
+                 number of blocks of 32), got {} elements ({rb} bytes)",
+                t.desc.ty, t.desc.ne[0]
+            ),
+        });
+    }
+    Ok(q)
+}
+
 impl GpuBackend {
     /// The flags of a kernel variant: `SUBGROUPS` for a kernel with
     /// reductions, `F16` for one reading F16 data, where the device has them.
