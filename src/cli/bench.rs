@@ -562,13 +562,30 @@ fn params_label(n: f64) -> String {
     }
 }
 
+/// Settings that get a markdown column, as llama-bench gives them one, when
+/// a row of the run has them other than the default: (json key, column,
+/// default).
+const MD_OPTIONAL: [(&str, &str, &str); 4] = [
+    ("n_batch", "n_batch", "2048"),
+    ("n_ubatch", "n_ubatch", "512"),
+    ("type_k", "type_k", "f16"),
+    ("type_v", "type_v", "f16"),
+];
+
 fn markdown(rows: &[Json]) -> String {
-    let head = [
-        "model",
-        "size",
-        "params",
-        "backend",
-        "threads",
+    let text = |v: &Json| match v {
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let optional: Vec<(&str, &str)> = MD_OPTIONAL
+        .iter()
+        .filter(|(key, _, default)| rows.iter().any(|r| text(&r[*key]) != *default))
+        .map(|&(key, col, _)| (key, col))
+        .collect();
+    let mut head = vec!["model", "size", "params", "backend", "threads"];
+    head.extend(optional.iter().map(|&(_, col)| col));
+    let n_left = head.len() + 1;
+    head.extend([
         "test",
         "t/s",
         "min",
@@ -577,13 +594,13 @@ fn markdown(rows: &[Json]) -> String {
         "% bw",
         "RSS MiB",
         "mem w/kv/scratch MiB",
-    ];
+    ]);
     let mut s = format!("| {} |\n", head.join(" | "));
     s.push_str(&format!(
         "|{}\n",
         head.iter()
             .enumerate()
-            .map(|(i, _)| if i < 6 { " --- |" } else { " ---: |" })
+            .map(|(i, _)| if i < n_left { " --- |" } else { " ---: |" })
             .collect::<String>()
     ));
     let mut devices: Vec<String> = Vec::new();
@@ -591,7 +608,7 @@ fn markdown(rows: &[Json]) -> String {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
         let ts = &r["tokens_per_second"];
         let m = &r["backend_memory"];
-        let cells = [
+        let mut cells = vec![
             r["model"].as_str().unwrap_or("").to_string(),
             format!("{:.2} GiB", f("size_gib")),
             params_label(f("n_params")),
@@ -600,6 +617,9 @@ fn markdown(rows: &[Json]) -> String {
                 .as_u64()
                 .map(|t| t.to_string())
                 .unwrap_or_else(|| "all".into()),
+        ];
+        cells.extend(optional.iter().map(|&(key, _)| text(&r[key])));
+        cells.extend([
             r["test"].as_str().unwrap_or("").to_string(),
             format!("{:.2}", ts["median"].as_f64().unwrap_or(f64::NAN)),
             format!("{:.2}", ts["min"].as_f64().unwrap_or(f64::NAN)),
@@ -613,7 +633,7 @@ fn markdown(rows: &[Json]) -> String {
                 mib(&m["kv_cache_bytes"]),
                 mib(&m["scratch_bytes"])
             ),
-        ];
+        ]);
         s.push_str(&format!("| {} |\n", cells.join(" | ")));
         let dev = format!(
             "{}: {:.1} GB/s",
@@ -719,4 +739,38 @@ fn csv(rows: &[Json]) -> String {
         s.push('\n');
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(type_k: &str, test: &str) -> Json {
+        json!({
+            "model": "m.gguf", "size_gib": 0.1, "n_params": 1e6, "backend_name": "cpu",
+            "n_threads": 2, "n_batch": 2048, "n_ubatch": 512, "type_k": type_k,
+            "type_v": "f16", "test": test,
+            "tokens_per_second": {"median": 1.0, "min": 1.0, "max": 1.0},
+            "gb_per_s": 1.0, "device_gb_per_s": 2.0, "pct_of_bandwidth": 50.0,
+            "peak_rss_bytes": 0, "backend_memory": {}
+        })
+    }
+
+    /// A setting gets a column when some row has it off its default, as
+    /// llama-bench's tables do; the rows' cells line up with the header.
+    #[test]
+    fn markdown_names_the_settings_that_differ() {
+        let plain = markdown(&[row("f16", "pp8")]);
+        assert!(plain.starts_with("| model | size | params | backend | threads | test |"));
+        let md = markdown(&[row("f16", "pp8"), row("q8_0", "pp8")]);
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(
+            lines[0].starts_with("| model | size | params | backend | threads | type_k | test |"),
+            "{md}"
+        );
+        assert!(lines[3].contains("| 2 | q8_0 | pp8 |"), "{md}");
+        let n = |l: &str| l.matches('|').count();
+        assert_eq!(n(lines[0]), n(lines[1]));
+        assert_eq!(n(lines[0]), n(lines[3]));
+    }
 }
