@@ -6,24 +6,31 @@ mod common;
 use common::Rng;
 use glint_backend::GgmlType;
 use glint_cpu::{mul_mat_ggml_with, qdot, Kernels, WeightRows};
-use glint_quant::{BlockQ5_K, QuantError};
+use glint_quant::{BlockQ2_K, BlockQ3_K, BlockQ5_K, QuantError};
 use half::f16;
 
 /// The types with a fast kernel.
-const FAST: [GgmlType; 8] = [
+const FAST: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
 
+/// The fast types whose AVX2 kernel is the plain one compiled for AVX2:
+/// one column at a time, no multi-column kernel.
+const NO_COLS: [GgmlType; 3] = [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K];
+
 /// Allowed |fast - reference| relative to sum |terms| (the dot of the
 /// dequantized |weights| with the dequantized |activations|), per kernel
-/// family and type. The plain kernels and the AVX2 Q5_K kernel keep ggml's
+/// family and type. The plain kernels and the AVX2 Q2_K, Q3_K and Q5_K
+/// kernels (the plain ones compiled for AVX2) keep ggml's
 /// float operations in ggml's order: exact. The other AVX2 kernels are
 /// ggml's AVX2 loops (exact integer sums, FMA into 8 f32 lanes summed at
 /// the end): f32 rounding only, a few ulps of the terms.
@@ -31,7 +38,7 @@ fn tolerance(what: &str, ty: GgmlType) -> f64 {
     use GgmlType as T;
     match (what, ty) {
         ("plain", _) => 0.0,
-        (_, T::Q5_K) => 0.0,
+        (_, T::Q2_K | T::Q3_K | T::Q5_K) => 0.0,
         (_, T::Q4_K | T::Q6_K) => LEGACY_AVX2_TOL,
         (_, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => LEGACY_AVX2_TOL,
         _ => panic!("{what} {ty}: no tolerance named"),
@@ -55,15 +62,30 @@ fn random_row(ty: GgmlType, k: usize, rng: &mut Rng) -> Vec<u8> {
     match glint_quant::quantize_row(ty, &x, &mut row) {
         Ok(()) => {}
         Err(QuantError::Unsupported { .. }) => {
-            assert_eq!(ty, GgmlType::Q5_K, "no random-block recipe for {ty}");
+            // Random levels and scales, sane f16 d (and dmin).
             for b in row.iter_mut() {
                 *b = rng.next_u64() as u8;
             }
+            let mut scale = || f16::from_f32(0.01 + 0.05 * rng.f32().abs());
             for blk in row.chunks_mut(ty.type_size()) {
-                let mut b: BlockQ5_K = bytemuck::pod_read_unaligned(blk);
-                b.d = f16::from_f32(0.01 + 0.05 * rng.f32().abs());
-                b.dmin = f16::from_f32(0.01 + 0.05 * rng.f32().abs());
-                blk.copy_from_slice(bytemuck::bytes_of(&b));
+                match ty {
+                    GgmlType::Q5_K => {
+                        let mut b: BlockQ5_K = bytemuck::pod_read_unaligned(blk);
+                        (b.d, b.dmin) = (scale(), scale());
+                        blk.copy_from_slice(bytemuck::bytes_of(&b));
+                    }
+                    GgmlType::Q2_K => {
+                        let mut b: BlockQ2_K = bytemuck::pod_read_unaligned(blk);
+                        (b.d, b.dmin) = (scale(), scale());
+                        blk.copy_from_slice(bytemuck::bytes_of(&b));
+                    }
+                    GgmlType::Q3_K => {
+                        let mut b: BlockQ3_K = bytemuck::pod_read_unaligned(blk);
+                        b.d = scale();
+                        blk.copy_from_slice(bytemuck::bytes_of(&b));
+                    }
+                    _ => panic!("no random-block recipe for {ty}"),
+                }
             }
         }
         Err(e) => panic!("{ty}: {e}"),
@@ -168,7 +190,7 @@ fn each_tier_is_handed_out_exactly_where_the_cpu_runs_it() {
     let (avx2, vnni) = cpu_tiers();
     for ty in FAST {
         assert_eq!(qdot::avx2_dot(ty).is_some(), avx2, "{ty}");
-        let has_cols = ty != GgmlType::Q5_K;
+        let has_cols = !NO_COLS.contains(&ty);
         assert_eq!(qdot::avx2_dot_cols(ty).is_some(), avx2 && has_cols, "{ty}");
         assert_eq!(qdot::fast_dot_cols(ty).is_some(), avx2 && has_cols, "{ty}");
         assert_eq!(
@@ -520,7 +542,7 @@ fn avx2_multi_column_kernels_match_the_reference_and_the_fast_ones() {
     let mut n = 0;
     for ty in FAST {
         let Some(avx2) = qdot::avx2_dot_cols(ty) else {
-            assert_eq!(ty, GgmlType::Q5_K, "only Q5_K has no cols kernel");
+            assert!(NO_COLS.contains(&ty), "{ty} has no cols kernel");
             continue;
         };
         let fast = qdot::fast_dot_cols(ty).expect("a fast cols kernel");
@@ -571,7 +593,7 @@ fn narrow_multi_column_kernels_equal_the_four_column_ones_bit_for_bit() {
     for (what, kernels_of) in tiers {
         for ty in FAST {
             let Some(k) = kernels_of(ty) else {
-                assert_eq!(ty, GgmlType::Q5_K, "only Q5_K has no cols kernel");
+                assert!(NO_COLS.contains(&ty), "{ty} has no cols kernel");
                 continue;
             };
             for seed in 0..12 {

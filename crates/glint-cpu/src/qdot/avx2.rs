@@ -191,6 +191,18 @@ pub(super) fn q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q2_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    plain::q2_k_q8_k_body(x, y, |xb| prefetch(xb))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q3_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    plain::q3_k_q8_k_body(x, y, |xb| prefetch(xb))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
     let thirty_two = _mm256_set1_epi8(32);
     let mut acc = _mm256_setzero_ps();

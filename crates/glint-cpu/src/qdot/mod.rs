@@ -1,14 +1,15 @@
 //! Fast integer dots of one quantized weight row with one row of quantized
 //! activations: the same numbers as `glint_quant::vec_dot` (ggml's
-//! `ggml_vec_dot_*_generic`), computed whole blocks at a time.
+//! `ggml_vec_dot_*_generic`), computed whole blocks at a time, for every
+//! quantized weight type glint computes with (Q4_0..Q8_0, Q2_K..Q6_K).
 //!
 //! Each type has a plain twin ([`plain_dot`]) written over fixed-size block
 //! arrays so the compiler can vectorize it without bounds checks, and — on
 //! x86_64 with AVX2, FMA and F16C, detected once at run time — an AVX2
 //! version ([`avx2_dot`]). The plain kernels keep ggml's integer sums and
 //! ggml's float operations in ggml's order, so they agree bit for bit with
-//! `glint_quant::vec_dot`. The AVX2 Q5_K kernel is the plain one compiled
-//! for AVX2 (also bit-exact); the other AVX2 kernels are ggml's own AVX2
+//! `glint_quant::vec_dot`. The AVX2 Q2_K, Q3_K and Q5_K kernels are the
+//! plain ones compiled for AVX2 (also bit-exact); the other AVX2 kernels are ggml's own AVX2
 //! loops, with exact integer sums but f32 lanes summed in a different order,
 //! so they differ by rounding only. The tests hold every kernel to the
 //! reference with a tolerance named per type. [`fast_dot_cols`] is the
@@ -132,6 +133,8 @@ pub fn plain_dot(ty: GgmlType) -> Option<DotFn> {
         T::Q5_0 => plain::q5_0_q8_0,
         T::Q5_1 => plain::q5_1_q8_1,
         T::Q8_0 => plain::q8_0_q8_0,
+        T::Q2_K => plain::q2_k_q8_k,
+        T::Q3_K => plain::q3_k_q8_k,
         T::Q4_K => plain::q4_k_q8_k,
         T::Q5_K => plain::q5_k_q8_k,
         T::Q6_K => plain::q6_k_q8_k,
@@ -167,6 +170,8 @@ const Q5_0: usize = 22; // d: f16, qh: [u8; 4], qs: [u8; 16]
 const Q5_1: usize = 24; // d, m: f16, qh: [u8; 4], qs: [u8; 16]
 const Q8_0: usize = 34; // d: f16, qs: [i8; 32]
 const Q8_1: usize = 36; // d, s: f16, qs: [i8; 32]
+const Q2_K: usize = 84; // scales: [u8; 16], qs: [u8; 64], d, dmin: f16
+const Q3_K: usize = 110; // hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16
 const Q4_K: usize = 144; // d, dmin: f16, scales: [u8; 12], qs: [u8; 128]
 const Q5_K: usize = 176; // d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]
 const Q6_K: usize = 210; // ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16

@@ -1,6 +1,6 @@
 //! The plain kernels, over fixed-size block arrays so the compiler can
 //! vectorize them without bounds checks. Helpers are `#[inline(always)]` so
-//! the AVX2 module can compile the same code for AVX2 (Q5_K).
+//! the AVX2 module can compile the same code for AVX2 (Q2_K, Q3_K, Q5_K).
 
 use super::*;
 
@@ -203,6 +203,93 @@ pub fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
         let sc: [i32; 16] = std::array::from_fn(|g| scales[g] as i8 as i32);
         let aux = lanes(&a, arr(yb, 4), &sc);
         let d = f16_at(xb, 208) * f32_at(yb, 0);
+        for l in 0..8 {
+            sums[l] += d * aux[l] as f32;
+        }
+    }
+    sums.iter().fold(0.0f32, |acc, &v| acc + v)
+}
+
+/// The 2-bit fields of Q2_K/Q3_K's `qs` (0..4): element `128 h + 32 s + l`
+/// is bits `2s..2s+2` of `qs[32 h + l]`.
+#[inline(always)]
+fn q2_levels(qs: &[u8; 64]) -> [i8; 256] {
+    let mut a = [0i8; 256];
+    for h in 0..2 {
+        for s in 0..4 {
+            for l in 0..32 {
+                a[128 * h + 32 * s + l] = ((qs[32 * h + l] >> (2 * s)) & 3) as i8;
+            }
+        }
+    }
+    a
+}
+
+pub fn q2_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    q2_k_q8_k_body(x, y, |_| {})
+}
+
+/// Q2_K x Q8_K as ggml's generic loop: per block, `dall * isum - dmin *
+/// summs` with `isum` the levels scaled by each group's low nibble and
+/// `summs` the mins (high nibbles) through `bsums`. With a prefetch hint,
+/// for the AVX2 build.
+#[inline(always)]
+pub(super) fn q2_k_q8_k_body(x: &[u8], y: &[u8], prefetch: impl Fn(&[u8])) -> f32 {
+    let mut sumf = 0.0f32;
+    for (xb, yb) in x.chunks_exact(Q2_K).zip(y.chunks_exact(Q8_K)) {
+        prefetch(xb);
+        let scales: &[u8; 16] = arr(xb, 0);
+        let a = q2_levels(arr(xb, 16));
+        let q8: &[u8; 256] = arr(yb, 4);
+        let bsums: &[u8; 32] = arr(yb, 4 + 256);
+        let mut summs = 0i32;
+        for j in 0..16 {
+            let b = i16::from_le_bytes([bsums[2 * j], bsums[2 * j + 1]]) as i32;
+            summs += b * (scales[j] >> 4) as i32;
+        }
+        let mut isum = 0i32;
+        for (g, &sc) in scales.iter().enumerate() {
+            let mut isuml = 0i32;
+            for i in 16 * g..16 * g + 16 {
+                isuml += q8[i] as i8 as i32 * a[i] as i32;
+            }
+            isum += (sc & 0x0f) as i32 * isuml;
+        }
+        let yd = f32_at(yb, 0);
+        let dall = yd * f16_at(xb, 80);
+        let dmin = yd * f16_at(xb, 82);
+        sumf += dall * isum as f32 - dmin * summs as f32;
+    }
+    sumf
+}
+
+pub fn q3_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    q3_k_q8_k_body(x, y, |_| {})
+}
+
+/// Q3_K x Q8_K as ggml's generic loop: levels `field - 4` where the high
+/// bit (bit `i / 32` of `hmask[i % 32]`) is clear, 6-bit scales `- 32`,
+/// ggml's 8 lanes.
+#[inline(always)]
+pub(super) fn q3_k_q8_k_body(x: &[u8], y: &[u8], prefetch: impl Fn(&[u8])) -> f32 {
+    let mut sums = [0.0f32; 8];
+    for (xb, yb) in x.chunks_exact(Q3_K).zip(y.chunks_exact(Q8_K)) {
+        prefetch(xb);
+        let hmask: &[u8; 32] = arr(xb, 0);
+        let mut a = q2_levels(arr(xb, 32));
+        for c in 0..8 {
+            for l in 0..32 {
+                a[32 * c + l] -= (((hmask[l] >> c) & 1) ^ 1) as i8 * 4;
+            }
+        }
+        let s: &[u8; 12] = arr(xb, 96);
+        let sc: [i32; 16] = std::array::from_fn(|i| {
+            let low = if i < 8 { s[i] & 0x0f } else { s[i - 8] >> 4 };
+            let high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+            (low | (high << 4)) as i32 - 32
+        });
+        let aux = lanes(&a, arr(yb, 4), &sc);
+        let d = f16_at(xb, 108) * f32_at(yb, 0);
         for l in 0..8 {
             sums[l] += d * aux[l] as f32;
         }

@@ -81,7 +81,8 @@ macro_rules! vnni_entries {
 
 entries!("avx2,fma,f16c", avx2 {
     [fn(x: &[u8], y: &[u8]) -> f32]
-        q4_0_q8_0, q4_1_q8_1, q5_0_q8_0, q5_1_q8_1, q8_0_q8_0, q4_k_q8_k, q5_k_q8_k, q6_k_q8_k;
+        q4_0_q8_0, q4_1_q8_1, q5_0_q8_0, q5_1_q8_1, q8_0_q8_0, q2_k_q8_k, q3_k_q8_k,
+        q4_k_q8_k, q5_k_q8_k, q6_k_q8_k;
     [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols;
 });
@@ -122,7 +123,7 @@ struct Kernels {
 
 /// Every type with an x86 kernel, one row each.
 #[rustfmt::skip]
-const KERNELS: [Kernels; 8] = [
+const KERNELS: [Kernels; 10] = [
     Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
               tile: Some((widths!(Tiles, q4_0_tile), widths!(Tiles, q4_0_tile_model))) },
     Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
@@ -135,6 +136,8 @@ const KERNELS: [Kernels; 8] = [
               tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))) },
     Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(DotCols, q4_k_cols)),
               cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None },
+    Kernels { ty: GgmlType::Q2_K, dot: q2_k_q8_k, cols: None, cols_vnni: None, tile: None },
+    Kernels { ty: GgmlType::Q3_K, dot: q3_k_q8_k, cols: None, cols_vnni: None, tile: None },
     Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None },
     Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(widths!(DotCols, q6_k_cols)),
               cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None },
