@@ -14,10 +14,16 @@ struct Budget {
     /// (target: 7 per layer + 6, after fusion).
     dispatches_per_layer: u64,
     dispatches_fixed: u64,
-    /// Command-buffer submits (target: 1, at most 2).
+    /// Compute passes (met: one, every kernel of the step in it).
+    passes: u64,
+    /// Command-buffer submits (met: 1; the issue allows 2).
     submits: u64,
-    /// Buffers and bind groups created (target: 0 — an arena and a cache).
-    created_per_dispatch: u64,
+    /// Buffers and bind groups created (met: 0 — the params arena, the
+    /// bind-group cache, the persistent readback buffer).
+    created: u64,
+    /// Queue writes: the step's inputs (ids, pos, rows, mask, Gemma 3's
+    /// sliding-window mask) and the params arena, once (met).
+    queue_writes: u64,
     /// Pipelines created after warm-up (met: 0).
     pipelines_created: u64,
     /// Bytes read back for a greedy token (met: 4, one i32).
@@ -27,8 +33,10 @@ struct Budget {
 const BUDGET: Budget = Budget {
     dispatches_per_layer: 22,
     dispatches_fixed: 6,
-    submits: 3,
-    created_per_dispatch: 1,
+    passes: 1,
+    submits: 1,
+    created: 0,
+    queue_writes: 6,
     pipelines_created: 0,
     readback_bytes: 4,
 };
@@ -86,19 +94,11 @@ fn one_decode_step_stays_within_the_budget() {
             "{name}: {} dispatches for {n_layer} layers",
             c.dispatches
         );
-        assert_eq!(
-            c.passes, c.dispatches,
-            "{name}: one pass per dispatch today"
-        );
+        assert!(c.passes <= b.passes, "{name}: {c:?}");
         assert!(c.submits <= b.submits, "{name}: {c:?}");
-        assert!(
-            c.buffers_created <= b.created_per_dispatch * c.dispatches + 1,
-            "{name}: {c:?}"
-        );
-        assert!(
-            c.bind_groups_created <= b.created_per_dispatch * c.dispatches,
-            "{name}: {c:?}"
-        );
+        assert!(c.buffers_created <= b.created, "{name}: {c:?}");
+        assert!(c.bind_groups_created <= b.created, "{name}: {c:?}");
+        assert!(c.queue_writes <= b.queue_writes, "{name}: {c:?}");
         assert!(c.pipelines_created <= b.pipelines_created, "{name}: {c:?}");
         assert!(c.readback_bytes <= b.readback_bytes, "{name}: {c:?}");
         // The counts are a property of the model and the code, not of the

@@ -1,9 +1,14 @@
 //! The wgpu backend of glint: every op of [`glint_backend::Backend`] as a
 //! WGSL compute kernel (files under the top-level `shaders/` folder).
 //!
-//! - Ops record into one command encoder that is submitted on `read`, `sync`,
-//!   `write` (writes go through the queue, which would otherwise overtake
-//!   recorded work) or after [`MAX_PENDING_OPS`] ops: few submits per token.
+//! - Ops record into one compute pass of one command encoder that is
+//!   submitted on `read`, `sync`, `write` (writes go through the queue,
+//!   which would otherwise overtake recorded work) or after
+//!   [`MAX_PENDING_OPS`] ops: a decode step is one pass and one submit. Once
+//!   warm, an op creates nothing: its params go to a uniform arena (one
+//!   queue write per submit, a dynamic offset per dispatch), its bind group
+//!   comes from a cache keyed by the buffers it binds (dropped with them),
+//!   and readbacks reuse one staging buffer.
 //! - A binding may not exceed `max_storage_buffer_binding_size` (128 MiB on
 //!   lavapipe), so `mul_mat` weights and `get_rows` tables bigger than that
 //!   are bound as windows of whole rows at aligned offsets, one dispatch per
@@ -66,6 +71,14 @@ pub struct GpuBackend {
     ctx: Context,
     pipelines: PipelineCache,
     pending: Mutex<Pending>,
+    /// Uniform blocks of the recorded ops (room for `MAX_PENDING_OPS` of
+    /// the largest), filled by one queue write per submit; blocks start at
+    /// multiples of `param_align` (the device's dynamic-offset alignment).
+    params: wgpu::Buffer,
+    param_align: usize,
+    /// Persistent readback buffer (MAP_READ), grown when a read needs more.
+    staging: Mutex<Option<wgpu::Buffer>>,
+    binds: Arc<tensor::BindCache>,
     counters: Arc<Counters>,
     /// What was asked of the device (dispatches, submits, buffers, ...).
     work: counters::Work,
@@ -75,10 +88,23 @@ pub struct GpuBackend {
 impl GpuBackend {
     /// Open the adapter `opts` picks and a device with its limits.
     pub fn new(opts: GpuOptions) -> Result<Self> {
+        let ctx = Context::new(&opts)?;
+        let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
+        let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
+        let params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params arena"),
+            size: largest * MAX_PENDING_OPS as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         Ok(GpuBackend {
-            ctx: Context::new(&opts)?,
+            ctx,
             pipelines: PipelineCache::default(),
             pending: Mutex::new(Pending::new()),
+            params,
+            param_align,
+            staging: Mutex::new(None),
+            binds: Arc::default(),
             counters: Arc::default(),
             work: counters::Work::default(),
             max_binding_bytes: opts.max_binding_bytes,

@@ -1,41 +1,69 @@
-//! The command encoder and its submission: ops record into one encoder,
-//! submitted on `read`, `sync`, `write` or after [`MAX_PENDING_OPS`] ops;
-//! reads and writes go through a staging buffer and the queue.
+//! The command encoder and its submission: ops record into one compute
+//! pass of one encoder, submitted on `read`, `sync`, `write` or after
+//! [`MAX_PENDING_OPS`] ops; reads and writes go through a staging buffer
+//! and the queue.
+//!
+//! Per op nothing is created once warm: the params of every op recorded go
+//! to one CPU-side block list, written to the params arena (a uniform
+//! buffer) by one queue write at submit and picked per dispatch by a
+//! dynamic offset; bind groups come from a cache keyed by their buffers;
+//! pipelines are compiled once. The readback buffer is persistent.
 
 use glint_backend::{BackendError, Result};
-use wgpu::util::DeviceExt;
 
 use crate::counters::Work;
 use crate::pipelines::PipelineKey;
-use crate::tensor::{Bind, GpuTensor};
+use crate::tensor::{Bind, BindKey, GpuTensor};
 use crate::GpuBackend;
 
-/// Ops recorded before the encoder is submitted without being asked.
-pub const MAX_PENDING_OPS: usize = 256;
+/// Ops recorded before the encoder is submitted without being asked: more
+/// than a decode step of the models glint runs (SmolLM2: 514), so a step
+/// is one submit.
+pub const MAX_PENDING_OPS: usize = 2048;
 
-/// The encoder being recorded into, and how many ops it holds.
+/// The largest params block an op may have (64 u32 words).
+pub(crate) const PARAMS_MAX_BYTES: u64 = 256;
+
+/// The encoder being recorded into, its open compute pass, how many ops it
+/// holds and their params blocks (in order, each at a multiple of the
+/// device's dynamic-offset alignment).
 pub(crate) struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
     n_ops: usize,
+    params: Vec<u8>,
 }
 
 impl Pending {
     pub(crate) fn new() -> Self {
         Pending {
             encoder: None,
+            pass: None,
             n_ops: 0,
+            params: Vec::new(),
         }
     }
 }
 
 impl GpuBackend {
-    /// Submit the recorded ops.
+    /// Submit the recorded ops (their params first, in one queue write).
     pub(crate) fn flush(&self) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        self.submit(&mut p);
+    }
+
+    fn submit(&self, p: &mut Pending) {
+        p.pass = None;
         if let Some(enc) = p.encoder.take() {
+            if !p.params.is_empty() {
+                Work::add(&self.work.queue_writes, 1);
+                Work::add(&self.work.queue_write_bytes, p.params.len() as u64);
+                self.ctx.queue.write_buffer(&self.params, 0, &p.params);
+            }
             self.ctx.queue.submit([enc.finish()]);
             Work::add(&self.work.submits, 1);
         }
+        p.params.clear();
         p.n_ops = 0;
     }
 
@@ -50,76 +78,76 @@ impl GpuBackend {
         self.ctx.take_error()
     }
 
-    /// Run `f` on the encoder being recorded (created if there is none). An
-    /// op (`is_op`) counts towards [`MAX_PENDING_OPS`]; the one that reaches
-    /// it submits the encoder.
-    fn record<R>(&self, is_op: bool, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
+    /// Run `f` on the encoder being recorded (created if there is none),
+    /// outside any compute pass: for copies.
+    fn record<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.pass = None;
         let enc = p.encoder.get_or_insert_with(|| {
             self.ctx
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
         });
-        let r = f(enc);
-        if is_op {
-            p.n_ops += 1;
-        }
-        let full = p.n_ops >= MAX_PENDING_OPS;
-        drop(p);
-        if full {
-            self.flush();
-        }
-        r
+        f(enc)
     }
 
-    /// The bind group of one dispatch: `inputs`, `outputs`, then `params`
-    /// (u32 words, padded to at least 16) as a uniform block.
+    /// The bind group of one dispatch, `inputs`, `outputs`, then the params
+    /// arena (one block, picked by the dynamic offset): from the cache, or
+    /// made now.
     fn bind_group(
         &self,
         key: &PipelineKey,
         layout: &wgpu::BindGroupLayout,
         binds: &[&Bind<'_>],
-        params: &[u32],
     ) -> wgpu::BindGroup {
-        let mut words = params.to_vec();
-        words.resize(words.len().max(16).next_multiple_of(4), 0);
-        let ubuf = self
-            .ctx
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("params"),
-                contents: bytemuck::cast_slice(&words),
-                usage: wgpu::BufferUsages::UNIFORM,
-            });
-        Work::add(&self.work.buffers_created, 1);
-        Work::add(&self.work.bind_groups_created, 1);
-        let mut entries = Vec::new();
-        for (i, b) in binds.iter().enumerate() {
+        let bkey = BindKey {
+            n_in: key.n_in,
+            n_out: key.n_out,
+            binds: binds
+                .iter()
+                .map(|b| (b.buf.clone(), b.offset, b.size))
+                .collect(),
+        };
+        let (bg, made) = self.binds.get_or_make(bkey, || {
+            let mut entries = Vec::new();
+            for (i, b) in binds.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: b.buf,
+                        offset: b.offset,
+                        size: std::num::NonZeroU64::new(b.size),
+                    }),
+                });
+            }
             entries.push(wgpu::BindGroupEntry {
-                binding: i as u32,
+                binding: binds.len() as u32,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: b.buf,
-                    offset: b.offset,
-                    size: std::num::NonZeroU64::new(b.size),
+                    buffer: &self.params,
+                    offset: 0,
+                    size: std::num::NonZeroU64::new(PARAMS_MAX_BYTES),
                 }),
             });
-        }
-        entries.push(wgpu::BindGroupEntry {
-            binding: binds.len() as u32,
-            resource: ubuf.as_entire_binding(),
+            self.ctx
+                .device
+                .create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(key.entry),
+                    layout,
+                    entries: &entries,
+                })
         });
-        self.ctx
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(key.entry),
-                layout,
-                entries: &entries,
-            })
+        if made {
+            Work::add(&self.work.bind_groups_created, 1);
+        }
+        bg
     }
 
     /// Record one kernel: `inputs` read-only, `outputs` read-write, then the
-    /// params (u32 words; f32 as bits) as a uniform block. `n_workgroups`
-    /// are spread over x and y (x at most `max_compute_workgroups_per_dimension`).
+    /// params (u32 words, f32 as bits; at most [`PARAMS_MAX_BYTES`]) as a
+    /// uniform block. `n_workgroups` are spread over x and y (x at most
+    /// `max_compute_workgroups_per_dimension`). Every kernel of a submit
+    /// runs in one compute pass; wgpu orders a dispatch after the ones
+    /// whose outputs it reads.
     pub(crate) fn dispatch(
         &self,
         key: PipelineKey,
@@ -131,26 +159,56 @@ impl GpuBackend {
         if n_workgroups == 0 {
             return Ok(());
         }
+        if params.len() * 4 > PARAMS_MAX_BYTES as usize {
+            return Err(BackendError::Device(format!(
+                "{}: {} params words, over the {} of a params block",
+                key.entry,
+                params.len(),
+                PARAMS_MAX_BYTES / 4
+            )));
+        }
         let pipe = self
             .pipelines
             .get(&self.ctx.device, &key)
             .map_err(BackendError::Device)?;
         let binds: Vec<&Bind<'_>> = inputs.iter().chain(outputs).collect();
-        let bg = self.bind_group(&key, &pipe.layout, &binds, params);
+        let bg = self.bind_group(&key, &pipe.layout, &binds);
         let max_x = self.ctx.limits.max_compute_workgroups_per_dimension.max(1) as usize;
         let x = n_workgroups.min(max_x);
         let y = n_workgroups.div_ceil(x);
         Work::add(&self.work.dispatches, 1);
-        Work::add(&self.work.passes, 1);
-        self.record(true, |enc| {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(key.entry),
-                timestamp_writes: None,
+        // The block: at least 16 words, whole 16-byte rows (WGSL's uniform
+        // layout), at the next dynamic-offset boundary.
+        let words = params.len().max(16).next_multiple_of(4);
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut offset = p.params.len().next_multiple_of(self.param_align);
+        if p.n_ops >= MAX_PENDING_OPS || offset as u64 + PARAMS_MAX_BYTES > self.params.size() {
+            // The arena is full: run what it holds first.
+            self.submit(&mut p);
+            offset = 0;
+        }
+        p.params.resize(offset + words * 4, 0);
+        p.params[offset..offset + params.len() * 4].copy_from_slice(bytemuck::cast_slice(params));
+        p.n_ops += 1;
+        if p.pass.is_none() {
+            let enc = p.encoder.get_or_insert_with(|| {
+                self.ctx
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
             });
-            pass.set_pipeline(&pipe.pipeline);
-            pass.set_bind_group(0, &bg, &[]);
-            pass.dispatch_workgroups(x as u32, y as u32, 1);
-        });
+            let pass = enc
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("ops"),
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            p.pass = Some(pass);
+            Work::add(&self.work.passes, 1);
+        }
+        let pass = p.pass.as_mut().expect("a pass was just opened");
+        pass.set_pipeline(&pipe.pipeline);
+        pass.set_bind_group(0, &bg, &[offset as u32]);
+        pass.dispatch_workgroups(x as u32, y as u32, 1);
         Ok(())
     }
 
@@ -202,37 +260,55 @@ impl GpuBackend {
         let size = out.len() as u64;
         Work::add(&self.work.readbacks, 1);
         Work::add(&self.work.readback_bytes, size);
-        Work::add(&self.work.buffers_created, 1);
-        let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("staging"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.record(false, |enc| {
-            enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size)
-        });
-        self.flush();
-        let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        self.wait()?;
-        match rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(BackendError::Device(format!("map: {e}"))),
-            Err(_) => return Err(BackendError::Device("map: callback never ran".into())),
+        // One readback at a time: the staging buffer is held throughout.
+        // Mapped ranges are whole multiples of MAP_ALIGNMENT.
+        let mapped = size.next_multiple_of(wgpu::MAP_ALIGNMENT);
+        let mut held = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        if held.as_ref().is_none_or(|b| b.size() < mapped) {
+            Work::add(&self.work.buffers_created, 1);
+            *held = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("staging"),
+                size: mapped.max(STAGING_MIN_BYTES),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
         }
-        let view = staging
-            .slice(..)
-            .get_mapped_range()
-            .map_err(|e| BackendError::Device(format!("map: {e}")))?;
-        out.copy_from_slice(&view);
-        drop(view);
-        staging.unmap();
-        Ok(())
+        let staging = held.as_ref().expect("made above");
+        self.record(|enc| enc.copy_buffer_to_buffer(buf, offset, staging, 0, size));
+        self.flush();
+        let mut read = || -> Result<()> {
+            let (tx, rx) = std::sync::mpsc::channel();
+            staging
+                .slice(..mapped)
+                .map_async(wgpu::MapMode::Read, move |r| {
+                    let _ = tx.send(r);
+                });
+            self.wait()?;
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(BackendError::Device(format!("map: {e}"))),
+                Err(_) => return Err(BackendError::Device("map: callback never ran".into())),
+            }
+            let view = staging
+                .slice(..mapped)
+                .get_mapped_range()
+                .map_err(|e| BackendError::Device(format!("map: {e}")))?;
+            out.copy_from_slice(&view[..out.len()]);
+            drop(view);
+            staging.unmap();
+            Ok(())
+        };
+        let r = read();
+        if r.is_err() {
+            // Maybe left mapped: the next read makes a new one.
+            *held = None;
+        }
+        r
     }
 }
+
+/// The readback buffer's smallest size: a greedy token, a row of logits.
+const STAGING_MIN_BYTES: u64 = 1 << 16;
 
 /// The end of bytes `offset .. offset + len` of `t`, if they are inside it.
 fn in_range(op: &'static str, t: &GpuTensor, offset: usize, len: usize) -> Result<usize> {

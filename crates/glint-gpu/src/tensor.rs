@@ -13,6 +13,8 @@ pub struct GpuTensor {
     pub(crate) buf: wgpu::Buffer,
     pub(crate) desc: TensorDesc,
     counters: Arc<Counters>,
+    /// The backend's bind groups: those naming this buffer go with it.
+    binds: Arc<BindCache>,
     /// Bytes of `buf` this tensor may bind (a view sees a prefix).
     pub(crate) size: u64,
     /// Whether this handle owns the buffer for the memory report (views don't).
@@ -31,7 +33,56 @@ impl Drop for GpuTensor {
             self.counters
                 .of(self.desc.usage)
                 .fetch_sub(self.buf.size() as usize, Ordering::Relaxed);
+            // Cached bind groups would keep the buffer alive.
+            self.binds.forget(&self.buf);
         }
+    }
+}
+
+/// A bind group's identity: its layout (`n_in`, `n_out`: one layout per
+/// pair) and each binding's buffer, offset and size. The uniform binding is
+/// always the params arena at offset 0 (dynamic offsets pick the block).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct BindKey {
+    pub(crate) n_in: u32,
+    pub(crate) n_out: u32,
+    pub(crate) binds: Vec<(wgpu::Buffer, u64, u64)>,
+}
+
+/// Bind groups made once and reused: a decode step binds the same
+/// buffers (weights, cache, scratch views) in the same ways every token.
+/// An owning tensor's drop removes the groups naming its buffer; past
+/// [`BindCache::MAX`] entries the cache starts over (never reached by a
+/// model's steps, which bind a fixed set).
+#[derive(Default)]
+pub(crate) struct BindCache {
+    map: std::sync::Mutex<std::collections::HashMap<BindKey, wgpu::BindGroup>>,
+}
+
+impl BindCache {
+    const MAX: usize = 1 << 14;
+
+    /// The group for `key`, made by `make` on a miss (`true` then).
+    pub(crate) fn get_or_make(
+        &self,
+        key: BindKey,
+        make: impl FnOnce() -> wgpu::BindGroup,
+    ) -> (wgpu::BindGroup, bool) {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = m.get(&key) {
+            return (g.clone(), false);
+        }
+        if m.len() >= Self::MAX {
+            m.clear();
+        }
+        let g = make();
+        m.insert(key, g.clone());
+        (g, true)
+    }
+
+    fn forget(&self, buf: &wgpu::Buffer) {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|k, _| k.binds.iter().all(|(b, _, _)| b != buf));
     }
 }
 
@@ -198,6 +249,7 @@ impl GpuBackend {
             buf,
             desc,
             counters: self.counters.clone(),
+            binds: self.binds.clone(),
             size,
             counted: true,
         })
@@ -211,6 +263,7 @@ impl GpuBackend {
             size: pad4(desc.n_bytes() as u64).min(t.size),
             desc,
             counters: Arc::clone(&t.counters),
+            binds: Arc::clone(&t.binds),
             counted: false,
         })
     }
