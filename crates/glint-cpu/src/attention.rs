@@ -128,6 +128,8 @@ pub fn attention_with(
             kt: vec![0f32; TILE * hd],
             vt: vec![0f32; TILE * hd],
             live: Vec::new(),
+            qr2: Vec::new(),
+            kt2: Vec::new(),
         };
         let w = bsz * hd * p.n_head;
         for_each_chunk(par, out, q, w, init, |s, ib, o, qb| {
@@ -195,10 +197,15 @@ pub fn attention_with(
 /// neighbour window), else `far.q · far.k` where `far.mask` does (queries
 /// and keys rotated at their grouped positions), and one softmax runs over
 /// the merged logits. Shapes as [`attention_with`]; `far`'s as `q`, `k`
-/// and `mask`. On x86_64 with AVX2 (K and `far.k` of one type): the
-/// grouped path of [`attention_with`], one task per (token, kv head) or
-/// (token, head), each row scored against whichever query and key its
-/// pair uses; elsewhere one task per (token, head) in plain loops. On the
+/// and `mask`. On x86_64 with AVX2: a prefill of at least
+/// [`TILED_MIN_TOKENS`] tokens (and one per thread) takes the blocked path
+/// of [`attention_with`], each tile widened once per block and scored with
+/// the near queries and keys, the distant ones, or both (a tile the
+/// window's edge crosses); fewer tokens (decode; K and `far.k` of one
+/// type) the grouped path, one task per (token, kv head) or (token, head),
+/// each row scored against whichever query and key its pair uses. The two
+/// sum in the same order, so a batch gives its tokens' bits. Elsewhere one
+/// task per (token, head) in plain loops. On the
 /// current rayon pool when `par`; `ggml_f16` rounds as [`attention_with`]
 /// does (both queries over an F16 K, the weights over an F16 V).
 #[allow(clippy::too_many_arguments)]
@@ -235,15 +242,41 @@ pub fn attention_window(
     };
     #[cfg(target_arch = "x86_64")]
     {
-        // The grouped AVX2 path, decode and prefill alike (a prefill
-        // re-reads the window per token: no tiles as attention_with's
-        // blocked path, but FMA rows instead of the plain loops).
+        // A prefill of at least TILED_MIN_TOKENS tokens (and one per
+        // thread): attention_with's blocked path. Fewer (decode): its
+        // grouped path, one task per (token, kv head) or (token, head).
         let threads = if par { rayon::current_num_threads() } else { 1 };
         let m = q.len() / (hd * p.n_head);
         let same_type = matches!(
             (k, far.k),
             (Cache::F32(_), Cache::F32(_)) | (Cache::F16(_), Cache::F16(_))
         );
+        if crate::qdot::has_avx2() && m >= TILED_MIN_TOKENS.max(threads) {
+            // Prefill: the blocked path of attention_with, each tile
+            // scored against the near queries and keys where some pair of
+            // the block is near, against the distant ones where some pair
+            // is distant.
+            let (hd, group) = (p.head_dim, p.n_head / p.n_head_kv);
+            let bsz = (m / (4 * threads)).clamp(1, MAX_BLOCK);
+            let rows = bsz * group;
+            let init = || BlockScratch {
+                qr: vec![0f32; rows * hd],
+                scores: vec![0f32; rows * p.n_kv],
+                max: vec![0f32; rows],
+                sum: vec![0f32; rows],
+                acc: vec![0f32; rows * hd],
+                kt: vec![0f32; TILE * hd],
+                vt: vec![0f32; TILE * hd],
+                live: Vec::new(),
+                qr2: vec![0f32; rows * hd],
+                kt2: vec![0f32; TILE * hd],
+            };
+            let w = bsz * hd * p.n_head;
+            for_each_chunk(par, out, q, w, init, |s, ib, o, qb| {
+                wide::block(&ctx, s, ib, o, qb, bsz)
+            });
+            return;
+        }
         if crate::qdot::has_avx2() && same_type {
             let group = p.n_head / p.n_head_kv;
             let per_task = if m * p.n_head_kv < 2 * threads {
@@ -369,7 +402,8 @@ pub const TILED_MIN_TOKENS: usize = 16;
 /// the heads of a group. qr: `[head_dim, rows]`; scores: `[n_kv, rows]`;
 /// max, sum: `[rows]`; acc: `[head_dim, rows]`; kt, vt: `[head_dim,
 /// TILE]`, one tile widened; live: `[n_kv / TILE]`, whether any token of
-/// the block sees a row of the tile.
+/// the block sees a row of the tile through the near mask, and through
+/// the distant one of a SelfExtend window.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct BlockScratch {
     qr: Vec<f32>,
@@ -379,7 +413,12 @@ struct BlockScratch {
     acc: Vec<f32>,
     kt: Vec<f32>,
     vt: Vec<f32>,
-    live: Vec<bool>,
+    live: Vec<(bool, bool)>,
+    /// Two-window SelfExtend only (empty otherwise): the distant queries
+    /// `[head_dim, rows]` and one tile of the grouped keys `[head_dim,
+    /// TILE]`.
+    qr2: Vec<f32>,
+    kt2: Vec<f32>,
 }
 
 /// Per-task buffers of the plain path. scores: `[n_kv]`; kv: `[head_dim]`,
@@ -550,6 +589,16 @@ mod wide {
         let i0 = ib * bsz;
         let rows = nb * g; // query rows per kv head: row b * g + t
         let mask = &h.mask[i0 * n_kv..(i0 + nb) * n_kv];
+        // Two-window SelfExtend: the block's distant queries, the grouped
+        // keys and the distant pairs' mask.
+        let far = h.far.map(|f| {
+            let w = n_head * hd;
+            (
+                &f.q[i0 * w..(i0 + nb) * w],
+                f.k,
+                &f.mask[i0 * n_kv..(i0 + nb) * n_kv],
+            )
+        });
         let n_tiles = n_kv.div_ceil(TILE);
         let BlockScratch {
             qr,
@@ -560,39 +609,52 @@ mod wide {
             kt,
             vt,
             live,
+            qr2,
+            kt2,
         } = s;
-        // A tile is live when some token of the block sees one of its rows.
-        live.clear();
-        live.extend((0..n_tiles).map(|t| {
-            let (j0, j1) = (t * TILE, ((t + 1) * TILE).min(n_kv));
+        let any_in = |m: &[f32], j0: usize, j1: usize| {
             (0..nb).any(|b| {
-                mask[b * n_kv + j0..b * n_kv + j1]
+                m[b * n_kv + j0..b * n_kv + j1]
                     .iter()
                     .any(|&x| x != f32::NEG_INFINITY)
             })
+        };
+        // Whether some token of the block sees a row of the tile through
+        // the near mask, and through the distant one.
+        live.clear();
+        live.extend((0..n_tiles).map(|t| {
+            let (j0, j1) = (t * TILE, ((t + 1) * TILE).min(n_kv));
+            let near = any_in(mask, j0, j1);
+            (near, far.is_some_and(|f| any_in(f.2, j0, j1)))
         }));
+        let round = |dst: &mut [f32], src: &[f32]| {
+            if h.round_q {
+                for (d, &x) in dst.iter_mut().zip(src) {
+                    *d = f16::from_f32(x).to_f32();
+                }
+            } else {
+                dst.copy_from_slice(src);
+            }
+        };
         for hk in 0..p.n_head_kv {
             let at_head = hk * hd;
-            // qr: [hd, rows], the group's queries of every token, rounded
-            // to f16 as `group` rounds them.
+            // qr (and qr2): [hd, rows], the group's queries of every token,
+            // rounded to f16 as `group` rounds them.
             for b in 0..nb {
                 for t in 0..g {
-                    let src = &q[(b * n_head + hk * g + t) * hd..][..hd];
-                    let dst = &mut qr[(b * g + t) * hd..][..hd];
-                    if h.round_q {
-                        for (d, &x) in dst.iter_mut().zip(src) {
-                            *d = f16::from_f32(x).to_f32();
-                        }
-                    } else {
-                        dst.copy_from_slice(src);
+                    let at = (b * n_head + hk * g + t) * hd;
+                    let r = b * g + t;
+                    round(&mut qr[r * hd..][..hd], &q[at..][..hd]);
+                    if let Some((q2, ..)) = far {
+                        round(&mut qr2[r * hd..][..hd], &q2[at..][..hd]);
                     }
                 }
             }
             max[..rows].fill(f32::NEG_INFINITY);
             // Scores: [n_kv, rows] (row r at scores[r * n_kv..]).
-            for (ti, &alive) in live.iter().enumerate() {
+            for (ti, &(near_live, far_live)) in live.iter().enumerate() {
                 let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));
-                if !alive {
+                if !(near_live || far_live) {
                     for r in 0..rows {
                         scores[r * n_kv + j0..r * n_kv + j0 + tn].fill(f32::NEG_INFINITY);
                     }
@@ -600,32 +662,63 @@ mod wide {
                 }
                 for jj in 0..tn {
                     let at = (p.kv_start + j0 + jj) * h.row + at_head;
-                    h.k.load(at, &mut kt[jj * hd..(jj + 1) * hd]);
+                    if near_live {
+                        h.k.load(at, &mut kt[jj * hd..(jj + 1) * hd]);
+                    }
+                    if let Some((_, k2, _)) = far.filter(|_| far_live) {
+                        k2.load(at, &mut kt2[jj * hd..(jj + 1) * hd]);
+                    }
                 }
                 let mut r0 = 0;
                 while r0 < rows {
                     let nr = (rows - r0).min(4);
-                    let qs = &qr[r0 * hd..];
                     for jj in 0..tn {
-                        let krow = &kt[jj * hd..(jj + 1) * hd];
-                        let mut xs = [0f32; 4];
-                        match nr {
-                            4 => xs = dots::<f32, 4>(qs, krow, hd),
-                            3 => xs[..3].copy_from_slice(&dots::<f32, 3>(qs, krow, hd)),
-                            2 => xs[..2].copy_from_slice(&dots::<f32, 2>(qs, krow, hd)),
-                            _ => xs[..1].copy_from_slice(&dots::<f32, 1>(qs, krow, hd)),
-                        }
-                        for (t, &x) in xs[..nr].iter().enumerate() {
+                        let tile_dots = |qs: &[f32], kt: &[f32]| {
+                            let (qs, krow) = (&qs[r0 * hd..], &kt[jj * hd..(jj + 1) * hd]);
+                            let mut xs = [0f32; 4];
+                            match nr {
+                                4 => xs = dots::<f32, 4>(qs, krow, hd),
+                                3 => xs[..3].copy_from_slice(&dots::<f32, 3>(qs, krow, hd)),
+                                2 => xs[..2].copy_from_slice(&dots::<f32, 2>(qs, krow, hd)),
+                                _ => xs[..1].copy_from_slice(&dots::<f32, 1>(qs, krow, hd)),
+                            }
+                            xs
+                        };
+                        let xs = if near_live {
+                            tile_dots(qr, kt)
+                        } else {
+                            [0f32; 4]
+                        };
+                        let xs2 = if far_live {
+                            tile_dots(qr2, kt2)
+                        } else {
+                            [0f32; 4]
+                        };
+                        for t in 0..nr {
                             let r = r0 + t;
-                            let mk = mask[(r / g) * n_kv + j0 + jj];
-                            let sc = if mk == f32::NEG_INFINITY {
+                            let j = (r / g) * n_kv + j0 + jj;
+                            let mk = mask[j];
+                            // The near pair where the near mask lets it
+                            // through, else the distant one where that
+                            // mask does.
+                            let (x, bias) = if mk != f32::NEG_INFINITY {
+                                (xs[t], mk)
+                            } else {
+                                match far {
+                                    Some((_, _, fm)) if fm[j] != f32::NEG_INFINITY => {
+                                        (xs2[t], fm[j])
+                                    }
+                                    _ => (0.0, f32::NEG_INFINITY),
+                                }
+                            };
+                            let sc = if bias == f32::NEG_INFINITY {
                                 f32::NEG_INFINITY
                             } else {
                                 let mut x = x;
                                 if p.softcap > 0.0 {
                                     x = p.softcap * (x / p.softcap).tanh();
                                 }
-                                x * p.scale + mk
+                                x * p.scale + bias
                             };
                             scores[r * n_kv + j0 + jj] = sc;
                             max[r] = max[r].max(sc);
@@ -648,8 +741,8 @@ mod wide {
             }
             // acc: [hd, rows], the weighted V rows summed tile by tile.
             acc[..rows * hd].fill(0.0);
-            for (ti, &alive) in live.iter().enumerate() {
-                if !alive {
+            for (ti, &(near_live, far_live)) in live.iter().enumerate() {
+                if !(near_live || far_live) {
                     continue;
                 }
                 let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));

@@ -199,3 +199,101 @@ fn a_window_covering_every_key_is_plain_attention() {
     let plain64: Vec<f64> = plain.iter().map(|&x| x as f64).collect();
     assert_close("covering window vs attention", &got, &plain64, |_| 1e-6);
 }
+
+/// A prefill in window mode (the blocked path: tiles scored with the near
+/// queries and keys, the distant ones, or both where the window's edge
+/// crosses a tile) equals, bit for bit, each token attended alone (the
+/// per-token grouped path), on one thread and on the pool, with and
+/// without ggml's f16 rounding: GQA 3 and 4 heads per kv head and 1, F32
+/// and F16 caches, soft-capping, a window start (`kv_start`) past row 0.
+#[test]
+fn a_window_prefill_in_blocks_equals_its_tokens_one_at_a_time() {
+    use glint_cpu::{Cache, Far};
+    use half::f16;
+    // (n_head, n_head_kv, head_dim, n_kv, m, W, G, softcap)
+    let cases = [
+        (9, 3, 64, 64 * 3 + 17, 37, 70, 4, 0.0f32),
+        (8, 2, 32, 64 * 4, 40, 64, 8, 2.5),
+        (4, 4, 48, 150, 17, 33, 2, 0.0),
+    ];
+    for (n, &(nh, nkv, hd, n_kv, m, w, g, cap)) in cases.iter().enumerate() {
+        let mut rng = Rng(300 + n as u64);
+        let row = hd * nkv;
+        let n_rows = n_kv + 2; // the window starts at row 2
+        let qv = rng.vec(hd * nh * m);
+        let q2v = rng.vec(hd * nh * m);
+        let (kv, k2v, vv) = (
+            rng.vec(row * n_rows),
+            rng.vec(row * n_rows),
+            rng.vec(row * n_rows),
+        );
+        // Token i sits at position n_kv - m + i; near when i - j < W.
+        let mut near = vec![f32::NEG_INFINITY; n_kv * m];
+        let mut far = vec![f32::NEG_INFINITY; n_kv * m];
+        for t in 0..m {
+            let i = (n_kv - m + t) as i32;
+            for j in 0..=i {
+                let slot = if i - j < w { &mut near } else { &mut far };
+                slot[t * n_kv + j as usize] = 0.0;
+            }
+        }
+        let _ = g; // G only moves the rotations, which the inputs stand for
+        let p = AttnParams {
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 0.5 / (hd as f32).sqrt(),
+            softcap: cap,
+            kv_start: 2,
+            n_kv,
+        };
+        let h = |x: &[f32]| x.iter().map(|&x| f16::from_f32(x)).collect::<Vec<f16>>();
+        let (kh, k2h, vh) = (h(&kv), h(&k2v), h(&vv));
+        for f16_cache in [false, true] {
+            let (kc, k2c, vc) = if f16_cache {
+                (Cache::F16(&kh), Cache::F16(&k2h), Cache::F16(&vh))
+            } else {
+                (Cache::F32(&kv), Cache::F32(&k2v), Cache::F32(&vv))
+            };
+            let wd = hd * nh;
+            for ggml_f16 in [false, true] {
+                let mut one = vec![0f32; wd * m];
+                for t in 0..m {
+                    let far_t = Far {
+                        q: &q2v[t * wd..(t + 1) * wd],
+                        k: k2c,
+                        mask: &far[t * n_kv..(t + 1) * n_kv],
+                    };
+                    glint_cpu::attention_window(
+                        false,
+                        &qv[t * wd..(t + 1) * wd],
+                        kc,
+                        vc,
+                        &near[t * n_kv..(t + 1) * n_kv],
+                        far_t,
+                        &p,
+                        &mut one[t * wd..(t + 1) * wd],
+                        ggml_f16,
+                    );
+                }
+                assert!(one.iter().any(|&x| x != 0.0), "case {n}: all zeros");
+                for par in [false, true] {
+                    let mut batch = vec![7f32; wd * m];
+                    let far_all = Far {
+                        q: &q2v,
+                        k: k2c,
+                        mask: &far,
+                    };
+                    glint_cpu::attention_window(
+                        par, &qv, kc, vc, &near, far_all, &p, &mut batch, ggml_f16,
+                    );
+                    assert!(
+                        batch == one,
+                        "case {n}: f16 cache {f16_cache}, f16 rounding {ggml_f16}, par {par}: \
+                         a batch of {m} differs from its tokens one at a time"
+                    );
+                }
+            }
+        }
+    }
+}
