@@ -11,6 +11,8 @@
 // sums reduced with reduce.wgsl: subgroups with USE_SUBGROUPS, else a tree)
 // and `matmul` (64x64 output tiles, 4x4 per thread).
 // SHADER_F16 (F16 weights only): W is bound as `array<f16>`.
+// ADD (matvec only): a binding `res` ([n, m] f32) after x, added in the
+// epilogue: out = res + W . x (mul_mat_add), the bits of matvec then add.
 #include "index.wgsl"
 #include "TYPE_FILE"
 #include "reduce.wgsl"
@@ -30,8 +32,14 @@ struct Params {
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 #endif
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#ifdef ADD
+@group(0) @binding(2) var<storage, read> res: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+#else
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
+#endif
 
 const WG: u32 = 64u; // matvec
 
@@ -57,7 +65,12 @@ fn matvec(inv: Inv, ln: Lane) {
     }
     let total = wg_sum(ln, s);
     if (inv.lid.x == 0u) {
-        out[c * p.n + p.row0 + r] = total;
+        let o = c * p.n + p.row0 + r;
+#ifdef ADD
+        out[o] = res[o] + total;
+#else
+        out[o] = total;
+#endif
     }
 }
 

@@ -234,6 +234,47 @@ pub trait Backend: Send + Sync {
     /// Small `m` (decode) takes a matvec path, large `m` a tiled matmul.
     fn mul_mat(&self, w: &Self::Tensor, x: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
 
+    /// Several weights over one input: `outs[i] = ws[i] · x`, as
+    /// [`mul_mat`](Backend::mul_mat) of each (a layer's Q, K and V, or its
+    /// gate and up). A backend may run them as one job: the cpu quantizes a
+    /// decode step's `x` once and wakes its pool once. Same shapes as
+    /// `mul_mat`, pair by pair; `ws` and `outs` of one length.
+    fn mul_mats(
+        &self,
+        ws: &[&Self::Tensor],
+        x: &Self::Tensor,
+        outs: &[&Self::Tensor],
+    ) -> Result<()> {
+        if ws.len() != outs.len() {
+            return Err(BackendError::Shape {
+                op: "mul_mats",
+                detail: format!("{} weights for {} outputs", ws.len(), outs.len()),
+            });
+        }
+        for (w, out) in ws.iter().zip(outs) {
+            self.mul_mat(w, x, out)?;
+        }
+        Ok(())
+    }
+
+    /// `out = w · x + res`: a block's output projection and the residual
+    /// it is added to, as [`mul_mat`](Backend::mul_mat) into `tmp` then
+    /// [`add`](Backend::add)`(res, tmp, out)` (the default). A backend may
+    /// fuse them: wgpu adds `res` in the matvec's epilogue (one dispatch;
+    /// the same f32 sum, so the same bits). `res`, `tmp`, `out`: F32 `[n,
+    /// m]`; `tmp`'s contents are unspecified after the call.
+    fn mul_mat_add(
+        &self,
+        w: &Self::Tensor,
+        x: &Self::Tensor,
+        res: &Self::Tensor,
+        tmp: &Self::Tensor,
+        out: &Self::Tensor,
+    ) -> Result<()> {
+        self.mul_mat(w, x, tmp)?;
+        self.add(res, tmp, out)
+    }
+
     /// Gather rows: `out[:, i] = dequantize(table[:, ids[i]])`.
     /// `table`: any Compute type `[k, n_rows]`; `ids`: I32 `[m]`; `out`: F32 `[k, m]`.
     /// An id outside `0..n_rows` yields a row of zeros (ids are checked by the caller).

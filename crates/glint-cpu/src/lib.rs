@@ -262,6 +262,60 @@ impl Backend for CpuBackend {
         })
     }
 
+    fn mul_mats(&self, ws: &[&CpuTensor], x: &CpuTensor, outs: &[&CpuTensor]) -> Result<()> {
+        const OP: &str = "mul_mats";
+        if ws.len() != outs.len() {
+            return Err(shape_err(
+                OP,
+                format!("{} weights for {} outputs", ws.len(), outs.len()),
+            ));
+        }
+        let mut m = 0;
+        for (w, out) in ws.iter().zip(outs) {
+            m = check::mul_mat(*w, x, *out)?;
+        }
+        // One decode column, ggml's numerics, work worth the pool: one job.
+        let work: usize = ws.iter().map(|w| w.desc.ne[0] * w.desc.n_rows()).sum();
+        let one_job = m == 1
+            && self.precision == Precision::Ggml
+            && ws.len() > 1
+            && work >= SERIAL_MUL_MAT_BELOW;
+        if one_job {
+            let wgs = ws
+                .iter()
+                .map(|w| w.read_guard())
+                .collect::<Result<Vec<_>>>()?;
+            let xg = x.read_guard()?;
+            let mut ogs = outs
+                .iter()
+                .map(|o| o.write_guard(OP))
+                .collect::<Result<Vec<_>>>()?;
+            let wrs: Vec<WeightRows> = ws
+                .iter()
+                .zip(&wgs)
+                .map(|(w, g)| WeightRows {
+                    ty: w.desc.ty,
+                    bytes: g.bytes(),
+                    row_bytes: w.desc.row_bytes(),
+                    k: w.desc.ne[0],
+                    n: w.desc.n_rows(),
+                })
+                .collect();
+            let xs = xg.f32s();
+            let mut os: Vec<&mut [f32]> = ogs.iter_mut().map(|g| g.f32s_mut()).collect();
+            if self
+                .pool
+                .install(|| matmul::mul_mats_decode(true, &wrs, &xs, &mut os))?
+            {
+                return Ok(());
+            }
+        }
+        for (w, out) in ws.iter().zip(outs) {
+            self.mul_mat(w, x, out)?;
+        }
+        Ok(())
+    }
+
     fn get_rows(&self, table: &CpuTensor, ids: &CpuTensor, out: &CpuTensor) -> Result<()> {
         const OP: &str = "get_rows";
         check::get_rows(table, ids, out)?;

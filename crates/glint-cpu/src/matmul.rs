@@ -212,6 +212,75 @@ pub(crate) fn mul_mat_ggml_par(
     })
 }
 
+/// Several weights over one activation column (a decode step's Q, K and V,
+/// or gate and up), with ggml's numerics and the fast dots: `x` (`[k]`) is
+/// quantized once per `vec_dot_type` the weights need, and every weight's
+/// rows go to the pool as one job instead of one job (one wake-up of the
+/// pool) per weight. Each output element is the same dot `mul_mat_ggml`
+/// computes, so the same bits. Returns `Ok(false)`, having done nothing,
+/// where that does not apply (a weight without an integer dot or a fast
+/// kernel, rows that do not fit): the caller runs the weights one by one.
+pub(crate) fn mul_mats_decode(
+    par: bool,
+    ws: &[WeightRows],
+    x: &[f32],
+    outs: &mut [&mut [f32]],
+) -> Result<bool> {
+    // Per weight: its fast dot and where its activation bytes sit in act.
+    let mut plan: Vec<(DotFn, usize, usize)> = Vec::with_capacity(ws.len());
+    // The distinct vec_dot_types, each quantized once: (type, offset, bytes).
+    let mut quants: Vec<(GgmlType, usize, usize)> = Vec::with_capacity(2);
+    let mut total = 0;
+    for w in ws {
+        let vt = w.ty.vec_dot_type();
+        if !matches!(vt, GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K) || w.k != x.len() {
+            return Ok(false);
+        }
+        let Some(f) = qdot::fast_dot(w.ty) else {
+            return Ok(false);
+        };
+        let act_bytes = check_rows(w.ty, w.bytes, w.row_bytes, w.k, w.n)?;
+        let at = match quants.iter().find(|q| q.0 == vt) {
+            Some(q) => q.1,
+            None => {
+                quants.push((vt, total, act_bytes));
+                total += act_bytes;
+                total - act_bytes
+            }
+        };
+        plan.push((f, at, act_bytes));
+    }
+    with_buffer(&ACT, |act| -> Result<bool> {
+        act.resize(total.max(act.len()), 0);
+        for &(vt, at, len) in &quants {
+            act::quantize_row(vt, x, &mut act[at..at + len]).map_err(quant_err)?;
+        }
+        let act = &act[..total];
+        // Tasks: (weight, first row, its outputs), rows_per_task rows each.
+        let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
+        for (i, (w, o)) in ws.iter().zip(outs.iter_mut()).enumerate() {
+            let rows = rows_per_task(w.n, w.row_bytes);
+            for (t, chunk) in o[..w.n].chunks_mut(rows).enumerate() {
+                tasks.push((i, t * rows, chunk));
+            }
+        }
+        let run = |(i, r0, o): (usize, usize, &mut [f32])| {
+            let (w, (f, at, len)) = (&ws[i], plan[i]);
+            let a = &act[at..at + len];
+            for (rr, o) in o.iter_mut().enumerate() {
+                let r = r0 + rr;
+                *o = f(&w.bytes[r * w.row_bytes..(r + 1) * w.row_bytes], a);
+            }
+        };
+        if par {
+            tasks.into_par_iter().for_each(run);
+        } else {
+            tasks.into_iter().for_each(run);
+        }
+        Ok(true)
+    })
+}
+
 /// `x` (`[k, m]` f32) quantized to `vt` a column at a time into `act`
 /// (`[m]` rows of `act_bytes` = `vt.bytes_for(k)`, checked by the caller).
 fn quantize_cols(

@@ -254,3 +254,61 @@ fn attention_of_a_batch_equals_its_tokens_one_at_a_time() {
         }
     }
 }
+
+/// `mul_mats` (a decode step's Q/K/V or gate/up as one job, `x` quantized
+/// once per vec_dot_type) gives, bit for bit, what `mul_mat` gives weight
+/// by weight: for a decode column (the one-job path; weights of three
+/// vec_dot types, rows enough to split into several tasks) and for a
+/// prefill (weight by weight); and a length mismatch is an error.
+#[test]
+fn mul_mats_equal_mul_mat_weight_by_weight() {
+    let be = ggml_backend();
+    let mut rng = Rng(0x5eed_0002);
+    let k = 512;
+    let tys = [
+        GgmlType::Q4_1,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+    ];
+    let ns = [576usize, 192, 192, 1536];
+    let ws: Vec<_> = tys
+        .iter()
+        .zip(ns)
+        .map(|(&ty, n)| {
+            let wf = rng.vec(k * n);
+            let rb = ty.bytes_for(k as u64).unwrap() as usize;
+            let mut wb = vec![0u8; rb * n];
+            for r in 0..n {
+                glint_quant::quantize_row(
+                    ty,
+                    &wf[r * k..(r + 1) * k],
+                    &mut wb[r * rb..(r + 1) * rb],
+                )
+                .unwrap();
+            }
+            from_bytes(&be, ty, [k, n, 1, 1], &wb)
+        })
+        .collect();
+    for m in [1usize, 20] {
+        let xt = f32s(&be, [k, m, 1, 1], &rng.vec(k * m));
+        let outs: Vec<_> = ns
+            .iter()
+            .map(|&n| zeros(&be, GgmlType::F32, [n, m, 1, 1]))
+            .collect();
+        let wr: Vec<_> = ws.iter().collect();
+        let or: Vec<_> = outs.iter().collect();
+        be.mul_mats(&wr, &xt, &or).unwrap();
+        for (((w, o), &n), ty) in ws.iter().zip(&outs).zip(&ns).zip(tys) {
+            let one = zeros(&be, GgmlType::F32, [n, m, 1, 1]);
+            be.mul_mat(w, &xt, &one).unwrap();
+            let (got, want) = (read_f32(&be, o, n * m), read_f32(&be, &one, n * m));
+            assert!(got.iter().any(|&v| v != 0.0), "{ty} m={m}: zeros");
+            assert!(got == want, "{ty} m={m}: mul_mats differs from mul_mat");
+        }
+    }
+    let xt = f32s(&be, [k, 1, 1, 1], &rng.vec(k));
+    let o = zeros(&be, GgmlType::F32, [576, 1, 1, 1]);
+    let e = be.mul_mats(&[&ws[0], &ws[1]], &xt, &[&o]).unwrap_err();
+    assert!(e.to_string().contains("2 weights for 1 outputs"), "{e}");
+}

@@ -237,6 +237,21 @@ impl Backend for GpuBackend {
         ops::rms_norm(self, x, w, eps, out)
     }
 
+    fn mul_mat_add(
+        &self,
+        w: &GpuTensor,
+        x: &GpuTensor,
+        res: &GpuTensor,
+        tmp: &GpuTensor,
+        out: &GpuTensor,
+    ) -> Result<()> {
+        if ops::mul_mat_add(self, w, x, res, out)? {
+            return Ok(());
+        }
+        self.mul_mat(w, x, tmp)?;
+        self.add(res, tmp, out)
+    }
+
     fn add(&self, a: &GpuTensor, b: &GpuTensor, out: &GpuTensor) -> Result<()> {
         ops::add(self, a, b, out)
     }

@@ -178,6 +178,25 @@ fn weights_every_type_gpu_has() {
                     tol::MATMUL_QUANT
                 };
                 compare(&format!("mul_mat {ty:?} m{m}"), &o, GgmlType::F32, t);
+                // mul_mat_add: the matvec's epilogue add (m <= 4) or
+                // mul_mat then add; either way res + W·x in f32, to the bit.
+                let resv = r.vec_scaled(n * m, 1.0);
+                let res = f32p([n, m, 1, 1], &resv);
+                let (tmp, o2) = (out([n, m, 1, 1]), out([n, m, 1, 1]));
+                gpu().mul_mat_add(&wg, &x.0, &res.0, &tmp.0, &o2.0).unwrap();
+                cpu().mul_mat_add(&wc, &x.1, &res.1, &tmp.1, &o2.1).unwrap();
+                compare(&format!("mul_mat_add {ty:?} m{m}"), &o2, GgmlType::F32, t);
+                let (mut a, mut b) = (vec![0u8; n * m * 4], vec![0u8; n * m * 4]);
+                gpu().read(&o.0, 0, &mut a).unwrap();
+                gpu().read(&o2.0, 0, &mut b).unwrap();
+                let (a, b): (&[f32], &[f32]) = (bytemuck::cast_slice(&a), bytemuck::cast_slice(&b));
+                for i in 0..n * m {
+                    assert_eq!(
+                        b[i].to_bits(),
+                        (resv[i] + a[i]).to_bits(),
+                        "mul_mat_add {ty:?} m{m} [{i}]: not res + mul_mat"
+                    );
+                }
             }
             let ids = i32p(&[3, 0, 66, -1, 67, 40]);
             let o = out([k, 6, 1, 1]);

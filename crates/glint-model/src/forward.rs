@@ -566,9 +566,7 @@ impl<B: Backend> Layer<'_, B> {
         let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
         let (n_q, n_ekv) = (nh * hd, hp.n_embd_kv());
         b.rms_norm(x, Some(&lw.attn_norm), hp.rms_eps, &f.h)?;
-        b.mul_mat(&lw.wq, &f.h, &f.q)?;
-        b.mul_mat(&lw.wk, &f.h, &f.k)?;
-        b.mul_mat(&lw.wv, &f.h, &f.v)?;
+        b.mul_mats(&[&lw.wq, &lw.wk, &lw.wv], &f.h, &[&f.q, &f.k, &f.v])?;
         // (q, k, v) after optional biases: [n_q, T], [n_ekv, T], [n_ekv, T].
         let (mut qc, mut kc, mut vc) = (
             view(b, &f.q, &[n_q, t])?,
@@ -644,8 +642,7 @@ impl<B: Backend> Layer<'_, B> {
             )?,
             None => b.attention(&f.qr, &kv.k[il], &kv.v[il], layer_mask, &p, &f.attn)?,
         }
-        b.mul_mat(&lw.wo, &f.attn, &f.o)?;
-        self.residual(lw.post_attn_norm.as_ref(), x, x2)
+        self.residual(&lw.wo, &f.attn, lw.post_attn_norm.as_ref(), x, x2)
     }
 
     /// FFN block: `x2 = x + down(glu(gate(h), up(h)))` with `h = norm(x)`.
@@ -657,30 +654,31 @@ impl<B: Backend> Layer<'_, B> {
     ) -> Result<(), ModelError> {
         let (b, hp, f) = (self.b, self.hp, &self.bufs);
         b.rms_norm(x, Some(&lw.ffn_norm), hp.rms_eps, &f.h)?;
-        b.mul_mat(&lw.ffn_gate, &f.h, &f.gate)?;
-        b.mul_mat(&lw.ffn_up, &f.h, &f.up)?;
+        b.mul_mats(&[&lw.ffn_gate, &lw.ffn_up], &f.h, &[&f.gate, &f.up])?;
         b.glu(hp.arch.glu, &f.gate, &f.up, &f.act)?;
-        b.mul_mat(&lw.ffn_down, &f.act, &f.o)?;
-        self.residual(lw.post_ffw_norm.as_ref(), x, x2)
+        self.residual(&lw.ffn_down, &f.act, lw.post_ffw_norm.as_ref(), x, x2)
     }
 
-    /// `x2 = x + o`, with `o` (a block's output) post-normed first where the
-    /// architecture has that norm (Gemma 3).
+    /// `x2 = x + o` with `o = w · a` (a block's output projection),
+    /// post-normed first where the architecture has that norm (Gemma 3);
+    /// without it, one `mul_mat_add` (fused on wgpu).
     fn residual(
         &self,
+        w: &B::Tensor,
+        a: &B::Tensor,
         post_norm: Option<&B::Tensor>,
         x: &B::Tensor,
         x2: &B::Tensor,
     ) -> Result<(), ModelError> {
         let (b, f) = (self.b, &self.bufs);
-        let o = match post_norm {
+        match post_norm {
             Some(n) => {
+                b.mul_mat(w, a, &f.o)?;
                 b.rms_norm(&f.o, Some(n), self.hp.rms_eps, &f.o2)?;
-                &f.o2
+                b.add(x, &f.o2, x2)?;
             }
-            None => &f.o,
-        };
-        b.add(x, o, x2)?;
+            None => b.mul_mat_add(w, a, x, &f.o, x2)?,
+        }
         Ok(())
     }
 }

@@ -108,7 +108,7 @@ pub(crate) use attention::{attention, attention_window};
 pub(crate) use binary::{add, glu, mul};
 pub(crate) use get_rows::get_rows;
 pub(crate) use kshift::kshift;
-pub(crate) use mul_mat::mul_mat;
+pub(crate) use mul_mat::{mul_mat, mul_mat_add};
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope::rope;
 pub(crate) use set_rows::set_rows;

@@ -43,3 +43,40 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
     }
     Ok(())
 }
+
+/// `out = w · x + res` in one matvec dispatch, `res` added in its epilogue
+/// (flag `ADD`): for `m` up to [`MATVEC_MAX_M`] with the weight in one
+/// binding window and `res`/`out` of `out`'s shape. Returns `Ok(false)`,
+/// having recorded nothing, where that does not hold (the caller runs
+/// `mul_mat` then `add`).
+pub(crate) fn mul_mat_add(be: &GpuBackend, w: &T, x: &T, res: &T, out: &T) -> Result<bool> {
+    let op = "mul_mat_add";
+    let m = check::mul_mat(w, x, out)?;
+    let (k, n) = (w.desc.ne[0], w.desc.n_rows());
+    let wins = be.windows(op, w)?;
+    let fits = m <= MATVEC_MAX_M
+        && wins.len() == 1
+        && res.desc.ty == GgmlType::F32
+        && res.desc.n_elements() == n * m;
+    if !fits {
+        return Ok(false);
+    }
+    be.check_bindable(op, &[x, res, out])?;
+    let mut flags = be.flags(true, w.desc.ty == GgmlType::F16);
+    flags.push("ADD");
+    let key = PipelineKey::new("mul_mat.wgsl", "matvec", 3, 1)
+        .with_type(w.desc.ty)
+        .with_flags(flags);
+    let win = &wins[0];
+    let params = [
+        k as u32,
+        n as u32,
+        m as u32,
+        win.row0 as u32,
+        win.n_rows as u32,
+        w.desc.row_bytes() as u32,
+    ];
+    let ins = [Bind::window(w, win), Bind::whole(x), Bind::whole(res)];
+    be.dispatch(key, &ins, &[Bind::whole(out)], &params, win.n_rows * m)?;
+    Ok(true)
+}
