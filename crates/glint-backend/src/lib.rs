@@ -197,6 +197,16 @@ pub trait Backend: Send + Sync {
     /// backend keeps the reference (no copy); the wgpu backend uploads once.
     fn weight(&self, desc: TensorDesc, bytes: SharedBytes) -> Result<Self::Tensor>;
 
+    /// Weights used together (a layer's Q, K and V; its gate and up), as
+    /// [`weight`](Backend::weight) of each (the default). The wgpu backend
+    /// uploads them into one buffer, each at an aligned offset, so that
+    /// [`mul_mats`](Backend::mul_mats) and
+    /// [`mul_mats_glu`](Backend::mul_mats_glu) can run them in one
+    /// dispatch; the memory is the same.
+    fn weights(&self, parts: Vec<(TensorDesc, SharedBytes)>) -> Result<Vec<Self::Tensor>> {
+        parts.into_iter().map(|(d, b)| self.weight(d, b)).collect()
+    }
+
     /// A tensor sharing `t`'s memory from its first byte, with shape `ne`
     /// (same type): a reshape, or a prefix when `ne` has fewer elements.
     /// Errors if `ne` needs more bytes than `t` has. Used to run one set of
@@ -255,6 +265,27 @@ pub trait Backend: Send + Sync {
             self.mul_mat(w, x, out)?;
         }
         Ok(())
+    }
+
+    /// A gated FFN's first half: `out = act(wg · x) * (wu · x)`, as
+    /// [`mul_mats`](Backend::mul_mats) into `gate` and `up` then
+    /// [`glu`](Backend::glu) (the default). wgpu runs a decode step's as one
+    /// dispatch when the two weights were packed by
+    /// [`weights`](Backend::weights) (the same bits). `gate`, `up`, `out`:
+    /// F32 `[n_ff, m]`; `gate` and `up` are unspecified after the call.
+    #[allow(clippy::too_many_arguments)]
+    fn mul_mats_glu(
+        &self,
+        op: Glu,
+        wg: &Self::Tensor,
+        wu: &Self::Tensor,
+        x: &Self::Tensor,
+        gate: &Self::Tensor,
+        up: &Self::Tensor,
+        out: &Self::Tensor,
+    ) -> Result<()> {
+        self.mul_mats(&[wg, wu], x, &[gate, up])?;
+        self.glu(op, gate, up, out)
     }
 
     /// `out = w · x + res`: a block's output projection and the residual

@@ -194,6 +194,46 @@ impl Backend for GpuBackend {
         Ok(t)
     }
 
+    fn weights(&self, parts: Vec<(TensorDesc, SharedBytes)>) -> Result<Vec<GpuTensor>> {
+        match self.pack_weights(&parts)? {
+            Some(ts) => Ok(ts),
+            None => parts.into_iter().map(|(d, b)| self.weight(d, b)).collect(),
+        }
+    }
+
+    fn mul_mats(&self, ws: &[&GpuTensor], x: &GpuTensor, outs: &[&GpuTensor]) -> Result<()> {
+        if ops::mul_mats(self, ws, x, outs)? {
+            return Ok(());
+        }
+        if ws.len() != outs.len() {
+            return Err(glint_backend::BackendError::Shape {
+                op: "mul_mats",
+                detail: format!("{} weights for {} outputs", ws.len(), outs.len()),
+            });
+        }
+        for (w, out) in ws.iter().zip(outs) {
+            self.mul_mat(w, x, out)?;
+        }
+        Ok(())
+    }
+
+    fn mul_mats_glu(
+        &self,
+        op: Glu,
+        wg: &GpuTensor,
+        wu: &GpuTensor,
+        x: &GpuTensor,
+        gate: &GpuTensor,
+        up: &GpuTensor,
+        out: &GpuTensor,
+    ) -> Result<()> {
+        if ops::mul_mats_glu(self, op, wg, wu, x, out)? {
+            return Ok(());
+        }
+        self.mul_mats(&[wg, wu], x, &[gate, up])?;
+        self.glu(op, gate, up, out)
+    }
+
     fn view(&self, t: &GpuTensor, ne: [usize; 4]) -> Result<GpuTensor> {
         self.view_of(t, ne)
     }

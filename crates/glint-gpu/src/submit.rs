@@ -226,14 +226,19 @@ impl GpuBackend {
         Work::add(&self.work.queue_write_bytes, data.len() as u64);
         let start4 = offset / 4 * 4;
         let end4 = end.div_ceil(4) * 4;
+        // t.offset: where t starts in its buffer (a packed weight's part).
         if start4 == offset && end4 == end {
-            self.ctx.queue.write_buffer(&t.buf, offset as u64, data);
+            self.ctx
+                .queue
+                .write_buffer(&t.buf, t.offset + offset as u64, data);
         } else {
             // Unaligned edges: merge with the bytes already there.
             let mut words = vec![0u8; end4 - start4];
-            self.read_raw(&t.buf, start4 as u64, &mut words)?;
+            self.read_raw(&t.buf, t.offset + start4 as u64, &mut words)?;
             words[offset - start4..end - start4].copy_from_slice(data);
-            self.ctx.queue.write_buffer(&t.buf, start4 as u64, &words);
+            self.ctx
+                .queue
+                .write_buffer(&t.buf, t.offset + start4 as u64, &words);
         }
         self.ctx.take_error()
     }
@@ -249,7 +254,7 @@ impl GpuBackend {
         let start4 = offset / 4 * 4;
         let end4 = end.div_ceil(4) * 4;
         let mut words = vec![0u8; end4 - start4];
-        self.read_raw(&t.buf, start4 as u64, &mut words)?;
+        self.read_raw(&t.buf, t.offset + start4 as u64, &mut words)?;
         out.copy_from_slice(&words[offset - start4..end - start4]);
         Ok(())
     }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use glint_backend::{BackendError, Result, Tensor, TensorDesc, Usage};
+use glint_backend::{BackendError, GgmlType, Result, SharedBytes, Tensor, TensorDesc, Usage};
 
 use crate::GpuBackend;
 
@@ -15,7 +15,11 @@ pub struct GpuTensor {
     counters: Arc<Counters>,
     /// The backend's bind groups: those naming this buffer go with it.
     binds: Arc<BindCache>,
-    /// Bytes of `buf` this tensor may bind (a view sees a prefix).
+    /// Where the tensor starts in `buf` (0 but for the parts of a packed
+    /// weight, each at a multiple of the storage offset alignment).
+    pub(crate) offset: u64,
+    /// Bytes of `buf` from `offset` this tensor may bind (a view sees a
+    /// prefix).
     pub(crate) size: u64,
     /// Whether this handle owns the buffer for the memory report (views don't).
     counted: bool,
@@ -115,7 +119,7 @@ impl<'a> Bind<'a> {
     pub(crate) fn whole(t: &'a GpuTensor) -> Self {
         Bind {
             buf: &t.buf,
-            offset: 0,
+            offset: t.offset,
             size: t.size,
         }
     }
@@ -124,7 +128,7 @@ impl<'a> Bind<'a> {
     pub(crate) fn window(t: &'a GpuTensor, win: &Window) -> Self {
         Bind {
             buf: &t.buf,
-            offset: win.offset,
+            offset: t.offset + win.offset,
             size: win.size,
         }
     }
@@ -151,7 +155,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 }
 
 impl GpuBackend {
-    fn max_binding(&self) -> u64 {
+    pub(crate) fn max_binding(&self) -> u64 {
         // Window sizes stay below 2 GiB so byte offsets fit a u32 in WGSL.
         let max = self.ctx.limits.max_storage_buffer_binding_size.min(1 << 31);
         self.max_binding_bytes.map_or(max, |m| m.min(max))
@@ -250,9 +254,88 @@ impl GpuBackend {
             desc,
             counters: self.counters.clone(),
             binds: self.binds.clone(),
+            offset: 0,
             size,
             counted: true,
         })
+    }
+
+    /// Weights used together, uploaded into one buffer, part `i` at an
+    /// offset aligned to `min_storage_buffer_offset_alignment`, so the fused
+    /// matvecs can bind them as one. `None` (nothing made) for fewer than
+    /// two parts, parts of different types or lengths, or a total over one
+    /// binding. The first part's handle owns the buffer in the memory
+    /// report; the padding between parts is under 256 bytes a part.
+    pub(crate) fn pack_weights(
+        &self,
+        parts: &[(TensorDesc, SharedBytes)],
+    ) -> Result<Option<Vec<GpuTensor>>> {
+        let Some((d0, _)) = parts.first() else {
+            return Ok(None);
+        };
+        let same = parts
+            .iter()
+            .all(|(d, _)| d.ty == d0.ty && d.ne[0] == d0.ne[0]);
+        if parts.len() < 2 || !same {
+            return Ok(None);
+        }
+        let align = self.ctx.limits.min_storage_buffer_offset_alignment.max(4) as u64;
+        // offsets[i], sizes[i]: where part i sits and the bytes it may bind.
+        let (mut offsets, mut sizes, mut total) = (Vec::new(), Vec::new(), 0u64);
+        for (d, b) in parts {
+            let n = d.n_bytes() as u64;
+            if b.bytes().len() as u64 != n {
+                return Err(BackendError::Shape {
+                    op: "weights",
+                    detail: format!(
+                        "`{}`: {} bytes given, {:?} {} needs {n}",
+                        d.label,
+                        b.bytes().len(),
+                        d.ne,
+                        d.ty.name()
+                    ),
+                });
+            }
+            total = total.next_multiple_of(align);
+            offsets.push(total);
+            sizes.push(pad4(n.max(4)));
+            total += pad4(n.max(4));
+        }
+        if total > self.max_binding() || total >= 1 << 31 {
+            return Ok(None);
+        }
+        let label = parts
+            .iter()
+            .map(|(d, _)| d.label.as_str())
+            .collect::<Vec<_>>()
+            .join("+");
+        let whole = self.new_tensor(TensorDesc {
+            ty: GgmlType::I8,
+            ne: [total as usize, 1, 1, 1],
+            label,
+            usage: Usage::Weights,
+        })?;
+        let mut out = Vec::with_capacity(parts.len());
+        for (i, (d, b)) in parts.iter().enumerate() {
+            let t = GpuTensor {
+                buf: whole.buf.clone(),
+                desc: d.clone(),
+                counters: Arc::clone(&self.counters),
+                binds: Arc::clone(&self.binds),
+                offset: offsets[i],
+                size: sizes[i],
+                counted: false,
+            };
+            self.write_bytes(&t, 0, b.bytes())?;
+            out.push(t);
+        }
+        // The first part takes over the buffer's ownership (its bytes in the
+        // report, its bind groups forgotten on drop).
+        let mut whole = whole;
+        whole.counted = false;
+        drop(whole);
+        out[0].counted = true;
+        Ok(Some(out))
     }
 
     /// A handle on `t`'s buffer with shape `ne` (a reshape or a prefix).
@@ -260,6 +343,7 @@ impl GpuBackend {
         let desc = glint_backend::check::view(&t.desc, ne)?;
         Ok(GpuTensor {
             buf: t.buf.clone(),
+            offset: t.offset,
             size: pad4(desc.n_bytes() as u64).min(t.size),
             desc,
             counters: Arc::clone(&t.counters),

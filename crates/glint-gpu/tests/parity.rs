@@ -489,3 +489,132 @@ fn quantized_cache_matches_cpu() {
         }
     });
 }
+
+/// Weights packed into one buffer (`Backend::weights`, a layer's Q/K/V or
+/// gate/up) and their fused matvecs: `mul_mats` over 3 and 2 parts and
+/// `mul_mats_glu` (SwiGLU, GeGLU) give, bit for bit, what the same weights
+/// uploaded one by one give through `mul_mat` (and `glu`), for every weight
+/// type, decode-sized m (one dispatch) and a prefill's (the ops one by
+/// one); and the cpu within the matmul tolerance. The packed parts read
+/// back as written, and the packed buffer costs the parts plus alignment.
+#[test]
+fn packed_weights_and_fused_matvecs() {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        for ty in weight_types() {
+            let k = if is_k_quant(ty) { 512 } else { 256 };
+            let rb = ty.bytes_for(k as u64).unwrap() as usize;
+            let ns = [70usize, 33, 33];
+            let descs: Vec<TensorDesc> = ns
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| TensorDesc {
+                    ty,
+                    ne: [k, n, 1, 1],
+                    label: format!("w{i}"),
+                    usage: Usage::Weights,
+                })
+                .collect();
+            let bytes: Vec<Vec<u8>> = ns
+                .iter()
+                .map(|&n| {
+                    if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K) {
+                        random_k_blocks(&mut r, ty, n * k / 256)
+                    } else {
+                        let vals = r.vec_scaled(k * n, 1.0);
+                        let mut b = vec![0u8; rb * n];
+                        for i in 0..n {
+                            glint_quant::quantize_row(
+                                ty,
+                                &vals[i * k..(i + 1) * k],
+                                &mut b[i * rb..(i + 1) * rb],
+                            )
+                            .unwrap();
+                        }
+                        b
+                    }
+                })
+                .collect();
+            let parts = |idx: &[usize]| -> Vec<(TensorDesc, SharedBytes)> {
+                idx.iter()
+                    .map(|&i| (descs[i].clone(), SharedBytes::from_vec(bytes[i].clone())))
+                    .collect()
+            };
+            let before = gpu().memory().weights;
+            let packed = gpu().weights(parts(&[0, 1, 2])).unwrap();
+            let grown = gpu().memory().weights - before;
+            let sum: usize = bytes.iter().map(|b| b.len()).sum();
+            assert!(
+                grown >= sum && grown < sum + 3 * 256 + 12,
+                "{ty:?}: packed {grown} bytes for {sum}"
+            );
+            for (t, b) in packed.iter().zip(&bytes) {
+                let mut back = vec![0u8; b.len()];
+                gpu().read(t, 0, &mut back).unwrap();
+                assert!(&back == b, "{ty:?}: a packed part reads back changed");
+            }
+            let single: Vec<_> = (0..3)
+                .map(|i| {
+                    gpu()
+                        .weight(descs[i].clone(), SharedBytes::from_vec(bytes[i].clone()))
+                        .unwrap()
+                })
+                .collect();
+            let on_cpu = cpu().weights(parts(&[0, 1, 2])).unwrap();
+            let glu_pair = gpu().weights(parts(&[1, 2])).unwrap();
+            let t = if is_float(ty) {
+                tol::MATMUL_FLOAT
+            } else {
+                tol::MATMUL_QUANT
+            };
+            let read = |t: &glint_gpu::GpuTensor, n: usize| -> Vec<f32> {
+                let mut b = vec![0u8; n * 4];
+                gpu().read(t, 0, &mut b).unwrap();
+                bytemuck::cast_slice(&b).to_vec()
+            };
+            for m in [1usize, 4, 9] {
+                let x = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 1.0));
+                // Q/K/V-like: three parts; and two of them.
+                for idx in [&[0usize, 1, 2][..], &[0, 1][..]] {
+                    let outs: Vec<Pair> = idx.iter().map(|&i| out([ns[i], m, 1, 1])).collect();
+                    let ws: Vec<_> = idx.iter().map(|&i| &packed[i]).collect();
+                    let og: Vec<_> = outs.iter().map(|o| &o.0).collect();
+                    gpu().mul_mats(&ws, &x.0, &og).unwrap();
+                    let wc: Vec<_> = idx.iter().map(|&i| &on_cpu[i]).collect();
+                    let oc: Vec<_> = outs.iter().map(|o| &o.1).collect();
+                    cpu().mul_mats(&wc, &x.1, &oc).unwrap();
+                    for (j, &i) in idx.iter().enumerate() {
+                        let what = format!("mul_mats {ty:?} {} parts m{m} part {i}", idx.len());
+                        compare(&what, &outs[j], GgmlType::F32, t);
+                        let one = out([ns[i], m, 1, 1]);
+                        gpu().mul_mat(&single[i], &x.0, &one.0).unwrap();
+                        assert!(
+                            read(&outs[j].0, ns[i] * m) == read(&one.0, ns[i] * m),
+                            "{what}: not mul_mat's bits"
+                        );
+                    }
+                }
+                for op in [Glu::SwiGlu, Glu::GeGlu] {
+                    let n = ns[1];
+                    let (gate, up, o) = (out([n, m, 1, 1]), out([n, m, 1, 1]), out([n, m, 1, 1]));
+                    gpu()
+                        .mul_mats_glu(op, &glu_pair[0], &glu_pair[1], &x.0, &gate.0, &up.0, &o.0)
+                        .unwrap();
+                    cpu()
+                        .mul_mats_glu(op, &on_cpu[1], &on_cpu[2], &x.1, &gate.1, &up.1, &o.1)
+                        .unwrap();
+                    let what = format!("mul_mats_glu {op:?} {ty:?} m{m}");
+                    compare(&what, &o, GgmlType::F32, t);
+                    let (g1, u1, o1) = (out([n, m, 1, 1]), out([n, m, 1, 1]), out([n, m, 1, 1]));
+                    gpu().mul_mat(&single[1], &x.0, &g1.0).unwrap();
+                    gpu().mul_mat(&single[2], &x.0, &u1.0).unwrap();
+                    gpu().glu(op, &g1.0, &u1.0, &o1.0).unwrap();
+                    assert!(
+                        read(&o.0, n * m) == read(&o1.0, n * m),
+                        "{what}: not the ops' bits"
+                    );
+                }
+            }
+        }
+    });
+}

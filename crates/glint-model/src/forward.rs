@@ -654,8 +654,15 @@ impl<B: Backend> Layer<'_, B> {
     ) -> Result<(), ModelError> {
         let (b, hp, f) = (self.b, self.hp, &self.bufs);
         b.rms_norm(x, Some(&lw.ffn_norm), hp.rms_eps, &f.h)?;
-        b.mul_mats(&[&lw.ffn_gate, &lw.ffn_up], &f.h, &[&f.gate, &f.up])?;
-        b.glu(hp.arch.glu, &f.gate, &f.up, &f.act)?;
+        b.mul_mats_glu(
+            hp.arch.glu,
+            &lw.ffn_gate,
+            &lw.ffn_up,
+            &f.h,
+            &f.gate,
+            &f.up,
+            &f.act,
+        )?;
         self.residual(&lw.ffn_down, &f.act, lw.post_ffw_norm.as_ref(), x, x2)
     }
 

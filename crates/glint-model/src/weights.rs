@@ -64,6 +64,40 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     fn opt(&self, name: &str, ne: &[usize]) -> Result<Option<B::Tensor>, ModelError> {
+        match self.part(name, ne)? {
+            Some((desc, bytes)) => Ok(Some(self.backend.weight(desc, bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Weights used together (Q/K/V, gate/up), through
+    /// [`Backend::weights`] (one buffer on wgpu, for the fused matvecs).
+    fn group<const N: usize>(
+        &self,
+        named: [(&str, &[usize]); N],
+    ) -> Result<[B::Tensor; N], ModelError> {
+        let mut parts = Vec::with_capacity(N);
+        for (name, ne) in named {
+            let part = self
+                .part(name, ne)?
+                .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+            parts.push(part);
+        }
+        let ts = self.backend.weights(parts)?;
+        let n = ts.len();
+        ts.try_into().map_err(|_| {
+            ModelError::Backend(glint_backend::BackendError::Device(format!(
+                "weights: {n} tensors back for {N}"
+            )))
+        })
+    }
+
+    /// A tensor's description and bytes, its type and shape checked.
+    fn part(
+        &self,
+        name: &str,
+        ne: &[usize],
+    ) -> Result<Option<(TensorDesc, SharedBytes)>, ModelError> {
         let Some(t) = self.f.tensor(name) else {
             return Ok(None);
         };
@@ -90,7 +124,7 @@ impl<B: Backend> Loader<'_, B> {
             usage: Usage::Weights,
         };
         let bytes = SharedBytes::new(self.f.storage(), t.byte_range())?;
-        Ok(Some(self.backend.weight(desc, bytes)?))
+        Ok(Some((desc, bytes)))
     }
 }
 
@@ -136,18 +170,27 @@ impl<T> Weights<T> {
             } else {
                 (None, None)
             };
+            let [wq, wk, wv] = l.group([
+                (&b("attn_q.weight"), &[n_embd, n_q]),
+                (&b("attn_k.weight"), &[n_embd, n_kv]),
+                (&b("attn_v.weight"), &[n_embd, n_kv]),
+            ])?;
+            let [ffn_gate, ffn_up] = l.group([
+                (&b("ffn_gate.weight"), &[n_embd, hp.n_ff]),
+                (&b("ffn_up.weight"), &[n_embd, hp.n_ff]),
+            ])?;
             layers.push(LayerWeights {
                 attn_norm: l.get(&b("attn_norm.weight"), &[n_embd])?,
-                wq: l.get(&b("attn_q.weight"), &[n_embd, n_q])?,
-                wk: l.get(&b("attn_k.weight"), &[n_embd, n_kv])?,
-                wv: l.get(&b("attn_v.weight"), &[n_embd, n_kv])?,
+                wq,
+                wk,
+                wv,
                 wo: l.get(&b("attn_output.weight"), &[n_q, n_embd])?,
                 qkv_bias,
                 qk_norm,
                 post_attn_norm,
                 ffn_norm: l.get(&b("ffn_norm.weight"), &[n_embd])?,
-                ffn_gate: l.get(&b("ffn_gate.weight"), &[n_embd, hp.n_ff])?,
-                ffn_up: l.get(&b("ffn_up.weight"), &[n_embd, hp.n_ff])?,
+                ffn_gate,
+                ffn_up,
                 ffn_down: l.get(&b("ffn_down.weight"), &[hp.n_ff, n_embd])?,
                 post_ffw_norm,
             });

@@ -5,6 +5,7 @@
 mod argmax;
 mod attention;
 mod binary;
+mod fused;
 mod get_rows;
 mod kshift;
 mod mul_mat;
@@ -106,6 +107,7 @@ impl GpuBackend {
 pub(crate) use argmax::argmax;
 pub(crate) use attention::{attention, attention_window};
 pub(crate) use binary::{add, glu, mul};
+pub(crate) use fused::{mul_mats, mul_mats_glu};
 pub(crate) use get_rows::get_rows;
 pub(crate) use kshift::kshift;
 pub(crate) use mul_mat::{mul_mat, mul_mat_add};

@@ -1,0 +1,131 @@
+//! `shaders/matvec_fused.wgsl`: a decode step's matvecs over the parts of
+//! one packed weight buffer ([`GpuBackend::pack_weights`]) in one dispatch:
+//! Q, K and V (`multi`), or gate and up with their activation (`glu`).
+//! Each returns `Ok(false)`, having recorded nothing, where the weights are
+//! not packed together or the product is not a matvec; the caller then runs
+//! the ops one by one.
+
+use glint_backend::{check, GgmlType, Glu, Result};
+
+use super::T;
+use crate::pipelines::PipelineKey;
+use crate::tensor::Bind;
+use crate::GpuBackend;
+
+/// Columns a fused matvec takes: `mul_mat`'s matvec range.
+const MAX_M: usize = 4;
+
+/// What the kernel needs of packed parts `ws` over `x`: params (k, m,
+/// row_bytes, n0..n2, wb0..wb2) and the number of workgroups per column
+/// part by part; `None` when they do not qualify.
+fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 9]>> {
+    if ws.is_empty() || ws.len() > 3 || ws.len() != outs.len() {
+        return Ok(None);
+    }
+    let mut m = 0;
+    for (w, o) in ws.iter().zip(outs) {
+        m = check::mul_mat(*w, x, *o)?;
+    }
+    let w0 = ws[0];
+    let same = ws
+        .iter()
+        .all(|w| w.buf == w0.buf && w.desc.ty == w0.desc.ty && w.desc.ne[0] == w0.desc.ne[0]);
+    // The packed buffer is bound whole: it must fit one binding, and byte
+    // offsets a u32.
+    let size = w0.buf.size();
+    if !same || m > MAX_M || size > be.max_binding() || size >= 1 << 31 {
+        return Ok(None);
+    }
+    let mut p = [0u32; 9];
+    p[0] = w0.desc.ne[0] as u32;
+    p[1] = m as u32;
+    p[2] = w0.desc.row_bytes() as u32;
+    for (i, w) in ws.iter().enumerate() {
+        p[3 + i] = w.desc.n_rows() as u32;
+        p[6 + i] = w.offset as u32;
+    }
+    Ok(Some(p))
+}
+
+fn key(
+    be: &GpuBackend,
+    entry: &'static str,
+    ty: GgmlType,
+    n_out: u32,
+    extra: &'static str,
+) -> PipelineKey {
+    let mut flags = be.flags(true, ty == GgmlType::F16);
+    if !extra.is_empty() {
+        flags.push(extra);
+    }
+    PipelineKey::new("matvec_fused.wgsl", entry, 2, n_out)
+        .with_type(ty)
+        .with_flags(flags)
+}
+
+/// `outs[i] = ws[i] · x` for 2 or 3 packed parts, one dispatch.
+pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<bool> {
+    if ws.len() < 2 {
+        return Ok(false);
+    }
+    let Some(p) = plan(be, ws, x, outs)? else {
+        return Ok(false);
+    };
+    be.check_bindable("mul_mats", &[x])?;
+    be.check_bindable("mul_mats", outs)?;
+    let three = ws.len() == 3;
+    let k = key(
+        be,
+        "multi",
+        ws[0].desc.ty,
+        ws.len() as u32,
+        if three { "THREE" } else { "" },
+    );
+    let w = Bind {
+        buf: &ws[0].buf,
+        offset: 0,
+        size: ws[0].buf.size(),
+    };
+    let ins = [w, Bind::whole(x)];
+    let os: Vec<Bind> = outs.iter().map(|o| Bind::whole(o)).collect();
+    let rows: usize = p[3..6].iter().map(|&n| n as usize).sum();
+    be.dispatch(k, &ins, &os, &p, rows * p[1] as usize)?;
+    Ok(true)
+}
+
+/// `out = act(wg · x) * (wu · x)` for packed gate and up, one dispatch.
+pub(crate) fn mul_mats_glu(
+    be: &GpuBackend,
+    op: Glu,
+    wg: &T,
+    wu: &T,
+    x: &T,
+    out: &T,
+) -> Result<bool> {
+    let Some(p) = plan(be, &[wg, wu], x, &[out, out])? else {
+        return Ok(false);
+    };
+    if p[3] != p[4] {
+        return Ok(false);
+    }
+    be.check_bindable("mul_mats_glu", &[x, out])?;
+    let code = match op {
+        Glu::SwiGlu => 2u32,
+        Glu::GeGlu => 3,
+    };
+    let k = key(be, "glu", wg.desc.ty, 1, "GLU").with_constant("OP", code as f64);
+    let w = Bind {
+        buf: &wg.buf,
+        offset: 0,
+        size: wg.buf.size(),
+    };
+    let ins = [w, Bind::whole(x)];
+    be.dispatch(
+        k,
+        &ins,
+        &[Bind::whole(out)],
+        &p,
+        p[3] as usize * p[1] as usize,
+    )?;
+    Ok(true)
+}

@@ -1,0 +1,133 @@
+// Matvecs over the parts of one packed weight buffer (Backend::weights: a
+// layer's Q/K/V, or its gate and up, uploaded into one buffer, each part at
+// an aligned byte offset), in one dispatch. Every dot is mul_mat.wgsl's
+// matvec to the bit: the same partial sums per invocation, the same
+// reduction, so a fused dispatch gives what the separate ones give.
+// Bindings, in order:
+//   0 W:      the packed buffer, bound whole, parts of type TYPE (raw bytes
+//             as u32 words; SHADER_F16: array<f16>)
+//   1 x:      [k, m] f32
+//   then (default) out0 [n0, m], out1 [n1, m], with THREE out2 [n2, m]:
+//             entry `multi`, out_i = W_i . x;
+//   or (GLU) out [n0, m]: entry `glu`, out = act(W_0 . x) * (W_1 . x) with
+//             act silu (OP 2) or gelu (OP 3), as binary.wgsl's glu (n1 = n0)
+//   last: params, uniform Params
+// One workgroup per output element (row, column), as the matvec.
+#include "index.wgsl"
+#include "common.wgsl"
+#include "TYPE_FILE"
+#include "reduce.wgsl"
+
+// 2 swiglu, 3 geglu (binary.wgsl's codes)
+override OP: u32 = 2u;
+
+struct Params {
+    k: u32,
+    m: u32,
+    row_bytes: u32,
+    n0: u32,
+    n1: u32,
+    n2: u32,
+    wb0: u32, // byte offset of part 0 in W
+    wb1: u32,
+    wb2: u32,
+}
+
+#ifdef SHADER_F16
+@group(0) @binding(0) var<storage, read> W: array<f16>;
+#else
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+#endif
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+#ifdef GLU
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+#else
+@group(0) @binding(2) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out1: array<f32>;
+#ifdef THREE
+@group(0) @binding(4) var<storage, read_write> out2: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
+#else
+@group(0) @binding(4) var<uniform> p: Params;
+#endif
+#endif
+
+const WG: u32 = 64u;
+
+// This invocation's share of W's row at byte rb . x's column at xb, summed
+// as mul_mat.wgsl's matvec sums it.
+fn partial(lid: u32, rb: u32, xb: u32) -> f32 {
+    let k4 = p.k / 4u;
+    var s = 0.0;
+    for (var q = lid; q < k4; q += WG) {
+        let e = q * 4u;
+        let xv = vec4<f32>(x[xb + e], x[xb + e + 1u], x[xb + e + 2u], x[xb + e + 3u]);
+        s += dot(dequant4(rb, e), xv);
+    }
+    for (var e = k4 * 4u + lid; e < p.k; e += WG) {
+        s += dequant1(rb, e) * x[xb + e];
+    }
+    return s;
+}
+
+#ifdef GLU
+@compute @workgroup_size(WG)
+fn glu(inv: Inv, ln: Lane) {
+    let g = group_index(inv); // c * n0 + r
+    if (g >= p.n0 * p.m) {
+        return;
+    }
+    let r = g % p.n0;
+    let c = g / p.n0;
+    let xb = c * p.k;
+    let gate = wg_sum(ln, partial(inv.lid.x, p.wb0 + r * p.row_bytes, xb));
+    let up = wg_sum(ln, partial(inv.lid.x, p.wb1 + r * p.row_bytes, xb));
+    if (inv.lid.x == 0u) {
+        var a: f32;
+        if (OP == 2u) {
+            a = silu(gate);
+        } else {
+            a = gelu(gate);
+        }
+        out[c * p.n0 + r] = a * up;
+    }
+}
+#else
+@compute @workgroup_size(WG)
+fn multi(inv: Inv, ln: Lane) {
+    // Rows of every part, column after column: g = c * n + row, where
+    // row counts part 0's rows, then part 1's, then part 2's.
+    let n = p.n0 + p.n1 + p.n2;
+    let g = group_index(inv);
+    if (g >= n * p.m) {
+        return;
+    }
+    let row = g % n;
+    let c = g / n;
+    var part = 0u;
+    var r = row;
+    var wb = p.wb0;
+    if (row >= p.n0 + p.n1) {
+        part = 2u;
+        r = row - p.n0 - p.n1;
+        wb = p.wb2;
+    } else if (row >= p.n0) {
+        part = 1u;
+        r = row - p.n0;
+        wb = p.wb1;
+    }
+    let total = wg_sum(ln, partial(inv.lid.x, wb + r * p.row_bytes, c * p.k));
+    if (inv.lid.x == 0u) {
+        if (part == 0u) {
+            out0[c * p.n0 + r] = total;
+        } else if (part == 1u) {
+            out1[c * p.n1 + r] = total;
+        } else {
+#ifdef THREE
+            out2[c * p.n2 + r] = total;
+#endif
+        }
+    }
+}
+#endif
