@@ -288,6 +288,31 @@ pub trait Backend: Send + Sync {
         self.glu(op, gate, up, out)
     }
 
+    /// A layer's queries rotated into `qr`, its keys rotated and stored with
+    /// its values in the cache: [`rope`](Backend::rope)`(q) -> qr`,
+    /// `rope(k) -> kr`, then [`set_rows`](Backend::set_rows) of `kr` (as
+    /// `[head_dim * n_head_kv, m]`) and of `v` at `rows` (the default). wgpu
+    /// runs it as one dispatch for F32 and F16 caches (the same bits).
+    /// `pq`, `pk`: the rope params of Q and K (they differ in `n_head`);
+    /// `kr`: scratch `[head_dim, n_head_kv, m]`, unspecified after the call.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store(
+        &self,
+        [q, k, v]: [&Self::Tensor; 3],
+        pos: &Self::Tensor,
+        [pq, pk]: [&RopeParams; 2],
+        [qr, kr]: [&Self::Tensor; 2],
+        rows: &Self::Tensor,
+        [kc, vc]: [&Self::Tensor; 2],
+    ) -> Result<()> {
+        self.rope(q, pos, pq, qr)?;
+        self.rope(k, pos, pk, kr)?;
+        let n = pk.head_dim * pk.n_head;
+        let m = kr.desc().n_elements() / n.max(1);
+        self.set_rows(&self.view(kr, [n, m, 1, 1])?, rows, kc)?;
+        self.set_rows(v, rows, vc)
+    }
+
     /// `out = w · x + res`: a block's output projection and the residual
     /// it is added to, as [`mul_mat`](Backend::mul_mat) into `tmp` then
     /// [`add`](Backend::add)`(res, tmp, out)` (the default). A backend may

@@ -194,6 +194,26 @@ impl Backend for GpuBackend {
         Ok(t)
     }
 
+    fn rope_store(
+        &self,
+        [q, k, v]: [&GpuTensor; 3],
+        pos: &GpuTensor,
+        [pq, pk]: [&RopeParams; 2],
+        [qr, kr]: [&GpuTensor; 2],
+        rows: &GpuTensor,
+        [kc, vc]: [&GpuTensor; 2],
+    ) -> Result<()> {
+        if ops::rope_store(self, [q, k, v], pos, [pq, pk], qr, rows, [kc, vc])? {
+            return Ok(());
+        }
+        self.rope(q, pos, pq, qr)?;
+        self.rope(k, pos, pk, kr)?;
+        let n = pk.head_dim * pk.n_head;
+        let m = kr.desc.n_elements() / n.max(1);
+        self.set_rows(&self.view(kr, [n, m, 1, 1])?, rows, kc)?;
+        self.set_rows(v, rows, vc)
+    }
+
     fn weights(&self, parts: Vec<(TensorDesc, SharedBytes)>) -> Result<Vec<GpuTensor>> {
         match self.pack_weights(&parts)? {
             Some(ts) => Ok(ts),

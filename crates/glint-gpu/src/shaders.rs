@@ -43,6 +43,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "matvec_fused.wgsl",
     "rope_common.wgsl",
     "rope.wgsl",
+    "rope_store.wgsl",
     "kshift.wgsl",
     "set_rows.wgsl",
     "attention.wgsl",

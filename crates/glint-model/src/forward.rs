@@ -599,10 +599,14 @@ impl<B: Backend> Layer<'_, B> {
             (qh, kh) = (qd, kd);
         }
         let (inp, kv) = (&self.inp, self.kv);
-        b.rope(&qh, &inp.pos, &hp.rope(il, nh), &f.qr)?;
-        b.rope(&kh, &inp.pos, &hp.rope(il, nkv), &f.kr)?;
-        b.set_rows(&view(b, &f.kr, &[n_ekv, t])?, &inp.rows, &kv.k[il])?;
-        b.set_rows(&vc, &inp.rows, &kv.v[il])?;
+        b.rope_store(
+            [&qh, &kh, &vc],
+            &inp.pos,
+            [&hp.rope(il, nh), &hp.rope(il, nkv)],
+            [&f.qr, &f.kr],
+            &inp.rows,
+            [&kv.k[il], &kv.v[il]],
+        )?;
         let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
         // Two-window SelfExtend (full-attention layers): the batch's keys
         // also at their grouped positions, its queries at theirs.
