@@ -669,62 +669,33 @@ mod wide {
                         k2.load(at, &mut kt2[jj * hd..(jj + 1) * hd]);
                     }
                 }
-                let mut r0 = 0;
-                while r0 < rows {
-                    let nr = (rows - r0).min(4);
-                    for jj in 0..tn {
-                        let tile_dots = |qs: &[f32], kt: &[f32]| {
-                            let (qs, krow) = (&qs[r0 * hd..], &kt[jj * hd..(jj + 1) * hd]);
-                            let mut xs = [0f32; 4];
-                            match nr {
-                                4 => xs = dots::<f32, 4>(qs, krow, hd),
-                                3 => xs[..3].copy_from_slice(&dots::<f32, 3>(qs, krow, hd)),
-                                2 => xs[..2].copy_from_slice(&dots::<f32, 2>(qs, krow, hd)),
-                                _ => xs[..1].copy_from_slice(&dots::<f32, 1>(qs, krow, hd)),
-                            }
-                            xs
-                        };
-                        let xs = if near_live {
-                            tile_dots(qr, kt)
+                // Each row against the tile, 8 keys at a time (`score8`,
+                // as `group` scores them).
+                let zero = _mm256_setzero_ps();
+                for r in 0..rows {
+                    let b = r / g;
+                    let near_m = &mask[b * n_kv..(b + 1) * n_kv];
+                    let far_m = far.map(|f| &f.2[b * n_kv..(b + 1) * n_kv]);
+                    let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
+                    let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+                    let mut c = 0;
+                    while c < tn {
+                        let n = (tn - c).min(8);
+                        let x = if near_live {
+                            score8(&qr[r * hd..(r + 1) * hd], &kt[c * hd..tn * hd], hd, n, hd)
                         } else {
-                            [0f32; 4]
+                            zero
                         };
-                        let xs2 = if far_live {
-                            tile_dots(qr2, kt2)
+                        let x2 = if far_live {
+                            score8(&qr2[r * hd..(r + 1) * hd], &kt2[c * hd..tn * hd], hd, n, hd)
                         } else {
-                            [0f32; 4]
+                            zero
                         };
-                        for t in 0..nr {
-                            let r = r0 + t;
-                            let j = (r / g) * n_kv + j0 + jj;
-                            let mk = mask[j];
-                            // The near pair where the near mask lets it
-                            // through, else the distant one where that
-                            // mask does.
-                            let (x, bias) = if mk != f32::NEG_INFINITY {
-                                (xs[t], mk)
-                            } else {
-                                match far {
-                                    Some((_, _, fm)) if fm[j] != f32::NEG_INFINITY => {
-                                        (xs2[t], fm[j])
-                                    }
-                                    _ => (0.0, f32::NEG_INFINITY),
-                                }
-                            };
-                            let sc = if bias == f32::NEG_INFINITY {
-                                f32::NEG_INFINITY
-                            } else {
-                                let mut x = x;
-                                if p.softcap > 0.0 {
-                                    x = p.softcap * (x / p.softcap).tanh();
-                                }
-                                x * p.scale + bias
-                            };
-                            scores[r * n_kv + j0 + jj] = sc;
-                            max[r] = max[r].max(sc);
-                        }
+                        let sc = finish8(p, [x, x2], near_m, far_m, j0 + c, n, srow);
+                        vmax = _mm256_max_ps(vmax, sc);
+                        c += n;
                     }
-                    r0 += nr;
+                    max[r] = max[r].max(hmax8(vmax));
                 }
             }
             // Softmax as `group` does it: masked weights 0, ggml's
@@ -733,10 +704,7 @@ mod wide {
                 let total = exp_row(&mut scores[r * n_kv..(r + 1) * n_kv], max[r]);
                 sum[r] = total;
                 if h.round_p && total > 0.0 {
-                    let inv = 1.0 / total;
-                    for sc in scores[r * n_kv..(r + 1) * n_kv].iter_mut() {
-                        *sc = f16::from_f32(*sc * inv).to_f32();
-                    }
+                    round_weights(&mut scores[r * n_kv..(r + 1) * n_kv], 1.0 / total);
                 }
             }
             // acc: [hd, rows], the weighted V rows summed tile by tile.
@@ -789,6 +757,10 @@ mod wide {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn weigh_tile<const N: usize>(o: &mut [f32], w: &[f32], stride: usize, vt: &[f32], hd: usize) {
         let tn = vt.len() / hd;
+        assert!(
+            N >= 1 && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
+            "weigh_tile: {N} rows of {hd} over {tn} keys"
+        );
         let mut d = 0;
         while d + 16 <= hd {
             let mut a0 = [_mm256_setzero_ps(); N];
@@ -797,12 +769,19 @@ mod wide {
                 a0[t] = f32::ld8(o, t * hd + d);
                 a1[t] = f32::ld8(o, t * hd + d + 8);
             }
+            let (vp, wp) = (vt.as_ptr(), w.as_ptr());
             for jj in 0..tn {
-                let (v0, v1) = (f32::ld8(vt, jj * hd + d), f32::ld8(vt, jj * hd + d + 8));
-                for t in 0..N {
-                    let wj = _mm256_set1_ps(w[t * stride + jj]);
-                    a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
-                    a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
+                // SAFETY: jj * hd + d + 16 <= tn * hd <= vt.len(), and
+                // t * stride + jj < (N - 1) * stride + tn <= w.len()
+                // (asserted above).
+                unsafe {
+                    let v0 = _mm256_loadu_ps(vp.add(jj * hd + d));
+                    let v1 = _mm256_loadu_ps(vp.add(jj * hd + d + 8));
+                    for t in 0..N {
+                        let wj = _mm256_broadcast_ss(&*wp.add(t * stride + jj));
+                        a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
+                        a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
+                    }
                 }
             }
             for t in 0..N {
@@ -860,6 +839,24 @@ mod wide {
         total
     }
 
+    /// `x = f16(x * inv)` widened back, for every `x` of `row`: ggml's
+    /// normalized weights rounded to f16, 8 at a time (F16C rounds to
+    /// nearest even, as `f16::from_f32` does: the same bits).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn round_weights(row: &mut [f32], inv: f32) {
+        let vinv = _mm256_set1_ps(inv);
+        let mut chunks = row.chunks_exact_mut(8);
+        for c in &mut chunks {
+            let x = _mm256_mul_ps(f32::ld8(c, 0), vinv);
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            st(c, 0, _mm256_cvtph_ps(h));
+        }
+        for x in chunks.into_remainder() {
+            *x = f16::from_f32(*x * inv).to_f32();
+        }
+    }
+
     /// [`exp_row`] for the unit test (the caller checked AVX2).
     #[cfg(test)]
     pub(super) fn exp_row_for_test(row: &mut [f32], max: f32) -> f32 {
@@ -906,6 +903,11 @@ mod wide {
     /// A cache element type: 8 of them from `at`, or one, as f32.
     trait Elem: Copy {
         fn ld8(s: &[Self], at: usize) -> __m256;
+        /// 8 elements from `p` as f32.
+        ///
+        /// # Safety
+        /// `p..p + 8` must be readable; AVX2 and F16C present.
+        unsafe fn ld8p(p: *const Self) -> __m256;
         fn get(s: &[Self], i: usize) -> f32;
         /// `c`'s elements, if it holds this type.
         fn of<'c>(c: Cache<'c>) -> Option<&'c [Self]>;
@@ -922,6 +924,12 @@ mod wide {
         #[inline(always)]
         fn get(s: &[f32], i: usize) -> f32 {
             s[i]
+        }
+
+        #[inline(always)]
+        unsafe fn ld8p(p: *const f32) -> __m256 {
+            // SAFETY: the caller's contract.
+            unsafe { _mm256_loadu_ps(p) }
         }
 
         #[inline(always)]
@@ -947,6 +955,12 @@ mod wide {
         }
 
         #[inline(always)]
+        unsafe fn ld8p(p: *const f16) -> __m256 {
+            // SAFETY: the caller's contract (16 bytes from `p`).
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+        }
+
+        #[inline(always)]
         fn ld8(s: &[f16], at: usize) -> __m256 {
             let c: &[f16; 8] = s[at..at + 8].try_into().expect("8 halves");
             // SAFETY: `c` is 16 readable bytes (f16 is a u16); loadu has no
@@ -964,31 +978,126 @@ mod wide {
         unsafe { _mm256_storeu_ps(c.as_mut_ptr(), v) }
     }
 
-    /// `q[t] · k[..hd]` for the `N` heads `q[t * hd..(t + 1) * hd]`, two
-    /// 8-lane accumulators each, one load of `k` for all of them.
+    /// `q · k_j` for the keys `k_j = k[j * stride..][..hd]`, `j < n <= 8`,
+    /// in the lanes of the result (lanes from `n` hold the last key's
+    /// again). One 8-lane accumulator a key, lane `l` summing the elements
+    /// `d ≡ l (mod 8)` in order; the lanes folded by a fixed tree of
+    /// horizontal adds; the `hd % 8` tail added after, in order. Both fast
+    /// paths score through this one function, so a block of tokens gives
+    /// each token's bits. Eight independent chains of fused multiply-adds
+    /// and no horizontal sum per key: the `Q·K` half of prefill at depth.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn dots<E: Elem, const N: usize>(q: &[f32], k: &[E], hd: usize) -> [f32; N] {
-        let mut a0 = [_mm256_setzero_ps(); N];
-        let mut a1 = [_mm256_setzero_ps(); N];
+    fn score8<E: Elem>(q: &[f32], k: &[E], stride: usize, n: usize, hd: usize) -> __m256 {
+        assert!(
+            (1..=8).contains(&n) && q.len() >= hd && k.len() >= (n - 1) * stride + hd,
+            "score8: {n} keys of {hd} at stride {stride} in {} elements",
+            k.len()
+        );
+        let base: [usize; 8] = std::array::from_fn(|j| j.min(n - 1) * stride);
+        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        let mut a = [_mm256_setzero_ps(); 8];
         let mut d = 0;
-        while d + 16 <= hd {
-            let (k0, k1) = (E::ld8(k, d), E::ld8(k, d + 8));
-            for t in 0..N {
-                a0[t] = _mm256_fmadd_ps(f32::ld8(q, t * hd + d), k0, a0[t]);
-                a1[t] = _mm256_fmadd_ps(f32::ld8(q, t * hd + d + 8), k1, a1[t]);
+        while d + 8 <= hd {
+            // SAFETY: d + 8 <= hd <= q.len(), and base[j] + d + 8 <=
+            // (n - 1) * stride + hd <= k.len() (asserted above).
+            unsafe {
+                let qd = _mm256_loadu_ps(qp.add(d));
+                for j in 0..8 {
+                    a[j] = _mm256_fmadd_ps(qd, E::ld8p(kp.add(base[j] + d)), a[j]);
+                }
             }
-            d += 16;
+            d += 8;
         }
-        let mut out = [0f32; N];
-        for t in 0..N {
-            let mut x = hsum_f32(_mm256_add_ps(a0[t], a1[t]));
-            for e in d..hd {
-                x += q[t * hd + e] * E::get(k, e);
+        // hadd(x, y) = [x01 x23 y01 y23 x45 x67 y45 y67]: u0 holds keys
+        // 0-3's lanes 0-3 then 4-7 summed, u1 keys 4-7's.
+        let t0 = _mm256_hadd_ps(a[0], a[1]);
+        let t1 = _mm256_hadd_ps(a[2], a[3]);
+        let t2 = _mm256_hadd_ps(a[4], a[5]);
+        let t3 = _mm256_hadd_ps(a[6], a[7]);
+        let (u0, u1) = (_mm256_hadd_ps(t0, t1), _mm256_hadd_ps(t2, t3));
+        let s = _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(u0, u1),
+            _mm256_permute2f128_ps::<0x31>(u0, u1),
+        );
+        if d == hd {
+            return s;
+        }
+        let mut out = [0f32; 8];
+        st(&mut out, 0, s);
+        for (j, o) in out.iter_mut().enumerate().take(n) {
+            for (e, &qe) in q.iter().enumerate().take(hd).skip(d) {
+                *o += qe * E::get(k, base[j] + e);
             }
-            out[t] = x;
         }
-        out
+        f32::ld8(&out, 0)
+    }
+
+    /// Scores `j..j + n` of a row from their dots: the near pair's `x[0]`
+    /// where `near` lets it through, else the distant pair's `x[1]` where
+    /// `far` does; soft-capped, scaled, biased (`x * scale + bias`), -inf
+    /// where both masks hide the key. Stored into `out[j..j + n]` and
+    /// returned (lanes from `n`: -inf).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn finish8(
+        p: &AttnParams,
+        [x, x2]: [__m256; 2],
+        near: &[f32],
+        far: Option<&[f32]>,
+        j: usize,
+        n: usize,
+        out: &mut [f32],
+    ) -> __m256 {
+        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut bias = ld_pad(near, j, n);
+        let mut x = x;
+        if let Some(fm) = far {
+            let hidden = _mm256_cmp_ps::<_CMP_EQ_OQ>(bias, ninf);
+            x = _mm256_blendv_ps(x, x2, hidden);
+            bias = _mm256_blendv_ps(bias, ld_pad(fm, j, n), hidden);
+        }
+        if p.softcap > 0.0 {
+            let mut t = [0f32; 8];
+            st(&mut t, 0, x);
+            for v in t.iter_mut() {
+                *v = p.softcap * (*v / p.softcap).tanh();
+            }
+            x = f32::ld8(&t, 0);
+        }
+        let sc = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(p.scale)), bias);
+        let sc = _mm256_blendv_ps(sc, ninf, _mm256_cmp_ps::<_CMP_EQ_OQ>(bias, ninf));
+        if n == 8 {
+            st(out, j, sc);
+        } else {
+            let mut t = [0f32; 8];
+            st(&mut t, 0, sc);
+            out[j..j + n].copy_from_slice(&t[..n]);
+        }
+        sc
+    }
+
+    /// `m[j..j + n]` in 8 lanes, -inf from `n`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn ld_pad(m: &[f32], j: usize, n: usize) -> __m256 {
+        if n == 8 {
+            return f32::ld8(m, j);
+        }
+        let mut t = [f32::NEG_INFINITY; 8];
+        t[..n].copy_from_slice(&m[j..j + n]);
+        f32::ld8(&t, 0)
+    }
+
+    /// The largest of 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hmax8(v: __m256) -> f32 {
+        let h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_max_ss(h, _mm_shuffle_ps::<1>(h, h));
+        _mm_cvtss_f32(h)
     }
 
     /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
@@ -1091,7 +1200,7 @@ mod wide {
                     .zip(fm)
                     .map(|(&a, &b)| if a != f32::NEG_INFINITY { a } else { b }),
             );
-            Some((q2, &k2[p.kv_start * h.row + at_head..]))
+            Some((q2, &k2[p.kv_start * h.row + at_head..], fm))
         });
         let GroupScratch {
             scores,
@@ -1102,51 +1211,55 @@ mod wide {
         } = s;
         let live: &[f32] = if far.is_some() { merged } else { near };
         max.fill(f32::NEG_INFINITY);
-        for j in 0..n_kv {
-            if live[j] == f32::NEG_INFINITY {
+        // 8 keys at a time (`score8`, as `block` scores them); a chunk no
+        // pair of it sees is not read.
+        let zero = _mm256_setzero_ps();
+        let dead = |m: &[f32]| m.iter().all(|&x| x == f32::NEG_INFINITY);
+        let mut c = 0;
+        while c < n_kv {
+            let n = (n_kv - c).min(8);
+            let near_live = !dead(&near[c..c + n]);
+            let far_live = far.is_some_and(|(_, _, fm)| !dead(&fm[c..c + n]));
+            if !(near_live || far_live) {
                 for t in 0..gsz {
-                    scores[t * n_kv + j] = f32::NEG_INFINITY;
+                    scores[t * n_kv + c..t * n_kv + c + n].fill(f32::NEG_INFINITY);
                 }
+                c += n;
                 continue;
             }
-            // A distant pair (near masked, far not) scores q2 · k2.
-            let (qsel, ksel) = match far {
-                Some((q2, k2)) if near[j] == f32::NEG_INFINITY => (q2, k2),
-                _ => (q, kw),
-            };
-            let krow = &ksel[j * h.row..j * h.row + hd];
-            let mut h0 = 0;
-            while h0 < gsz {
-                let qs = &qsel[h0 * hd..];
-                let mut xs = [0f32; 4];
-                let nh = (gsz - h0).min(4);
-                match nh {
-                    4 => xs = dots::<K, 4>(qs, krow, hd),
-                    3 => xs[..3].copy_from_slice(&dots::<K, 3>(qs, krow, hd)),
-                    2 => xs[..2].copy_from_slice(&dots::<K, 2>(qs, krow, hd)),
-                    _ => xs[..1].copy_from_slice(&dots::<K, 1>(qs, krow, hd)),
-                }
-                for (t, &x) in xs[..nh].iter().enumerate() {
-                    let mut x = x;
-                    if p.softcap > 0.0 {
-                        x = p.softcap * (x / p.softcap).tanh();
+            let kn = &kw[c * h.row..];
+            for t in 0..gsz {
+                let x = if near_live {
+                    score8(&q[t * hd..(t + 1) * hd], kn, h.row, n, hd)
+                } else {
+                    zero
+                };
+                let x2 = match far {
+                    Some((q2, k2, _)) if far_live => {
+                        score8(&q2[t * hd..(t + 1) * hd], &k2[c * h.row..], h.row, n, hd)
                     }
-                    let sc = x * p.scale + live[j];
-                    scores[(h0 + t) * n_kv + j] = sc;
-                    max[h0 + t] = max[h0 + t].max(sc);
-                }
-                h0 += nh;
+                    _ => zero,
+                };
+                let fm = far.map(|f| f.2);
+                let sc = finish8(
+                    p,
+                    [x, x2],
+                    near,
+                    fm,
+                    c,
+                    n,
+                    &mut scores[t * n_kv..(t + 1) * n_kv],
+                );
+                max[t] = max[t].max(hmax8(sc));
             }
+            c += n;
         }
         for t in 0..gsz {
             let total = exp_row(&mut scores[t * n_kv..(t + 1) * n_kv], max[t]);
             sum[t] = total;
             if h.round_p && total > 0.0 {
                 // ggml normalizes first, then rounds the weights to f16.
-                let inv = 1.0 / total;
-                for sc in scores[t * n_kv..(t + 1) * n_kv].iter_mut() {
-                    *sc = f16::from_f32(*sc * inv).to_f32();
-                }
+                round_weights(&mut scores[t * n_kv..(t + 1) * n_kv], 1.0 / total);
             }
         }
         let mut h0 = 0;
