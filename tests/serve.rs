@@ -398,7 +398,7 @@ fn a_full_shared_cache_ends_only_the_slot_that_finds_no_cell() {
     // both fit; the one that finds no cell ends with "length", the other
     // takes its cells and gets all of its tokens, as it would alone.
     let s = Server::start(&["-c", "256"]);
-    let body = |p: &str| json!({"prompt": p, "max_tokens": 200, "temperature": 0, "ignore_eos": true, "logprobs": 2});
+    let body = |p: &str| json!({"prompt": p, "max_tokens": 200, "temperature": 0, "ignore_eos": true, "logprobs": 5});
     let prompts = [
         "Once upon a time there was a baker",
         "The history of the Roman empire",
