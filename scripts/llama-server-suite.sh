@@ -22,6 +22,12 @@
 #                   llama-server-passing.txt) stand in for its run
 #   GAPS=FILE       `file::test  # why` lines: tests glint is known to fail
 #                   though llama-server passes them; listed, not counted
+#   ONLY_REFERENCE=1  with REFERENCE: run only the test functions that have a
+#                   case in it (pytest -k), skipping files with none; the
+#                   rest cannot count, and some generate thousands of tokens
+#                   (test_tool_call's DeepSeek-R1 cases, n_predict 8192),
+#                   which on a slow 2-core machine ran into the per-file
+#                   timeout and lost the file's results
 #
 # The suite downloads its models from Hugging Face (--hf-repo, --hf-file,
 # --model-url, -hf; --offline after the first start). A stand-in in front of
@@ -132,11 +138,23 @@ for s in "${servers[@]}"; do
     [ "${REPORT_ONLY:-}" = 1 ] && break
     for f in "${files[@]}"; do
         name=${f%.py}
+        select=()
+        if [ "${ONLY_REFERENCE:-}" = 1 ] && [ -n "${REFERENCE:-}" ]; then
+            # The reference's test functions of this file, as `-k "a or b"`.
+            k=$(grep "^$name::" "$REFERENCE" | sed 's/^[^:]*:://; s/\[.*//' | sort -u |
+                paste -sd' ' | sed 's/ / or /g')
+            if [ -z "$k" ]; then
+                echo "== $s $f: no test of it in $REFERENCE, not run" >&2
+                rm -f "$OUT/$s-$name.xml"
+                continue
+            fi
+            select=(-k "$k")
+        fi
         echo "== $s $f" >&2
         # Each file alone, one worker: the tests start servers on one port.
         (cd "$TESTS" && LLAMA_SERVER_BIN_PATH=${bin[$s]} LLAMA_CACHE=$OUT/cache \
             PYTHONPATH=$OUT:$TESTS timeout 1800 "$SUITE_VENV/bin/pytest" -q -p no:cacheprovider \
-            -p glint_suite_plugin "unit/$f" \
+            -p glint_suite_plugin "unit/$f" "${select[@]}" \
             --junitxml="$OUT/$s-$name.xml" > "$OUT/$s-$name.log" 2>&1) || true
     done
 done
