@@ -362,7 +362,8 @@ fn attention_window_matches_cpu() {
 /// one level over: all within one step, at least 99% equal); attention and
 /// two-window attention over the same cache bytes read the same values
 /// (attention's f32 tolerance); the K-shift dequantizes, rotates,
-/// requantizes (f32 angles on both sides: one step, 99% equal).
+/// requantizes (f32 angles on both sides: one step, 99% equal; each shift
+/// from the gpu's bytes, as steps apart add up over successive shifts).
 #[test]
 fn quantized_cache_matches_cpu() {
     each_gpu(|| {
@@ -482,6 +483,10 @@ fn quantized_cache_matches_cpu() {
                     .map(|i| if i % 5 == 0 { 0 } else { r.range(-400, 400) })
                     .collect();
                 let s = i32p(&shift);
+                // Each shift from the same bytes: one shift may leave a
+                // value a step apart, and a second over it two.
+                let (g, _) = bytes(&k);
+                cpu().write(&k.1, 0, &g).unwrap();
                 gpu().kshift(&k.0, &s.0, &p).unwrap();
                 cpu().kshift(&k.1, &s.1, &p).unwrap();
                 within_a_step(&format!("kshift {mode:?}"), &k);
