@@ -445,6 +445,39 @@ pub fn kshift<T: Tensor + ?Sized>(k: &T, shift: &T, p: &RopeParams) -> Result<us
     Ok(n_rows)
 }
 
+/// [`crate::Backend::short_conv`]: `x`, `out` F32 `[n, m]`; `kernel` F32
+/// `[l, n]` with `l >= 2`; `state` F32 `[(l - 1) * n, n_slots]`; `slots`
+/// I32 `[m]`. `out` and `state` are written, so neither may be an input.
+/// Returns `(n, m, l, n_slots)`.
+pub fn short_conv<T: Tensor + ?Sized>(
+    [x, kernel, state, slots]: [&T; 4],
+    out: &T,
+) -> Result<(usize, usize, usize, usize)> {
+    const OP: &str = "short_conv";
+    for (what, t) in [("x", x), ("kernel", kernel), ("state", state), ("out", out)] {
+        ty(OP, what, t, GgmlType::F32)?;
+    }
+    ty(OP, "slots", slots, GgmlType::I32)?;
+    distinct(OP, out, &[x, kernel, state, slots])?;
+    distinct(OP, state, &[x, kernel, slots])?;
+    let kd = kernel.desc();
+    let (l, n) = (kd.ne[0], kd.ne[1]);
+    if l < 2 || kd.ne[2] != 1 || kd.ne[3] != 1 || n == 0 {
+        return Err(shape(
+            OP,
+            format!(
+                "kernel `{}` has ne {:?}: expected [l >= 2, n]",
+                kd.label, kd.ne
+            ),
+        ));
+    }
+    let m = cols(OP, "x", x.desc(), n)?;
+    matrix(OP, "out", out.desc(), n, m)?;
+    len(OP, "slots", slots.desc(), m)?;
+    let n_slots = cols(OP, "state", state.desc(), (l - 1) * n)?;
+    Ok((n, m, l, n_slots))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

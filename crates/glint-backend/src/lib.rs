@@ -437,4 +437,24 @@ pub trait Backend: Send + Sync {
     /// `k`: F32 or F16 `[head_dim * n_head_kv, n_rows]` (`p.n_head` must be
     /// `n_head_kv`); `shift`: I32 `[n_rows]`.
     fn kshift(&self, k: &Self::Tensor, shift: &Self::Tensor, p: &RopeParams) -> Result<()>;
+
+    /// Short causal convolution over time with a per-sequence state
+    /// (llama.cpp's `ggml_ssm_conv` as LFM2's short-conv layers use it),
+    /// the tokens taken in order. With `d = l - 1` and `s = slots[i]`, token
+    /// `i` of channel `c` sees the window `w = [state[c*d .. c*d + d, s],
+    /// x[c, i]]`:
+    /// `out[c, i] = Σ_{k < l} w[k] * kernel[k, c]` (summed in `k` order),
+    /// then `state[c*d .. c*d + d, s] = w[1..]`: the state ends holding each
+    /// sequence's last `d` inputs. `x`, `out`: F32 `[n, m]`; `kernel`: F32
+    /// `[l, n]`; `state`: F32 `[d * n, n_slots]`, updated in place;
+    /// `slots`: I32 `[m]`. A slot outside `0..n_slots` (the caller checks
+    /// them) yields zeros and touches no state.
+    fn short_conv(
+        &self,
+        x: &Self::Tensor,
+        kernel: &Self::Tensor,
+        state: &Self::Tensor,
+        slots: &Self::Tensor,
+        out: &Self::Tensor,
+    ) -> Result<()>;
 }

@@ -17,6 +17,7 @@
 
 pub mod act;
 mod attention;
+pub mod conv;
 mod elementwise;
 mod matmul;
 pub mod qdot;
@@ -547,6 +548,32 @@ impl Backend for CpuBackend {
                     .map_err(|e| shape_err(OP, e.to_string()))?
             }
         }
+        Ok(())
+    }
+
+    fn short_conv(
+        &self,
+        x: &CpuTensor,
+        kernel: &CpuTensor,
+        state: &CpuTensor,
+        slots: &CpuTensor,
+        out: &CpuTensor,
+    ) -> Result<()> {
+        const OP: &str = "short_conv";
+        let (n, _, l, _) = check::short_conv([x, kernel, state, slots], out)?;
+        let (xg, kg, sg) = (x.read_guard()?, kernel.read_guard()?, slots.read_guard()?);
+        let mut stg = state.write_guard(OP)?;
+        let mut og = out.write_guard(OP)?;
+        // Sequential over tokens (a sequence's tokens read the state its
+        // earlier ones leave); a few multiply-adds per channel.
+        conv::short_conv(
+            &xg.f32s(),
+            &kg.f32s(),
+            stg.f32s_mut(),
+            &sg.i32s(),
+            [n, l],
+            og.f32s_mut(),
+        );
         Ok(())
     }
 }

@@ -376,4 +376,15 @@ impl Backend for GpuBackend {
     fn kshift(&self, k: &GpuTensor, shift: &GpuTensor, p: &RopeParams) -> Result<()> {
         ops::kshift(self, k, shift, p)
     }
+
+    fn short_conv(
+        &self,
+        x: &GpuTensor,
+        kernel: &GpuTensor,
+        state: &GpuTensor,
+        slots: &GpuTensor,
+        out: &GpuTensor,
+    ) -> Result<()> {
+        ops::short_conv(self, [x, kernel, state, slots], out)
+    }
 }

@@ -46,6 +46,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "rope_store.wgsl",
     "kshift.wgsl",
     "set_rows.wgsl",
+    "short_conv.wgsl",
     "attention.wgsl",
     "kv_quant.wgsl",
     "quant/common.wgsl",

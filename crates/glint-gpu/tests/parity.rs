@@ -710,3 +710,34 @@ fn rope_store_is_rope_then_set_rows() {
         }
     });
 }
+
+/// LFM2's short convolution: tokens of three sequences interleaved (one
+/// slot out of range), a state carried over two calls, outputs and the
+/// final states held to the cpu's.
+#[test]
+fn short_conv_matches_cpu() {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (n, l, n_slots) = (100, 3, 4);
+        let d = l - 1;
+        let kernel = f32p([l, n, 1, 1], &r.vec_scaled(l * n, 1.0));
+        let state = f32p([d * n, n_slots, 1, 1], &r.vec_scaled(d * n * n_slots, 2.0));
+        for (m, slots) in [
+            (7, vec![0, 2, 0, 3, 2, 0, 1]),
+            (5, vec![2, 9, 2, 0, 1]),
+            (1, vec![3]),
+        ] {
+            let x = f32p([n, m, 1, 1], &r.vec_scaled(n * m, 2.0));
+            let s = i32p(&slots);
+            let o = out([n, m, 1, 1]);
+            gpu()
+                .short_conv(&x.0, &kernel.0, &state.0, &s.0, &o.0)
+                .unwrap();
+            cpu()
+                .short_conv(&x.1, &kernel.1, &state.1, &s.1, &o.1)
+                .unwrap();
+            compare("short_conv out", &o, GgmlType::F32, tol::SHORT_CONV);
+            compare("short_conv state", &state, GgmlType::F32, tol::SHORT_CONV);
+        }
+    });
+}

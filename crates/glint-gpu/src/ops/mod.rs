@@ -13,6 +13,7 @@ mod rms_norm;
 mod rope;
 mod rope_store;
 mod set_rows;
+mod short_conv;
 mod softmax;
 mod unary;
 
@@ -116,5 +117,6 @@ pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;
 pub(crate) use set_rows::set_rows;
+pub(crate) use short_conv::short_conv;
 pub(crate) use softmax::softmax;
 pub(crate) use unary::{scale, unary};

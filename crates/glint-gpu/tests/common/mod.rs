@@ -34,6 +34,8 @@ pub mod tol {
     pub const KSHIFT_F32: f64 = 2e-4;
     /// K-shift invariant with an F16 cache: each shift rounds to f16 again.
     pub const KSHIFT_F16: f64 = 4e-3;
+    /// short_conv: a few products summed in one order (FMA or not).
+    pub const SHORT_CONV: f64 = 1e-6;
 
     use glint_backend::GgmlType;
 
