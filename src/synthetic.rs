@@ -28,7 +28,7 @@ use glint::Error;
 
 /// Bumped whenever a preset or the generator changes, so cached files are
 /// rewritten.
-pub const SYNTHETIC_VERSION: u32 = 2;
+pub const SYNTHETIC_VERSION: u32 = 3;
 
 /// Metadata key holding [`SYNTHETIC_VERSION`].
 pub const KEY_VERSION: &str = "glint.synthetic.version";
@@ -80,6 +80,11 @@ pub struct Preset {
     pub n_swa: usize,
     /// No `output.weight`: the head is `token_embd`.
     pub tied: bool,
+    /// LFM2: the layers with attention; the others are short convolutions
+    /// of `n_conv` inputs (empty: every layer has attention).
+    pub attn_layers: &'static [usize],
+    /// LFM2's `shortconv.l_cache`.
+    pub n_conv: usize,
     /// Quant types.
     pub mix: TypeMix,
 }
@@ -118,6 +123,8 @@ pub const PRESETS: &[Preset] = &[
         rms_eps: 1e-5,
         n_swa: 0,
         tied: false,
+        attn_layers: &[],
+        n_conv: 0,
         mix: Q4_0_MIX,
     },
     Preset {
@@ -135,6 +142,8 @@ pub const PRESETS: &[Preset] = &[
         rms_eps: 1e-5,
         n_swa: 0,
         tied: false,
+        attn_layers: &[],
+        n_conv: 0,
         mix: Q4_K_M_MIX,
     },
     Preset {
@@ -152,6 +161,8 @@ pub const PRESETS: &[Preset] = &[
         rms_eps: 1e-5,
         n_swa: 0,
         tied: true,
+        attn_layers: &[],
+        n_conv: 0,
         mix: Q4_1_MIX,
     },
     Preset {
@@ -169,7 +180,30 @@ pub const PRESETS: &[Preset] = &[
         rms_eps: 1e-6,
         n_swa: 512,
         tied: true,
+        attn_layers: &[],
+        n_conv: 0,
         mix: Q4_K_M_MIX,
+    },
+    // LiquidAI's LFM2-350M: 10 short-convolution layers and 6 attention
+    // layers (its config's `full_attn_idxs`), llama.cpp's Q4_0 mix.
+    Preset {
+        name: "lfm2-350m:q4_0",
+        arch: "lfm2",
+        n_embd: 1024,
+        n_layer: 16,
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: None,
+        n_ff: 4608,
+        n_vocab: 65536,
+        n_ctx_train: 128_000,
+        rope_freq_base: 1_000_000.0,
+        rms_eps: 1e-5,
+        n_swa: 0,
+        tied: true,
+        attn_layers: &[2, 5, 8, 10, 12, 14],
+        n_conv: 3,
+        mix: Q4_0_MIX,
     },
 ];
 
@@ -226,9 +260,15 @@ impl Preset {
         self.head_dim.unwrap_or(self.n_embd / self.n_head)
     }
 
+    /// Whether layer `il` is a short convolution (LFM2).
+    pub fn is_conv(&self, il: usize) -> bool {
+        !self.attn_layers.is_empty() && !self.attn_layers.contains(&il)
+    }
+
     /// The file's tensors, in llama.cpp's order (embeddings, layers, head).
     pub fn tensors(&self) -> Vec<TensorPlan> {
         let gemma = self.arch == "gemma3";
+        let qk_norm = gemma || self.arch == "lfm2";
         let (e, hd) = (self.n_embd as u64, self.head_dim() as u64);
         let (nq, nkv, ff) = (
             hd * self.n_head as u64,
@@ -261,13 +301,26 @@ impl Preset {
                 _ => m.base,
             };
             t.push(norm(b("attn_norm.weight"), e));
-            t.push(mat(b("attn_q.weight"), &[e, nq], m.base));
-            t.push(mat(b("attn_k.weight"), &[e, nkv], m.base));
-            t.push(mat(b("attn_v.weight"), &[e, nkv], more));
-            t.push(mat(b("attn_output.weight"), &[nq, e], m.base));
-            if gemma {
+            if self.is_conv(il) {
+                t.push(TensorPlan {
+                    name: b("shortconv.conv.weight"),
+                    dims: vec![self.n_conv as u64, e],
+                    ty: GgmlType::F32,
+                    constant: None,
+                });
+                t.push(mat(b("shortconv.in_proj.weight"), &[e, 3 * e], m.base));
+                t.push(mat(b("shortconv.out_proj.weight"), &[e, e], m.base));
+            } else {
+                t.push(mat(b("attn_q.weight"), &[e, nq], m.base));
+                t.push(mat(b("attn_k.weight"), &[e, nkv], m.base));
+                t.push(mat(b("attn_v.weight"), &[e, nkv], more));
+                t.push(mat(b("attn_output.weight"), &[nq, e], m.base));
+            }
+            if qk_norm && !self.is_conv(il) {
                 t.push(norm(b("attn_q_norm.weight"), hd));
                 t.push(norm(b("attn_k_norm.weight"), hd));
+            }
+            if gemma {
                 t.push(norm(b("post_attention_norm.weight"), e));
                 t.push(norm(b("post_ffw_norm.weight"), e));
             }
@@ -276,7 +329,12 @@ impl Preset {
             t.push(mat(b("ffn_up.weight"), &[e, ff], m.base));
             t.push(mat(b("ffn_down.weight"), &[ff, e], more));
         }
-        t.push(norm("output_norm.weight".into(), e));
+        let out_norm = if self.arch == "lfm2" {
+            "token_embd_norm.weight"
+        } else {
+            "output_norm.weight"
+        };
+        t.push(norm(out_norm.into(), e));
         if !self.tied {
             t.push(mat(
                 "output.weight".into(),
@@ -318,7 +376,24 @@ impl Preset {
         w.add_kv(format!("{a}.block_count"), u32v(self.n_layer))?;
         w.add_kv(format!("{a}.feed_forward_length"), u32v(self.n_ff))?;
         w.add_kv(format!("{a}.attention.head_count"), u32v(self.n_head))?;
-        w.add_kv(format!("{a}.attention.head_count_kv"), u32v(self.n_head_kv))?;
+        if self.attn_layers.is_empty() {
+            w.add_kv(format!("{a}.attention.head_count_kv"), u32v(self.n_head_kv))?;
+        } else {
+            let per_layer = (0..self.n_layer)
+                .map(|il| {
+                    if self.is_conv(il) {
+                        0
+                    } else {
+                        self.n_head_kv as i32
+                    }
+                })
+                .collect();
+            w.add_kv(
+                format!("{a}.attention.head_count_kv"),
+                Value::Array(Array::I32(per_layer)),
+            )?;
+            w.add_kv(format!("{a}.shortconv.l_cache"), u32v(self.n_conv))?;
+        }
         if let Some(hd) = self.head_dim {
             w.add_kv(format!("{a}.attention.key_length"), u32v(hd))?;
             w.add_kv(format!("{a}.attention.value_length"), u32v(hd))?;

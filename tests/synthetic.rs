@@ -90,3 +90,33 @@ fn synthetic_gemma3_mirrors_the_real_type_mix() {
         real.tensors().iter().map(|t| t.n_bytes).sum::<u64>()
     );
 }
+
+/// `lfm2-350m:q4_0`: LFM2-350M's layer plan (10 short-convolution layers,
+/// attention at its config's `full_attn_idxs`), and it runs.
+#[test]
+fn synthetic_lfm2_has_the_layer_plan_and_runs() {
+    let tmp = common::TempDir::new("synth-lfm2");
+    let preset = glint_cli::synthetic::preset("lfm2-350m:q4_0").unwrap();
+    let path = tmp.path().join("lfm2.gguf");
+    preset.writer().unwrap().write_to_path(&path).unwrap();
+    let params = ModelParams {
+        backend: glint::BackendKind::Cpu,
+        n_threads: Some(2),
+        ..Default::default()
+    };
+    let m = Model::load(&path, &params).unwrap();
+    let hp = m.hparams();
+    assert_eq!(hp.arch.name, "lfm2");
+    assert_eq!(hp.attn_layers(), vec![2, 5, 8, 10, 12, 14]);
+    assert_eq!((hp.n_conv, hp.n_embd_conv(), hp.n_head_kv), (3, 2048, 8));
+    let mut ctx = common::context(&m, 64);
+    ctx.decode(&Batch::from_tokens(&[1, 2, 3, 4], 0, 0))
+        .unwrap();
+    let mut tok = ctx.argmax(3).unwrap();
+    for pos in 4..8 {
+        assert!((tok as usize) < hp.n_vocab);
+        ctx.decode(&Batch::from_tokens(&[tok], pos, 0)).unwrap();
+        assert!(ctx.logits(0).unwrap().iter().all(|v| v.is_finite()));
+        tok = ctx.argmax(0).unwrap();
+    }
+}

@@ -84,6 +84,9 @@ keys! {
     FinalLogitSoftcapping => "{arch}.final_logit_softcapping",
     /// `n_vocab` when stored (otherwise the token list's length).
     VocabSize => "{arch}.vocab_size",
+    /// LFM2: the short convolution's length (its state holds `l_cache - 1`
+    /// inputs).
+    ShortConvLCache => "{arch}.shortconv.l_cache",
     /// Number of experts.
     ExpertCount => "{arch}.expert_count",
     /// Experts used per token.

@@ -44,6 +44,13 @@ pub struct ArchInfo {
     /// RoPE base of SWA layers when `rope.freq_base_swa` is absent
     /// (`None`: the global base).
     pub rope_base_swa_default: Option<f32>,
+    /// The final norm's tensor (LFM2's converter names it
+    /// `token_embd_norm`).
+    pub output_norm: &'static str,
+    /// Layers whose `head_count_kv` is 0 are short-convolution layers
+    /// (`shortconv.{conv,in_proj,out_proj}`, LFM2) with a recurrent state
+    /// instead of a KV cache.
+    pub short_conv: bool,
 }
 
 /// Every architecture glint runs.
@@ -58,6 +65,8 @@ pub const ARCHS: &[ArchInfo] = &[
         qkv_bias: false,
         swa_default: SwaDefault::None,
         rope_base_swa_default: None,
+        output_norm: names::OUTPUT_NORM,
+        short_conv: false,
     },
     ArchInfo {
         name: "gemma3",
@@ -70,6 +79,8 @@ pub const ARCHS: &[ArchInfo] = &[
         swa_default: SwaDefault::Pattern(6),
         // llama.cpp's default `rope_freq_base_train_swa` for Gemma 3.
         rope_base_swa_default: Some(10_000.0),
+        output_norm: names::OUTPUT_NORM,
+        short_conv: false,
     },
     ArchInfo {
         name: "qwen2",
@@ -81,6 +92,21 @@ pub const ARCHS: &[ArchInfo] = &[
         qkv_bias: true,
         swa_default: SwaDefault::None,
         rope_base_swa_default: None,
+        output_norm: names::OUTPUT_NORM,
+        short_conv: false,
+    },
+    ArchInfo {
+        name: "lfm2",
+        rope_mode: RopeMode::Neox,
+        glu: Glu::SwiGlu,
+        embd_scale: EmbdScale::None,
+        qk_norm: true,
+        post_norms: false,
+        qkv_bias: false,
+        swa_default: SwaDefault::None,
+        rope_base_swa_default: None,
+        output_norm: names::OUTPUT_NORM_LFM2,
+        short_conv: true,
     },
 ];
 
@@ -95,6 +121,8 @@ pub mod names {
     pub const TOKEN_EMBD: &str = "token_embd.weight";
     /// Final norm `[n_embd]`.
     pub const OUTPUT_NORM: &str = "output_norm.weight";
+    /// LFM2's final norm `[n_embd]`.
+    pub const OUTPUT_NORM_LFM2: &str = "token_embd_norm.weight";
     /// Output head `[n_embd, n_vocab]`; absent = tied to `token_embd`.
     pub const OUTPUT: &str = "output.weight";
 

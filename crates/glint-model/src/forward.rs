@@ -5,11 +5,11 @@ use glint_backend::{AttnParams, Backend, GgmlType, TensorDesc, Usage};
 
 use crate::arch::EmbdScale;
 use crate::hparams::HParams;
-use crate::weights::{LayerWeights, Weights};
+use crate::weights::{AttnWeights, ConvWeights, LayerWeights, Mixer, Weights};
 use crate::ModelError;
 
-/// The K and V rows of every layer: `[n_embd_kv, n_rows]` each, F16, F32,
-/// Q8_0 or Q4_0.
+/// The K and V rows of every attention layer: `[n_embd_kv, n_rows]` each,
+/// F16, F32, Q8_0 or Q4_0 (a short-convolution layer has none).
 /// Which row holds which token is the cache's bookkeeping (`glint-kv`); here
 /// they are just storage.
 pub struct KvStorage<T> {
@@ -21,6 +21,8 @@ pub struct KvStorage<T> {
     /// (two-window SelfExtend), `[n_embd_kv, n_rows]` of K's type; empty
     /// when the context does not extend so.
     pub k2: Vec<T>,
+    /// The model layer of each entry of `k`, `v` (and `k2`).
+    pub layers: Vec<usize>,
     /// Rows per layer (`n_stream * kv_size`).
     pub n_rows: usize,
     /// K cache element type.
@@ -56,10 +58,11 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
                 )));
             }
         }
-        let mut k = Vec::with_capacity(hp.n_layer);
-        let mut v = Vec::with_capacity(hp.n_layer);
+        let layers = hp.attn_layers();
+        let mut k = Vec::with_capacity(layers.len());
+        let mut v = Vec::with_capacity(layers.len());
         let mut k2 = Vec::new();
-        for il in 0..hp.n_layer {
+        for &il in &layers {
             let mut lists = vec![(&mut k, type_k, "k"), (&mut v, type_v, "v")];
             if grouped {
                 lists.push((&mut k2, type_k, "k_grouped"));
@@ -81,10 +84,63 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
             k,
             v,
             k2,
+            layers,
             n_rows,
             type_k,
             type_v,
         })
+    }
+}
+
+impl<T> KvStorage<T> {
+    /// The entry of model layer `il` in `k`, `v` (and `k2`), if it has one.
+    pub fn index(&self, il: usize) -> Option<usize> {
+        self.layers.iter().position(|&l| l == il)
+    }
+}
+
+/// The recurrent state of every short-convolution layer (LFM2): each
+/// sequence's last `n_conv - 1` inputs per channel, one column (slot) per
+/// sequence id.
+pub struct ConvStorage<T> {
+    /// Per short-convolution layer: `[n_embd_conv, n_slots]` f32.
+    pub state: Vec<T>,
+    /// The model layer of each entry of `state`.
+    pub layers: Vec<usize>,
+    /// Slots (sequences) per layer.
+    pub n_slots: usize,
+}
+
+impl<T: glint_backend::Tensor> ConvStorage<T> {
+    /// Zeroed states of `n_slots` sequences for every short-convolution
+    /// layer of `hp` (none for a model without them).
+    pub fn new<B: Backend<Tensor = T>>(
+        backend: &B,
+        hp: &HParams,
+        n_slots: usize,
+    ) -> Result<Self, ModelError> {
+        let layers: Vec<usize> = (0..hp.n_layer).filter(|&il| hp.is_conv(il)).collect();
+        let mut state = Vec::with_capacity(layers.len());
+        for &il in &layers {
+            let t = backend.alloc(TensorDesc {
+                ty: GgmlType::F32,
+                ne: [hp.n_embd_conv(), n_slots, 1, 1],
+                label: format!("conv_state_l{il}"),
+                usage: Usage::KvCache,
+            })?;
+            backend.write(&t, 0, &vec![0u8; t.desc().n_bytes()])?;
+            state.push(t);
+        }
+        Ok(ConvStorage {
+            state,
+            layers,
+            n_slots,
+        })
+    }
+
+    /// The entry of model layer `il` in `state`, if it has one.
+    pub fn index(&self, il: usize) -> Option<usize> {
+        self.layers.iter().position(|&l| l == il)
     }
 }
 
@@ -96,6 +152,9 @@ pub struct UBatch<'a> {
     pub pos: &'a [i32],
     /// Cache rows receiving each token's K and V `[T]`.
     pub rows: &'a [i32],
+    /// Each token's recurrent state slot `[T]` (its sequence; empty when
+    /// the model has no short-convolution layers).
+    pub slots: &'a [i32],
     /// First cache row attention considers (the stream's start).
     pub kv_start: usize,
     /// Cache rows attention considers.
@@ -135,6 +194,11 @@ pub struct Scratch<T> {
     pos: T,      // [T] i32
     rows: T,     // [T] i32
     outs: T,     // [T] i32
+    slots: T,    // [T] i32, recurrent state slot of each token
+    conv_b: T,   // [n_embd, T] f32 (short-conv layers; else [1]), gate b
+    conv_c: T,   // [n_embd, T] f32, gate c
+    conv_x: T,   // [n_embd, T] f32, input x, then b * x
+    conv_y: T,   // [n_embd, T] f32, the convolution's output
     mask: T,     // [n_kv_max * T] f32
     mask_swa: T, // [n_kv_max * T] f32
     pos_q2: T,   // [T] i32, grouped query positions (two-window SelfExtend)
@@ -207,6 +271,11 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             pos: a(i, t, "inp_pos")?,
             rows: a(i, t, "inp_rows")?,
             outs: a(i, t, "inp_out_ids")?,
+            slots: a(i, t, "inp_slots")?,
+            conv_b: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_b")?,
+            conv_c: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_c")?,
+            conv_x: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_x")?,
+            conv_y: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_y")?,
             mask: a(f, n_kv_max * t, "kq_mask")?,
             mask_swa: a(
                 f,
@@ -294,17 +363,19 @@ fn view<B: Backend>(b: &B, t: &B::Tensor, ne: &[usize]) -> Result<B::Tensor, Mod
 }
 
 /// Run one micro-batch through the model: K and V of its tokens land in
-/// `kv` at `ub.rows`; logits of `ub.outputs` are left in the scratch
-/// (`None` when no token wants them: the output head is skipped).
+/// `kv` at `ub.rows`, the short-convolution layers' states in `conv` move
+/// on by the tokens of their slots; logits of `ub.outputs` are left in the
+/// scratch (`None` when no token wants them: the output head is skipped).
 pub fn forward<B: Backend>(
     b: &B,
     hp: &HParams,
     w: &Weights<B::Tensor>,
     kv: &KvStorage<B::Tensor>,
+    conv: &ConvStorage<B::Tensor>,
     s: &Scratch<B::Tensor>,
     ub: &UBatch,
 ) -> Result<Option<Output<B::Tensor>>, ModelError> {
-    check_ubatch(hp, kv, s, ub)?;
+    check_ubatch(hp, kv, conv, s, ub)?;
     let t = ub.tokens.len();
     let n_embd = hp.n_embd;
     let inp = Inputs::write(b, hp, s, ub)?;
@@ -322,6 +393,7 @@ pub fn forward<B: Backend>(
         b,
         hp,
         kv,
+        conv,
         s,
         ub,
         inp,
@@ -329,7 +401,10 @@ pub fn forward<B: Backend>(
     };
     // Each block writes x + block(x) to x2; the swap makes that the stream.
     for (il, lw) in w.layers.iter().enumerate() {
-        layer.attention(il, lw, &x, &x2)?;
+        match &lw.mixer {
+            Mixer::Attention(a) => layer.attention(il, lw, a, &x, &x2)?,
+            Mixer::ShortConv(c) => layer.short_conv(il, lw, c, &x, &x2)?,
+        }
         std::mem::swap(&mut x, &mut x2);
         layer.ffn(lw, &x, &x2)?;
         std::mem::swap(&mut x, &mut x2);
@@ -351,6 +426,7 @@ fn has_swa(hp: &HParams) -> bool {
 fn check_ubatch<T>(
     hp: &HParams,
     kv: &KvStorage<T>,
+    conv: &ConvStorage<T>,
     s: &Scratch<T>,
     ub: &UBatch,
 ) -> Result<(), ModelError> {
@@ -425,6 +501,24 @@ fn check_ubatch<T>(
     if let Some(&r) = ub.rows.iter().find(|&&r| r < 0 || r as usize >= kv.n_rows) {
         return bad(format!("cache row {r} outside 0..{}", kv.n_rows));
     }
+    if !conv.state.is_empty() {
+        if ub.slots.len() != t {
+            return bad(format!(
+                "{t} tokens but {} recurrent state slots",
+                ub.slots.len()
+            ));
+        }
+        if let Some(&sl) = ub
+            .slots
+            .iter()
+            .find(|&&x| x < 0 || x as usize >= conv.n_slots)
+        {
+            return bad(format!(
+                "recurrent state slot {sl} outside 0..{}",
+                conv.n_slots
+            ));
+        }
+    }
     if n_out > t || ub.outputs.iter().any(|&o| o < 0 || o as usize >= t) {
         return bad(format!(
             "outputs must be at most {t} indices into the micro-batch"
@@ -444,6 +538,7 @@ struct Inputs<T> {
     ids: T,              // [T] i32
     pos: T,              // [T] i32
     rows: T,             // [T] i32
+    slots: Option<T>,    // [T] i32, iff the model has short-conv layers
     mask: T,             // [n_kv, T] f32
     mask_swa: Option<T>, // [n_kv, T] f32, iff the model has sliding-window layers
     /// Two-window SelfExtend: grouped query and key positions `[T]` i32,
@@ -467,6 +562,13 @@ impl<T: glint_backend::Tensor> Inputs<T> {
         b.write(&pos, 0, bytemuck::cast_slice(ub.pos))?;
         b.write(&rows, 0, bytemuck::cast_slice(ub.rows))?;
         b.write(&mask, 0, bytemuck::cast_slice(ub.mask))?;
+        let slots = if hp.n_conv > 0 {
+            let v = view(b, &s.slots, &[t])?;
+            b.write(&v, 0, bytemuck::cast_slice(ub.slots))?;
+            Some(v)
+        } else {
+            None
+        };
         let mask_swa = match ub.mask_swa {
             Some(m) if has_swa(hp) => {
                 let v = view(b, &s.mask_swa, &[ub.n_kv, t])?;
@@ -491,6 +593,7 @@ impl<T: glint_backend::Tensor> Inputs<T> {
             ids,
             pos,
             rows,
+            slots,
             mask,
             mask_swa,
             window,
@@ -545,6 +648,7 @@ struct Layer<'a, B: Backend> {
     b: &'a B,
     hp: &'a HParams,
     kv: &'a KvStorage<B::Tensor>,
+    conv: &'a ConvStorage<B::Tensor>,
     s: &'a Scratch<B::Tensor>,
     ub: &'a UBatch<'a>,
     inp: Inputs<B::Tensor>,
@@ -558,22 +662,26 @@ impl<B: Backend> Layer<'_, B> {
         &self,
         il: usize,
         lw: &LayerWeights<B::Tensor>,
+        aw: &AttnWeights<B::Tensor>,
         x: &B::Tensor,
         x2: &B::Tensor,
     ) -> Result<(), ModelError> {
         let (b, hp, s, f) = (self.b, self.hp, self.s, &self.bufs);
+        let ki = self.kv.index(il).ok_or_else(|| {
+            ModelError::Batch(format!("layer {il} has attention but no K/V rows"))
+        })?;
         let t = self.ub.tokens.len();
         let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
         let (n_q, n_ekv) = (nh * hd, hp.n_embd_kv());
         b.rms_norm(x, Some(&lw.attn_norm), hp.rms_eps, &f.h)?;
-        b.mul_mats(&[&lw.wq, &lw.wk, &lw.wv], &f.h, &[&f.q, &f.k, &f.v])?;
+        b.mul_mats(&[&aw.wq, &aw.wk, &aw.wv], &f.h, &[&f.q, &f.k, &f.v])?;
         // (q, k, v) after optional biases: [n_q, T], [n_ekv, T], [n_ekv, T].
         let (mut qc, mut kc, mut vc) = (
             view(b, &f.q, &[n_q, t])?,
             view(b, &f.k, &[n_ekv, t])?,
             view(b, &f.v, &[n_ekv, t])?,
         );
-        if let Some([bq, bk, bv]) = &lw.qkv_bias {
+        if let Some([bq, bk, bv]) = &aw.qkv_bias {
             let qb = view(b, &s.qb, &[n_q, t])?;
             let kb = view(b, &s.kb, &[n_ekv, t])?;
             let vb = view(b, &s.vb, &[n_ekv, t])?;
@@ -585,9 +693,9 @@ impl<B: Backend> Layer<'_, B> {
         // Per head: [head_dim, n_head, T].
         let mut qh = view(b, &qc, &[hd, nh, t])?;
         let mut kh = view(b, &kc, &[hd, nkv, t])?;
-        if let Some([qn, kn]) = &lw.qk_norm {
+        if let Some([qn, kn]) = &aw.qk_norm {
             // qc/kc may be q/k themselves; normalize into the other buffers.
-            let (q_dst, k_dst) = if lw.qkv_bias.is_some() {
+            let (q_dst, k_dst) = if aw.qkv_bias.is_some() {
                 (&s.q, &s.k)
             } else {
                 (&s.qb, &s.kb)
@@ -605,12 +713,12 @@ impl<B: Backend> Layer<'_, B> {
             [&hp.rope(il, nh), &hp.rope(il, nkv)],
             [&f.qr, &f.kr],
             &inp.rows,
-            [&kv.k[il], &kv.v[il]],
+            [&kv.k[ki], &kv.v[ki]],
         )?;
         let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
         // Two-window SelfExtend (full-attention layers): the batch's keys
         // also at their grouped positions, its queries at theirs.
-        let window = match (&inp.window, kv.k2.get(il)) {
+        let window = match (&inp.window, kv.k2.get(ki)) {
             (Some([pq, pk, mf]), Some(k2)) if !swa => {
                 let qr2 = view(b, &s.qr2, &[hd, nh, t])?;
                 let kr2 = view(b, &s.kr2, &[hd, nkv, t])?;
@@ -637,16 +745,56 @@ impl<B: Backend> Layer<'_, B> {
         match window {
             Some((qr2, k2, mf)) => b.attention_window(
                 &f.qr,
-                &kv.k[il],
-                &kv.v[il],
+                &kv.k[ki],
+                &kv.v[ki],
                 layer_mask,
                 [&qr2, k2, mf],
                 &p,
                 &f.attn,
             )?,
-            None => b.attention(&f.qr, &kv.k[il], &kv.v[il], layer_mask, &p, &f.attn)?,
+            None => b.attention(&f.qr, &kv.k[ki], &kv.v[ki], layer_mask, &p, &f.attn)?,
         }
-        self.residual(&lw.wo, &f.attn, lw.post_attn_norm.as_ref(), x, x2)
+        self.residual(&aw.wo, &f.attn, lw.post_attn_norm.as_ref(), x, x2)
+    }
+
+    /// Short-convolution block of layer `il` (LFM2):
+    /// `x2 = x + out_proj(c * conv(b * x_in))` with `[b, c, x_in] =
+    /// in_proj(norm(x))`; the convolution reads and moves on each token's
+    /// sequence state.
+    fn short_conv(
+        &self,
+        il: usize,
+        lw: &LayerWeights<B::Tensor>,
+        cw: &ConvWeights<B::Tensor>,
+        x: &B::Tensor,
+        x2: &B::Tensor,
+    ) -> Result<(), ModelError> {
+        let (b, hp, s, f) = (self.b, self.hp, self.s, &self.bufs);
+        let t = self.ub.tokens.len();
+        let ci = self.conv.index(il).ok_or_else(|| {
+            ModelError::Batch(format!(
+                "layer {il} is a short convolution but has no state"
+            ))
+        })?;
+        let slots = self.inp.slots.as_ref().ok_or_else(|| {
+            ModelError::Batch("a short-convolution layer needs the tokens' state slots".into())
+        })?;
+        let n = hp.n_embd;
+        // gb, gc, xin, y: [n_embd, T] each.
+        let (gb, gc, xin, y) = (
+            view(b, &s.conv_b, &[n, t])?,
+            view(b, &s.conv_c, &[n, t])?,
+            view(b, &s.conv_x, &[n, t])?,
+            view(b, &s.conv_y, &[n, t])?,
+        );
+        b.rms_norm(x, Some(&lw.attn_norm), hp.rms_eps, &f.h)?;
+        let [wb, wc, wx] = &cw.in_proj;
+        b.mul_mats(&[wb, wc, wx], &f.h, &[&gb, &gc, &xin])?;
+        // bx = b * x_in (into y), conv(bx) into x_in, c * conv into b.
+        b.mul(&gb, &xin, &y)?;
+        b.short_conv(&y, &cw.conv, &self.conv.state[ci], slots, &xin)?;
+        b.mul(&gc, &xin, &gb)?;
+        self.residual(&cw.out_proj, &gb, lw.post_attn_norm.as_ref(), x, x2)
     }
 
     /// FFN block: `x2 = x + down(glu(gate(h), up(h)))` with `h = norm(x)`.

@@ -95,6 +95,10 @@ pub struct HParams {
     pub attn_softcap: f32,
     /// Final logit soft-capping (0 = off).
     pub final_softcap: f32,
+    /// Per layer: a short-convolution layer (LFM2: `head_count_kv` 0)?
+    pub conv_layers: Vec<bool>,
+    /// Inputs of a short convolution (`shortconv.l_cache`); 0 = none.
+    pub n_conv: usize,
 }
 
 impl HParams {
@@ -107,7 +111,7 @@ impl HParams {
         let n_layer = f.require_arch_usize(Key::BlockCount)?;
         let n_ff = f.require_arch_usize(Key::FeedForwardLength)?;
         let n_head = f.require_arch_usize(Key::HeadCount)?;
-        let n_head_kv = f.arch_usize(Key::HeadCountKv)?.unwrap_or(n_head);
+        let (n_head_kv, conv_layers) = read_head_count_kv(f, arch, n_layer, n_head)?;
         // Sizes first: everything after allocates by them.
         for (key, v) in [
             (Key::EmbeddingLength, n_embd),
@@ -150,6 +154,18 @@ impl HParams {
         };
         let n_swa = f.arch_usize(Key::SlidingWindow)?.unwrap_or(0);
         let swa_layers = read_swa_layers(f, arch, n_layer, n_swa)?;
+        let n_conv = if conv_layers.iter().any(|&c| c) {
+            let l = f.require_arch_usize(Key::ShortConvLCache)?;
+            if !(2..=MAX_CONV).contains(&l) {
+                return Err(ModelError::Invalid(format!(
+                    "{} = {l}: a short convolution of 2..={MAX_CONV} inputs",
+                    f.arch_key(Key::ShortConvLCache)?
+                )));
+            }
+            l
+        } else {
+            0
+        };
         let attn_softcap = f.arch_f32(Key::AttnLogitSoftcapping)?.unwrap_or(0.0);
         let final_softcap = f.arch_f32(Key::FinalLogitSoftcapping)?.unwrap_or(0.0);
         for (key, v) in [(Key::ContextLength, n_ctx_train), (Key::VocabSize, n_vocab)] {
@@ -202,7 +218,26 @@ impl HParams {
             swa_layers,
             attn_softcap,
             final_softcap,
+            conv_layers,
+            n_conv,
         })
+    }
+
+    /// Whether layer `il` is a short-convolution layer (no KV cache).
+    pub fn is_conv(&self, il: usize) -> bool {
+        self.conv_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// The layers with attention (and so K/V rows), in order.
+    pub fn attn_layers(&self) -> Vec<usize> {
+        (0..self.n_layer).filter(|&il| !self.is_conv(il)).collect()
+    }
+
+    /// Values of one sequence's recurrent state in one short-convolution
+    /// layer: its last `n_conv - 1` inputs per channel (llama.cpp's
+    /// `n_embd_r`); 0 without such layers.
+    pub fn n_embd_conv(&self) -> usize {
+        self.n_conv.saturating_sub(1) * self.n_embd
     }
 
     /// Width of one token's K (or V) row in the cache: `head_dim * n_head_kv`.
@@ -343,6 +378,61 @@ fn check_size(f: &GgufFile, key: Key, v: usize) -> Result<(), ModelError> {
         )));
     }
     Ok(())
+}
+
+/// Longest short convolution glint takes (LFM2's is 3).
+const MAX_CONV: usize = 64;
+
+/// `head_count_kv`: absent (= `head_count`), one number, or one per layer
+/// (LFM2), where 0 marks a short-convolution layer. The attention layers
+/// must agree on one count. Returns it and the per-layer conv flags.
+fn read_head_count_kv(
+    f: &GgufFile,
+    arch: &ArchInfo,
+    n_layer: usize,
+    n_head: usize,
+) -> Result<(usize, Vec<bool>), ModelError> {
+    let key = f.arch_key(Key::HeadCountKv)?;
+    let per_layer: Vec<u64> = match f.get(&key) {
+        None => return Ok((n_head, vec![false; n_layer])),
+        Some(Value::Array(a)) => {
+            let v: Option<Vec<u64>> = match a {
+                Array::U8(v) => Some(v.iter().map(|&x| x as u64).collect()),
+                Array::U16(v) => Some(v.iter().map(|&x| x as u64).collect()),
+                Array::U32(v) => Some(v.iter().map(|&x| x as u64).collect()),
+                Array::I32(v) => v.iter().map(|&x| u64::try_from(x).ok()).collect(),
+                _ => None,
+            };
+            v.ok_or_else(|| ModelError::Invalid(format!("{key} is not an array of counts")))?
+        }
+        Some(_) => return Ok((f.require_usize(&key)?, vec![false; n_layer])),
+    };
+    if per_layer.len() != n_layer {
+        return Err(ModelError::Invalid(format!(
+            "{key} has {} entries for {n_layer} layers",
+            per_layer.len()
+        )));
+    }
+    let conv: Vec<bool> = per_layer.iter().map(|&n| n == 0).collect();
+    if conv.iter().any(|&c| c) && !arch.short_conv {
+        return Err(ModelError::Invalid(format!(
+            "{key} is 0 for some layers, but {} has no layers without attention",
+            arch.name
+        )));
+    }
+    let mut counts = per_layer.iter().filter(|&&n| n > 0);
+    let Some(&first) = counts.next() else {
+        return Err(ModelError::Invalid(format!(
+            "{key}: no layer has attention"
+        )));
+    };
+    if let Some(&other) = counts.find(|&&n| n != first) {
+        return Err(ModelError::Invalid(format!(
+            "{key}: attention layers with {first} and {other} KV heads (glint needs one count)"
+        )));
+    }
+    let n = usize::try_from(first).map_err(|_| ModelError::Invalid(format!("{key} = {first}")))?;
+    Ok((n, conv))
 }
 
 fn read_rope_scaling(f: &GgufFile, n_ctx_train: usize) -> Result<RopeScaling, ModelError> {

@@ -13,9 +13,11 @@ use glint_backend::{BackendError, GgmlType};
 use glint_gguf::GgufError;
 
 pub use arch::{arch_info, ArchInfo, ARCHS};
-pub use forward::{forward, KvStorage, Output, Scratch, UBatch, WindowInputs, OUTPUTS_AT_FIRST};
+pub use forward::{
+    forward, ConvStorage, KvStorage, Output, Scratch, UBatch, WindowInputs, OUTPUTS_AT_FIRST,
+};
 pub use hparams::{HParams, RopeOverrides, RopeScaling};
-pub use weights::{LayerWeights, Weights};
+pub use weights::{AttnWeights, ConvWeights, LayerWeights, Mixer, Weights};
 
 /// Errors of loading or running a model.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +29,7 @@ pub enum ModelError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// `general.architecture` names an architecture glint does not run.
-    #[error("architecture `{0}` is not supported (glint runs: llama, gemma3, qwen2)")]
+    #[error("architecture `{0}` is not supported (glint runs: llama, gemma3, qwen2, lfm2)")]
     UnsupportedArch(String),
     /// A tensor the architecture needs is missing.
     #[error("tensor `{0}` is missing")]

@@ -2,7 +2,7 @@
 //! computes from the file's pages, the wgpu backend uploads them once. No
 //! second host copy is ever made.
 
-use glint_backend::{Backend, SharedBytes, TensorDesc, Usage};
+use glint_backend::{Backend, GgmlType, SharedBytes, TensorDesc, Usage};
 use glint_gguf::GgufFile;
 use glint_quant::Support;
 
@@ -12,20 +12,11 @@ use crate::ModelError;
 
 /// One layer's tensors. Shapes are ggml order (`[in, out]`).
 pub struct LayerWeights<T> {
-    /// `attn_norm` `[n_embd]`.
+    /// `attn_norm` `[n_embd]`: the norm before the mixer (attention or
+    /// short convolution; LFM2 calls it `operator_norm`).
     pub attn_norm: T,
-    /// `attn_q` `[n_embd, n_head * head_dim]`.
-    pub wq: T,
-    /// `attn_k` `[n_embd, n_head_kv * head_dim]`.
-    pub wk: T,
-    /// `attn_v` `[n_embd, n_head_kv * head_dim]`.
-    pub wv: T,
-    /// `attn_output` `[n_head * head_dim, n_embd]`.
-    pub wo: T,
-    /// Q/K/V biases `[n_head * head_dim]`, `[n_embd_kv]`, `[n_embd_kv]` (Qwen 2).
-    pub qkv_bias: Option<[T; 3]>,
-    /// Per-head Q and K norms `[head_dim]` (Gemma 3).
-    pub qk_norm: Option<[T; 2]>,
+    /// What mixes tokens: attention, or a short convolution (LFM2).
+    pub mixer: Mixer<T>,
     /// `post_attention_norm` `[n_embd]` (Gemma 3).
     pub post_attn_norm: Option<T>,
     /// `ffn_norm` `[n_embd]`.
@@ -38,6 +29,42 @@ pub struct LayerWeights<T> {
     pub ffn_down: T,
     /// `post_ffw_norm` `[n_embd]` (Gemma 3).
     pub post_ffw_norm: Option<T>,
+}
+
+/// A layer's token mixer.
+pub enum Mixer<T> {
+    /// Self-attention over the KV cache.
+    Attention(AttnWeights<T>),
+    /// LFM2's gated short convolution over a recurrent state.
+    ShortConv(ConvWeights<T>),
+}
+
+/// An attention layer's tensors.
+pub struct AttnWeights<T> {
+    /// `attn_q` `[n_embd, n_head * head_dim]`.
+    pub wq: T,
+    /// `attn_k` `[n_embd, n_head_kv * head_dim]`.
+    pub wk: T,
+    /// `attn_v` `[n_embd, n_head_kv * head_dim]`.
+    pub wv: T,
+    /// `attn_output` `[n_head * head_dim, n_embd]`.
+    pub wo: T,
+    /// Q/K/V biases `[n_head * head_dim]`, `[n_embd_kv]`, `[n_embd_kv]` (Qwen 2).
+    pub qkv_bias: Option<[T; 3]>,
+    /// Per-head Q and K norms `[head_dim]` (Gemma 3, LFM2).
+    pub qk_norm: Option<[T; 2]>,
+}
+
+/// A short-convolution layer's tensors (LFM2).
+pub struct ConvWeights<T> {
+    /// `shortconv.in_proj` `[n_embd, 3 * n_embd]` as its three blocks of
+    /// rows, `[n_embd, n_embd]` each: the gates `b` and `c` and the input
+    /// `x` (views of the file's bytes, used together like Q/K/V).
+    pub in_proj: [T; 3],
+    /// `shortconv.conv` `[n_conv, n_embd]` F32: each channel's taps.
+    pub conv: T,
+    /// `shortconv.out_proj` `[n_embd, n_embd]`.
+    pub out_proj: T,
 }
 
 /// All of a model's tensors on a backend.
@@ -92,6 +119,36 @@ impl<B: Backend> Loader<'_, B> {
         })
     }
 
+    /// A `[k, 3 * n]` weight as three `[k, n]` weights of its row blocks,
+    /// in order, through [`Backend::weights`] (one buffer on wgpu).
+    fn thirds(&self, name: &str, k: usize) -> Result<[B::Tensor; 3], ModelError> {
+        let (desc, _) = self
+            .part(name, &[k, 3 * k])?
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let t = self
+            .f
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let range = t.byte_range();
+        let block = k * desc.row_bytes();
+        let mut parts = Vec::with_capacity(3);
+        for i in 0..3 {
+            let start = range.start + i * block;
+            let d = TensorDesc {
+                ne: [k, k, 1, 1],
+                label: format!("{name}[{i}]"),
+                ..desc.clone()
+            };
+            parts.push((d, SharedBytes::new(self.f.storage(), start..start + block)?));
+        }
+        let ts = self.backend.weights(parts)?;
+        ts.try_into().map_err(|_| {
+            ModelError::Backend(glint_backend::BackendError::Device(format!(
+                "weights: {name}'s thirds did not come back as 3 tensors"
+            )))
+        })
+    }
+
     /// A tensor's description and bytes, its type and shape checked.
     fn part(
         &self,
@@ -128,6 +185,46 @@ impl<B: Backend> Loader<'_, B> {
     }
 }
 
+impl<B: Backend> Loader<'_, B> {
+    /// Layer `il`'s attention tensors.
+    fn attention(&self, hp: &HParams, il: usize) -> Result<AttnWeights<B::Tensor>, ModelError> {
+        let b = |s: &str| names::blk(il, s);
+        let (n_embd, hd) = (hp.n_embd, hp.head_dim);
+        let n_q = hp.n_head * hd;
+        let n_kv = hp.n_embd_kv();
+        let qkv_bias = if hp.arch.qkv_bias {
+            Some([
+                self.get(&b("attn_q.bias"), &[n_q])?,
+                self.get(&b("attn_k.bias"), &[n_kv])?,
+                self.get(&b("attn_v.bias"), &[n_kv])?,
+            ])
+        } else {
+            None
+        };
+        let qk_norm = if hp.arch.qk_norm {
+            Some([
+                self.get(&b("attn_q_norm.weight"), &[hd])?,
+                self.get(&b("attn_k_norm.weight"), &[hd])?,
+            ])
+        } else {
+            None
+        };
+        let [wq, wk, wv] = self.group([
+            (&b("attn_q.weight"), &[n_embd, n_q]),
+            (&b("attn_k.weight"), &[n_embd, n_kv]),
+            (&b("attn_v.weight"), &[n_embd, n_kv]),
+        ])?;
+        Ok(AttnWeights {
+            wq,
+            wk,
+            wv,
+            wo: self.get(&b("attn_output.weight"), &[n_q, n_embd])?,
+            qkv_bias,
+            qk_norm,
+        })
+    }
+}
+
 impl<T> Weights<T> {
     /// Load every tensor the architecture needs, checking types and shapes.
     pub fn load<B: Backend<Tensor = T>>(
@@ -136,32 +233,13 @@ impl<T> Weights<T> {
         backend: &B,
     ) -> Result<Weights<T>, ModelError> {
         let l = Loader { f, backend };
-        let (n_embd, hd) = (hp.n_embd, hp.head_dim);
-        let n_q = hp.n_head * hd;
-        let n_kv = hp.n_embd_kv();
+        let n_embd = hp.n_embd;
         let tok_embd = l.get(names::TOKEN_EMBD, &[n_embd, hp.n_vocab])?;
-        let output_norm = l.get(names::OUTPUT_NORM, &[n_embd])?;
+        let output_norm = l.get(hp.arch.output_norm, &[n_embd])?;
         let output = l.opt(names::OUTPUT, &[n_embd, hp.n_vocab])?;
         let mut layers = Vec::with_capacity(hp.n_layer);
         for il in 0..hp.n_layer {
             let b = |s: &str| names::blk(il, s);
-            let qkv_bias = if hp.arch.qkv_bias {
-                Some([
-                    l.get(&b("attn_q.bias"), &[n_q])?,
-                    l.get(&b("attn_k.bias"), &[n_kv])?,
-                    l.get(&b("attn_v.bias"), &[n_kv])?,
-                ])
-            } else {
-                None
-            };
-            let qk_norm = if hp.arch.qk_norm {
-                Some([
-                    l.get(&b("attn_q_norm.weight"), &[hd])?,
-                    l.get(&b("attn_k_norm.weight"), &[hd])?,
-                ])
-            } else {
-                None
-            };
             let (post_attn_norm, post_ffw_norm) = if hp.arch.post_norms {
                 (
                     Some(l.get(&b("post_attention_norm.weight"), &[n_embd])?),
@@ -170,23 +248,28 @@ impl<T> Weights<T> {
             } else {
                 (None, None)
             };
-            let [wq, wk, wv] = l.group([
-                (&b("attn_q.weight"), &[n_embd, n_q]),
-                (&b("attn_k.weight"), &[n_embd, n_kv]),
-                (&b("attn_v.weight"), &[n_embd, n_kv]),
-            ])?;
+            let mixer = if hp.is_conv(il) {
+                let name = b("shortconv.conv.weight");
+                // The kernels read the taps as f32 (converters keep them so).
+                if let Some(t) = f.tensor(&name).filter(|t| t.ty != GgmlType::F32) {
+                    return Err(ModelError::TensorType { name, ty: t.ty });
+                }
+                let conv = l.get(&name, &[hp.n_conv, n_embd])?;
+                Mixer::ShortConv(ConvWeights {
+                    in_proj: l.thirds(&b("shortconv.in_proj.weight"), n_embd)?,
+                    conv,
+                    out_proj: l.get(&b("shortconv.out_proj.weight"), &[n_embd, n_embd])?,
+                })
+            } else {
+                Mixer::Attention(l.attention(hp, il)?)
+            };
             let [ffn_gate, ffn_up] = l.group([
                 (&b("ffn_gate.weight"), &[n_embd, hp.n_ff]),
                 (&b("ffn_up.weight"), &[n_embd, hp.n_ff]),
             ])?;
             layers.push(LayerWeights {
                 attn_norm: l.get(&b("attn_norm.weight"), &[n_embd])?,
-                wq,
-                wk,
-                wv,
-                wo: l.get(&b("attn_output.weight"), &[n_q, n_embd])?,
-                qkv_bias,
-                qk_norm,
+                mixer,
                 post_attn_norm,
                 ffn_norm: l.get(&b("ffn_norm.weight"), &[n_embd])?,
                 ffn_gate,

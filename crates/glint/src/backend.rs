@@ -10,7 +10,7 @@ use glint_gguf::GgufFile;
 use glint_gpu::GpuBackend;
 use glint_model::{HParams, Scratch, Weights};
 
-use crate::memory::{KvCache, KvCacheParams};
+use crate::memory::{KvCacheParams, Memory};
 use crate::{BackendKind, Error, ModelParams};
 
 /// A backend with the model's weights on it.
@@ -32,7 +32,7 @@ pub(crate) struct Loaded<B: Backend> {
 /// A context's device state on one backend: its memory, the forward pass's
 /// scratch, and the logits of the last micro-batch.
 pub(crate) struct Exec<B: Backend> {
-    pub(crate) kv: KvCache<B>,
+    pub(crate) mem: Memory<B>,
     pub(crate) scratch: Scratch<B::Tensor>,
     /// Output of the last micro-batch, not read back yet: `[n_vocab, n_out]`.
     pub(crate) pending: Option<glint_model::Output<B::Tensor>>,
@@ -191,7 +191,7 @@ fn new_exec<B: Backend>(
     p: &KvCacheParams,
     n_ubatch: usize,
 ) -> Result<Exec<B>, Error> {
-    let kv = KvCache::new(be, hp, p)?;
+    let mem = Memory::new(be, hp, p)?;
     let scratch = Scratch::new(
         be,
         hp,
@@ -200,7 +200,7 @@ fn new_exec<B: Backend>(
         p.window.is_some(),
     )?;
     Ok(Exec {
-        kv,
+        mem,
         scratch,
         pending: None,
     })

@@ -111,11 +111,11 @@ impl Context {
 
     /// The KV cells (read-only view: positions, sequences, pending shifts).
     pub fn cells(&self) -> &KvCells {
-        on_exec!(&self.exec, |x| &x.kv.cells)
+        on_exec!(&self.exec, |x| &x.mem.kv.cells)
     }
 
     fn cells_mut(&mut self) -> &mut KvCells {
-        on_exec!(&mut self.exec, |x| &mut x.kv.cells)
+        on_exec!(&mut self.exec, |x| &mut x.mem.kv.cells)
     }
 
     /// Check a batch against the context: sizes, vocabulary, sequence ids,
@@ -179,15 +179,17 @@ impl Context {
         let metas = self.check_batch(batch)?;
         let model = self.model.clone();
         let (undo, plan) = with_exec!(model.backend(), &mut self.exec, |l, x| x
-            .kv
+            .mem
             .begin(&l.be, &metas))?;
         let result = self.decode_planned(batch, &plan);
         if let Err(e) = result {
             self.out = Outputs::default();
             // A rollback that fails would leave cells the batch took: say so
             // beside the decode's own error.
-            on_exec!(&mut self.exec, |x| x.kv.rollback(undo))
-                .map_err(|r| Error::Internal(format!("{e}; and undoing the batch failed: {r}")))?;
+            with_exec!(model.backend(), &mut self.exec, |l, x| x
+                .mem
+                .rollback(&l.be, undo))
+            .map_err(|r| Error::Internal(format!("{e}; and undoing the batch failed: {r}")))?;
             return Err(e);
         }
         Ok(())
@@ -343,11 +345,22 @@ impl Context {
             .filter(|&i| batch.logits[i])
             .map(|i| (i - start) as i32)
             .collect();
-        let first_row = self.out.row_of[range].iter().copied().find(|&r| r >= 0);
+        let first_row = self.out.row_of[range.clone()]
+            .iter()
+            .copied()
+            .find(|&r| r >= 0);
+        // A token's recurrent state slot is its sequence (one each, checked
+        // when the batch began).
+        let slots: Vec<i32> = if hp.n_conv > 0 {
+            range.clone().map(|i| batch.seq_ids[i][0]).collect()
+        } else {
+            Vec::new()
+        };
         let ub = UBatch {
             tokens: &batch.tokens[start..end],
             pos: &batch.pos[start..end],
             rows: &rows[start..end],
+            slots: &slots,
             kv_start: span.kv_start,
             n_kv: span.n_kv,
             mask: &span.mask,
@@ -469,7 +482,7 @@ impl Context {
 
     /// Drop sequence `seq` (< 0: all) from positions `[p0, p1)`.
     pub fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<(), Error> {
-        on_exec!(&mut self.exec, |x| x.kv.seq_rm(seq, p0, p1))
+        on_exec!(&mut self.exec, |x| x.mem.seq_rm(seq, p0, p1))
     }
 
     /// Add `dst` to every cell of `src` in `[p0, p1)` (across streams the
@@ -477,7 +490,7 @@ impl Context {
     pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error> {
         let model = self.model.clone();
         with_exec!(model.backend(), &mut self.exec, |l, x| x
-            .kv
+            .mem
             .seq_cp(&l.be, src, dst, p0, p1))
     }
 
@@ -515,36 +528,36 @@ impl Context {
     pub fn seq_unshare(&mut self, seq: i32, p0: i32, p1: i32) -> Result<usize, Error> {
         let model = self.model.clone();
         with_exec!(model.backend(), &mut self.exec, |l, x| x
-            .kv
+            .mem
             .seq_unshare(&l.be, seq, p0, p1))
     }
 
     /// Keep only sequence `seq`.
     pub fn seq_keep(&mut self, seq: i32) -> Result<(), Error> {
-        on_exec!(&mut self.exec, |x| x.kv.seq_keep(seq))
+        on_exec!(&mut self.exec, |x| x.mem.seq_keep(seq))
     }
 
     /// Shift positions `[p0, p1)` of `seq` by `d` (K is re-rotated before the
     /// next decode).
     pub fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
         self.positions_move("seq_add")?;
-        on_exec!(&mut self.exec, |x| x.kv.seq_add(seq, p0, p1, d))
+        on_exec!(&mut self.exec, |x| x.mem.seq_add(seq, p0, p1, d))
     }
 
     /// Divide positions `[p0, p1)` of `seq` by `n` (floor).
     pub fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, n: i32) -> Result<(), Error> {
         self.positions_move("seq_div")?;
-        on_exec!(&mut self.exec, |x| x.kv.seq_div(seq, p0, p1, n))
+        on_exec!(&mut self.exec, |x| x.mem.seq_div(seq, p0, p1, n))
     }
 
     /// Smallest position of `seq`, or -1.
     pub fn seq_pos_min(&self, seq: i32) -> Result<i32, Error> {
-        on_exec!(&self.exec, |x| x.kv.seq_pos_min(seq))
+        on_exec!(&self.exec, |x| x.mem.seq_pos_min(seq))
     }
 
     /// Largest position of `seq`, or -1.
     pub fn seq_pos_max(&self, seq: i32) -> Result<i32, Error> {
-        on_exec!(&self.exec, |x| x.kv.seq_pos_max(seq))
+        on_exec!(&self.exec, |x| x.mem.seq_pos_max(seq))
     }
 
     /// One self-extend step for `seq` before a decode (see
@@ -657,7 +670,7 @@ impl Context {
     pub fn state_seq_save(&mut self, seq: i32) -> Result<Vec<u8>, Error> {
         let model = self.model.clone();
         with_exec!(model.backend(), &mut self.exec, |l, x| x
-            .kv
+            .mem
             .state_write(&l.be, seq))
     }
 
@@ -681,13 +694,13 @@ impl Context {
     ) -> Result<(), Error> {
         let model = self.model.clone();
         with_exec!(model.backend(), &mut self.exec, |l, x| x
-            .kv
+            .mem
             .state_read(&l.be, bytes, dst_seq, end_pos))
     }
 
     /// Empty the cache.
     pub fn clear(&mut self) {
-        on_exec!(&mut self.exec, |x| SeqMemory::clear(&mut x.kv));
+        on_exec!(&mut self.exec, |x| SeqMemory::clear(&mut x.mem));
         self.out = Outputs::default();
     }
 }
@@ -745,8 +758,9 @@ fn forward_ubatch<B: Backend>(
     ub: &UBatch,
 ) -> Result<bool, Error> {
     x.scratch.reserve_outputs(&l.be, hp, ub.outputs.len())?;
-    let (kv, scratch) = (&x.kv.storage, &x.scratch);
-    let out = l.be.enter(|| forward(&l.be, hp, &l.w, kv, scratch, ub))?;
+    let (kv, conv, scratch) = (&x.mem.kv.storage, &x.mem.rec.storage, &x.scratch);
+    let out =
+        l.be.enter(|| forward(&l.be, hp, &l.w, kv, conv, scratch, ub))?;
     let has = out.is_some();
     x.pending = out;
     Ok(has)

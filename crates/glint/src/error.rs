@@ -82,6 +82,10 @@ pub enum Error {
     /// An invalid argument.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A sequence operation a recurrent state (LFM2's short convolutions)
+    /// cannot do: it holds a sequence as one state, not per position.
+    #[error("recurrent memory: {0}")]
+    Recurrent(String),
     /// Saved state (a sequence's state, a prompt cache) that cannot be used.
     #[error("saved state: {0}")]
     State(String),

@@ -49,6 +49,7 @@ mod memory;
 mod model;
 mod params;
 pub mod perplexity;
+mod recurrent;
 pub mod state;
 
 pub use batch::Batch;

@@ -20,6 +20,7 @@ use glint_backend::{Backend, GgmlType, Tensor, TensorDesc, Usage};
 use glint_kv::{CellLog, CellPlan, KvCells, KvParams, ModelIdentity, RowCopy, TokenMeta};
 use glint_model::{HParams, KvStorage};
 
+use crate::recurrent::{Recurrent, RecurrentUndo};
 use crate::Error;
 
 /// Sizes of a KV cache.
@@ -36,8 +37,9 @@ pub(crate) struct KvCacheParams {
 }
 
 /// What [`SeqMemory::begin`] changed, for [`SeqMemory::rollback`]: the
-/// cells the batch took (`glint-kv`'s log), not a copy of the cache.
-pub(crate) struct Undo(CellLog);
+/// cells the batch took (`glint-kv`'s log), not a copy of the cache, and the
+/// recurrent states' positions (their values are saved on the device).
+pub(crate) struct Undo(CellLog, Option<RecurrentUndo>);
 
 /// The sequence operations of a memory. Sequence ids are `0..n_seq_max`;
 /// `seq < 0` means every sequence where an op allows it; `p0 < 0` means from
@@ -67,7 +69,7 @@ pub(crate) trait SeqMemory<B: Backend> {
     /// the cells): all or nothing.
     fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, CellPlan), Error>;
     /// Undo a [`SeqMemory::begin`] whose decode failed.
-    fn rollback(&mut self, undo: Undo) -> Result<(), Error>;
+    fn rollback(&mut self, be: &B, undo: Undo) -> Result<(), Error>;
     /// Sequence `seq`'s state, in [`crate::state`]'s sequence format.
     fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error>;
     /// Restore the positions below `end_pos` of a sequence saved by
@@ -116,7 +118,7 @@ impl<B: Backend> KvCache<B> {
         let n = hp.n_embd_kv() as u64;
         ModelIdentity {
             arch: hp.arch.name.to_string(),
-            n_layer: hp.n_layer as u32,
+            n_layer: self.storage.layers.len() as u32,
             n_embd_k_gqa: hp.n_embd_kv() as u32,
             n_embd_v_gqa: hp.n_embd_kv() as u32,
             type_k: tk.id(),
@@ -132,7 +134,7 @@ impl<B: Backend> KvCache<B> {
             return Ok(());
         };
         be.write(&self.shifts, 0, bytemuck::cast_slice(&plan.shifts))?;
-        for (il, k) in self.storage.k.iter().enumerate() {
+        for (k, &il) in self.storage.k.iter().zip(&self.storage.layers) {
             be.kshift(k, &self.shifts, &self.hp.rope(il, self.hp.n_head_kv))?;
         }
         Ok(())
@@ -300,10 +302,10 @@ impl<B: Backend> SeqMemory<B> for KvCache<B> {
         // is after the K-shift.
         self.apply_kshift(be)?;
         let log = self.cells.apply(&plan)?;
-        Ok((Undo(log), plan))
+        Ok((Undo(log, None), plan))
     }
 
-    fn rollback(&mut self, undo: Undo) -> Result<(), Error> {
+    fn rollback(&mut self, _be: &B, undo: Undo) -> Result<(), Error> {
         Ok(self.cells.rollback(undo.0)?)
     }
 
@@ -372,7 +374,13 @@ impl<B: Backend> KvCache<B> {
         let tmp = alloc(GgmlType::F32, [self.hp.n_embd_kv(), n, 1, 1], "grouped_tmp")?;
         be.write(&idx_t, 0, bytemuck::cast_slice(&idx))?;
         be.write(&self.shifts, 0, bytemuck::cast_slice(&shifts))?;
-        for (il, (k, k2)) in self.storage.k.iter().zip(&self.storage.k2).enumerate() {
+        for ((k, k2), &il) in self
+            .storage
+            .k
+            .iter()
+            .zip(&self.storage.k2)
+            .zip(&self.storage.layers)
+        {
             be.get_rows(k, &idx_t, &tmp)?;
             be.set_rows(&tmp, &idx_t, k2)?;
             be.kshift(k2, &self.shifts, &self.hp.rope(il, self.hp.n_head_kv))?;
@@ -401,4 +409,219 @@ fn row_runs(rows: &[u64]) -> Vec<(u64, usize)> {
         }
     }
     runs
+}
+
+/// A context's memory: the KV cache of the attention layers and, for a
+/// hybrid model (LFM2), the recurrent states of its short-convolution
+/// layers beside it. Each sequence op goes to both, the recurrent part
+/// asked first whether it can be done (see [`crate::recurrent`]), so a
+/// refused op changes nothing.
+pub(crate) struct Memory<B: Backend> {
+    /// The attention layers' cells and K/V rows.
+    pub(crate) kv: KvCache<B>,
+    /// The short-convolution layers' states (inactive without them).
+    pub(crate) rec: Recurrent<B>,
+}
+
+impl<B: Backend> Memory<B> {
+    pub(crate) fn new(be: &B, hp: &HParams, p: &KvCacheParams) -> Result<Self, Error> {
+        Ok(Memory {
+            kv: KvCache::new(be, hp, p)?,
+            rec: Recurrent::new(be, hp, p.cells.n_seq_max as usize)?,
+        })
+    }
+}
+
+/// Leading bytes of a hybrid model's saved sequence (a KV blob inside).
+const HYBRID_MAGIC: [u8; 8] = *b"GLINTRS\0";
+/// Its version.
+const HYBRID_VERSION: u32 = 1;
+/// Bytes before the KV blob.
+const HYBRID_HEADER: usize = 36;
+
+impl<B: Backend> SeqMemory<B> for Memory<B> {
+    fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<(), Error> {
+        let reset = if self.rec.is_active() {
+            self.rec.plan_rm(seq, p0, p1)?
+        } else {
+            Vec::new()
+        };
+        self.kv.seq_rm(seq, p0, p1)?;
+        self.rec.reset(&reset);
+        Ok(())
+    }
+
+    fn seq_cp(&mut self, be: &B, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error> {
+        if self.rec.is_active() {
+            self.rec.check_cp(src, dst, p0, p1)?;
+        }
+        self.kv.seq_cp(be, src, dst, p0, p1)?;
+        if self.rec.is_active() {
+            self.rec.copy(be, src as usize, dst as usize)?;
+        }
+        Ok(())
+    }
+
+    fn seq_unshare(&mut self, be: &B, seq: i32, p0: i32, p1: i32) -> Result<usize, Error> {
+        self.kv.seq_unshare(be, seq, p0, p1)
+    }
+
+    fn seq_keep(&mut self, seq: i32) -> Result<(), Error> {
+        self.kv.seq_keep(seq)?;
+        self.rec.keep(seq)
+    }
+
+    fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        self.kv.seq_add(seq, p0, p1, d)?;
+        self.rec.shift(seq, p0, p1, |p| p.saturating_add(d))
+    }
+
+    fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        self.kv.seq_div(seq, p0, p1, d)?;
+        self.rec.shift(seq, p0, p1, |p| p.div_euclid(d.max(1)))
+    }
+
+    fn seq_pos_min(&self, seq: i32) -> Result<i32, Error> {
+        self.kv.seq_pos_min(seq)
+    }
+
+    fn seq_pos_max(&self, seq: i32) -> Result<i32, Error> {
+        self.kv.seq_pos_max(seq)
+    }
+
+    fn clear(&mut self) {
+        self.kv.clear();
+        self.rec.clear();
+    }
+
+    fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, CellPlan), Error> {
+        if !self.rec.is_active() {
+            return self.kv.begin(be, batch);
+        }
+        let rec = self.rec.begin(be, batch)?;
+        match self.kv.begin(be, batch) {
+            Ok((Undo(log, _), plan)) => Ok((Undo(log, Some(rec)), plan)),
+            Err(e) => {
+                self.rec.rollback(be, rec)?;
+                Err(e)
+            }
+        }
+    }
+
+    fn rollback(&mut self, be: &B, undo: Undo) -> Result<(), Error> {
+        let Undo(log, rec) = undo;
+        self.kv.rollback(be, Undo(log, None))?;
+        match rec {
+            Some(r) => self.rec.rollback(be, r),
+            None => Ok(()),
+        }
+    }
+
+    fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error> {
+        let kv = self.kv.state_write(be, seq)?;
+        if !self.rec.is_active() {
+            return Ok(kv);
+        }
+        if seq < 0 {
+            return Err(Error::Invalid(format!(
+                "state of sequence {seq}: name one sequence"
+            )));
+        }
+        let (first, last, data) = self.rec.save(be, seq as usize)?;
+        let (n_layers, n_embd_conv) = self.rec.shape();
+        let mut out = Vec::with_capacity(HYBRID_HEADER + kv.len() + data.len() + 8);
+        out.extend_from_slice(&HYBRID_MAGIC);
+        out.extend_from_slice(&HYBRID_VERSION.to_le_bytes());
+        out.extend_from_slice(&(n_layers as u32).to_le_bytes());
+        out.extend_from_slice(&(n_embd_conv as u32).to_le_bytes());
+        out.extend_from_slice(&first.to_le_bytes());
+        out.extend_from_slice(&last.to_le_bytes());
+        out.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+        out.extend_from_slice(&kv);
+        out.extend_from_slice(&data);
+        glint_kv::seal_state(&mut out);
+        Ok(out)
+    }
+
+    fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32, end_pos: i32) -> Result<(), Error> {
+        if !self.rec.is_active() {
+            return self.kv.state_read(be, bytes, dst, end_pos);
+        }
+        let h = parse_hybrid(bytes, self.rec.shape())?;
+        if h.last >= 0 && h.last >= end_pos {
+            return Err(Error::Recurrent(format!(
+                "the saved sequence's recurrent state is at position {}: it cannot be cut back to \
+                 the positions below {end_pos} (only the whole sequence restores)",
+                h.last
+            )));
+        }
+        if dst < 0 || dst as usize >= self.kv.cells.params().n_seq_max as usize {
+            return Err(Error::Invalid(format!(
+                "restore into sequence {dst}: no such sequence"
+            )));
+        }
+        self.kv.state_read(be, h.kv, dst, end_pos)?;
+        self.rec.load(be, dst as usize, h.first, h.last, h.data)
+    }
+}
+
+/// A hybrid saved sequence's parts.
+struct Hybrid<'a> {
+    first: i32,
+    last: i32,
+    kv: &'a [u8],
+    data: &'a [u8],
+}
+
+/// Check a hybrid blob (magic, version, seal, this model's state shape,
+/// lengths) and split it.
+fn parse_hybrid(
+    bytes: &[u8],
+    (n_layers, n_embd_conv): (usize, usize),
+) -> Result<Hybrid<'_>, Error> {
+    let bad = |m: String| Error::State(m);
+    if bytes.len() < HYBRID_HEADER + 8 || bytes[..8] != HYBRID_MAGIC {
+        return Err(bad(
+            "not a saved sequence of a model with recurrent layers (magic GLINTRS)".into(),
+        ));
+    }
+    let (body, seal) = bytes.split_at(bytes.len() - 8);
+    if glint_kv::fnv1a(body).to_le_bytes() != seal {
+        return Err(bad(
+            "checksum mismatch: the saved state is corrupt or truncated".into(),
+        ));
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().expect("4 bytes"));
+    let version = u32_at(8);
+    if version != HYBRID_VERSION {
+        return Err(bad(format!(
+            "version {version}, this glint reads {HYBRID_VERSION}"
+        )));
+    }
+    let (nl, ne) = (u32_at(12) as usize, u32_at(16) as usize);
+    if (nl, ne) != (n_layers, n_embd_conv) {
+        return Err(bad(format!(
+            "saved by a model with {nl} recurrent layers of {ne} values, this one has \
+             {n_layers} of {n_embd_conv}"
+        )));
+    }
+    let (first, last) = (u32_at(20) as i32, u32_at(24) as i32);
+    let kv_len = u64::from_le_bytes(body[28..36].try_into().expect("8 bytes"));
+    let data_len = n_layers * n_embd_conv * 4;
+    let want = (HYBRID_HEADER as u64)
+        .checked_add(kv_len)
+        .and_then(|x| x.checked_add(data_len as u64));
+    if want != Some(body.len() as u64) {
+        return Err(bad(format!(
+            "{} bytes, but the header says {HYBRID_HEADER} + {kv_len} + {data_len}",
+            body.len()
+        )));
+    }
+    let kv_end = HYBRID_HEADER + kv_len as usize;
+    Ok(Hybrid {
+        first,
+        last,
+        kv: &body[HYBRID_HEADER..kv_end],
+        data: &body[kv_end..],
+    })
 }
