@@ -443,3 +443,85 @@ fn recurrent_sequence_operations() {
         .to_string()
         .contains("checksum"));
 }
+
+/// One request through an engine of one slot: its tokens, the prompt
+/// tokens it found cached, and the engine's decode stats after it.
+fn engine_run(e: &glint::Engine, prompt: &[u32]) -> (Vec<u32>, usize, glint::engine::DecodeStats) {
+    let mut r = glint::engine::Request::new(prompt.to_vec());
+    r.sampling.temp = 0.0;
+    r.max_tokens = Some(8);
+    r.ignore_eos = true;
+    let events = e.submit_channel(r).unwrap();
+    let (mut tokens, mut cached) = (Vec::new(), 0);
+    loop {
+        match events.recv().expect("the engine is running") {
+            glint::engine::Event::Delta { token, .. } => tokens.extend(token),
+            glint::engine::Event::Progress { cached: c, .. } => cached = c,
+            glint::engine::Event::Done { .. } => break,
+            glint::engine::Event::Failed(m) => panic!("request failed: {m}"),
+        }
+    }
+    (tokens, cached, e.decode_stats())
+}
+
+fn lfm2_engine(model: &Model, ctx_checkpoints: usize) -> glint::Engine {
+    let ctx = ContextParams {
+        n_ctx: 1024,
+        n_seq_max: 1,
+        ..Default::default()
+    };
+    let params = glint::EngineParams {
+        ctx_checkpoints,
+        cache_ram: 0,
+        ..Default::default()
+    };
+    glint::Engine::start(model, ctx, params).unwrap()
+}
+
+/// Prefix reuse on the hybrid model (seed 002's checkpoints): a prompt of
+/// 200 tokens leaves a checkpoint 64 tokens before its end; a second
+/// prompt sharing its first 180 tokens cannot cut the recurrent state back
+/// to 180, so it restores the checkpoint (136 tokens kept, 64 + 20
+/// prefilled) and gives the tokens of a cold run of the same prompt.
+/// Without checkpoints the same prompt starts over (nothing kept).
+#[test]
+fn checkpoint_restore_reuses_a_shared_prefix() {
+    let model = load(BackendKind::Cpu);
+    let mut r = Rng(7);
+    let a: Vec<u32> = (0..200).map(|_| 300 + r.below(40_000) as u32).collect();
+    let mut b = a[..180].to_vec();
+    b.extend((0..20).map(|_| 300 + r.below(40_000) as u32));
+
+    let e = lfm2_engine(&model, 8);
+    let (_, cached_a, st) = engine_run(&e, &a);
+    assert_eq!(
+        (cached_a, st.checkpoints_made, st.checkpoints_restored),
+        (0, 1, 0)
+    );
+    let (warm, cached_b, st) = engine_run(&e, &b);
+    assert_eq!(cached_b, 136, "the checkpoint's tokens are reused");
+    assert_eq!((st.checkpoints_restored, st.checkpoint_tokens), (1, 136));
+
+    let (cold, cached, _) = engine_run(&lfm2_engine(&model, 8), &b);
+    assert_eq!(cached, 0);
+    assert_eq!(
+        warm, cold,
+        "a restored checkpoint gives the cold run's tokens"
+    );
+
+    // Without checkpoints: the shared prefix is of no use.
+    let e = lfm2_engine(&model, 0);
+    engine_run(&e, &a);
+    let (none, cached, st) = engine_run(&e, &b);
+    assert_eq!(
+        (cached, st.checkpoints_made, st.checkpoints_restored),
+        (0, 0, 0)
+    );
+    assert_eq!(none, cold);
+    eprintln!(
+        "prompt of {} tokens sharing 180 with the last: {} prefilled with a checkpoint restore, {} without",
+        b.len(),
+        b.len() - cached_b,
+        b.len()
+    );
+}

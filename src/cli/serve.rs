@@ -157,6 +157,7 @@ const FLAGS: &[Flag] = &[
     flag!("no-slots", [], None, "do not serve GET /slots (501); slot files need only --slot-save-path"),
     flag!("cors-origins", [], Some("LIST"), "comma-separated origins CORS allows (default: any)"),
     flag!("no-cache-idle-slots", [], None, "do not keep idle slots' prefixes in RAM (as --cache-ram 0)"),
+    flag!("ctx-checkpoints", ["--swa-checkpoints"], Some("N"), "models with recurrent layers (LFM2): checkpoints of each slot's state kept at prompt positions, so a prompt sharing a prefix restores one instead of starting over (default 8; 0 = none)"),
     flag!("tags", [], Some("LIST"), "comma-separated tags shown in /v1/models"),
     flag!("jinja", [], None, "accepted: glint always renders chat templates with Jinja"),
     flag!("no-jinja", [], None, "accepted with a notice: glint renders the model's template with Jinja either way"),
@@ -360,6 +361,7 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
                     .map_err(|e: glint::Error| format!("--pooling: {e}"))?,
             )),
         },
+        ctx_checkpoints: num(p, "ctx-checkpoints")?.unwrap_or(d.ctx_checkpoints),
         cache_ram: match num::<i64>(p, "cache-ram")? {
             _ if p.has("no-cache-idle-slots") => 0,
             None => d.cache_ram,

@@ -82,6 +82,9 @@ pub struct Config {
     /// Bytes of host memory keeping prefixes that idle slots give up
     /// (0 = none).
     pub cache_ram: usize,
+    /// Checkpoints of each slot's recurrent state (`--ctx-checkpoints`;
+    /// see [`EngineParams::ctx_checkpoints`]).
+    pub ctx_checkpoints: usize,
     /// The served model's names (`--alias`, comma-separated as
     /// llama-server's; its id is the alphabetically first; default: the
     /// file's name).
@@ -144,6 +147,7 @@ impl Default for Config {
             max_queue: 64,
             prefill_per_step: EngineParams::default().prefill_per_step,
             cache_ram: EngineParams::default().cache_ram,
+            ctx_checkpoints: EngineParams::default().ctx_checkpoints,
             alias: None,
             tags: Vec::new(),
             chat_template: None,
@@ -457,6 +461,7 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
             max_queue: cfg.max_queue,
             prefill_per_step: cfg.prefill_per_step,
             cache_ram: cfg.cache_ram,
+            ctx_checkpoints: cfg.ctx_checkpoints,
         },
     )?;
     let aliases = aliases(cfg.alias.as_deref());

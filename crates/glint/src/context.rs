@@ -7,7 +7,7 @@ use glint_kv::{KvCells, KvParams, MaskParams, Query, StreamLayout, SwaType, Toke
 use glint_model::{forward, HParams, UBatch, WindowInputs};
 
 use crate::backend::{on_exec, with_exec, Exec, ExecState, Loaded};
-use crate::memory::{KvCacheParams, SeqMemory};
+use crate::memory::{Checkpoint, KvCacheParams, SeqMemory};
 use crate::{Batch, ContextParams, Error, Model};
 
 /// Logits of the last `decode`, by batch index.
@@ -696,6 +696,34 @@ impl Context {
         with_exec!(model.backend(), &mut self.exec, |l, x| x
             .mem
             .state_read(&l.be, bytes, dst_seq, end_pos))
+    }
+
+    /// Whether the model has recurrent layers (LFM2's short convolutions),
+    /// whose state cannot be cut back to an earlier position: prefix reuse
+    /// then goes through [`Context::checkpoint`]s.
+    pub fn has_recurrent(&self) -> bool {
+        on_exec!(&self.exec, |x| x.mem.rec.is_active())
+    }
+
+    /// Save sequence `seq`'s recurrent state at its current last position
+    /// (llama-server's context checkpoint; `None` without recurrent layers
+    /// or for an empty sequence). Small: each recurrent layer's state, not
+    /// the K/V rows.
+    pub fn checkpoint(&mut self, seq: i32) -> Result<Option<Checkpoint>, Error> {
+        let model = self.model.clone();
+        with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .mem
+            .checkpoint(&l.be, seq))
+    }
+
+    /// Take sequence `seq` back to checkpoint `cp` (one of this sequence's,
+    /// on tokens it still holds): cells past its position dropped, the
+    /// recurrent state restored. A next token then decodes at `cp.pos() + 1`.
+    pub fn restore_checkpoint(&mut self, seq: i32, cp: &Checkpoint) -> Result<(), Error> {
+        let model = self.model.clone();
+        with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .mem
+            .restore(&l.be, seq, cp))
     }
 
     /// Empty the cache.

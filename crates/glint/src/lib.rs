@@ -69,5 +69,6 @@ pub use glint_quant as quant;
 pub use glint_sample as sample;
 pub use glint_tokenizer::{StreamDecoder, Tokenizer};
 pub use measure::{cpu_read_bandwidth, devices, DeviceInfo};
+pub use memory::Checkpoint;
 pub use model::Model;
 pub use params::{BackendKind, CacheType, ContextParams, ModelParams, SelfExtendWindow};

@@ -432,6 +432,76 @@ impl<B: Backend> Memory<B> {
     }
 }
 
+/// A sequence's recurrent state saved at a position (llama-server's
+/// context checkpoint): with the KV cells, which can be cut at any
+/// position, it lets a sequence go back to that position. Only the
+/// recurrent states are kept (the KV rows stay in the cache).
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    first: i32,
+    pos: i32,
+    /// Each recurrent layer's state column, in layer order.
+    data: Vec<u8>,
+}
+
+impl Checkpoint {
+    /// The last position the state has seen.
+    pub fn pos(&self) -> i32 {
+        self.pos
+    }
+
+    /// Bytes it holds.
+    pub fn n_bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+impl<B: Backend> Memory<B> {
+    /// Sequence `seq`'s recurrent state now; `None` when the model has no
+    /// recurrent layers or the sequence is empty.
+    pub(crate) fn checkpoint(&self, be: &B, seq: i32) -> Result<Option<Checkpoint>, Error> {
+        if !self.rec.is_active() {
+            return Ok(None);
+        }
+        if seq < 0 || seq as u32 >= self.kv.cells.params().n_seq_max {
+            return Err(Error::Invalid(format!(
+                "checkpoint of sequence {seq}: no such sequence"
+            )));
+        }
+        let (first, pos, data) = self.rec.save(be, seq as usize)?;
+        Ok((pos >= 0).then_some(Checkpoint { first, pos, data }))
+    }
+
+    /// Take sequence `seq` back to `cp`: its cells past `cp.pos()` dropped,
+    /// its recurrent state the saved one. The cells up to `cp.pos()` must
+    /// still be there (the caller's checkpoint of this sequence, taken on
+    /// the tokens it still holds).
+    pub(crate) fn restore(&mut self, be: &B, seq: i32, cp: &Checkpoint) -> Result<(), Error> {
+        if seq < 0 || seq as u32 >= self.kv.cells.params().n_seq_max {
+            return Err(Error::Invalid(format!(
+                "restore into sequence {seq}: no such sequence"
+            )));
+        }
+        let (n_layers, n_embd_conv) = self.rec.shape();
+        if cp.data.len() != n_layers * n_embd_conv * 4 {
+            return Err(Error::State(format!(
+                "a checkpoint of {} bytes, this model's recurrent state is {}",
+                cp.data.len(),
+                n_layers * n_embd_conv * 4
+            )));
+        }
+        let max = self.kv.seq_pos_max(seq)?;
+        if max < cp.pos {
+            return Err(Error::State(format!(
+                "a checkpoint at position {} of sequence {seq}, whose cells end at {max}",
+                cp.pos
+            )));
+        }
+        self.kv.seq_rm(seq, cp.pos + 1, -1)?;
+        self.rec.load(be, seq as usize, cp.first, cp.pos, &cp.data)
+    }
+}
+
 /// Leading bytes of a hybrid model's saved sequence (a KV blob inside).
 const HYBRID_MAGIC: [u8; 8] = *b"GLINTRS\0";
 /// Its version.

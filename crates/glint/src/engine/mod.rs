@@ -76,6 +76,11 @@ pub struct EngineParams {
     /// their cells are needed (0 = none): a later request starting with
     /// one loads it instead of prefilling it.
     pub cache_ram: usize,
+    /// Models with recurrent layers (LFM2): checkpoints of each slot's state
+    /// kept at prompt positions (llama-server's `--ctx-checkpoints`), so a
+    /// new prompt sharing a prefix restores one and prefills only the rest
+    /// (0 = none: such a prompt starts over).
+    pub ctx_checkpoints: usize,
 }
 
 impl Default for EngineParams {
@@ -84,6 +89,7 @@ impl Default for EngineParams {
             max_queue: 64,
             prefill_per_step: 512,
             cache_ram: 1 << 30,
+            ctx_checkpoints: 8,
         }
     }
 }
@@ -464,7 +470,15 @@ impl Engine {
         };
         let thread = std::thread::Builder::new()
             .name("glint-engine".into())
-            .spawn(move || run(ctx, rx, published, prefill_cap, params.cache_ram))
+            .spawn(move || {
+                run(
+                    ctx,
+                    rx,
+                    published,
+                    prefill_cap,
+                    (params.cache_ram, params.ctx_checkpoints),
+                )
+            })
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine {
             model: model.clone(),
@@ -612,6 +626,12 @@ pub struct DecodeStats {
     pub n_tokens_max: usize,
     /// Over all batches, the slots with tokens in each, summed.
     pub busy_slots: u64,
+    /// Checkpoints of recurrent states made.
+    pub checkpoints_made: u64,
+    /// Prompts that went back to a checkpoint instead of starting over.
+    pub checkpoints_restored: u64,
+    /// Prompt tokens those restores kept (not prefilled again).
+    pub checkpoint_tokens: u64,
 }
 
 /// The engine thread: wait for work, then step until every slot is idle.
@@ -627,7 +647,7 @@ fn run(
     rx: mpsc::Receiver<Msg>,
     (waiting, busy, slots, stats): Published,
     prefill_cap: usize,
-    cache_ram: usize,
+    (cache_ram, ctx_checkpoints): (usize, usize),
 ) {
     let model = ctx.model().clone();
     let n_slots = ctx.params().n_seq_max as i32;
@@ -639,6 +659,7 @@ fn run(
         Some(waiting),
         cache_ram,
     );
+    sched.set_checkpoints(ctx_checkpoints);
     loop {
         // Block only when there is nothing to do.
         let first = if sched.is_busy() {

@@ -20,7 +20,7 @@ use super::{
 use crate::chat::common_prefix;
 use crate::generate::plain_greedy;
 use crate::state::PromptCache;
-use crate::{Batch, Context, Error};
+use crate::{Batch, Checkpoint, Context, Error};
 
 /// A queued request and where its events go.
 pub(crate) struct Job<'a> {
@@ -74,6 +74,10 @@ impl Active<'_> {
 
 struct Slot<'a> {
     seq: i32,
+    /// Recurrent models: the sequence's state saved after its first `n`
+    /// cached tokens, oldest first (`(n, checkpoint)`); a new prompt that
+    /// shares fewer tokens than the cache goes back to one of them.
+    checkpoints: Vec<(usize, Checkpoint)>,
     /// Token ids in this slot's cells, in order.
     cache: Vec<u32>,
     /// Position of the next token: `cache.len()`, unless self-extend
@@ -114,7 +118,15 @@ pub(crate) struct Scheduler<'a> {
     pub(crate) stats: DecodeStats,
     /// The vocabulary as a trie, for grammar masks (made on first use).
     trie: Option<Rc<glint_grammar::TokenTrie>>,
+    /// Most checkpoints a slot keeps (recurrent models; 0 = none).
+    n_checkpoints: usize,
 }
+
+/// Recurrent models: the last this many prompt tokens are decoded apart
+/// from the rest, and the state before them is kept as a checkpoint
+/// (llama-server's rule: a new prompt often differs from an earlier one
+/// only in its last tokens, a chat template's generation prompt).
+pub(crate) const CHECKPOINT_TAIL: usize = 64;
 
 impl<'a> Scheduler<'a> {
     /// Slots over `seqs`: each a sequence id and the tokens its cells
@@ -131,6 +143,7 @@ impl<'a> Scheduler<'a> {
             .into_iter()
             .map(|(seq, cache)| Slot {
                 seq,
+                checkpoints: Vec::new(),
                 n_past: cache.len() as i32,
                 cache,
                 ga_i: 0,
@@ -153,7 +166,59 @@ impl<'a> Scheduler<'a> {
             error: None,
             stats: DecodeStats::default(),
             trie: None,
+            n_checkpoints: 0,
         }
+    }
+
+    /// Keep up to `n` checkpoints per slot (recurrent models).
+    pub(crate) fn set_checkpoints(&mut self, n: usize) {
+        self.n_checkpoints = n;
+    }
+
+    /// After a prefill step: slot `i`'s state before its prompt's last
+    /// [`CHECKPOINT_TAIL`] tokens, kept as a checkpoint (when it is not too
+    /// close to the previous one).
+    fn maybe_checkpoint(&mut self, ctx: &mut Context, i: usize) {
+        if self.n_checkpoints == 0 || !ctx.has_recurrent() {
+            return;
+        }
+        let s = &self.slots[i];
+        let Some(job) = s.job.as_ref() else {
+            return;
+        };
+        let n = s.cache.len();
+        if !s.aligned || n < CHECKPOINT_TAIL || n + CHECKPOINT_TAIL != job.req.prompt.len() {
+            return;
+        }
+        if s.checkpoints
+            .last()
+            .is_some_and(|&(m, _)| n <= m + CHECKPOINT_TAIL)
+        {
+            return;
+        }
+        if let Ok(Some(cp)) = ctx.checkpoint(s.seq) {
+            let s = &mut self.slots[i];
+            s.checkpoints.push((n, cp));
+            while s.checkpoints.len() > self.n_checkpoints {
+                s.checkpoints.remove(0);
+            }
+            self.stats.checkpoints_made += 1;
+        }
+    }
+
+    /// Take slot `i` back to its last checkpoint at or before `n` tokens:
+    /// the tokens kept, or `None` (no such checkpoint, or it failed).
+    fn restore_checkpoint(&mut self, ctx: &mut Context, i: usize, n: usize) -> Option<usize> {
+        let s = &mut self.slots[i];
+        let k = s.checkpoints.iter().rposition(|&(m, _)| m <= n)?;
+        let m = s.checkpoints[k].0;
+        ctx.restore_checkpoint(s.seq, &s.checkpoints[k].1).ok()?;
+        s.checkpoints.truncate(k + 1);
+        s.cache.truncate(m);
+        s.n_past = m as i32;
+        self.stats.checkpoints_restored += 1;
+        self.stats.checkpoint_tokens += m as u64;
+        Some(m)
     }
 
     /// Queue a request (checked by the caller).
@@ -287,6 +352,7 @@ impl<'a> Scheduler<'a> {
         // seq_rm of a whole sequence cannot fail for a valid seq id.
         let _ = ctx.seq_rm(s.seq, -1, -1);
         s.cache.clear();
+        s.checkpoints.clear();
         s.n_past = 0;
         s.ga_i = 0;
         s.aligned = true;
@@ -453,7 +519,14 @@ impl<'a> Scheduler<'a> {
         }
         let s = &mut self.slots[lead];
         if !s.aligned || ctx.seq_rm(s.seq, own as i32, -1).is_err() {
+            // A recurrent state cannot be cut back: go back to a checkpoint.
+            if s.aligned {
+                if let Some(k) = self.restore_checkpoint(ctx, lead, own) {
+                    return k;
+                }
+            }
             // Moved positions, or a tail that cannot be cut: start cold.
+            let s = &mut self.slots[lead];
             Self::forget(ctx, s);
             return 0;
         }
@@ -745,7 +818,17 @@ impl<'a> Scheduler<'a> {
             };
             let req = job.req.clone();
             let done = self.slots[i].cache.len();
-            let todo = (req.prompt.len() - done).min(room);
+            let mut todo = (req.prompt.len() - done).min(room);
+            // Recurrent models: the prompt's last CHECKPOINT_TAIL tokens
+            // in a step of their own, so a checkpoint lands before them.
+            let rest = req.prompt.len() - done;
+            if self.n_checkpoints > 0
+                && ctx.has_recurrent()
+                && rest > CHECKPOINT_TAIL
+                && rest - todo < CHECKPOINT_TAIL
+            {
+                todo = rest - CHECKPOINT_TAIL;
+            }
             if let Err(e) = self.make_room(ctx, i, todo, false) {
                 self.fail(ctx, i, e);
                 continue;
@@ -798,6 +881,7 @@ impl<'a> Scheduler<'a> {
         for &i in &prefilling {
             if fed.contains(&i) {
                 self.progress(i);
+                self.maybe_checkpoint(ctx, i);
             }
         }
 
