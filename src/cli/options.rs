@@ -19,6 +19,7 @@ pub const FLAGS: &[Flag] = &[
     flag!("grp-attn-n", ["-gan"], Some("N"), "self-extend group factor (default 1 = off)"),
     flag!("grp-attn-w", ["-gaw"], Some("N"), "self-extend window, a multiple of -gan (default 512)"),
     flag!("grp-attn-mode", [], Some("shift|window"), "self-extend mode: shift (default; llama.cpp's: cached positions compressed with seq_add/seq_div, K re-rotated) or window (the SelfExtend paper's: positions never move, near pairs attend normally, distant ones at grouped positions; a second K cache)"),
+    flag!("swa-full", [], None, "keep the sliding-window layers' K/V for the whole context (Gemma 3), not in a ring of n_swa + n_ubatch cells (implied by --context-shift and self-extend's shift mode, which move positions)"),
     flag!("context-shift", [], None, "when the context is full, drop half of what follows --keep and go on (default: stop)"),
     flag!("keep", [], Some("N"), "prompt tokens a context shift keeps (default 0; -1 = all; BOS added on top)"),
     flag!("parallel", ["-np"], Some("N"), "sequences decoded together, one prompt each (default 1)"),
@@ -279,7 +280,16 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
         type_k: cache("cache-type-k")?,
         type_v: cache("cache-type-v")?,
         self_extend_window: self_extend_window(p)?,
+        swa_full: swa_full(p)?,
     })
+}
+
+/// `--swa-full`, or a flag that moves cached positions (a context shift,
+/// self-extend's shift mode): the sliding-window ring cannot take those.
+pub fn swa_full(p: &Parsed) -> Result<bool, String> {
+    let shift_mode = !matches!(p.get("grp-attn-mode"), Some("window"))
+        && num::<u32>(p, "grp-attn-n")?.unwrap_or(1) > 1;
+    Ok(p.has("swa-full") || p.has("context-shift") || shift_mode)
 }
 
 /// `--grp-attn-mode window`: the two-window SelfExtend's sizes from

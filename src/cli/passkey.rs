@@ -153,6 +153,9 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                         n_batch,
                         n_ubatch: n_batch.min(512),
                         self_extend_window: window,
+                        // Self-extend's shift mode moves cached positions,
+                        // which a sliding-window ring cannot take.
+                        swa_full: window.is_none(),
                         ..Default::default()
                     },
                 )

@@ -156,6 +156,7 @@ const FLAGS: &[Flag] = &[
     flag!("slots", [], None, "serve GET /slots (default)"),
     flag!("no-slots", [], None, "do not serve GET /slots (501); slot files need only --slot-save-path"),
     flag!("cors-origins", [], Some("LIST"), "comma-separated origins CORS allows (default: any)"),
+    flag!("swa-full", [], None, "keep the sliding-window layers' K/V for the whole context (Gemma 3), not in a ring of n_swa + n_ubatch cells per stream (implied by --context-shift and self-extend's shift mode)"),
     flag!("no-cache-idle-slots", [], None, "do not keep idle slots' prefixes in RAM (as --cache-ram 0)"),
     flag!("ctx-checkpoints", ["--swa-checkpoints"], Some("N"), "models with recurrent layers (LFM2): checkpoints of each slot's state kept at prompt positions, so a prompt sharing a prefix restores one instead of starting over (default 8; 0 = none)"),
     flag!("tags", [], Some("LIST"), "comma-separated tags shown in /v1/models"),
@@ -287,6 +288,7 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
         type_v: cache_type(p, "cache-type-v")?,
         embeddings: p.has("embedding"),
         self_extend_window: super::options::self_extend_window(p)?,
+        swa_full: super::options::swa_full(p)?,
     };
     let window = ctx_params.self_extend_window.is_some();
     if window && p.has("context-shift") {

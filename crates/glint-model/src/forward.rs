@@ -32,11 +32,12 @@ pub struct KvStorage<T> {
 }
 
 impl<T: glint_backend::Tensor> KvStorage<T> {
-    /// Allocate `n_rows` rows per layer (and as many grouped K rows when
-    /// `grouped`: two-window SelfExtend).
+    /// Allocate `n_rows` rows for each of the model layers `layers` (and
+    /// as many grouped K rows when `grouped`: two-window SelfExtend).
     pub fn new<B: Backend<Tensor = T>>(
         backend: &B,
         hp: &HParams,
+        layers: Vec<usize>,
         n_rows: usize,
         [type_k, type_v]: [GgmlType; 2],
         grouped: bool,
@@ -58,7 +59,6 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
                 )));
             }
         }
-        let layers = hp.attn_layers();
         let mut k = Vec::with_capacity(layers.len());
         let mut v = Vec::with_capacity(layers.len());
         let mut k2 = Vec::new();
@@ -167,6 +167,35 @@ pub struct UBatch<'a> {
     pub outputs: &'a [i32],
     /// Two-window SelfExtend's inputs (the cache must hold grouped K rows).
     pub window: Option<WindowInputs<'a>>,
+    /// The sliding-window layers' own cache (a ring of `n_swa + n_ubatch`
+    /// cells): where the batch's K/V go in it and what it attends to. With
+    /// it, `mask_swa` is `None` and those layers read [`Memories::swa`].
+    pub swa: Option<SwaInputs<'a>>,
+}
+
+/// The sliding-window layers' part of a micro-batch when they have a
+/// cache of their own.
+pub struct SwaInputs<'a> {
+    /// Rows of that cache receiving each token's K and V `[T]`.
+    pub rows: &'a [i32],
+    /// First row attention considers.
+    pub kv_start: usize,
+    /// Rows attention considers.
+    pub n_kv: usize,
+    /// The sliding-window mask over them `[n_kv, T]`.
+    pub mask: &'a [f32],
+}
+
+/// Everything a forward pass reads and writes besides weights and scratch.
+pub struct Memories<'a, T> {
+    /// K/V rows of the attention layers (all of them, or the full-attention
+    /// ones when `swa` is given).
+    pub kv: &'a KvStorage<T>,
+    /// K/V rows of the sliding-window layers, a cache of their own (a
+    /// ring); `None`: they are in `kv`.
+    pub swa: Option<&'a KvStorage<T>>,
+    /// The short-convolution layers' recurrent states.
+    pub conv: &'a ConvStorage<T>,
 }
 
 /// What two-window SelfExtend adds to a micro-batch (group size G,
@@ -194,6 +223,7 @@ pub struct Scratch<T> {
     pos: T,      // [T] i32
     rows: T,     // [T] i32
     outs: T,     // [T] i32
+    rows_swa: T, // [T] i32, rows of the sliding-window cache
     slots: T,    // [T] i32, recurrent state slot of each token
     conv_b: T,   // [n_embd, T] f32 (short-conv layers; else [1]), gate b
     conv_c: T,   // [n_embd, T] f32, gate c
@@ -271,6 +301,7 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             pos: a(i, t, "inp_pos")?,
             rows: a(i, t, "inp_rows")?,
             outs: a(i, t, "inp_out_ids")?,
+            rows_swa: a(i, t, "inp_rows_swa")?,
             slots: a(i, t, "inp_slots")?,
             conv_b: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_b")?,
             conv_c: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_c")?,
@@ -370,12 +401,12 @@ pub fn forward<B: Backend>(
     b: &B,
     hp: &HParams,
     w: &Weights<B::Tensor>,
-    kv: &KvStorage<B::Tensor>,
-    conv: &ConvStorage<B::Tensor>,
+    mem: &Memories<B::Tensor>,
     s: &Scratch<B::Tensor>,
     ub: &UBatch,
 ) -> Result<Option<Output<B::Tensor>>, ModelError> {
-    check_ubatch(hp, kv, conv, s, ub)?;
+    let (kv, conv) = (mem.kv, mem.conv);
+    check_ubatch(hp, mem, s, ub)?;
     let t = ub.tokens.len();
     let n_embd = hp.n_embd;
     let inp = Inputs::write(b, hp, s, ub)?;
@@ -393,6 +424,7 @@ pub fn forward<B: Backend>(
         b,
         hp,
         kv,
+        swa: mem.swa,
         conv,
         s,
         ub,
@@ -425,11 +457,11 @@ fn has_swa(hp: &HParams) -> bool {
 /// take, before anything is written.
 fn check_ubatch<T>(
     hp: &HParams,
-    kv: &KvStorage<T>,
-    conv: &ConvStorage<T>,
+    mem: &Memories<T>,
     s: &Scratch<T>,
     ub: &UBatch,
 ) -> Result<(), ModelError> {
+    let (kv, conv) = (mem.kv, mem.conv);
     let t = ub.tokens.len();
     let n_out = ub.outputs.len();
     let bad = |m: String| Err(ModelError::Batch(m));
@@ -485,8 +517,43 @@ fn check_ubatch<T>(
             ub.n_kv
         ));
     }
-    if has_swa(hp) && ub.mask_swa.map(<[f32]>::len) != Some(ub.n_kv * t) {
-        return bad("the model has sliding-window layers: a mask_swa of n_kv x T is needed".into());
+    match (&ub.swa, mem.swa) {
+        (Some(w), Some(ring)) => {
+            if w.rows.len() != t
+                || w.mask.len() != w.n_kv * t
+                || w.n_kv == 0
+                || w.n_kv * t > s.n_kv_max * s.n_tokens_max
+                || w.kv_start + w.n_kv > ring.n_rows
+            {
+                return bad(format!(
+                    "sliding-window cache: {} rows, a mask of {} values and a window {}..{} for \
+                     {t} tokens and its {} rows",
+                    w.rows.len(),
+                    w.mask.len(),
+                    w.kv_start,
+                    w.kv_start + w.n_kv,
+                    ring.n_rows
+                ));
+            }
+            if let Some(&r) = w.rows.iter().find(|&&r| r < 0 || r as usize >= ring.n_rows) {
+                return bad(format!(
+                    "sliding-window cache row {r} outside 0..{}",
+                    ring.n_rows
+                ));
+            }
+        }
+        (None, None) => {
+            if has_swa(hp) && ub.mask_swa.map(<[f32]>::len) != Some(ub.n_kv * t) {
+                return bad(
+                    "the model has sliding-window layers: a mask_swa of n_kv x T is needed".into(),
+                );
+            }
+        }
+        _ => {
+            return bad(
+                "a sliding-window cache and the micro-batch's inputs for it go together".into(),
+            )
+        }
     }
     if let Some(&tok) = ub
         .tokens
@@ -540,7 +607,8 @@ struct Inputs<T> {
     rows: T,             // [T] i32
     slots: Option<T>,    // [T] i32, iff the model has short-conv layers
     mask: T,             // [n_kv, T] f32
-    mask_swa: Option<T>, // [n_kv, T] f32, iff the model has sliding-window layers
+    mask_swa: Option<T>, // [n_kv, T] f32 (or [n_kv_swa, T] over the ring), iff the model has sliding-window layers
+    rows_swa: Option<T>, // [T] i32, rows of the sliding-window cache (with one)
     /// Two-window SelfExtend: grouped query and key positions `[T]` i32,
     /// the distant pairs' mask `[n_kv, T]` f32.
     window: Option<[T; 3]>,
@@ -569,13 +637,20 @@ impl<T: glint_backend::Tensor> Inputs<T> {
         } else {
             None
         };
-        let mask_swa = match ub.mask_swa {
-            Some(m) if has_swa(hp) => {
+        let (mask_swa, rows_swa) = match (&ub.swa, ub.mask_swa) {
+            (Some(w), _) => {
+                let v = view(b, &s.mask_swa, &[w.n_kv, t])?;
+                b.write(&v, 0, bytemuck::cast_slice(w.mask))?;
+                let r = view(b, &s.rows_swa, &[t])?;
+                b.write(&r, 0, bytemuck::cast_slice(w.rows))?;
+                (Some(v), Some(r))
+            }
+            (None, Some(m)) if has_swa(hp) => {
                 let v = view(b, &s.mask_swa, &[ub.n_kv, t])?;
                 b.write(&v, 0, bytemuck::cast_slice(m))?;
-                Some(v)
+                (Some(v), None)
             }
-            _ => None,
+            _ => (None, None),
         };
         let window = match &ub.window {
             Some(w) => {
@@ -596,6 +671,7 @@ impl<T: glint_backend::Tensor> Inputs<T> {
             slots,
             mask,
             mask_swa,
+            rows_swa,
             window,
         })
     }
@@ -648,6 +724,7 @@ struct Layer<'a, B: Backend> {
     b: &'a B,
     hp: &'a HParams,
     kv: &'a KvStorage<B::Tensor>,
+    swa: Option<&'a KvStorage<B::Tensor>>,
     conv: &'a ConvStorage<B::Tensor>,
     s: &'a Scratch<B::Tensor>,
     ub: &'a UBatch<'a>,
@@ -667,7 +744,14 @@ impl<B: Backend> Layer<'_, B> {
         x2: &B::Tensor,
     ) -> Result<(), ModelError> {
         let (b, hp, s, f) = (self.b, self.hp, self.s, &self.bufs);
-        let ki = self.kv.index(il).ok_or_else(|| {
+        let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
+        // The layer's cache: the sliding-window one (a ring) for a SWA
+        // layer when there is one, else the main one; its rows, span, mask.
+        let (kv, rows, kv_start, n_kv) = match (self.swa, &self.ub.swa, &self.inp.rows_swa) {
+            (Some(ring), Some(w), Some(r)) if swa => (ring, r, w.kv_start, w.n_kv),
+            _ => (self.kv, &self.inp.rows, self.ub.kv_start, self.ub.n_kv),
+        };
+        let ki = kv.index(il).ok_or_else(|| {
             ModelError::Batch(format!("layer {il} has attention but no K/V rows"))
         })?;
         let t = self.ub.tokens.len();
@@ -706,16 +790,15 @@ impl<B: Backend> Layer<'_, B> {
             b.rms_norm(&kh, Some(kn), hp.rms_eps, &kd)?;
             (qh, kh) = (qd, kd);
         }
-        let (inp, kv) = (&self.inp, self.kv);
+        let inp = &self.inp;
         b.rope_store(
             [&qh, &kh, &vc],
             &inp.pos,
             [&hp.rope(il, nh), &hp.rope(il, nkv)],
             [&f.qr, &f.kr],
-            &inp.rows,
+            rows,
             [&kv.k[ki], &kv.v[ki]],
         )?;
-        let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
         // Two-window SelfExtend (full-attention layers): the batch's keys
         // also at their grouped positions, its queries at theirs.
         let window = match (&inp.window, kv.k2.get(ki)) {
@@ -739,8 +822,8 @@ impl<B: Backend> Layer<'_, B> {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             softcap: hp.attn_softcap,
-            kv_start: self.ub.kv_start,
-            n_kv: self.ub.n_kv,
+            kv_start,
+            n_kv,
         };
         match window {
             Some((qr2, k2, mf)) => b.attention_window(

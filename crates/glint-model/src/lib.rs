@@ -14,7 +14,8 @@ use glint_gguf::GgufError;
 
 pub use arch::{arch_info, ArchInfo, ARCHS};
 pub use forward::{
-    forward, ConvStorage, KvStorage, Output, Scratch, UBatch, WindowInputs, OUTPUTS_AT_FIRST,
+    forward, ConvStorage, KvStorage, Memories, Output, Scratch, SwaInputs, UBatch, WindowInputs,
+    OUTPUTS_AT_FIRST,
 };
 pub use hparams::{HParams, RopeOverrides, RopeScaling};
 pub use weights::{AttnWeights, ConvWeights, LayerWeights, Mixer, Weights};

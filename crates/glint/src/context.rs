@@ -4,7 +4,7 @@
 
 use glint_backend::Backend;
 use glint_kv::{KvCells, KvParams, MaskParams, Query, StreamLayout, SwaType, TokenMeta};
-use glint_model::{forward, HParams, UBatch, WindowInputs};
+use glint_model::{forward, HParams, Memories, SwaInputs, UBatch, WindowInputs};
 
 use crate::backend::{on_exec, with_exec, Exec, ExecState, Loaded};
 use crate::memory::{Checkpoint, KvCacheParams, SeqMemory};
@@ -76,6 +76,8 @@ impl Context {
             type_k: params.type_k.ggml(),
             type_v: params.type_v.ggml(),
             window: params.self_extend_window,
+            swa_full: params.swa_full,
+            n_ubatch: params.n_ubatch,
         };
         let exec = model
             .backend()
@@ -257,63 +259,104 @@ impl Context {
     /// the kernels need no notion of streams, and masked cells cost a
     /// comparison (the cpu kernels skip them).
     fn kv_span(&self, queries: &[Query], streams: &[u32]) -> Result<KvSpan, Error> {
-        let cells = self.cells();
         let hp = self.model.hparams();
-        let kv_size = cells.params().kv_size as usize;
-        let params = [
-            Some(MaskParams::causal()),
-            hp.swa_layers.iter().any(|&x| x).then(|| MaskParams {
-                swa_type: SwaType::Standard,
-                n_swa: hp.n_swa as u32,
-                ..MaskParams::causal()
-            }),
-        ];
-        let (lo, hi) = (
-            *streams.iter().min().unwrap_or(&0),
-            *streams.iter().max().unwrap_or(&0),
-        );
-        if lo == hi {
-            let n_kv = cells.n_kv(lo);
-            let [mask, swa] = params.map(|p| p.map(|p| cells.mask(queries, n_kv, &p)).transpose());
-            return Ok(KvSpan {
-                kv_start: lo as usize * kv_size,
-                n_kv: n_kv as usize,
-                mask: mask?.unwrap_or_default(),
-                mask_swa: swa?,
-            });
-        }
-        let span = (hi - lo) as usize * kv_size + cells.n_kv(hi) as usize;
-        let n_t = queries.len();
-        let mut masks = params.map(|p| p.map(|_| vec![f32::NEG_INFINITY; span * n_t]));
-        for st in lo..=hi {
-            let idx: Vec<usize> = (0..n_t).filter(|&t| streams[t] == st).collect();
-            if idx.is_empty() {
-                continue;
-            }
-            let qs: Vec<Query> = idx.iter().map(|&t| queries[t]).collect();
-            let n_kv = cells.n_kv(st) as usize;
-            let base = (st - lo) as usize * kv_size;
-            for (m, p) in masks.iter_mut().zip(&params) {
-                let (Some(m), Some(p)) = (m.as_mut(), p) else {
-                    continue;
-                };
-                // sub: [n_kv, qs.len()], placed in the columns of its tokens.
-                let sub = cells.mask(&qs, n_kv as u32, p)?;
-                for (k, &t) in idx.iter().enumerate() {
-                    m[t * span + base..t * span + base + n_kv]
-                        .copy_from_slice(&sub[k * n_kv..(k + 1) * n_kv]);
-                }
-            }
-        }
-        let [mask, swa] = masks;
-        Ok(KvSpan {
-            kv_start: lo as usize * kv_size,
-            n_kv: span,
-            mask: mask.unwrap_or_default(),
-            mask_swa: swa,
-        })
+        let swa = MaskParams {
+            swa_type: SwaType::Standard,
+            n_swa: hp.n_swa as u32,
+            ..MaskParams::causal()
+        };
+        // With a ring, the sliding-window layers' mask is over the ring's
+        // cells (see `ring_span`).
+        let has_swa = hp.swa_layers.iter().any(|&x| x) && self.ring_cells().is_none();
+        span(
+            self.cells(),
+            queries,
+            streams,
+            [Some(MaskParams::causal()), has_swa.then_some(swa)],
+        )
     }
 
+    /// The sliding-window ring's cells, if the memory has a ring.
+    fn ring_cells(&self) -> Option<&KvCells> {
+        on_exec!(&self.exec, |x| x.mem.swa.as_ref().map(|r| &r.cache.cells))
+    }
+
+    /// The ring's span for a micro-batch: its first row, rows, and the
+    /// sliding-window mask over them.
+    fn ring_span(&self, queries: &[Query], streams: &[u32]) -> Result<Option<KvSpan>, Error> {
+        let hp = self.model.hparams();
+        let Some(cells) = self.ring_cells() else {
+            return Ok(None);
+        };
+        let swa = MaskParams {
+            swa_type: SwaType::Standard,
+            n_swa: hp.n_swa as u32,
+            ..MaskParams::causal()
+        };
+        span(cells, queries, streams, [Some(swa), None]).map(Some)
+    }
+}
+
+/// The span of `cells` a micro-batch attends to: (first row, rows, and a
+/// mask `[n_kv, n_tokens]` for each of `params`). Tokens of one stream
+/// attend to its first `n_kv` cells. Tokens of several streams attend to
+/// the rows from the first stream's start to the last one's `n_kv`, each
+/// masked to the cells of its own stream: the kernels need no notion of
+/// streams, and masked cells cost a comparison (the cpu kernels skip them).
+fn span(
+    cells: &KvCells,
+    queries: &[Query],
+    streams: &[u32],
+    params: [Option<MaskParams>; 2],
+) -> Result<KvSpan, Error> {
+    let kv_size = cells.params().kv_size as usize;
+    let (lo, hi) = (
+        *streams.iter().min().unwrap_or(&0),
+        *streams.iter().max().unwrap_or(&0),
+    );
+    if lo == hi {
+        let n_kv = cells.n_kv(lo);
+        let [mask, swa] = params.map(|p| p.map(|p| cells.mask(queries, n_kv, &p)).transpose());
+        return Ok(KvSpan {
+            kv_start: lo as usize * kv_size,
+            n_kv: n_kv as usize,
+            mask: mask?.unwrap_or_default(),
+            mask_swa: swa?,
+        });
+    }
+    let span = (hi - lo) as usize * kv_size + cells.n_kv(hi) as usize;
+    let n_t = queries.len();
+    let mut masks = params.map(|p| p.map(|_| vec![f32::NEG_INFINITY; span * n_t]));
+    for st in lo..=hi {
+        let idx: Vec<usize> = (0..n_t).filter(|&t| streams[t] == st).collect();
+        if idx.is_empty() {
+            continue;
+        }
+        let qs: Vec<Query> = idx.iter().map(|&t| queries[t]).collect();
+        let n_kv = cells.n_kv(st) as usize;
+        let base = (st - lo) as usize * kv_size;
+        for (m, p) in masks.iter_mut().zip(&params) {
+            let (Some(m), Some(p)) = (m.as_mut(), p) else {
+                continue;
+            };
+            // sub: [n_kv, qs.len()], placed in the columns of its tokens.
+            let sub = cells.mask(&qs, n_kv as u32, p)?;
+            for (k, &t) in idx.iter().enumerate() {
+                m[t * span + base..t * span + base + n_kv]
+                    .copy_from_slice(&sub[k * n_kv..(k + 1) * n_kv]);
+            }
+        }
+    }
+    let [mask, swa] = masks;
+    Ok(KvSpan {
+        kv_start: lo as usize * kv_size,
+        n_kv: span,
+        mask: mask.unwrap_or_default(),
+        mask_swa: swa,
+    })
+}
+
+impl Context {
     /// One micro-batch: the tokens `range` of `batch` (`streams[i]`: token
     /// `i`'s stream).
     fn run_ubatch(
@@ -336,6 +379,22 @@ impl Context {
             })
             .collect();
         let mut span = self.kv_span(&queries, &streams[range.clone()])?;
+        // The sliding-window ring: old cells dropped, cells for this
+        // micro-batch taken, its own span.
+        let metas: Vec<TokenMeta> = range
+            .clone()
+            .map(|i| TokenMeta {
+                pos: batch.pos[i],
+                seq_ids: batch.seq_ids[i].clone(),
+            })
+            .collect();
+        let ring_rows = with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .mem
+            .ring_begin(&l.be, &metas))?;
+        let ring = match &ring_rows {
+            Some(_) => self.ring_span(&queries, &streams[range.clone()])?,
+            None => None,
+        };
         let window = self
             .params
             .self_extend_window
@@ -371,6 +430,15 @@ impl Context {
                 pos_k,
                 mask_far: far,
             }),
+            swa: match (&ring_rows, &ring) {
+                (Some(rows), Some(r)) => Some(SwaInputs {
+                    rows,
+                    kv_start: r.kv_start,
+                    n_kv: r.n_kv,
+                    mask: &r.mask,
+                }),
+                _ => None,
+            },
         };
         // Logits still on the device from the previous micro-batch are
         // read before its scratch is reused.
@@ -603,6 +671,18 @@ impl Context {
     /// Refuse `what`, which moves cached positions, in a context with a
     /// two-window SelfExtend (its grouped K would no longer match).
     fn positions_move(&self, what: &str) -> Result<(), Error> {
+        if self.ring_cells().is_some() {
+            return Err(Error::Window(format!(
+                "{what} moves cached positions, but the sliding-window cache (a ring) has dropped \
+                 the cells that would come back into the window; run with --swa-full"
+            )));
+        }
+        if self.has_recurrent() && what != "seq_add" && what != "seq_div" {
+            return Err(Error::Recurrent(format!(
+                "{what} is not supported for a model with recurrent layers (their state holds \
+                 every position seen; it cannot drop or regroup them)"
+            )));
+        }
         match self.params.self_extend_window {
             Some(_) => Err(Error::Invalid(format!(
                 "{what} moves cached positions, which the two-window SelfExtend (window mode) keeps fixed"
@@ -705,6 +785,13 @@ impl Context {
         on_exec!(&self.exec, |x| x.mem.rec.is_active())
     }
 
+    /// Whether prefix reuse may need [`Context::checkpoint`]s: the memory
+    /// has recurrent layers, or a sliding-window ring, and so cannot always
+    /// be cut back to an earlier position.
+    pub fn needs_checkpoints(&self) -> bool {
+        on_exec!(&self.exec, |x| x.mem.needs_checkpoints())
+    }
+
     /// Save sequence `seq`'s recurrent state at its current last position
     /// (llama-server's context checkpoint; `None` without recurrent layers
     /// or for an empty sequence). Small: each recurrent layer's state, not
@@ -786,9 +873,13 @@ fn forward_ubatch<B: Backend>(
     ub: &UBatch,
 ) -> Result<bool, Error> {
     x.scratch.reserve_outputs(&l.be, hp, ub.outputs.len())?;
-    let (kv, conv, scratch) = (&x.mem.kv.storage, &x.mem.rec.storage, &x.scratch);
-    let out =
-        l.be.enter(|| forward(&l.be, hp, &l.w, kv, conv, scratch, ub))?;
+    let mem = Memories {
+        kv: &x.mem.kv.storage,
+        swa: x.mem.swa.as_ref().map(|r| &r.cache.storage),
+        conv: &x.mem.rec.storage,
+    };
+    let scratch = &x.scratch;
+    let out = l.be.enter(|| forward(&l.be, hp, &l.w, &mem, scratch, ub))?;
     let has = out.is_some();
     x.pending = out;
     Ok(has)

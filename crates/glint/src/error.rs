@@ -86,6 +86,10 @@ pub enum Error {
     /// cannot do: it holds a sequence as one state, not per position.
     #[error("recurrent memory: {0}")]
     Recurrent(String),
+    /// A sequence operation the sliding-window ring cache cannot do: it
+    /// keeps only the window's cells of each sequence.
+    #[error("sliding-window cache: {0}")]
+    Window(String),
     /// Saved state (a sequence's state, a prompt cache) that cannot be used.
     #[error("saved state: {0}")]
     State(String),

@@ -34,6 +34,11 @@ pub(crate) struct KvCacheParams {
     pub(crate) type_v: GgmlType,
     /// Two-window SelfExtend: keep K rotated at grouped positions too.
     pub(crate) window: Option<crate::params::SelfExtendWindow>,
+    /// Sliding-window layers in the full-size cache (`--swa-full`), not in
+    /// a ring of their own.
+    pub(crate) swa_full: bool,
+    /// Most tokens a forward pass carries (the ring's slack).
+    pub(crate) n_ubatch: u32,
 }
 
 /// What [`SeqMemory::begin`] changed, for [`SeqMemory::rollback`]: the
@@ -92,10 +97,23 @@ pub(crate) struct KvCache<B: Backend> {
 }
 
 impl<B: Backend> KvCache<B> {
-    pub(crate) fn new(be: &B, hp: &HParams, p: &KvCacheParams) -> Result<Self, Error> {
+    /// A cache of `p`'s size for the model layers `layers`.
+    pub(crate) fn new(
+        be: &B,
+        hp: &HParams,
+        p: &KvCacheParams,
+        layers: Vec<usize>,
+    ) -> Result<Self, Error> {
         let cells = KvCells::new(p.cells.clone())?;
         let n_rows = (cells.n_stream() * p.cells.kv_size) as usize;
-        let storage = KvStorage::new(be, hp, n_rows, [p.type_k, p.type_v], p.window.is_some())?;
+        let storage = KvStorage::new(
+            be,
+            hp,
+            layers,
+            n_rows,
+            [p.type_k, p.type_v],
+            p.window.is_some(),
+        )?;
         let shifts = be.alloc(TensorDesc {
             ty: GgmlType::I32,
             ne: [n_rows, 1, 1, 1],
@@ -417,18 +435,175 @@ fn row_runs(rows: &[u64]) -> Vec<(u64, usize)> {
 /// asked first whether it can be done (see [`crate::recurrent`]), so a
 /// refused op changes nothing.
 pub(crate) struct Memory<B: Backend> {
-    /// The attention layers' cells and K/V rows.
+    /// The attention layers' cells and K/V rows (the full-attention ones
+    /// only when `swa` is there).
     pub(crate) kv: KvCache<B>,
+    /// The sliding-window layers' own cache: a ring of `n_swa + n_ubatch`
+    /// cells per stream, whose cells older than the window are dropped
+    /// before each micro-batch (llama.cpp's iSWA cache; `None` with
+    /// `--swa-full`, without such layers, or when it would not be smaller).
+    pub(crate) swa: Option<Ring<B>>,
     /// The short-convolution layers' states (inactive without them).
     pub(crate) rec: Recurrent<B>,
 }
 
+/// The sliding-window layers' cache and what a decode did to it.
+pub(crate) struct Ring<B: Backend> {
+    pub(crate) cache: KvCache<B>,
+    /// The window (`n_swa`).
+    n_swa: i32,
+    /// This decode's cell logs, one per micro-batch, for a rollback.
+    logs: Vec<CellLog>,
+    /// Sequences whose old cells this decode dropped (a rollback cannot
+    /// bring them back).
+    pruned: Vec<i32>,
+}
+
+/// Cells per stream of the sliding-window ring (llama.cpp's iSWA size:
+/// the window of every sequence sharing a stream plus one micro-batch,
+/// padded to 256), or `None` when it would not be smaller than the full
+/// cache.
+fn ring_size(hp: &HParams, p: &KvCacheParams) -> Option<u32> {
+    if p.swa_full || hp.n_swa == 0 || !hp.swa_layers.iter().any(|&x| x) {
+        return None;
+    }
+    let seqs = match p.cells.layout {
+        glint_kv::StreamLayout::Unified => p.cells.n_seq_max,
+        _ => 1,
+    };
+    let want = (hp.n_swa as u64) * seqs as u64 + p.n_ubatch as u64;
+    let padded = want.div_ceil(256) * 256;
+    (padded < p.cells.kv_size as u64).then_some(padded as u32)
+}
+
 impl<B: Backend> Memory<B> {
     pub(crate) fn new(be: &B, hp: &HParams, p: &KvCacheParams) -> Result<Self, Error> {
+        let attn = hp.attn_layers();
+        let is_swa = |il: &usize| hp.swa_layers.get(*il).copied().unwrap_or(false);
+        let swa = match ring_size(hp, p) {
+            Some(size) => {
+                let rp = KvCacheParams {
+                    cells: KvParams {
+                        kv_size: size,
+                        n_pad: 256.min(size),
+                        ..p.cells.clone()
+                    },
+                    // The grouped K of two-window SelfExtend is for
+                    // full-attention layers only.
+                    window: None,
+                    ..p.clone()
+                };
+                let layers = attn.iter().copied().filter(is_swa).collect();
+                Some(Ring {
+                    cache: KvCache::new(be, hp, &rp, layers)?,
+                    n_swa: hp.n_swa as i32,
+                    logs: Vec::new(),
+                    pruned: Vec::new(),
+                })
+            }
+            None => None,
+        };
+        let main_layers = match swa {
+            Some(_) => attn.iter().copied().filter(|il| !is_swa(il)).collect(),
+            None => attn,
+        };
         Ok(Memory {
-            kv: KvCache::new(be, hp, p)?,
+            kv: KvCache::new(be, hp, p, main_layers)?,
+            swa,
             rec: Recurrent::new(be, hp, p.cells.n_seq_max as usize)?,
         })
+    }
+
+    /// Whether a new prompt's shared prefix may need a checkpoint (the
+    /// memory cannot always be cut back to a position).
+    pub(crate) fn needs_checkpoints(&self) -> bool {
+        self.rec.is_active() || self.swa.is_some()
+    }
+
+    /// Refuse an op that moves cached positions when a ring drops cells by
+    /// position.
+    fn positions_fixed(&self, what: &str) -> Result<(), Error> {
+        match self.swa {
+            Some(_) => Err(Error::Window(format!(
+                "{what} moves cached positions, but the sliding-window cache (a ring) has \
+                 dropped the cells that would come back into the window; run with --swa-full"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the ring still holds what a sequence cut at `p0` needs (the
+    /// `n_swa - 1` positions before it), for `seq_rm(seq, p0, p1)`.
+    fn ring_can_cut(&self, seq: i32, p0: i32, p1: i32) -> Result<(), Error> {
+        let Some(r) = &self.swa else {
+            return Ok(());
+        };
+        let seqs: Vec<i32> = if seq < 0 {
+            (0..self.kv.cells.params().n_seq_max as i32).collect()
+        } else {
+            vec![seq]
+        };
+        for s in seqs {
+            let last = self.kv.seq_pos_max(s)?;
+            let p1 = if p1 < 0 { i32::MAX } else { p1 };
+            // Nothing removed, the whole sequence, or a middle range the
+            // window is computed over anyway: nothing old comes back.
+            if p0 <= 0 || p0 > last || p1 <= last {
+                continue;
+            }
+            let need = (p0 - r.n_swa + 1).max(0);
+            let have = r.cache.seq_pos_min(s)?;
+            if have > need {
+                return Err(Error::Window(format!(
+                    "sequence {s} cut at position {p0} would need positions {need}.. in the \
+                     sliding-window cache, which holds {have}..={last} only (older cells are \
+                     dropped as the window moves on); run with --swa-full to keep them"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a micro-batch: the ring drops what no token of it (or later)
+    /// can see, then takes cells for it. Returns its rows, or `None`
+    /// without a ring.
+    pub(crate) fn ring_begin(
+        &mut self,
+        be: &B,
+        ubatch: &[TokenMeta],
+    ) -> Result<Option<Vec<i32>>, Error> {
+        let Some(r) = self.swa.as_mut() else {
+            return Ok(None);
+        };
+        // First position of each sequence in the micro-batch.
+        let mut first: Vec<(i32, i32)> = Vec::new();
+        for t in ubatch {
+            for &s in &t.seq_ids {
+                match first.iter_mut().find(|(q, _)| *q == s) {
+                    Some(e) => e.1 = e.1.min(t.pos),
+                    None => first.push((s, t.pos)),
+                }
+            }
+        }
+        for (s, p) in first {
+            let cut = p - r.n_swa + 1;
+            let min = r.cache.seq_pos_min(s)?;
+            if cut > 0 && min >= 0 && min < cut {
+                r.cache.seq_rm(s, 0, cut)?;
+                r.pruned.push(s);
+            }
+        }
+        let (Undo(log, _), plan) = r.cache.begin(be, ubatch)?;
+        r.logs.push(log);
+        Ok(Some(plan.rows().iter().map(|&x| x as i32).collect()))
+    }
+
+    /// A decode is over: forget the ring's logs.
+    pub(crate) fn commit(&mut self) {
+        if let Some(r) = self.swa.as_mut() {
+            r.logs.clear();
+            r.pruned.clear();
+        }
     }
 }
 
@@ -442,6 +617,9 @@ pub struct Checkpoint {
     pos: i32,
     /// Each recurrent layer's state column, in layer order.
     data: Vec<u8>,
+    /// The sequence's cells in the sliding-window ring (a saved-sequence
+    /// blob of that cache), or empty.
+    ring: Vec<u8>,
 }
 
 impl Checkpoint {
@@ -452,15 +630,15 @@ impl Checkpoint {
 
     /// Bytes it holds.
     pub fn n_bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() + self.ring.len()
     }
 }
 
 impl<B: Backend> Memory<B> {
     /// Sequence `seq`'s recurrent state now; `None` when the model has no
     /// recurrent layers or the sequence is empty.
-    pub(crate) fn checkpoint(&self, be: &B, seq: i32) -> Result<Option<Checkpoint>, Error> {
-        if !self.rec.is_active() {
+    pub(crate) fn checkpoint(&mut self, be: &B, seq: i32) -> Result<Option<Checkpoint>, Error> {
+        if !self.needs_checkpoints() {
             return Ok(None);
         }
         if seq < 0 || seq as u32 >= self.kv.cells.params().n_seq_max {
@@ -468,8 +646,26 @@ impl<B: Backend> Memory<B> {
                 "checkpoint of sequence {seq}: no such sequence"
             )));
         }
-        let (first, pos, data) = self.rec.save(be, seq as usize)?;
-        Ok((pos >= 0).then_some(Checkpoint { first, pos, data }))
+        let pos = self.kv.seq_pos_max(seq)?;
+        if pos < 0 {
+            return Ok(None);
+        }
+        let (first, data) = if self.rec.is_active() {
+            let (first, _, data) = self.rec.save(be, seq as usize)?;
+            (first, data)
+        } else {
+            (-1, Vec::new())
+        };
+        let ring = match self.swa.as_mut() {
+            Some(r) => r.cache.state_write(be, seq)?,
+            None => Vec::new(),
+        };
+        Ok(Some(Checkpoint {
+            first,
+            pos,
+            data,
+            ring,
+        }))
     }
 
     /// Take sequence `seq` back to `cp`: its cells past `cp.pos()` dropped,
@@ -483,6 +679,11 @@ impl<B: Backend> Memory<B> {
             )));
         }
         let (n_layers, n_embd_conv) = self.rec.shape();
+        if cp.ring.is_empty() != self.swa.is_none() {
+            return Err(Error::State(
+                "a checkpoint of another memory layout (sliding-window ring or not)".into(),
+            ));
+        }
         if cp.data.len() != n_layers * n_embd_conv * 4 {
             return Err(Error::State(format!(
                 "a checkpoint of {} bytes, this model's recurrent state is {}",
@@ -497,17 +698,48 @@ impl<B: Backend> Memory<B> {
                 cp.pos
             )));
         }
+        if let Some(r) = self.swa.as_mut() {
+            // Checked before anything changes: a blob this ring cannot take
+            // is an error with the caches as they were.
+            let mut probe = r.cache.cells.clone();
+            probe.seq_rm(seq, -1, -1)?;
+            let id = r.cache.identity();
+            probe.state_read_prefix(&cp.ring, seq, &id, i32::MAX)?;
+        }
         self.kv.seq_rm(seq, cp.pos + 1, -1)?;
-        self.rec.load(be, seq as usize, cp.first, cp.pos, &cp.data)
+        if let Some(r) = self.swa.as_mut() {
+            r.cache.seq_rm(seq, -1, -1)?;
+            r.cache.state_read(be, &cp.ring, seq, i32::MAX)?;
+        }
+        if self.rec.is_active() {
+            self.rec
+                .load(be, seq as usize, cp.first, cp.pos, &cp.data)?;
+        }
+        Ok(())
     }
 }
 
-/// Leading bytes of a hybrid model's saved sequence (a KV blob inside).
+/// Leading bytes of a saved sequence of a memory with more than one KV
+/// cache part: a recurrent state and/or a sliding-window ring beside the
+/// main KV cache (whose own blob is inside).
+///
+/// ```text
+/// magic        8 bytes  "GLINTRS\0"
+/// version      u32      1
+/// n_layers     u32      recurrent layers (0 without)
+/// n_embd_conv  u32      values of one layer's state
+/// first, last  i32 x 2  the positions the recurrent state has seen
+/// kv_len       u64      bytes of the main cache's blob
+/// ring_len     u64      bytes of the ring's blob (0 without a ring)
+/// kv, ring     the two KV blobs (each sealed, model identity inside)
+/// data         n_layers x n_embd_conv f32: the recurrent state
+/// seal         u64      FNV-1a of everything before
+/// ```
 const HYBRID_MAGIC: [u8; 8] = *b"GLINTRS\0";
 /// Its version.
 const HYBRID_VERSION: u32 = 1;
 /// Bytes before the KV blob.
-const HYBRID_HEADER: usize = 36;
+const HYBRID_HEADER: usize = 44;
 
 impl<B: Backend> SeqMemory<B> for Memory<B> {
     fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<(), Error> {
@@ -516,7 +748,11 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
         } else {
             Vec::new()
         };
+        self.ring_can_cut(seq, p0, p1)?;
         self.kv.seq_rm(seq, p0, p1)?;
+        if let Some(r) = self.swa.as_mut() {
+            r.cache.seq_rm(seq, p0, p1)?;
+        }
         self.rec.reset(&reset);
         Ok(())
     }
@@ -524,6 +760,16 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
     fn seq_cp(&mut self, be: &B, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error> {
         if self.rec.is_active() {
             self.rec.check_cp(src, dst, p0, p1)?;
+        }
+        // A copy of a prefix continues at its end: the ring must hold the
+        // window before it, as for a cut there.
+        if p1 >= 0 {
+            self.ring_can_cut(src, p1, -1)?;
+        }
+        if let Some(r) = self.swa.as_mut() {
+            // The ring first: it has fewer cells, so it is likelier to fail,
+            // and a failed copy there leaves the main cache as it was.
+            r.cache.seq_cp(be, src, dst, p0, p1)?;
         }
         self.kv.seq_cp(be, src, dst, p0, p1)?;
         if self.rec.is_active() {
@@ -533,20 +779,29 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
     }
 
     fn seq_unshare(&mut self, be: &B, seq: i32, p0: i32, p1: i32) -> Result<usize, Error> {
-        self.kv.seq_unshare(be, seq, p0, p1)
+        let n = self.kv.seq_unshare(be, seq, p0, p1)?;
+        match self.swa.as_mut() {
+            Some(r) => Ok(n + r.cache.seq_unshare(be, seq, p0, p1)?),
+            None => Ok(n),
+        }
     }
 
     fn seq_keep(&mut self, seq: i32) -> Result<(), Error> {
         self.kv.seq_keep(seq)?;
+        if let Some(r) = self.swa.as_mut() {
+            r.cache.seq_keep(seq)?;
+        }
         self.rec.keep(seq)
     }
 
     fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        self.positions_fixed("seq_add")?;
         self.kv.seq_add(seq, p0, p1, d)?;
         self.rec.shift(seq, p0, p1, |p| p.saturating_add(d))
     }
 
     fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<(), Error> {
+        self.positions_fixed("seq_div")?;
         self.kv.seq_div(seq, p0, p1, d)?;
         self.rec.shift(seq, p0, p1, |p| p.div_euclid(d.max(1)))
     }
@@ -561,10 +816,14 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
 
     fn clear(&mut self) {
         self.kv.clear();
+        if let Some(r) = self.swa.as_mut() {
+            r.cache.clear();
+        }
         self.rec.clear();
     }
 
     fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, CellPlan), Error> {
+        self.commit();
         if !self.rec.is_active() {
             return self.kv.begin(be, batch);
         }
@@ -581,6 +840,21 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
     fn rollback(&mut self, be: &B, undo: Undo) -> Result<(), Error> {
         let Undo(log, rec) = undo;
         self.kv.rollback(be, Undo(log, None))?;
+        if let Some(r) = self.swa.as_mut() {
+            while let Some(l) = r.logs.pop() {
+                r.cache.rollback(be, Undo(l, None))?;
+            }
+            // Cells dropped as the window moved on cannot come back: those
+            // sequences are dropped whole, in every cache, rather than
+            // left with a hole in their window.
+            let pruned = std::mem::take(&mut r.pruned);
+            for s in pruned {
+                self.kv.seq_rm(s, -1, -1)?;
+                if let Some(r) = self.swa.as_mut() {
+                    r.cache.seq_rm(s, -1, -1)?;
+                }
+            }
+        }
         match rec {
             Some(r) => self.rec.rollback(be, r),
             None => Ok(()),
@@ -589,7 +863,7 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
 
     fn state_write(&mut self, be: &B, seq: i32) -> Result<Vec<u8>, Error> {
         let kv = self.kv.state_write(be, seq)?;
-        if !self.rec.is_active() {
+        if !self.needs_checkpoints() {
             return Ok(kv);
         }
         if seq < 0 {
@@ -597,9 +871,17 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
                 "state of sequence {seq}: name one sequence"
             )));
         }
-        let (first, last, data) = self.rec.save(be, seq as usize)?;
+        let (first, last, data) = if self.rec.is_active() {
+            self.rec.save(be, seq as usize)?
+        } else {
+            (-1, -1, Vec::new())
+        };
+        let ring = match self.swa.as_mut() {
+            Some(r) => r.cache.state_write(be, seq)?,
+            None => Vec::new(),
+        };
         let (n_layers, n_embd_conv) = self.rec.shape();
-        let mut out = Vec::with_capacity(HYBRID_HEADER + kv.len() + data.len() + 8);
+        let mut out = Vec::with_capacity(HYBRID_HEADER + kv.len() + ring.len() + data.len() + 8);
         out.extend_from_slice(&HYBRID_MAGIC);
         out.extend_from_slice(&HYBRID_VERSION.to_le_bytes());
         out.extend_from_slice(&(n_layers as u32).to_le_bytes());
@@ -607,31 +889,66 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
         out.extend_from_slice(&first.to_le_bytes());
         out.extend_from_slice(&last.to_le_bytes());
         out.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(ring.len() as u64).to_le_bytes());
         out.extend_from_slice(&kv);
+        out.extend_from_slice(&ring);
         out.extend_from_slice(&data);
         glint_kv::seal_state(&mut out);
         Ok(out)
     }
 
     fn state_read(&mut self, be: &B, bytes: &[u8], dst: i32, end_pos: i32) -> Result<(), Error> {
-        if !self.rec.is_active() {
+        if !self.needs_checkpoints() {
             return self.kv.state_read(be, bytes, dst, end_pos);
         }
         let h = parse_hybrid(bytes, self.rec.shape())?;
-        if h.last >= 0 && h.last >= end_pos {
+        if self.rec.is_active() && h.last >= 0 && h.last >= end_pos {
             return Err(Error::Recurrent(format!(
                 "the saved sequence's recurrent state is at position {}: it cannot be cut back to \
                  the positions below {end_pos} (only the whole sequence restores)",
                 h.last
             )));
         }
-        if dst < 0 || dst as usize >= self.kv.cells.params().n_seq_max as usize {
+        if dst < 0 || dst as u32 >= self.kv.cells.params().n_seq_max {
             return Err(Error::Invalid(format!(
                 "restore into sequence {dst}: no such sequence"
             )));
         }
+        if h.ring.is_empty() != self.swa.is_none() {
+            return Err(Error::State(
+                "saved with another memory layout (a sliding-window ring or not): restore it \
+                 with the same --swa-full setting"
+                    .into(),
+            ));
+        }
+        // The ring's part checked first: its cells must cover the window
+        // before the restored end.
+        if let Some(r) = &self.swa {
+            let mut probe = r.cache.cells.clone();
+            probe.seq_rm(dst, -1, -1)?;
+            let got = probe.state_read_prefix(h.ring, dst, &r.cache.identity(), end_pos)?;
+            let (min, max) = (probe.seq_pos_min(dst)?, probe.seq_pos_max(dst)?);
+            let need = (max + 1 - r.n_swa + 1).max(0);
+            if !got.kept.is_empty() && min > need {
+                return Err(Error::Window(format!(
+                    "the saved sequence's sliding-window cells start at position {min}: a \
+                     restore ending at {max} needs them from {need} (save with --swa-full to \
+                     restore any prefix)"
+                )));
+            }
+        }
         self.kv.state_read(be, h.kv, dst, end_pos)?;
-        self.rec.load(be, dst as usize, h.first, h.last, h.data)
+        if let Some(r) = self.swa.as_mut() {
+            r.cache.seq_rm(dst, -1, -1)?;
+            if let Err(e) = r.cache.state_read(be, h.ring, dst, end_pos) {
+                let _ = self.kv.seq_rm(dst, -1, -1);
+                return Err(e);
+            }
+        }
+        if self.rec.is_active() {
+            self.rec.load(be, dst as usize, h.first, h.last, h.data)?;
+        }
+        Ok(())
     }
 }
 
@@ -640,6 +957,7 @@ struct Hybrid<'a> {
     first: i32,
     last: i32,
     kv: &'a [u8],
+    ring: &'a [u8],
     data: &'a [u8],
 }
 
@@ -677,21 +995,25 @@ fn parse_hybrid(
     }
     let (first, last) = (u32_at(20) as i32, u32_at(24) as i32);
     let kv_len = u64::from_le_bytes(body[28..36].try_into().expect("8 bytes"));
+    let ring_len = u64::from_le_bytes(body[36..44].try_into().expect("8 bytes"));
     let data_len = n_layers * n_embd_conv * 4;
     let want = (HYBRID_HEADER as u64)
         .checked_add(kv_len)
+        .and_then(|x| x.checked_add(ring_len))
         .and_then(|x| x.checked_add(data_len as u64));
     if want != Some(body.len() as u64) {
         return Err(bad(format!(
-            "{} bytes, but the header says {HYBRID_HEADER} + {kv_len} + {data_len}",
+            "{} bytes, but the header says {HYBRID_HEADER} + {kv_len} + {ring_len} + {data_len}",
             body.len()
         )));
     }
     let kv_end = HYBRID_HEADER + kv_len as usize;
+    let ring_end = kv_end + ring_len as usize;
     Ok(Hybrid {
         first,
         last,
         kv: &body[HYBRID_HEADER..kv_end],
-        data: &body[kv_end..],
+        ring: &body[kv_end..ring_end],
+        data: &body[ring_end..],
     })
 }

@@ -133,6 +133,15 @@ pub struct ContextParams {
     /// never move, so `seq_add`/`seq_div` (context shift, the shift mode
     /// of self-extend) are refused. `None`: plain attention.
     pub self_extend_window: Option<SelfExtendWindow>,
+    /// Keep the sliding-window layers' K/V in the full-size cache
+    /// (llama.cpp's `--swa-full`). Off: they get a cache of their own, a
+    /// ring of `n_swa + n_ubatch` cells per stream (`n_swa` per sequence
+    /// sharing the stream), which drops cells as the window moves on: far
+    /// less memory, but positions cannot move (`seq_add`/`seq_div`,
+    /// context shift and self-extend's shift mode are refused) and a
+    /// sequence can be cut back only within the window (prefix reuse
+    /// beyond it goes through checkpoints).
+    pub swa_full: bool,
 }
 
 /// Two-window SelfExtend's sizes (see
@@ -186,6 +195,7 @@ impl Default for ContextParams {
             kv_unified: true,
             embeddings: false,
             self_extend_window: None,
+            swa_full: false,
         }
     }
 }

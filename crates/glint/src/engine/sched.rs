@@ -179,7 +179,7 @@ impl<'a> Scheduler<'a> {
     /// [`CHECKPOINT_TAIL`] tokens, kept as a checkpoint (when it is not too
     /// close to the previous one).
     fn maybe_checkpoint(&mut self, ctx: &mut Context, i: usize) {
-        if self.n_checkpoints == 0 || !ctx.has_recurrent() {
+        if self.n_checkpoints == 0 || !ctx.needs_checkpoints() {
             return;
         }
         let s = &self.slots[i];
@@ -823,7 +823,7 @@ impl<'a> Scheduler<'a> {
             // in a step of their own, so a checkpoint lands before them.
             let rest = req.prompt.len() - done;
             if self.n_checkpoints > 0
-                && ctx.has_recurrent()
+                && ctx.needs_checkpoints()
                 && rest > CHECKPOINT_TAIL
                 && rest - todo < CHECKPOINT_TAIL
             {
