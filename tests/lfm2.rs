@@ -389,6 +389,7 @@ fn recurrent_sequence_operations() {
     decode(&mut ctx, &ids, 0, 0);
     let e = ctx.seq_rm(0, 10, -1).unwrap_err();
     let msg = e.to_string();
+    eprintln!("seq_rm(0, 10, -1): {msg}");
     assert!(
         msg.contains("recurrent") && msg.contains("only the whole sequence"),
         "{msg}"
@@ -465,6 +466,18 @@ fn engine_run(e: &glint::Engine, prompt: &[u32]) -> (Vec<u32>, usize, glint::eng
 }
 
 fn lfm2_engine(model: &Model, ctx_checkpoints: usize) -> glint::Engine {
+    lfm2_engine_with(
+        model,
+        ctx_checkpoints,
+        glint::EngineParams::default().checkpoint_bytes,
+    )
+}
+
+fn lfm2_engine_with(
+    model: &Model,
+    ctx_checkpoints: usize,
+    checkpoint_bytes: usize,
+) -> glint::Engine {
     let ctx = ContextParams {
         n_ctx: 1024,
         n_seq_max: 1,
@@ -472,6 +485,7 @@ fn lfm2_engine(model: &Model, ctx_checkpoints: usize) -> glint::Engine {
     };
     let params = glint::EngineParams {
         ctx_checkpoints,
+        checkpoint_bytes,
         cache_ram: 0,
         ..Default::default()
     };
@@ -518,6 +532,15 @@ fn checkpoint_restore_reuses_a_shared_prefix() {
         (0, 0, 0)
     );
     assert_eq!(none, cold);
+    // A byte budget below one checkpoint keeps none: both prompts make
+    // one, and drop it at once.
+    let e = lfm2_engine_with(&model, 8, 1);
+    engine_run(&e, &a);
+    let (_, cached, st) = engine_run(&e, &b);
+    assert_eq!(
+        (cached, st.checkpoints_made, st.checkpoints_restored),
+        (0, 2, 0)
+    );
     eprintln!(
         "prompt of {} tokens sharing 180 with the last: {} prefilled with a checkpoint restore, {} without",
         b.len(),

@@ -136,6 +136,7 @@ fn ring_refuses_what_it_cannot_hold() {
     greedy(&mut c, &ids, 0);
     // The window before a cut at 100 was dropped long ago.
     let e = c.seq_rm(0, 100, -1).unwrap_err().to_string();
+    eprintln!("seq_rm(0, 100, -1): {e}");
     assert!(
         e.contains("sliding-window") && e.contains("--swa-full"),
         "{e}"

@@ -158,7 +158,9 @@ const FLAGS: &[Flag] = &[
     flag!("cors-origins", [], Some("LIST"), "comma-separated origins CORS allows (default: any)"),
     flag!("swa-full", [], None, "keep the sliding-window layers' K/V for the whole context (Gemma 3), not in a ring of n_swa + n_ubatch cells per stream (implied by --context-shift and self-extend's shift mode)"),
     flag!("no-cache-idle-slots", [], None, "do not keep idle slots' prefixes in RAM (as --cache-ram 0)"),
-    flag!("ctx-checkpoints", ["--swa-checkpoints"], Some("N"), "models with recurrent layers (LFM2): checkpoints of each slot's state kept at prompt positions, so a prompt sharing a prefix restores one instead of starting over (default 8; 0 = none)"),
+    flag!("checkpoint-min-step", ["-cms"], Some("N"), "fewest tokens between two checkpoints of a slot (default 64)"),
+    flag!("ctx-checkpoints-mib", [], Some("MiB"), "most memory a slot's checkpoints take, the oldest dropped first (default 128)"),
+    flag!("ctx-checkpoints", ["--swa-checkpoints", "-ctxcp"], Some("N"), "models whose memory cannot be cut back anywhere (LFM2's recurrent state, Gemma 3's sliding-window ring): checkpoints of each slot's state kept 64 tokens before a prompt's end, so a prompt sharing a prefix restores one instead of starting over (default 8; 0 = none)"),
     flag!("tags", [], Some("LIST"), "comma-separated tags shown in /v1/models"),
     flag!("jinja", [], None, "accepted: glint always renders chat templates with Jinja"),
     flag!("no-jinja", [], None, "accepted with a notice: glint renders the model's template with Jinja either way"),
@@ -168,7 +170,6 @@ const FLAGS: &[Flag] = &[
     flag!("flash-attn", ["-fa"], Some("on|off|auto"), "accepted with a notice: glint's attention kernels are fused already"),
     flag!("no-ui", [], None, "accepted: glint serves no web UI"),
     flag!("backend-sampling", ["--backend_sampling"], None, "accepted with a notice: glint samples on the host, from the logits of its one backend"),
-    flag!("swa-full", [], None, "accepted: glint's caches hold the full context for every layer"),
     flag!("reasoning-format", [], Some("FORMAT"), "what becomes of a <think> block: auto/deepseek (default: split into reasoning_content), deepseek-legacy (split and kept in content), none (kept in content)"),
     flag!("reasoning", [], Some("on|off|auto"), "the chat templates' enable_thinking: false with off (default auto: true)"),
     flag!("embedding", ["--embeddings"], None, "serve embeddings (POST /v1/embeddings, /embedding) instead of completions"),
@@ -231,10 +232,6 @@ fn notices(p: &Parsed) -> Result<(), String> {
         (
             "backend-sampling",
             "glint samples on the host; a request's backend_sampling changes nothing",
-        ),
-        (
-            "swa-full",
-            "glint's caches hold the full context for every layer",
         ),
         // llama.cpp's test suite passes --no-jinja to every server that
         // does not ask for --jinja: its built-in (non-Jinja) formatters
@@ -364,6 +361,9 @@ fn config(p: &Parsed) -> Result<glint_server::Config, String> {
             )),
         },
         ctx_checkpoints: num(p, "ctx-checkpoints")?.unwrap_or(d.ctx_checkpoints),
+        checkpoint_min_step: num(p, "checkpoint-min-step")?.unwrap_or(d.checkpoint_min_step),
+        checkpoint_bytes: num::<usize>(p, "ctx-checkpoints-mib")?
+            .map_or(d.checkpoint_bytes, |m| m.saturating_mul(1 << 20)),
         cache_ram: match num::<i64>(p, "cache-ram")? {
             _ if p.has("no-cache-idle-slots") => 0,
             None => d.cache_ram,

@@ -85,6 +85,10 @@ pub struct Config {
     /// Checkpoints of each slot's recurrent state (`--ctx-checkpoints`;
     /// see [`EngineParams::ctx_checkpoints`]).
     pub ctx_checkpoints: usize,
+    /// Fewest tokens between two checkpoints (`--checkpoint-min-step`).
+    pub checkpoint_min_step: usize,
+    /// Bytes of checkpoints per slot (`--ctx-checkpoints-mib`).
+    pub checkpoint_bytes: usize,
     /// The served model's names (`--alias`, comma-separated as
     /// llama-server's; its id is the alphabetically first; default: the
     /// file's name).
@@ -148,6 +152,8 @@ impl Default for Config {
             prefill_per_step: EngineParams::default().prefill_per_step,
             cache_ram: EngineParams::default().cache_ram,
             ctx_checkpoints: EngineParams::default().ctx_checkpoints,
+            checkpoint_min_step: EngineParams::default().checkpoint_min_step,
+            checkpoint_bytes: EngineParams::default().checkpoint_bytes,
             alias: None,
             tags: Vec::new(),
             chat_template: None,
@@ -462,6 +468,8 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
             prefill_per_step: cfg.prefill_per_step,
             cache_ram: cfg.cache_ram,
             ctx_checkpoints: cfg.ctx_checkpoints,
+            checkpoint_min_step: cfg.checkpoint_min_step,
+            checkpoint_bytes: cfg.checkpoint_bytes,
         },
     )?;
     let aliases = aliases(cfg.alias.as_deref());

@@ -81,6 +81,12 @@ pub struct EngineParams {
     /// new prompt sharing a prefix restores one and prefills only the rest
     /// (0 = none: such a prompt starts over).
     pub ctx_checkpoints: usize,
+    /// Fewest tokens between two checkpoints of a slot (llama-server's
+    /// `--checkpoint-min-step`).
+    pub checkpoint_min_step: usize,
+    /// Most bytes of checkpoints a slot keeps (the oldest go first; a
+    /// Gemma 3 ring checkpoint is its window's K/V, ~16 MiB for the 270M).
+    pub checkpoint_bytes: usize,
 }
 
 impl Default for EngineParams {
@@ -90,6 +96,8 @@ impl Default for EngineParams {
             prefill_per_step: 512,
             cache_ram: 1 << 30,
             ctx_checkpoints: 8,
+            checkpoint_min_step: 64,
+            checkpoint_bytes: 128 << 20,
         }
     }
 }
@@ -477,6 +485,7 @@ impl Engine {
                     published,
                     prefill_cap,
                     (params.cache_ram, params.ctx_checkpoints),
+                    (params.checkpoint_min_step, params.checkpoint_bytes),
                 )
             })
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
@@ -648,6 +657,7 @@ fn run(
     (waiting, busy, slots, stats): Published,
     prefill_cap: usize,
     (cache_ram, ctx_checkpoints): (usize, usize),
+    (checkpoint_min_step, checkpoint_bytes): (usize, usize),
 ) {
     let model = ctx.model().clone();
     let n_slots = ctx.params().n_seq_max as i32;
@@ -659,7 +669,7 @@ fn run(
         Some(waiting),
         cache_ram,
     );
-    sched.set_checkpoints(ctx_checkpoints);
+    sched.set_checkpoints(ctx_checkpoints, checkpoint_min_step, checkpoint_bytes);
     loop {
         // Block only when there is nothing to do.
         let first = if sched.is_busy() {

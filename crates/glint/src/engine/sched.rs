@@ -120,6 +120,10 @@ pub(crate) struct Scheduler<'a> {
     trie: Option<Rc<glint_grammar::TokenTrie>>,
     /// Most checkpoints a slot keeps (recurrent models; 0 = none).
     n_checkpoints: usize,
+    /// Fewest tokens between two checkpoints of a slot.
+    checkpoint_min_step: usize,
+    /// Most bytes of checkpoints a slot keeps.
+    checkpoint_bytes: usize,
 }
 
 /// Recurrent models: the last this many prompt tokens are decoded apart
@@ -167,12 +171,17 @@ impl<'a> Scheduler<'a> {
             stats: DecodeStats::default(),
             trie: None,
             n_checkpoints: 0,
+            checkpoint_min_step: CHECKPOINT_TAIL,
+            checkpoint_bytes: usize::MAX,
         }
     }
 
-    /// Keep up to `n` checkpoints per slot (recurrent models).
-    pub(crate) fn set_checkpoints(&mut self, n: usize) {
+    /// Keep up to `n` checkpoints per slot, at least `min_step` tokens
+    /// apart and `bytes` in all (models whose memory needs them).
+    pub(crate) fn set_checkpoints(&mut self, n: usize, min_step: usize, bytes: usize) {
         self.n_checkpoints = n;
+        self.checkpoint_min_step = min_step;
+        self.checkpoint_bytes = bytes;
     }
 
     /// After a prefill step: slot `i`'s state before its prompt's last
@@ -192,14 +201,18 @@ impl<'a> Scheduler<'a> {
         }
         if s.checkpoints
             .last()
-            .is_some_and(|&(m, _)| n <= m + CHECKPOINT_TAIL)
+            .is_some_and(|&(m, _)| n <= m + self.checkpoint_min_step)
         {
             return;
         }
         if let Ok(Some(cp)) = ctx.checkpoint(s.seq) {
             let s = &mut self.slots[i];
             s.checkpoints.push((n, cp));
-            while s.checkpoints.len() > self.n_checkpoints {
+            // The oldest go first, past the count or the byte budget.
+            let bytes = |c: &[(usize, Checkpoint)]| c.iter().map(|x| x.1.n_bytes()).sum::<usize>();
+            while s.checkpoints.len() > self.n_checkpoints
+                || (!s.checkpoints.is_empty() && bytes(&s.checkpoints) > self.checkpoint_bytes)
+            {
                 s.checkpoints.remove(0);
             }
             self.stats.checkpoints_made += 1;
