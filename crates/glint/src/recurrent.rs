@@ -121,11 +121,7 @@ impl<B: Backend> Recurrent<B> {
                  is not kept; only the whole sequence, or positions past its end, can be removed",
                 sp.first,
                 sp.last,
-                if p1 == i32::MAX {
-                    "end".to_string()
-                } else {
-                    p1.to_string()
-                },
+                range_end(p1),
                 p0 - 1
             )));
         }
@@ -142,14 +138,14 @@ impl<B: Backend> Recurrent<B> {
 
     /// Check that `seq_cp(src, dst, p0, p1)` copies `src`'s whole state.
     pub(crate) fn check_cp(&self, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Error> {
-        let (s, d) = (self.seqs(src)?, self.seqs(dst)?);
+        let s = self.seqs(src)?;
+        self.seqs(dst)?;
         if src < 0 || dst < 0 {
             return Err(Error::Invalid(format!(
                 "seq_cp {src} -> {dst}: both must be sequence ids"
             )));
         }
         let sp = self.spans[s.start];
-        let _ = d;
         let (p0, p1) = (p0.max(0), if p1 < 0 { i32::MAX } else { p1 });
         if sp.last >= 0 && !(p0 <= sp.first && p1 > sp.last) {
             return Err(Error::Recurrent(format!(
@@ -157,11 +153,7 @@ impl<B: Backend> Recurrent<B> {
                  positions {p0}..{} of it cannot be done (copy the whole sequence)",
                 sp.first,
                 sp.last,
-                if p1 == i32::MAX {
-                    "end".to_string()
-                } else {
-                    p1.to_string()
-                },
+                range_end(p1),
             )));
         }
         Ok(())
@@ -364,5 +356,15 @@ impl<B: Backend> Recurrent<B> {
     /// Layers and values per layer of one sequence's state.
     pub(crate) fn shape(&self) -> (usize, usize) {
         (self.storage.state.len(), self.n_embd_conv)
+    }
+}
+
+/// The end of a position range in a message: a number, or `end` (`p1` was
+/// open, normalized to `i32::MAX`).
+fn range_end(p1: i32) -> String {
+    if p1 == i32::MAX {
+        "end".to_string()
+    } else {
+        p1.to_string()
     }
 }
