@@ -273,7 +273,14 @@ fn chat_in_a_terminal_decodes_only_each_turns_new_tokens() {
         replies.push(r);
     }
     chat.send("/reset");
-    chat.wait_for(|_, err| err.contains("conversation cleared"));
+    // Both the notice and the terminal's echo of `/reset` and the new
+    // prompt: the next turn's screen must start at its own line.
+    let seen = chat.seen;
+    chat.wait_for(|screen, err| {
+        err.contains("conversation cleared")
+            && screen[seen..].contains("/reset")
+            && screen.ends_with("> ")
+    });
     chat.turn("Hello again", 1);
     chat.send("/exit");
     let status = chat.child.wait().unwrap();
