@@ -663,39 +663,47 @@ mod wide {
                 for jj in 0..tn {
                     let at = (p.kv_start + j0 + jj) * h.row + at_head;
                     if near_live {
-                        h.k.load(at, &mut kt[jj * hd..(jj + 1) * hd]);
+                        widen(h.k, at, &mut kt[jj * hd..(jj + 1) * hd]);
                     }
                     if let Some((_, k2, _)) = far.filter(|_| far_live) {
-                        k2.load(at, &mut kt2[jj * hd..(jj + 1) * hd]);
+                        widen(k2, at, &mut kt2[jj * hd..(jj + 1) * hd]);
                     }
                 }
-                // Each row against the tile, 8 keys at a time (`score8`,
-                // as `group` scores them).
-                let zero = _mm256_setzero_ps();
-                for r in 0..rows {
-                    let b = r / g;
-                    let near_m = &mask[b * n_kv..(b + 1) * n_kv];
-                    let far_m = far.map(|f| &f.2[b * n_kv..(b + 1) * n_kv]);
-                    let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
-                    let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+                // Rows two at a time against the tile, 8 keys at a time
+                // (`score_rows`: each score as `score8` gives it, so as
+                // `group` scores it).
+                let zero = [_mm256_setzero_ps(); 2];
+                let mut r0 = 0;
+                while r0 < rows {
+                    let nr = (rows - r0).min(2);
+                    let mut vmax = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
                     let mut c = 0;
                     while c < tn {
                         let n = (tn - c).min(8);
                         let x = if near_live {
-                            score8(&qr[r * hd..(r + 1) * hd], &kt[c * hd..tn * hd], hd, n, hd)
+                            score_rows(qr, r0, nr, &kt[c * hd..tn * hd], n, hd)
                         } else {
                             zero
                         };
                         let x2 = if far_live {
-                            score8(&qr2[r * hd..(r + 1) * hd], &kt2[c * hd..tn * hd], hd, n, hd)
+                            score_rows(qr2, r0, nr, &kt2[c * hd..tn * hd], n, hd)
                         } else {
                             zero
                         };
-                        let sc = finish8(p, [x, x2], near_m, far_m, j0 + c, n, srow);
-                        vmax = _mm256_max_ps(vmax, sc);
+                        for t in 0..nr {
+                            let (r, b) = (r0 + t, (r0 + t) / g);
+                            let near_m = &mask[b * n_kv..(b + 1) * n_kv];
+                            let far_m = far.map(|f| &f.2[b * n_kv..(b + 1) * n_kv]);
+                            let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
+                            let sc = finish8(p, [x[t], x2[t]], near_m, far_m, j0 + c, n, srow);
+                            vmax[t] = _mm256_max_ps(vmax[t], sc);
+                        }
                         c += n;
                     }
-                    max[r] = max[r].max(hmax8(vmax));
+                    for t in 0..nr {
+                        max[r0 + t] = max[r0 + t].max(hmax8(vmax[t]));
+                    }
+                    r0 += nr;
                 }
             }
             // Softmax as `group` does it: masked weights 0, ggml's
@@ -716,7 +724,7 @@ mod wide {
                 let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));
                 for jj in 0..tn {
                     let at = (p.kv_start + j0 + jj) * h.row + at_head;
-                    h.v.load(at, &mut vt[jj * hd..(jj + 1) * hd]);
+                    widen(h.v, at, &mut vt[jj * hd..(jj + 1) * hd]);
                 }
                 let vt = &vt[..tn * hd];
                 let mut r0 = 0;
@@ -1031,6 +1039,94 @@ mod wide {
             }
         }
         f32::ld8(&out, 0)
+    }
+
+    /// Rows `r0..r0 + nr` (`nr` <= 2) of `q` (`[hd, rows]`) against keys
+    /// `k[j * hd..][..hd]`, `j < n <= 8`, of a widened tile: [`score8`]'s
+    /// lanes for each row, the same bits. Two full rows of 8 keys and a
+    /// head that is whole 8-lane steps go through [`score2x8`], which
+    /// loads each key once for both rows; the rest through `score8`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn score_rows(q: &[f32], r0: usize, nr: usize, k: &[f32], n: usize, hd: usize) -> [__m256; 2] {
+        let row = |r: usize| &q[r * hd..(r + 1) * hd];
+        if nr == 2 && n == 8 && hd % 8 == 0 {
+            return score2x8(row(r0), row(r0 + 1), k, hd);
+        }
+        let mut out = [_mm256_setzero_ps(); 2];
+        for (t, o) in out.iter_mut().enumerate().take(nr) {
+            *o = score8(row(r0 + t), k, hd, n, hd);
+        }
+        out
+    }
+
+    /// `q0 · k_j` and `q1 · k_j` for the 8 keys `k_j = k[j * hd..][..hd]`
+    /// (`hd` a multiple of 8), in the lanes of the two results, summed as
+    /// [`score8`] sums (lane `l` of a key's accumulator takes the elements
+    /// `d ≡ l (mod 8)` in order, then the same tree of adds), so the same
+    /// bits; but four keys at a time for both rows, eight accumulators,
+    /// each key's 8 elements loaded once for two fused multiply-adds: 6
+    /// loads per 8 multiply-adds where `score8` needs 9.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn score2x8(q0: &[f32], q1: &[f32], k: &[f32], hd: usize) -> [__m256; 2] {
+        assert!(
+            hd % 8 == 0 && q0.len() >= hd && q1.len() >= hd && k.len() >= 8 * hd,
+            "score2x8: 8 keys of {hd} in {} elements",
+            k.len()
+        );
+        let (p0, p1, kp) = (q0.as_ptr(), q1.as_ptr(), k.as_ptr());
+        // Keys 4h..4h + 4 of both rows: [row 0's 4 scores, row 1's].
+        let half = |h: usize| {
+            let mut a = [_mm256_setzero_ps(); 4];
+            let mut b = [_mm256_setzero_ps(); 4];
+            let mut d = 0;
+            while d < hd {
+                // SAFETY: d + 8 <= hd <= q0.len(), q1.len(), and
+                // (4h + j) * hd + d + 8 <= 8 * hd <= k.len() (asserted).
+                unsafe {
+                    let x0 = _mm256_loadu_ps(p0.add(d));
+                    let x1 = _mm256_loadu_ps(p1.add(d));
+                    for j in 0..4 {
+                        let kj = _mm256_loadu_ps(kp.add((4 * h + j) * hd + d));
+                        a[j] = _mm256_fmadd_ps(x0, kj, a[j]);
+                        b[j] = _mm256_fmadd_ps(x1, kj, b[j]);
+                    }
+                }
+                d += 8;
+            }
+            // score8's tree: hadd pairs, hadd again, then the two 128-bit
+            // halves added.
+            let fold = |a: [__m256; 4]| {
+                let u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+                _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps::<1>(u))
+            };
+            (fold(a), fold(b))
+        };
+        let (lo0, lo1) = half(0);
+        let (hi0, hi1) = half(1);
+        [_mm256_set_m128(hi0, lo0), _mm256_set_m128(hi1, lo1)]
+    }
+
+    /// Elements `at..at + dst.len()` of a cache as f32, an F16 one widened
+    /// 8 at a time with F16C (exact, as `Cache::load`), inline.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn widen(c: Cache, at: usize, dst: &mut [f32]) {
+        match c {
+            Cache::F32(s) => dst.copy_from_slice(&s[at..at + dst.len()]),
+            Cache::F16(s) => {
+                let src = &s[at..at + dst.len()];
+                let mut i = 0;
+                while i + 8 <= dst.len() {
+                    st(dst, i, f16::ld8(src, i));
+                    i += 8;
+                }
+                for (d, x) in dst[i..].iter_mut().zip(&src[i..]) {
+                    *d = x.to_f32();
+                }
+            }
+        }
     }
 
     /// Scores `j..j + n` of a row from their dots: the near pair's `x[0]`
