@@ -1,9 +1,12 @@
 //! Matvec throughput of `mul_mat_ggml` per weight type, in GB/s of weight
-//! bytes: ggml's reference dots (what the cpu backend used before
+//! bytes (G multiply-adds/s for m > 1): ggml's reference dots (what the cpu backend used before
 //! `qdot`), the plain kernels, and the fast ones, side by side in one run.
 //!
-//! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m] [k] [n]`
-//! (default 15 runs, m = 1, k = n = 4096; median of the runs).
+//! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m] [k] [n]
+//! [types] [fast]` (default 15 runs, m = 1, k = n = 4096, every type;
+//! median of the runs). `types`: names to time, comma-separated (`q5_0,q4_1`);
+//! `fast`: time only the fast kernels (a prefill's m = 512 takes the
+//! reference loops minutes).
 
 use std::time::Instant;
 
@@ -39,10 +42,20 @@ fn main() {
     let m: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     let k: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4096);
     let n: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let only: Option<Vec<String>> = args
+        .get(5)
+        .filter(|s| *s != "all")
+        .map(|s| s.split(',').map(|t| t.trim().to_lowercase()).collect());
+    let fast_only = args.get(6).is_some_and(|s| s == "fast");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let x: Vec<f32> = (0..k * m).map(|_| rng.f32()).collect();
     let mut out = vec![0f32; n * m];
-    println!("k = {k}, n = {n}, m = {m}, median of {runs} runs; GB/s of weight bytes");
+    let unit = if m == 1 {
+        "GB/s of weight bytes"
+    } else {
+        "G multiply-adds/s"
+    };
+    println!("k = {k}, n = {n}, m = {m}, median of {runs} runs; {unit}");
     println!(
         "{:6} {:>8} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | fast/ref",
         "type", "MiB", "ref 1t", "plain 1t", "fast 1t", "ref 2t", "plain 2t", "fast 2t"
@@ -60,7 +73,11 @@ fn main() {
     let quantized = TYPES
         .iter()
         .filter(|t| t.support == Support::Compute && t.block_size > 1)
-        .map(|t| t.ty);
+        .map(|t| t.ty)
+        .filter(|ty| {
+            only.as_ref()
+                .is_none_or(|o| o.contains(&ty.to_string().to_lowercase()))
+        });
     for ty in quantized {
         let (bytes, row_bytes) = weights(ty, k, n, &mut rng);
         let w = WeightRows {
@@ -80,12 +97,19 @@ fn main() {
                 })
                 .skip(1)
                 .collect();
-            bytes.len() as f64 / median(times) / 1e9
+            // One column: weight bytes a second; more: multiply-adds.
+            let work = if m == 1 { bytes.len() } else { k * n * m };
+            work as f64 / median(times) / 1e9
         };
         let mut row = Vec::new();
         for pool in &pools {
             for kern in [Kernels::Reference, Kernels::Plain, Kernels::Fast] {
-                row.push(gbs(pool, kern, &mut out));
+                let timed = !fast_only || kern == Kernels::Fast;
+                row.push(if timed {
+                    gbs(pool, kern, &mut out)
+                } else {
+                    f64::NAN
+                });
             }
         }
         println!(

@@ -199,7 +199,13 @@ fn each_tier_is_handed_out_exactly_where_the_cpu_runs_it() {
             "{ty}"
         );
         let has_tile = TILE_TYPES.contains(&ty);
-        assert_eq!(qdot::fast_tile(ty).is_some(), vnni && has_tile, "{ty}");
+        let has_avx2_tile = AVX2_TILE_TYPES.contains(&ty);
+        assert_eq!(
+            qdot::fast_tile(ty).is_some(),
+            (vnni && has_tile) || (avx2 && has_avx2_tile),
+            "{ty}"
+        );
+        assert_eq!(qdot::avx2_tile(ty).is_some(), avx2 && has_avx2_tile, "{ty}");
         assert_eq!(qdot::emulated::tile(ty).is_some(), avx2 && has_tile, "{ty}");
     }
 }
@@ -399,6 +405,10 @@ const TILE_TYPES: [GgmlType; 5] = [
     GgmlType::Q8_0,
 ];
 
+/// The types with an AVX2 tile kernel: not Q8_0 (`maddubs` would
+/// saturate), nor Q4_1/Q5_1 (their multi-column kernels are faster).
+const AVX2_TILE_TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q5_0];
+
 /// Holds `tiles` (with their column preparation `prepare`) to the AVX2
 /// multi-column kernel bit for bit: each result of the full tile (TILE x
 /// TILE) and of the two- and three-column ones equals it for the same row
@@ -487,19 +497,23 @@ fn tile_results<const N: usize>(
 /// prepared columns of each type.
 fn check_tiles(
     what: &str,
+    types: &[GgmlType],
     tile_of: fn(GgmlType) -> Option<qdot::Tiles>,
     prepare: fn(GgmlType, &[u8], &mut [u8]),
 ) -> Vec<Vec<Vec<u8>>> {
     let mut n = 0;
     let mut preps = Vec::new();
-    for ty in TILE_TYPES {
+    for &ty in types {
         let tile = tile_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no tile kernel"));
         let (prep, m) = check_tile(what, ty, tile, prepare);
         preps.push(prep);
         n += m;
     }
     // Per seed: the full tile and two of each narrow one, TILE rows each.
-    assert_eq!(n, 5 * 20 * qdot::TILE * (qdot::TILE + 2 * 3 + 2 * 2));
+    assert_eq!(
+        n,
+        types.len() * 20 * qdot::TILE * (qdot::TILE + 2 * 3 + 2 * 2)
+    );
     preps
 }
 
@@ -511,6 +525,7 @@ fn check_tiles(
 fn emulated_vnni_tiles_equal_the_multi_column_kernels_bit_for_bit() {
     check_tiles(
         "emulated",
+        &TILE_TYPES,
         qdot::emulated::tile,
         qdot::emulated::prepare_tile_col,
     );
@@ -522,13 +537,115 @@ fn emulated_vnni_tiles_equal_the_multi_column_kernels_bit_for_bit() {
 #[test]
 #[cfg_attr(not(host_vnni), ignore = "this cpu lacks AVX-512 F, BW, VL or VNNI")]
 fn vnni_tiles_equal_the_multi_column_kernels_and_their_emulation() {
-    let vnni = check_tiles("vnni", qdot::fast_tile, qdot::prepare_tile_col);
+    let vnni = check_tiles("vnni", &TILE_TYPES, qdot::fast_tile, qdot::prepare_tile_col);
     let emulated = check_tiles(
         "emulated",
+        &TILE_TYPES,
         qdot::emulated::tile,
         qdot::emulated::prepare_tile_col,
     );
     assert!(vnni == emulated, "prepared columns differ");
+}
+
+/// The AVX2 tiles (`maddubs` + `madd` for `vpdpbusd`; what a prefill of
+/// Q4_0/Q5_0 weights runs on AVX2 cpus without VNNI): bit for bit
+/// the multi-column kernels' results, their prepared columns the VNNI
+/// emulation's byte for byte, and no saturation at the extreme levels
+/// (every weight level at its top against activation levels of ±127).
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn avx2_tiles_equal_the_multi_column_kernels_bit_for_bit() {
+    let avx2 = check_tiles(
+        "avx2",
+        &AVX2_TILE_TYPES,
+        qdot::avx2_tile,
+        qdot::prepare_tile_col_avx2,
+    );
+    let emulated = check_tiles(
+        "emulated",
+        &AVX2_TILE_TYPES,
+        qdot::emulated::tile,
+        qdot::emulated::prepare_tile_col,
+    );
+    assert!(avx2 == emulated, "prepared columns differ");
+
+    // Extremes, 3 blocks: weight bytes all 0xff (after d/m: every level
+    // at its top, 15 or 31) and all 0x00 (its bottom); activation levels
+    // all 127, all -127, and alternating, with d = 1 (and s for Q8_1).
+    for ty in AVX2_TILE_TYPES {
+        let tiles = qdot::avx2_tile(ty).expect("an AVX2 tile");
+        let cols = qdot::avx2_dot_cols(ty).expect("an AVX2 cols kernel");
+        let vt = ty.vec_dot_type();
+        let x_size = ty.bytes_for(32).unwrap() as usize;
+        let y_size = vt.bytes_for(32).unwrap() as usize;
+        let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
+        let f16_bytes = |v: f32| f16::from_f32(v).to_bits().to_le_bytes();
+        // d = 0.5 (and m = -0.25), then the fill for every level bit.
+        let row = |fill: u8| -> Vec<u8> {
+            let mut b = vec![fill; 3 * x_size];
+            for blk in b.chunks_mut(x_size) {
+                blk[..2].copy_from_slice(&f16_bytes(0.5));
+                if has_min {
+                    blk[2..4].copy_from_slice(&f16_bytes(-0.25));
+                }
+            }
+            b
+        };
+        let at = y_size - 32; // the levels' first byte in an activation block
+        let col = |f: fn(usize) -> i8| -> Vec<u8> {
+            let mut b = vec![0u8; 3 * y_size];
+            for blk in b.chunks_mut(y_size) {
+                blk[..2].copy_from_slice(&f16_bytes(1.0));
+                if at > 2 {
+                    blk[2..4].copy_from_slice(&f16_bytes(3.0)); // Q8_1's s
+                }
+                for (i, v) in blk[at..].iter_mut().enumerate() {
+                    *v = f(i) as u8;
+                }
+            }
+            b
+        };
+        let rows = [row(0xff), row(0x00), row(0xff), row(0x0f)];
+        let acts = [
+            col(|_| 127),
+            col(|_| -127),
+            col(|i| if i % 2 == 0 { 127 } else { -127 }),
+            col(|i| if i % 4 < 2 { -127 } else { 127 }),
+        ];
+        let prep: Vec<Vec<u8>> = acts
+            .iter()
+            .map(|a| {
+                let mut p = vec![0u8; 3 * qdot::TILE_BLOCK];
+                qdot::prepare_tile_col_avx2(ty, a, &mut p);
+                p
+            })
+            .collect();
+        let got = (tiles.four)(
+            std::array::from_fn(|r| &rows[r][..]),
+            std::array::from_fn(|c| &prep[c][..]),
+        );
+        for (r, x) in rows.iter().enumerate() {
+            let want = (cols.four)(x, std::array::from_fn(|c| &acts[c][..]));
+            for c in 0..qdot::TILE {
+                assert_eq!(
+                    got[r][c].to_bits(),
+                    want[c].to_bits(),
+                    "{ty} extremes row {r} col {c}: {} vs {}",
+                    got[r][c],
+                    want[c]
+                );
+            }
+        }
+        // The all-top row against all-127 is the largest dot: its value.
+        let top = match ty {
+            GgmlType::Q4_0 => 7.0,  // 15 - 8
+            GgmlType::Q5_0 => 15.0, // 31 - 16
+            _ => 0.0,
+        };
+        if top != 0.0 {
+            assert_eq!(got[0][0], 3.0 * 32.0 * 0.5 * top * 127.0, "{ty}");
+        }
+    }
 }
 
 /// The AVX2-only multi-column kernels (what cpus without AVX-512 VNNI run)

@@ -94,7 +94,8 @@ pub struct Tiles {
 }
 
 /// The tile kernels for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the
-/// cpu has AVX-512 VNNI (with VL and BW), else `None`.
+/// cpu has AVX-512 VNNI (with VL and BW); else, where it has AVX2, those
+/// of [`avx2_tile`] (Q4_0, Q5_0); else `None`.
 ///
 /// The weight levels are made unsigned (`x + off`: 8, 16 or 128; 0 for the
 /// types with a min) and meet the activation levels in `vpdpbusd`, which
@@ -104,6 +105,23 @@ pub struct Tiles {
 /// `madd`, and the float steps after it are theirs.
 pub fn fast_tile(ty: GgmlType) -> Option<Tiles> {
     simd::tile(ty)
+}
+
+/// The AVX2 tile kernels for `ty` (Q4_0, Q5_0), or `None` where the cpu
+/// lacks AVX2: [`fast_tile`]'s arithmetic with `vpdpbusd` as `maddubs` +
+/// `madd` + `add` (exact for these operands; not for Q8_0, whose unsigned
+/// levels reach 255 and would saturate `maddubs`). Q4_1 and Q5_1 have one
+/// too on VNNI cpus but not here: their multi-column kernels measured
+/// faster on AVX2. What [`fast_tile`] gives on AVX2 cpus without VNNI; the
+/// tests hold it to the multi-column kernels bit for bit.
+pub fn avx2_tile(ty: GgmlType) -> Option<Tiles> {
+    simd::tile_avx2(ty)
+}
+
+/// [`prepare_tile_col`] for [`avx2_tile`]'s kernels (the same bytes as
+/// the VNNI preparation). Does nothing where [`avx2_tile`] has no kernel.
+pub fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    simd::prepare_tile_col_avx2(ty, act, out)
 }
 
 /// One activation column (Q8_0 blocks for Q4_0/Q5_0/Q8_0 weights, Q8_1 for

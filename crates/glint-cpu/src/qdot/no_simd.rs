@@ -34,3 +34,9 @@ pub(super) fn tile_model(_: GgmlType) -> Option<Tiles> {
 pub(super) fn prepare_tile_col(_: GgmlType, _: &[u8], _: &mut [u8]) {}
 
 pub(super) fn prepare_tile_col_model(_: GgmlType, _: &[u8], _: &mut [u8]) {}
+
+pub(super) fn tile_avx2(_: GgmlType) -> Option<Tiles> {
+    None
+}
+
+pub(super) fn prepare_tile_col_avx2(_: GgmlType, _: &[u8], _: &mut [u8]) {}

@@ -87,6 +87,12 @@ entries!("avx2,fma,f16c", avx2 {
         q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols;
 });
 
+entries!("avx2,fma,f16c", avx512 {
+    [<const N> fn(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
+        q4_0_tile_avx2, q5_0_tile_avx2;
+    [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] prepare_avx2;
+});
+
 vnni_entries! {
     [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         (q4_k_cols_vnni, q4_k_cols_model), (q6_k_cols_vnni, q6_k_cols_model);
@@ -119,28 +125,33 @@ struct Kernels {
     /// the prefill tile; each with its instruction's lane model (AVX2 only).
     cols_vnni: Option<(DotCols, DotCols)>,
     tile: Option<(Tiles, Tiles)>,
+    /// AVX2: the prefill tile with `maddubs` + `madd` for `vpdpbusd`
+    /// (Q4_0, Q5_0: see `avx512::avx2_tile_kernels`).
+    tile_avx2: Option<Tiles>,
 }
 
 /// Every type with an x86 kernel, one row each.
 #[rustfmt::skip]
 const KERNELS: [Kernels; 10] = [
     Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q4_0_tile), widths!(Tiles, q4_0_tile_model))) },
+              tile: Some((widths!(Tiles, q4_0_tile), widths!(Tiles, q4_0_tile_model))),
+              tile_avx2: Some(widths!(Tiles, q4_0_tile_avx2)) },
     Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q4_1_tile), widths!(Tiles, q4_1_tile_model))) },
+              tile: Some((widths!(Tiles, q4_1_tile), widths!(Tiles, q4_1_tile_model))), tile_avx2: None },
     Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q5_0_tile), widths!(Tiles, q5_0_tile_model))) },
+              tile: Some((widths!(Tiles, q5_0_tile), widths!(Tiles, q5_0_tile_model))),
+              tile_avx2: Some(widths!(Tiles, q5_0_tile_avx2)) },
     Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q5_1_tile), widths!(Tiles, q5_1_tile_model))) },
+              tile: Some((widths!(Tiles, q5_1_tile), widths!(Tiles, q5_1_tile_model))), tile_avx2: None },
     Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))) },
+              tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))), tile_avx2: None },
     Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(DotCols, q4_k_cols)),
-              cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None },
-    Kernels { ty: GgmlType::Q2_K, dot: q2_k_q8_k, cols: None, cols_vnni: None, tile: None },
-    Kernels { ty: GgmlType::Q3_K, dot: q3_k_q8_k, cols: None, cols_vnni: None, tile: None },
-    Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None },
+              cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None, tile_avx2: None },
+    Kernels { ty: GgmlType::Q2_K, dot: q2_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None },
+    Kernels { ty: GgmlType::Q3_K, dot: q3_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None },
+    Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None },
     Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(widths!(DotCols, q6_k_cols)),
-              cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None },
+              cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None, tile_avx2: None },
 ];
 
 /// `ty`'s row of [`KERNELS`] where this cpu has `tier` (the AVX2 tier
@@ -174,11 +185,21 @@ pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotCols> {
     k.cols_vnni.map(|(_, model)| model).or(k.cols)
 }
 
-/// The tile kernels; `None` unless [`has_vnni`].
-pub(super) fn tile(ty: GgmlType) -> Option<Tiles> {
+/// The VNNI tile kernels; `None` unless [`has_vnni`].
+fn tile_vnni(ty: GgmlType) -> Option<Tiles> {
     kernels(ty, has_vnni)
         .and_then(|k| k.tile)
         .map(|(vnni, _)| vnni)
+}
+
+/// The tile kernels: VNNI where [`has_vnni`], else the AVX2 ones.
+pub(super) fn tile(ty: GgmlType) -> Option<Tiles> {
+    tile_vnni(ty).or_else(|| tile_avx2(ty))
+}
+
+/// The AVX2 tile kernels (Q4_0, Q5_0); `None` unless [`has_avx2`].
+pub(super) fn tile_avx2(ty: GgmlType) -> Option<Tiles> {
+    kernels(ty, has_avx2).and_then(|k| k.tile_avx2)
 }
 
 /// [`tile`] with `vpdpbusd` modelled (AVX2 only).
@@ -188,10 +209,21 @@ pub(super) fn tile_model(ty: GgmlType) -> Option<Tiles> {
         .map(|(_, model)| model)
 }
 
-/// Does nothing unless [`tile`] has a kernel for `ty`.
+/// The columns [`tile`]'s kernel of `ty` reads. Does nothing unless
+/// [`tile`] has a kernel for `ty`.
 pub(super) fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    if tile(ty).is_some() {
+    if tile_vnni(ty).is_some() {
         prepare(ty, act, out)
+    } else {
+        prepare_tile_col_avx2(ty, act, out)
+    }
+}
+
+/// The columns [`tile_avx2`]'s kernel of `ty` reads (the same bytes as
+/// the VNNI preparation). Does nothing unless [`tile_avx2`] has a kernel.
+pub(super) fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    if tile_avx2(ty).is_some() {
+        prepare_avx2(ty, act, out)
     }
 }
 
