@@ -50,8 +50,12 @@ pub(crate) struct Recurrent<B: Backend> {
     /// Sequences whose state must be zeroed before their next token.
     stale: Vec<bool>,
     /// The last decode's saved slots `[n]` i32 and room to copy them
-    /// `[n_embd_conv, n]` f32, for a rollback.
+    /// `[n_embd_conv, n]` f32, for a rollback: views of `room`.
     saved: Option<(B::Tensor, B::Tensor)>,
+    /// Where those live, made once (none without recurrent layers): slot
+    /// ids `[n_seq_max]` i32 and copy room `[n_embd_conv, n_seq_max]` f32,
+    /// so a decode allocates nothing.
+    room: Option<(B::Tensor, B::Tensor)>,
     n_embd_conv: usize,
 }
 
@@ -73,12 +77,30 @@ impl<B: Backend> Recurrent<B> {
                 usage: Usage::KvCache,
             })?);
         }
+        let room = if storage.state.is_empty() {
+            None
+        } else {
+            let slots = be.alloc(TensorDesc {
+                ty: GgmlType::I32,
+                ne: [n_seq_max, 1, 1, 1],
+                label: "conv_backup_slots".into(),
+                usage: Usage::Scratch,
+            })?;
+            let tmp = be.alloc(TensorDesc {
+                ty: GgmlType::F32,
+                ne: [hp.n_embd_conv(), n_seq_max, 1, 1],
+                label: "conv_backup_tmp".into(),
+                usage: Usage::Scratch,
+            })?;
+            Some((slots, tmp))
+        };
         Ok(Recurrent {
             storage,
             backup,
             spans: vec![EMPTY; n_seq_max],
             stale: vec![false; n_seq_max],
             saved: None,
+            room,
             n_embd_conv: hp.n_embd_conv(),
         })
     }
@@ -268,19 +290,13 @@ impl<B: Backend> Recurrent<B> {
         }
         // Save the columns the batch moves (on the device).
         let slots: Vec<i32> = next.iter().map(|&(s, _)| s as i32).collect();
-        let idx = be.alloc(TensorDesc {
-            ty: GgmlType::I32,
-            ne: [slots.len(), 1, 1, 1],
-            label: "conv_backup_slots".into(),
-            usage: Usage::Scratch,
-        })?;
-        be.write(&idx, 0, bytemuck::cast_slice(&slots))?;
-        let tmp = be.alloc(TensorDesc {
-            ty: GgmlType::F32,
-            ne: [self.n_embd_conv, slots.len(), 1, 1],
-            label: "conv_backup_tmp".into(),
-            usage: Usage::Scratch,
-        })?;
+        let (slot_room, tmp_room) = self
+            .room
+            .as_ref()
+            .ok_or_else(|| Error::Internal("recurrent begin without recurrent layers".into()))?;
+        be.write(slot_room, 0, bytemuck::cast_slice(&slots))?;
+        let idx = be.view(slot_room, [slots.len(), 1, 1, 1])?;
+        let tmp = be.view(tmp_room, [self.n_embd_conv, slots.len(), 1, 1])?;
         for (t, b) in self.storage.state.iter().zip(&self.backup) {
             be.get_rows(t, &idx, &tmp)?;
             be.set_rows(&tmp, &idx, b)?;
