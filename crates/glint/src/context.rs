@@ -381,16 +381,20 @@ impl Context {
         let mut span = self.kv_span(&queries, &streams[range.clone()])?;
         // The sliding-window ring: old cells dropped, cells for this
         // micro-batch taken, its own span.
-        let metas: Vec<TokenMeta> = range
-            .clone()
-            .map(|i| TokenMeta {
-                pos: batch.pos[i],
-                seq_ids: batch.seq_ids[i].clone(),
-            })
-            .collect();
-        let ring_rows = with_exec!(model.backend(), &mut self.exec, |l, x| x
-            .mem
-            .ring_begin(&l.be, &metas))?;
+        let ring_rows = if self.ring_cells().is_some() {
+            let metas: Vec<TokenMeta> = range
+                .clone()
+                .map(|i| TokenMeta {
+                    pos: batch.pos[i],
+                    seq_ids: batch.seq_ids[i].clone(),
+                })
+                .collect();
+            with_exec!(model.backend(), &mut self.exec, |l, x| x
+                .mem
+                .ring_begin(&l.be, &metas))?
+        } else {
+            None
+        };
         let ring = match &ring_rows {
             Some(_) => self.ring_span(&queries, &streams[range.clone()])?,
             None => None,
