@@ -260,11 +260,6 @@ impl Context {
     /// comparison (the cpu kernels skip them).
     fn kv_span(&self, queries: &[Query], streams: &[u32]) -> Result<KvSpan, Error> {
         let hp = self.model.hparams();
-        let swa = MaskParams {
-            swa_type: SwaType::Standard,
-            n_swa: hp.n_swa as u32,
-            ..MaskParams::causal()
-        };
         // With a ring, the sliding-window layers' mask is over the ring's
         // cells (see `ring_span`).
         let has_swa = hp.swa_layers.iter().any(|&x| x) && self.ring_cells().is_none();
@@ -272,8 +267,17 @@ impl Context {
             self.cells(),
             queries,
             streams,
-            [Some(MaskParams::causal()), has_swa.then_some(swa)],
+            [Some(MaskParams::causal()), has_swa.then(|| self.swa_mask())],
         )
+    }
+
+    /// The sliding-window layers' mask: causal within the model's window.
+    fn swa_mask(&self) -> MaskParams {
+        MaskParams {
+            swa_type: SwaType::Standard,
+            n_swa: self.model.hparams().n_swa as u32,
+            ..MaskParams::causal()
+        }
     }
 
     /// The sliding-window ring's cells, if the memory has a ring.
@@ -284,16 +288,10 @@ impl Context {
     /// The ring's span for a micro-batch: its first row, rows, and the
     /// sliding-window mask over them.
     fn ring_span(&self, queries: &[Query], streams: &[u32]) -> Result<Option<KvSpan>, Error> {
-        let hp = self.model.hparams();
         let Some(cells) = self.ring_cells() else {
             return Ok(None);
         };
-        let swa = MaskParams {
-            swa_type: SwaType::Standard,
-            n_swa: hp.n_swa as u32,
-            ..MaskParams::causal()
-        };
-        span(cells, queries, streams, [Some(swa), None]).map(Some)
+        span(cells, queries, streams, [Some(self.swa_mask()), None]).map(Some)
     }
 }
 
