@@ -571,35 +571,29 @@ fn avx2_tiles_equal_the_multi_column_kernels_bit_for_bit() {
 
     // Extremes, 3 blocks: weight bytes all 0xff (after d/m: every level
     // at its top, 15 or 31) and all 0x00 (its bottom); activation levels
-    // all 127, all -127, and alternating, with d = 1 (and s for Q8_1).
+    // all 127, all -127, and alternating, with d = 1 (Q8_0 blocks: both
+    // tile types are symmetric, without a min).
     for ty in AVX2_TILE_TYPES {
         let tiles = qdot::avx2_tile(ty).expect("an AVX2 tile");
         let cols = qdot::avx2_dot_cols(ty).expect("an AVX2 cols kernel");
-        let vt = ty.vec_dot_type();
+        assert_eq!(ty.vec_dot_type(), GgmlType::Q8_0, "{ty}");
         let x_size = ty.bytes_for(32).unwrap() as usize;
-        let y_size = vt.bytes_for(32).unwrap() as usize;
-        let has_min = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
+        let y_size = GgmlType::Q8_0.bytes_for(32).unwrap() as usize;
         let f16_bytes = |v: f32| f16::from_f32(v).to_bits().to_le_bytes();
-        // d = 0.5 (and m = -0.25), then the fill for every level bit.
+        // d = 0.5, then the fill for every level bit.
         let row = |fill: u8| -> Vec<u8> {
             let mut b = vec![fill; 3 * x_size];
             for blk in b.chunks_mut(x_size) {
                 blk[..2].copy_from_slice(&f16_bytes(0.5));
-                if has_min {
-                    blk[2..4].copy_from_slice(&f16_bytes(-0.25));
-                }
             }
             b
         };
-        let at = y_size - 32; // the levels' first byte in an activation block
+        // d = 1, then the 32 levels.
         let col = |f: fn(usize) -> i8| -> Vec<u8> {
             let mut b = vec![0u8; 3 * y_size];
             for blk in b.chunks_mut(y_size) {
                 blk[..2].copy_from_slice(&f16_bytes(1.0));
-                if at > 2 {
-                    blk[2..4].copy_from_slice(&f16_bytes(3.0)); // Q8_1's s
-                }
-                for (i, v) in blk[at..].iter_mut().enumerate() {
+                for (i, v) in blk[2..].iter_mut().enumerate() {
                     *v = f(i) as u8;
                 }
             }
@@ -640,11 +634,9 @@ fn avx2_tiles_equal_the_multi_column_kernels_bit_for_bit() {
         let top = match ty {
             GgmlType::Q4_0 => 7.0,  // 15 - 8
             GgmlType::Q5_0 => 15.0, // 31 - 16
-            _ => 0.0,
+            _ => panic!("{ty}: not an AVX2 tile type"),
         };
-        if top != 0.0 {
-            assert_eq!(got[0][0], 3.0 * 32.0 * 0.5 * top * 127.0, "{ty}");
-        }
+        assert_eq!(got[0][0], 3.0 * 32.0 * 0.5 * top * 127.0, "{ty}");
     }
 }
 
