@@ -68,6 +68,12 @@ fn json_rows_have_the_fields() {
         assert!(r["pct_of_bandwidth"].as_f64().unwrap() > 0.0);
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0);
         assert!(r["backend_memory"]["kv_cache_bytes"].as_u64().unwrap() > 0);
+        // The cpu workers' own buffers: at least one column of n_embd 576
+        // quantized to Q8_1 (36 bytes a block of 32) for the Q4_1 weights.
+        let thr = r["backend_memory"]["thread_scratch_bytes"]
+            .as_u64()
+            .unwrap();
+        assert!(thr >= 576 / 32 * 36, "thread scratch {thr} bytes");
     }
     assert_eq!(
         (rows[0]["n_prompt"].as_u64(), rows[0]["n_gen"].as_u64()),

@@ -118,7 +118,8 @@ fn help() -> String {
          buffer-to-buffer copy), best of 5.\n\
          RSS: the process's peak resident set (VmHWM) over the model's tests, counted from \
          the loaded model (mapped weights as resident as they are, tokenizer), not the \
-         bandwidth probe's buffer; mem: what the backend holds (weights w, KV cache, scratch).",
+         bandwidth probe's buffer; mem: what the backend holds (weights w, KV cache, scratch; \
+         thr: its threads' own scratch, kept between ops).",
         args::help(
             "glint bench [options] (-m FILE | --synthetic NAME)...",
             FLAGS
@@ -538,6 +539,7 @@ fn row(
             "weights_bytes": r.memory.weights,
             "kv_cache_bytes": r.memory.kv_cache,
             "scratch_bytes": r.memory.scratch,
+            "thread_scratch_bytes": r.memory.thread_scratch,
         },
         "counters": r.counters.map(|c| {
             c.fields()
@@ -593,7 +595,7 @@ fn markdown(rows: &[Json]) -> String {
         "GB/s",
         "% bw",
         "RSS MiB",
-        "mem w/kv/scratch MiB",
+        "mem w/kv/scratch/thr MiB",
     ]);
     let mut s = format!("| {} |\n", head.join(" | "));
     s.push_str(&format!(
@@ -628,10 +630,11 @@ fn markdown(rows: &[Json]) -> String {
             format!("{:.0}%", f("pct_of_bandwidth")),
             mib(&r["peak_rss_bytes"]),
             format!(
-                "{}/{}/{}",
+                "{}/{}/{}/{}",
                 mib(&m["weights_bytes"]),
                 mib(&m["kv_cache_bytes"]),
-                mib(&m["scratch_bytes"])
+                mib(&m["scratch_bytes"]),
+                mib(&m["thread_scratch_bytes"])
             ),
         ]);
         s.push_str(&format!("| {} |\n", cells.join(" | ")));
@@ -710,6 +713,7 @@ const CSV_FIELDS: &[&str] = &[
     "weights_bytes",
     "kv_cache_bytes",
     "scratch_bytes",
+    "thread_scratch_bytes",
 ];
 
 fn csv(rows: &[Json]) -> String {
@@ -721,7 +725,7 @@ fn csv(rows: &[Json]) -> String {
                 "ts_median" => r["tokens_per_second"]["median"].clone(),
                 "ts_min" => r["tokens_per_second"]["min"].clone(),
                 "ts_max" => r["tokens_per_second"]["max"].clone(),
-                "weights_bytes" | "kv_cache_bytes" | "scratch_bytes" => {
+                "weights_bytes" | "kv_cache_bytes" | "scratch_bytes" | "thread_scratch_bytes" => {
                     r["backend_memory"][k].clone()
                 }
                 _ => r[k].clone(),

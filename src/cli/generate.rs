@@ -242,6 +242,13 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     }
     let stats = run_single(&p, &job, &mut ctx, ids)?;
     if job.verbose {
+        let m = model.memory();
+        eprintln!(
+            "glint: memory after the run: KV cache {:.1} MiB, scratch {:.1} MiB, the threads' own scratch {:.1} KiB",
+            m.kv_cache as f64 / 1048576.0,
+            m.scratch as f64 / 1048576.0,
+            m.thread_scratch as f64 / 1024.0
+        );
         let mut pos = ctx.cell_positions();
         pos.sort_unstable();
         let list: Vec<String> = pos.iter().map(|p| p.to_string()).collect();

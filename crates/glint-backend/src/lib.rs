@@ -173,6 +173,11 @@ pub struct MemoryReport {
     pub kv_cache: usize,
     /// Bytes of scratch (activations, masks, ids).
     pub scratch: usize,
+    /// Bytes the backend's threads keep for themselves between ops (the cpu
+    /// backend: each thread's quantized activations and prepared tile
+    /// columns, grown to the largest op it ran; counted over the process,
+    /// since the threads are the process's). 0 where there are none.
+    pub thread_scratch: usize,
 }
 
 /// A compute backend. Element types: activations are F32; integer inputs

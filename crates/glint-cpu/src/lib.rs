@@ -35,7 +35,9 @@ use glint_backend::{
 };
 
 pub use attention::{attention_window, attention_with, Cache, Far};
-pub use matmul::{mul_mat_ggml, mul_mat_ggml_with, Kernels, WeightRows, DECODE_MAX_M};
+pub use matmul::{
+    mul_mat_ggml, mul_mat_ggml_with, thread_scratch_bytes, Kernels, WeightRows, DECODE_MAX_M,
+};
 pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;
 pub use weights::{dequant_row, dot, row_dot};
@@ -226,6 +228,7 @@ impl Backend for CpuBackend {
             weights: self.weights_bytes.load(Ordering::Relaxed),
             kv_cache: self.kv_bytes.load(Ordering::Relaxed),
             scratch: self.scratch_bytes.load(Ordering::Relaxed),
+            thread_scratch: matmul::thread_scratch_bytes(),
         }
     }
 

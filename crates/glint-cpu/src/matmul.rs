@@ -4,6 +4,7 @@ use glint_backend::{BackendError, GgmlType, Result};
 use rayon::prelude::*;
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::act;
 use crate::elementwise;
@@ -588,25 +589,59 @@ impl Prepared<'_> {
     }
 }
 
+/// Bytes held by every thread's cached buffers ([`ACT`], [`PREP`]) in this
+/// process: they outlive the op that grew them, so the memory report counts
+/// them ([`thread_scratch_bytes`]).
+static THREAD_SCRATCH: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of per-thread scratch the cpu kernels keep between ops, over all
+/// threads of the process (each thread's buffers grow to the largest op it
+/// ran and are freed when the thread ends).
+pub fn thread_scratch_bytes() -> usize {
+    THREAD_SCRATCH.load(Ordering::Relaxed)
+}
+
+/// A thread's cached buffer, its capacity counted in [`THREAD_SCRATCH`]
+/// while the thread lives.
+#[derive(Default)]
+struct Cached(Vec<u8>);
+
+impl Drop for Cached {
+    fn drop(&mut self) {
+        THREAD_SCRATCH.fetch_sub(self.0.capacity(), Ordering::Relaxed);
+    }
+}
+
 /// `f` with this thread's cached buffer from `key`; with a fresh one when
 /// the cached one is in use (a worker waiting inside one product can steal
-/// the start of another: two contexts sharing a backend).
+/// the start of another: two contexts sharing a backend). The cached one's
+/// growth is counted in [`THREAD_SCRATCH`]; a fresh one is freed on return.
 fn with_buffer<R>(
-    key: &'static std::thread::LocalKey<RefCell<Vec<u8>>>,
+    key: &'static std::thread::LocalKey<RefCell<Cached>>,
     f: impl FnOnce(&mut Vec<u8>) -> R,
 ) -> R {
     key.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut cached) => f(&mut cached),
+        Ok(mut cached) => {
+            let before = cached.0.capacity();
+            let r = f(&mut cached.0);
+            let after = cached.0.capacity();
+            if after >= before {
+                THREAD_SCRATCH.fetch_add(after - before, Ordering::Relaxed);
+            } else {
+                THREAD_SCRATCH.fetch_sub(before - after, Ordering::Relaxed);
+            }
+            r
+        }
         Err(_) => f(&mut Vec::new()),
     })
 }
 
 thread_local! {
     /// Activation columns prepared for the tile kernels ([`qdot::fast_tile`]).
-    static PREP: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static PREP: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
     /// Quantized activations of the current `mul_mat_ggml` call, reused
     /// across calls on the same thread: `[m]` rows of `vec_dot_type` bytes.
-    static ACT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static ACT: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
 }
 
 /// Weight rows per rayon task: at least 64 rows or 32 KiB of weights so

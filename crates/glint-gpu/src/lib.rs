@@ -276,6 +276,7 @@ impl Backend for GpuBackend {
             weights: self.counters.weights.load(Ordering::Relaxed),
             kv_cache: self.counters.kv_cache.load(Ordering::Relaxed),
             scratch: self.counters.scratch.load(Ordering::Relaxed),
+            thread_scratch: 0,
         }
     }
 
