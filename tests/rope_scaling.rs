@@ -174,3 +174,20 @@ fn generate_with_yarn_and_context_shift() {
     let e = common::one_line_error(&bad, "--rope-scaling ntk");
     assert!(e.contains("--rope-scaling `ntk`"), "{e}");
 }
+
+#[test]
+fn a_context_past_the_trained_one_is_warned_of_only_without_an_extension() {
+    let warned = |extra: &[&str]| -> bool {
+        let mut args = vec!["-p", "Hi", "-n", "1", "-c", "16384"];
+        args.extend_from_slice(extra);
+        let (_, err) = common::greedy_cpu("smollm2", &args);
+        err.contains("warning: -c 16384 is above the model's trained context (8192)")
+    };
+    assert!(warned(&[]), "plain attention past 8192");
+    assert!(warned(&["-gan", "1"]), "a group of 1 is no self-extend");
+    assert!(!warned(&["-gan", "8", "-gaw", "512"]), "self-extend");
+    assert!(
+        !warned(&["--rope-scaling", "yarn", "--rope-scale", "2"]),
+        "YaRN"
+    );
+}

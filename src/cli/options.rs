@@ -233,7 +233,16 @@ pub fn context_params(p: &Parsed, model: &Model) -> Result<ContextParams, String
         Some(0) | None => d.n_ctx.min(n_ctx_train),
         Some(n) => n,
     };
-    if n_ctx > n_ctx_train && n_ctx_train > 0 {
+    // Said only when no extension was asked for (self-extend, or any RoPE
+    // scaling flag): with one, going past the trained context is the point.
+    let extended = p
+        .get("grp-attn-n")
+        .and_then(|g| g.parse::<i64>().ok())
+        .is_some_and(|g| g > 1)
+        || ["rope-scaling", "rope-scale", "rope-freq-scale"]
+            .iter()
+            .any(|f| p.get(f).is_some());
+    if n_ctx > n_ctx_train && n_ctx_train > 0 && !extended {
         eprintln!(
             "glint: warning: -c {n_ctx} is above the model's trained context ({n_ctx_train}): \
              quality drops past it without self-extend (-gan/-gaw) or RoPE scaling \
