@@ -100,9 +100,15 @@ fn generate(ctx: &mut Context, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<
     Ok(())
 }
 
+/// Cells [`step_counters`] fills at depth `n_prompt`: the prompt (at least
+/// one token), two warm-up tokens and the measured one.
+pub fn step_cells(n_prompt: u32) -> u32 {
+    n_prompt.max(1) + 3
+}
+
 /// The wgpu backend's work for one decode step of one sequence at depth
 /// `n_prompt` (after two warm-up steps, so pipelines are compiled): `None`
-/// on the cpu backend.
+/// on the cpu backend. The context needs [`step_cells`] cells.
 pub fn step_counters(
     ctx: &mut Context,
     n_prompt: u32,
@@ -119,6 +125,28 @@ pub fn step_counters(
     generate(ctx, 1, n_prompt.max(1) + 2, rng)?;
     let after = model.gpu_counters().unwrap_or_default();
     Ok(Some(after.since(&before)))
+}
+
+/// What the step [`step_counters`] measures at depth `n_prompt` must read,
+/// by [`BYTES_FORMULA`]: (weight bytes, K/V bytes of the cells it attends).
+/// The denominators of the counters' `weight_bytes_ratio` and
+/// `kv_bytes_ratio`.
+pub fn step_bytes(
+    model: &Model,
+    n_prompt: u32,
+    type_k: CacheType,
+    type_v: CacheType,
+) -> (f64, f64) {
+    // The prompt fills positions 0..n, two warm-up tokens n and n + 1: the
+    // measured token is at n + 2.
+    let pos = n_prompt.max(1) + 2;
+    let w = weight_bytes_per_pass(model) as f64;
+    let step = Test {
+        n_prompt: 0,
+        n_gen: 1,
+        n_depth: pos,
+    };
+    (w, bytes_read(model, &step, 1, 1, type_k, type_v) - w)
 }
 
 /// llama-bench's warm-up: the prompt (if any) and one generated token.

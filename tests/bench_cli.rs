@@ -153,3 +153,47 @@ fn errors_are_one_line() {
         "--ubatch-size: sizes must be > 0",
     );
 }
+
+/// `--counters` on wgpu: the work of one decode step after each test, with
+/// the modeled reads over what the step must read. A pp test's context has
+/// room for that step too (it used to run out of cells after pp8).
+#[test]
+fn counters_give_the_steps_work_and_read_ratios() {
+    let m = common::model("smollm2");
+    let (text, err) = common::success(common::glint(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--backend",
+        "wgpu",
+        "--counters",
+        "-o",
+        "json",
+    ]));
+    let rows: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        let c = &r["counters"];
+        assert_eq!(
+            (c["passes"].as_u64(), c["submits"].as_u64()),
+            (Some(1), Some(1)),
+            "{c}"
+        );
+        // Every matrix once (the norm vectors are not counted).
+        let w = c["weight_bytes_ratio"].as_f64().unwrap();
+        assert!((0.99..=1.0).contains(&w), "{c}");
+        // SmolLM2's 9 query heads each read their KV head's rows (3 KV
+        // heads); the span is exactly the attended cells here (a context
+        // of the step's size).
+        assert_eq!(c["kv_bytes_ratio"].as_f64(), Some(3.0), "{c}");
+        assert!(c["weight_bytes_read"].as_u64().unwrap() > 90_000_000, "{c}");
+    }
+}

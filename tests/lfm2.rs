@@ -548,3 +548,29 @@ fn checkpoint_restore_reuses_a_shared_prefix() {
         b.len()
     );
 }
+
+/// One wgpu decode step of LFM2 (attention and short-convolution layers,
+/// and the device-side backup of the recurrent states a failed decode rolls
+/// back to) within the budgets `tests/gpu_budget.rs` holds SmolLM2 and
+/// Gemma 3 to: one pass, one submit, nothing created per token, one i32
+/// read back. The step writes one input more than theirs, the recurrent
+/// slots; the backup's queue write of slot ids used to submit the copies
+/// recorded before it (2 submits), until a write submits only when a
+/// recorded op binds the buffer written.
+#[test]
+fn one_wgpu_decode_step_stays_within_the_budget() {
+    let model = load(BackendKind::Wgpu);
+    let c = common::one_gpu_step(&model, 2);
+    let n_layer = model.hparams().n_layer as u64;
+    // Today's structure: 68 kernels for the fixture's 6 layers.
+    assert!(
+        c.dispatches > 0 && c.dispatches <= 11 * n_layer + 7,
+        "{c:?}"
+    );
+    assert_eq!((c.passes, c.submits), (1, 1), "{c:?}");
+    assert_eq!((c.buffers_created, c.bind_groups_created), (0, 0), "{c:?}");
+    assert_eq!(c.pipelines_created, 0, "{c:?}");
+    assert!(c.queue_writes <= 7, "{c:?}");
+    assert_eq!(c.readback_bytes, 4, "{c:?}");
+    assert_eq!(common::one_gpu_step(&model, 3).dispatches, c.dispatches);
+}

@@ -391,8 +391,15 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                                         model.backend_name(),
                                         test.name()
                                     );
+                                    // --counters measures a step after the
+                                    // test's tokens: room for it too.
+                                    let depth = test.n_depth + test.n_prompt;
+                                    let n_ctx = match c.counters {
+                                        true => test.n_ctx().max(bench::step_cells(depth)),
+                                        false => test.n_ctx(),
+                                    };
                                     let cp = ContextParams {
-                                        n_ctx: test.n_ctx(),
+                                        n_ctx,
                                         n_batch,
                                         n_ubatch,
                                         type_k,
@@ -542,10 +549,19 @@ fn row(
             "thread_scratch_bytes": r.memory.thread_scratch,
         },
         "counters": r.counters.map(|c| {
-            c.fields()
+            let mut o = c
+                .fields()
                 .iter()
                 .map(|&(k, v)| (k.to_string(), json!(v)))
-                .collect::<serde_json::Map<_, _>>()
+                .collect::<serde_json::Map<_, _>>();
+            // The modeled reads over what the step must read (1.0: each
+            // weight byte and each attended K/V byte read once).
+            let depth = test.n_depth + test.n_prompt;
+            let (w, kv) = bench::step_bytes(model, depth, type_k, type_v);
+            let ratio = |read: u64, need: f64| json!((read as f64 / need * 1000.0).round() / 1000.0);
+            o.insert("weight_bytes_ratio".into(), ratio(c.weight_bytes_read, w));
+            o.insert("kv_bytes_ratio".into(), ratio(c.kv_bytes_read, kv));
+            o
         }),
     })
 }

@@ -263,3 +263,35 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The wgpu counters of one greedy decode step after `warm` steps (a
+/// 64-token context, one sequence, "The capital of France is" first).
+pub fn one_gpu_step(model: &glint::Model, warm: usize) -> glint::GpuCounters {
+    let mut ctx = glint::Context::new(
+        model,
+        glint::ContextParams {
+            n_ctx: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids = model
+        .tokenizer()
+        .encode("The capital of France is", true, true)
+        .unwrap();
+    ctx.decode(&glint::Batch::from_tokens(&ids, 0, 0)).unwrap();
+    let mut next = ctx.argmax(ids.len() - 1).unwrap();
+    let mut pos = ids.len() as i32;
+    let mut step = |ctx: &mut glint::Context| {
+        ctx.decode(&glint::Batch::from_tokens(&[next], pos, 0))
+            .unwrap();
+        next = ctx.argmax(0).unwrap();
+        pos += 1;
+    };
+    for _ in 0..warm {
+        step(&mut ctx);
+    }
+    let before = model.gpu_counters().unwrap();
+    step(&mut ctx);
+    model.gpu_counters().unwrap().since(&before)
+}

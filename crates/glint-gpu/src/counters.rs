@@ -19,6 +19,8 @@ pub(crate) struct Work {
     pub(crate) queue_write_bytes: AtomicU64,
     pub(crate) readbacks: AtomicU64,
     pub(crate) readback_bytes: AtomicU64,
+    pub(crate) weight_bytes_read: AtomicU64,
+    pub(crate) kv_bytes_read: AtomicU64,
 }
 
 impl Work {
@@ -39,6 +41,8 @@ impl Work {
             queue_write_bytes: g(&self.queue_write_bytes),
             readbacks: g(&self.readbacks),
             readback_bytes: g(&self.readback_bytes),
+            weight_bytes_read: g(&self.weight_bytes_read),
+            kv_bytes_read: g(&self.kv_bytes_read),
         }
     }
 }
@@ -67,6 +71,17 @@ pub struct GpuCounters {
     pub readbacks: u64,
     /// Bytes read back.
     pub readback_bytes: u64,
+    /// Weight bytes the dispatched kernels read, modeled from each
+    /// dispatch's geometry (its workgroups and the weight rows each one
+    /// reads: a matvec workgroup one row for one column, a matmul tile its
+    /// 64 rows for 64 columns). Row gathers (`get_rows` of an embedding)
+    /// are not counted, as the bench's bytes formula does not count them.
+    pub weight_bytes_read: u64,
+    /// K/V cache bytes the attention kernels read, modeled the same way:
+    /// each (token, head) workgroup reads its KV head's K and V rows of
+    /// every cell of the window it is given (and the grouped K in the
+    /// two-window mode).
+    pub kv_bytes_read: u64,
 }
 
 impl GpuCounters {
@@ -83,11 +98,13 @@ impl GpuCounters {
             queue_write_bytes: self.queue_write_bytes - earlier.queue_write_bytes,
             readbacks: self.readbacks - earlier.readbacks,
             readback_bytes: self.readback_bytes - earlier.readback_bytes,
+            weight_bytes_read: self.weight_bytes_read - earlier.weight_bytes_read,
+            kv_bytes_read: self.kv_bytes_read - earlier.kv_bytes_read,
         }
     }
 
     /// Each counter by name, in a fixed order (for tables and JSON).
-    pub fn fields(&self) -> [(&'static str, u64); 10] {
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
         [
             ("dispatches", self.dispatches),
             ("passes", self.passes),
@@ -99,6 +116,8 @@ impl GpuCounters {
             ("queue_write_bytes", self.queue_write_bytes),
             ("readbacks", self.readbacks),
             ("readback_bytes", self.readback_bytes),
+            ("weight_bytes_read", self.weight_bytes_read),
+            ("kv_bytes_read", self.kv_bytes_read),
         ]
     }
 }

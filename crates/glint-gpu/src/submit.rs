@@ -1,7 +1,7 @@
 //! The command encoder and its submission: ops record into one compute
-//! pass of one encoder, submitted on `read`, `sync`, `write` or after
-//! [`MAX_PENDING_OPS`] ops; reads and writes go through a staging buffer
-//! and the queue.
+//! pass of one encoder, submitted on `read`, `sync`, a `write` to a buffer
+//! a recorded op uses, or after [`MAX_PENDING_OPS`] ops; reads and writes
+//! go through a staging buffer and the queue.
 //!
 //! Per op nothing is created once warm: the params of every op recorded go
 //! to one CPU-side block list, written to the params arena (a uniform
@@ -26,12 +26,16 @@ pub(crate) const PARAMS_MAX_BYTES: u64 = 256;
 
 /// The encoder being recorded into, its open compute pass, how many ops it
 /// holds and their params blocks (in order, each at a multiple of the
-/// device's dynamic-offset alignment).
+/// device's dynamic-offset alignment), and the buffers its ops bind.
 pub(crate) struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     n_ops: usize,
     params: Vec<u8>,
+    /// Every buffer a recorded op reads or writes: a queue write to one of
+    /// them must wait for the ops (it would land before them); a write to
+    /// any other buffer need not submit them.
+    bound: std::collections::HashSet<wgpu::Buffer>,
 }
 
 impl Pending {
@@ -41,6 +45,7 @@ impl Pending {
             pass: None,
             n_ops: 0,
             params: Vec::new(),
+            bound: std::collections::HashSet::new(),
         }
     }
 }
@@ -65,6 +70,7 @@ impl GpuBackend {
         }
         p.params.clear();
         p.n_ops = 0;
+        p.bound.clear();
     }
 
     pub(crate) fn wait(&self) -> Result<()> {
@@ -190,6 +196,11 @@ impl GpuBackend {
         p.params.resize(offset + words * 4, 0);
         p.params[offset..offset + params.len() * 4].copy_from_slice(bytemuck::cast_slice(params));
         p.n_ops += 1;
+        for b in &binds {
+            if !p.bound.contains(b.buf) {
+                p.bound.insert(b.buf.clone());
+            }
+        }
         if p.pass.is_none() {
             let enc = p.encoder.get_or_insert_with(|| {
                 self.ctx
@@ -219,9 +230,16 @@ impl GpuBackend {
         if data.is_empty() {
             return Ok(());
         }
-        // Queue writes land before any work submitted after them: submit
-        // what was recorded so far first, so the order is the call order.
-        self.flush();
+        // Queue writes land before any work submitted after them: when a
+        // recorded op binds this buffer, submit what was recorded so far
+        // first, so the order is the call order. Ops that do not bind it
+        // cannot tell, and stay recorded (one submit a decode step).
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.bound.contains(&t.buf) {
+                self.submit(&mut p);
+            }
+        }
         Work::add(&self.work.queue_writes, 1);
         Work::add(&self.work.queue_write_bytes, data.len() as u64);
         let start4 = offset / 4 * 4;

@@ -20,6 +20,7 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
     let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
     let params = [hd, nh, nkv, m, p.kv_start, p.n_kv].map(|v| v as u32);
     let params = [&params[..], &[scale, softcap]].concat();
+    be.kv_read(&qkvm, &[], p, m);
     be.launch("attention", key, [&qkvm, &[out]], &params, m * nh)
 }
 
@@ -47,6 +48,7 @@ pub(crate) fn attention_window(
     let params = [&params[..], &[scale, softcap]].concat();
     let [q, k, v, mask] = qkvm;
     let [q2, k2, mf] = far;
+    be.kv_read(&qkvm, &[k2], p, m);
     be.launch(
         "attention_window",
         key,
@@ -54,6 +56,21 @@ pub(crate) fn attention_window(
         &params,
         m * nh,
     )
+}
+
+impl GpuBackend {
+    /// Counts the K/V bytes an attention dispatch reads: each of its `m *
+    /// n_head` workgroups reads its KV head's part of the `n_kv` rows of
+    /// K, V and each of `more` (the grouped K).
+    fn kv_read(&self, [_, k, v, _]: &[&T; 4], more: &[&T], p: &AttnParams, m: usize) {
+        let per_row: usize = [k, v]
+            .into_iter()
+            .chain(more.iter())
+            .map(|t| t.desc.row_bytes() / p.n_head_kv.max(1))
+            .sum();
+        let bytes = m * p.n_head * p.n_kv * per_row;
+        crate::counters::Work::add(&self.work.kv_bytes_read, bytes as u64);
+    }
 }
 
 /// Flag: the two-window SelfExtend variant of attention.wgsl.

@@ -89,6 +89,7 @@ pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result
     let ins = [w, Bind::whole(x)];
     let os: Vec<Bind> = outs.iter().map(|o| Bind::whole(o)).collect();
     let rows: usize = p[3..6].iter().map(|&n| n as usize).sum();
+    be.weight_read(ws[0], (rows * p[1] as usize * p[2] as usize) as u64);
     be.dispatch(k, &ins, &os, &p, rows * p[1] as usize)?;
     Ok(true)
 }
@@ -119,6 +120,11 @@ pub(crate) fn mul_mats_glu(
         offset: 0,
         size: wg.buf.size(),
     };
+    // Each workgroup reads a gate row and an up row for its column.
+    be.weight_read(
+        wg,
+        (2 * p[3] as usize * p[1] as usize * p[2] as usize) as u64,
+    );
     let ins = [w, Bind::whole(x)];
     be.dispatch(
         k,

@@ -88,6 +88,14 @@ impl GpuBackend {
         f
     }
 
+    /// Counts `bytes` of weight reads when `w` is a weight (a product of
+    /// activations, as attention's on some paths, is not).
+    fn weight_read(&self, w: &T, bytes: u64) {
+        if w.desc.usage == glint_backend::Usage::Weights {
+            crate::counters::Work::add(&self.work.weight_bytes_read, bytes);
+        }
+    }
+
     /// Check that `inputs` and `outputs` each fit one binding, then record
     /// the kernel with them bound whole (see [`GpuBackend::dispatch`]).
     fn launch(

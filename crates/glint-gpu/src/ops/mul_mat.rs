@@ -38,6 +38,10 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
             n_local,
             w.desc.row_bytes() as u32,
         ];
+        // matvec: a row for each column; matmul: a tile's rows for each
+        // block of 64 columns.
+        let passes = if matvec { m } else { m.div_ceil(64) };
+        be.weight_read(w, (win.n_rows * passes) as u64 * w.desc.row_bytes() as u64);
         let ins = [Bind::window(w, &win), Bind::whole(x)];
         be.dispatch(key.clone(), &ins, &[Bind::whole(out)], &params, n_wg)?;
     }
@@ -76,6 +80,7 @@ pub(crate) fn mul_mat_add(be: &GpuBackend, w: &T, x: &T, res: &T, out: &T) -> Re
         win.n_rows as u32,
         w.desc.row_bytes() as u32,
     ];
+    be.weight_read(w, (win.n_rows * m) as u64 * w.desc.row_bytes() as u64);
     let ins = [Bind::window(w, win), Bind::whole(x), Bind::whole(res)];
     be.dispatch(key, &ins, &[Bind::whole(out)], &params, win.n_rows * m)?;
     Ok(true)
