@@ -38,4 +38,29 @@ fn a_short_prompt_is_answered() {
     ]));
     assert!(out.contains("| 512 | 1/1 | 1/1 |"), "{out}");
     assert!(out.contains("retrieved 1 of 1"), "{out}");
+    assert!(out.starts_with("mode: none\n"), "{out}");
+}
+
+#[test]
+fn the_table_names_the_rope_scaling() {
+    let m = common::model("smollm2");
+    let (out, _) = common::success(common::glint(&[
+        "passkey",
+        "-m",
+        m.to_str().unwrap(),
+        "--lengths",
+        "256",
+        "--depths",
+        "0.5",
+        "--backend",
+        "cpu",
+        "--rope-scaling",
+        "yarn",
+        "--rope-scale",
+        "4",
+    ]));
+    assert!(
+        out.starts_with("mode: none, RoPE YaRN x4 (trained context 8192)\n"),
+        "{out}"
+    );
 }

@@ -123,6 +123,14 @@ pub fn run(rest: &[String]) -> Result<(), String> {
     } else {
         "none".to_string()
     };
+    // The model's RoPE scaling (its metadata or the --rope-* flags).
+    let mode = match model.hparams().rope_scaling {
+        glint::RopeScaling::None => mode,
+        glint::RopeScaling::Linear { factor } => format!("{mode}, RoPE linear x{factor}"),
+        glint::RopeScaling::Yarn {
+            factor, n_ctx_orig, ..
+        } => format!("{mode}, RoPE YaRN x{factor} (trained context {n_ctx_orig})"),
+    };
     let mut rng = Rng::new(1234);
     let mut table = format!(
         "mode: {mode}\n\n| length | {} | total |\n|---:|{}---:|\n",
