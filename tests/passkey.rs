@@ -22,20 +22,28 @@ fn the_key_sits_at_its_depth_and_the_scorer_reads_the_first_integer() {
     assert_eq!(first_integer("no digits"), None);
 }
 
-#[test]
-fn a_short_prompt_is_answered() {
+/// `glint passkey` on SmolLM2, one prompt of `length` tokens with the key
+/// at depth 0.5 on the cpu, plus `extra`: its stdout (it must succeed).
+fn passkey(length: &str, extra: &[&str]) -> String {
     let m = common::model("smollm2");
-    let (out, _) = common::success(common::glint(&[
+    let mut args = vec![
         "passkey",
         "-m",
         m.to_str().unwrap(),
         "--lengths",
-        "512",
+        length,
         "--depths",
         "0.5",
         "--backend",
         "cpu",
-    ]));
+    ];
+    args.extend_from_slice(extra);
+    common::success(common::glint(&args)).0
+}
+
+#[test]
+fn a_short_prompt_is_answered() {
+    let out = passkey("512", &[]);
     assert!(out.contains("| 512 | 1/1 | 1/1 |"), "{out}");
     assert!(out.contains("retrieved 1 of 1"), "{out}");
     assert!(out.starts_with("mode: none\n"), "{out}");
@@ -43,22 +51,7 @@ fn a_short_prompt_is_answered() {
 
 #[test]
 fn the_table_names_the_rope_scaling() {
-    let m = common::model("smollm2");
-    let (out, _) = common::success(common::glint(&[
-        "passkey",
-        "-m",
-        m.to_str().unwrap(),
-        "--lengths",
-        "256",
-        "--depths",
-        "0.5",
-        "--backend",
-        "cpu",
-        "--rope-scaling",
-        "yarn",
-        "--rope-scale",
-        "4",
-    ]));
+    let out = passkey("256", &["--rope-scaling", "yarn", "--rope-scale", "4"]);
     assert!(
         out.starts_with("mode: none, RoPE YaRN x4 (trained context 8192)\n"),
         "{out}"
