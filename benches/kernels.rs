@@ -30,7 +30,10 @@
 //! scales); 64 distinct rows are repeated to fill the matrix, since speed
 //! does not depend on the values and the K-quantizers are slow. Warm-up runs
 //! (which also compile wgpu pipelines) are not timed; each timed run is the
-//! op plus `sync()`, so queued wgpu work is counted. Medians are quoted with
+//! op plus `sync()`, so queued wgpu work is counted; on wgpu a run is 16 ops
+//! (and the copy baseline 16 copies) in one submit, quoted per op, so a
+//! submit's fixed cost does not hide the kernel (decode records a step's
+//! ops into one submit too). Medians are quoted with
 //! the min–max of the runs. One output element of each kernel is checked
 //! against the scalar reference so a broken kernel cannot post a fast time.
 //!
@@ -61,6 +64,11 @@ struct Sizes {
     matmul_kn: (usize, usize),
     matmul_m: usize,
     matmul_runs: usize,
+    /// Ops (and baseline copies) per timed run, then one `sync`; a run's
+    /// time is quoted per op. wgpu: a submit and its wait cost a fixed
+    /// time (about 0.5 ms on an H100 VM, more than a 4096² matvec takes),
+    /// which a batch spreads, as a decode step's one submit does; cpu: 1.
+    batch: usize,
 }
 
 /// Untimed runs before the timed ones.
@@ -102,6 +110,7 @@ impl Which {
             matmul_kn: if gpu { (512, 512) } else { (1024, 1024) },
             matmul_m: 512,
             matmul_runs: 3,
+            batch: if gpu { 16 } else { 1 },
         };
         match mode {
             Mode::Full => full,
@@ -122,6 +131,7 @@ impl Which {
                 matmul_kn: (512, 64),
                 matmul_m: 16,
                 matmul_runs: 1,
+                batch: if gpu { 2 } else { 1 },
             },
         }
     }
@@ -279,6 +289,19 @@ struct Stats {
     min: Duration,
     max: Duration,
     runs: usize,
+}
+
+impl Stats {
+    /// The figures of one op out of a run of `n`.
+    fn per(self, n: usize) -> Stats {
+        let n32 = n.max(1) as u32;
+        Stats {
+            median: self.median / n32,
+            min: self.min / n32,
+            max: self.max / n32,
+            runs: self.runs,
+        }
+    }
 }
 
 fn stats(mut t: Vec<Duration>) -> Stats {
@@ -470,8 +493,10 @@ fn reference(
     Ok((glint_quant::dot_f32(ty, wr, xc)?, mag))
 }
 
-/// A weight `[k, n]` of `ty` times `m` random columns: the op and `sync` as
-/// one timed run; then two output elements checked against the reference.
+/// A weight `[k, n]` of `ty` times `m` random columns: `batch` ops and one
+/// `sync` as one timed run, quoted per op (`base` is timed per copy the
+/// same way by its caller); then two output elements checked against the
+/// reference.
 /// The cpu backend's ggml numerics quantize activations (errors near 1% of
 /// `Σ|w·x|`), hence the loose tolerance: it catches garbage, not ulps.
 fn bench_mul_mat<B: Backend>(
@@ -479,7 +504,7 @@ fn bench_mul_mat<B: Backend>(
     ty: GgmlType,
     (k, n): (usize, usize),
     m: usize,
-    runs: usize,
+    (runs, batch): (usize, usize),
     rng: &mut Rng,
     base: Option<&mut Baseline<'_>>,
 ) -> Res<(Stats, Option<Stats>)> {
@@ -493,16 +518,18 @@ fn bench_mul_mat<B: Backend>(
     b.write(&xt, 0, bytemuck::cast_slice(&x))?;
     let out = b.alloc(desc(GgmlType::F32, [n, m, 1, 1], "out", Usage::Scratch))?;
     let run = || {
-        b.mul_mat(&w, &xt, &out)?;
+        for _ in 0..batch {
+            b.mul_mat(&w, &xt, &out)?;
+        }
         b.sync()?;
         Ok(())
     };
     let (st, st_base) = match base {
         Some(base) => {
             let (st, sb) = time_paired(runs, run, base)?;
-            (st, Some(sb))
+            (st.per(batch), Some(sb))
         }
-        None => (time(runs, run)?, None),
+        None => (time(runs, run)?.per(batch), None),
     };
     for (row, col) in [(0, 0), (n - 1, m - 1)] {
         let (want, mag) = reference(ty, &wb, &x, k, row, col)?;
@@ -538,7 +565,15 @@ fn bench_types<B: Backend>(
     for &ty in types {
         let (k, n) = sz.matvec_kn;
         eprintln!("{label}: {ty} matvec [{k}, {n}]");
-        let (st, sb) = bench_mul_mat(b, ty, sz.matvec_kn, 1, sz.matvec_runs, &mut rng, Some(base))?;
+        let (st, sb) = bench_mul_mat(
+            b,
+            ty,
+            sz.matvec_kn,
+            1,
+            (sz.matvec_runs, sz.batch),
+            &mut rng,
+            Some(base),
+        )?;
         let bytes = ty.bytes_for(k as u64).unwrap_or(0) as f64 * n as f64;
         let rate = gbps(bytes, st.median);
         let share = match sb {
@@ -559,7 +594,15 @@ fn bench_types<B: Backend>(
         });
         let ((k, n), m) = (sz.matmul_kn, sz.matmul_m);
         eprintln!("{label}: {ty} matmul [{k}, {n}] x {m}");
-        let (st, _) = bench_mul_mat(b, ty, sz.matmul_kn, m, sz.matmul_runs, &mut rng, None)?;
+        let (st, _) = bench_mul_mat(
+            b,
+            ty,
+            sz.matmul_kn,
+            m,
+            (sz.matmul_runs, sz.batch),
+            &mut rng,
+            None,
+        )?;
         let flops = 2.0 * (k * n * m) as f64;
         rows.push(Row {
             backend: label.into(),
@@ -623,7 +666,7 @@ fn run_wgpu(b: &GpuBackend, args: &Args, rows: &mut Vec<Row>) -> Res<()> {
     let sz = Which::Wgpu.sizes(args.mode);
     eprintln!("{label}: copy bandwidth");
     let probe = b.copy_probe(sz.bw_bytes as u64)?;
-    let copy = time_self(sz.bw_runs, || Ok(probe.time()?))?;
+    let copy = time_self(sz.bw_runs, || Ok(probe.time_batch(sz.batch)?))?;
     let moved = 2.0 * sz.bw_bytes as f64;
     rows.push(baseline_row(
         &label,
@@ -632,7 +675,7 @@ fn run_wgpu(b: &GpuBackend, args: &Args, rows: &mut Vec<Row>) -> Res<()> {
         moved,
         copy,
     ));
-    let mut base = || Ok(probe.time()?);
+    let mut base = || Ok(probe.time_batch(sz.batch)?);
     bench_types(b, &label, sz, &args.types, &mut base, moved, rows)
 }
 
@@ -645,14 +688,16 @@ fn main() -> Res<()> {
         let (mk, mn) = sz.matmul_kn;
         notes.push(format!(
             "{w:?}: bandwidth buffers {} MiB × {} runs; matvec {}×{} (k×n), m=1, {} runs; \
-             matmul {mk}×{mn}, m={}, {} runs; {WARMUP_RUNS} warm-up run(s) untimed",
+             matmul {mk}×{mn}, m={}, {} runs; {} op(s) or copies per run and sync, \
+             times per op; {WARMUP_RUNS} warm-up run(s) untimed",
             sz.bw_bytes / MIB,
             sz.bw_runs,
             sz.matvec_kn.0,
             sz.matvec_kn.1,
             sz.matvec_runs,
             sz.matmul_m,
-            sz.matmul_runs
+            sz.matmul_runs,
+            sz.batch
         ));
         match w {
             Which::Cpu => run_cpu(Precision::Ggml, &args, &mut rows)?,

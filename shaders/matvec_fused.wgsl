@@ -12,7 +12,8 @@
 //   or (GLU) out [n0, m]: entry `glu`, out = act(W_0 . x) * (W_1 . x) with
 //             act silu (OP 2) or gelu (OP 3), as binary.wgsl's glu (n1 = n0)
 //   last: params, uniform Params
-// One workgroup per output element (row, column), as the matvec.
+// One workgroup per row (of all the parts), every column (m <= MAX_COLS), as
+// the matvec: the sums are matvec_cols.wgsl's.
 #include "index.wgsl"
 #include "common.wgsl"
 #include "TYPE_FILE"
@@ -55,56 +56,41 @@ struct Params {
 
 const WG: u32 = 64u;
 
-// This invocation's share of W's row at byte rb . x's column at xb, summed
-// as mul_mat.wgsl's matvec sums it.
-fn partial(lid: u32, rb: u32, xb: u32) -> f32 {
-    let k4 = p.k / 4u;
-    var s = 0.0;
-    for (var q = lid; q < k4; q += WG) {
-        let e = q * 4u;
-        let xv = vec4<f32>(x[xb + e], x[xb + e + 1u], x[xb + e + 2u], x[xb + e + 3u]);
-        s += dot(dequant4(rb, e), xv);
-    }
-    for (var e = k4 * 4u + lid; e < p.k; e += WG) {
-        s += dequant1(rb, e) * x[xb + e];
-    }
-    return s;
-}
+#include "matvec_cols.wgsl"
 
 #ifdef GLU
 @compute @workgroup_size(WG)
 fn glu(inv: Inv, ln: Lane) {
-    let g = group_index(inv); // c * n0 + r
-    if (g >= p.n0 * p.m) {
+    let r = group_index(inv);
+    if (r >= p.n0) {
         return;
     }
-    let r = g % p.n0;
-    let c = g / p.n0;
-    let xb = c * p.k;
-    let gate = wg_sum(ln, partial(inv.lid.x, p.wb0 + r * p.row_bytes, xb));
-    let up = wg_sum(ln, partial(inv.lid.x, p.wb1 + r * p.row_bytes, xb));
-    if (inv.lid.x == 0u) {
-        var a: f32;
-        if (OP == 2u) {
-            a = silu(gate);
-        } else {
-            a = gelu(gate);
+    let sg = partials(inv.lid.x, p.wb0 + r * p.row_bytes);
+    let su = partials(inv.lid.x, p.wb1 + r * p.row_bytes);
+    for (var c = 0u; c < MAX_COLS; c++) {
+        if (c < p.m) {
+            let gate = wg_sum(ln, sg[c]);
+            let up = wg_sum(ln, su[c]);
+            if (inv.lid.x == 0u) {
+                var a: f32;
+                if (OP == 2u) {
+                    a = silu(gate);
+                } else {
+                    a = gelu(gate);
+                }
+                out[c * p.n0 + r] = a * up;
+            }
         }
-        out[c * p.n0 + r] = a * up;
     }
 }
 #else
 @compute @workgroup_size(WG)
 fn multi(inv: Inv, ln: Lane) {
-    // Rows of every part, column after column: g = c * n + row, where
-    // row counts part 0's rows, then part 1's, then part 2's.
-    let n = p.n0 + p.n1 + p.n2;
-    let g = group_index(inv);
-    if (g >= n * p.m) {
+    // Rows of every part: part 0's rows, then part 1's, then part 2's.
+    let row = group_index(inv);
+    if (row >= p.n0 + p.n1 + p.n2) {
         return;
     }
-    let row = g % n;
-    let c = g / n;
     var part = 0u;
     var r = row;
     var wb = p.wb0;
@@ -117,16 +103,21 @@ fn multi(inv: Inv, ln: Lane) {
         r = row - p.n0;
         wb = p.wb1;
     }
-    let total = wg_sum(ln, partial(inv.lid.x, wb + r * p.row_bytes, c * p.k));
-    if (inv.lid.x == 0u) {
-        if (part == 0u) {
-            out0[c * p.n0 + r] = total;
-        } else if (part == 1u) {
-            out1[c * p.n1 + r] = total;
-        } else {
+    let s = partials(inv.lid.x, wb + r * p.row_bytes);
+    for (var c = 0u; c < MAX_COLS; c++) {
+        if (c < p.m) {
+            let total = wg_sum(ln, s[c]);
+            if (inv.lid.x == 0u) {
+                if (part == 0u) {
+                    out0[c * p.n0 + r] = total;
+                } else if (part == 1u) {
+                    out1[c * p.n1 + r] = total;
+                } else {
 #ifdef THREE
-            out2[c * p.n2 + r] = total;
+                    out2[c * p.n2 + r] = total;
 #endif
+                }
+            }
         }
     }
 }

@@ -7,8 +7,9 @@
 //   1 x:      [k, m] f32
 //   2 out:    [n, m] f32
 //   3 params: uniform Params
-// Entry points: `matvec` (small m: one workgroup per (row, column), partial
-// sums reduced with reduce.wgsl: subgroups with USE_SUBGROUPS, else a tree)
+// Entry points: `matvec` (m <= 8: one workgroup per row for every column,
+// matvec_cols.wgsl; partial sums reduced with reduce.wgsl: subgroups with
+// USE_SUBGROUPS, else a tree)
 // and `matmul` (64x64 output tiles, 4x4 per thread).
 // SHADER_F16 (F16 weights only): W is bound as `array<f16>`.
 // ADD (matvec only): a binding `res` ([n, m] f32) after x, added in the
@@ -42,42 +43,39 @@ struct Params {
 #endif
 
 const WG: u32 = 64u; // matvec
+#include "matvec_cols.wgsl"
 
+// One workgroup per row of the window, every column (m <= MAX_COLS).
 @compute @workgroup_size(WG)
 fn matvec(inv: Inv, ln: Lane) {
-    let g = group_index(inv); // c * n_local + r
-    if (g >= p.n_local * p.m) {
+    let r = group_index(inv);
+    if (r >= p.n_local) {
         return;
     }
-    let r = g % p.n_local;
-    let c = g / p.n_local;
-    let rb = r * p.row_bytes;
-    let xb = c * p.k;
-    let k4 = p.k / 4u;
-    var s = 0.0;
-    for (var q = inv.lid.x; q < k4; q += WG) {
-        let e = q * 4u;
-        let xv = vec4<f32>(x[xb + e], x[xb + e + 1u], x[xb + e + 2u], x[xb + e + 3u]);
-        s += dot(dequant4(rb, e), xv);
-    }
-    for (var e = k4 * 4u + inv.lid.x; e < p.k; e += WG) {
-        s += dequant1(rb, e) * x[xb + e];
-    }
-    let total = wg_sum(ln, s);
-    if (inv.lid.x == 0u) {
-        let o = c * p.n + p.row0 + r;
+    let s = partials(inv.lid.x, r * p.row_bytes);
+    for (var c = 0u; c < MAX_COLS; c++) {
+        if (c < p.m) {
+            let total = wg_sum(ln, s[c]);
+            if (inv.lid.x == 0u) {
+                let o = c * p.n + p.row0 + r;
 #ifdef ADD
-        out[o] = res[o] + total;
+                out[o] = res[o] + total;
 #else
-        out[o] = total;
+                out[o] = total;
 #endif
+            }
+        }
     }
 }
 
 const TILE: u32 = 64u;
 const TK: u32 = 16u;
-var<workgroup> ws: array<f32, 1024>; // [TILE rows of W][TK]
-var<workgroup> xs: array<f32, 1024>; // [TILE columns of x][TK]
+// [TK][TILE / 4]: k-step kk's 64 rows of W (columns of x) as 16 vec4s, so a
+// thread's 4 rows (columns) at kk are one vec4 and the 16 threads reading a
+// step read 16 consecutive vec4s: no bank conflict (a [row][k] layout put
+// the 16 rows a step reads 64 words apart, all in one bank).
+var<workgroup> ws: array<vec4<f32>, 256>;
+var<workgroup> xs: array<vec4<f32>, 256>;
 
 // Four consecutive k-elements e..e+3 of W row r (zeros past k).
 fn w_group(r: u32, e: u32) -> vec4<f32> {
@@ -110,7 +108,8 @@ fn matmul(inv: Inv) {
     let ty = inv.lid.x / 16u; // columns c0 + ty*4 + b
     let lr = inv.lid.x / 4u;  // the row/column this thread loads
     let lk = (inv.lid.x % 4u) * 4u;
-    var acc: array<f32, 16>;
+    // acc[a][b]: row r0 + tx*4 + a, column c0 + ty*4 + b.
+    var acc: array<vec4<f32>, 4>;
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         let wv = w_group(r0 + lr, k0 + lk);
         var xv = vec4<f32>(0.0);
@@ -123,22 +122,17 @@ fn matmul(inv: Inv) {
             }
         }
         for (var u = 0u; u < 4u; u++) {
-            ws[lr * TK + lk + u] = wv[u];
-            xs[lr * TK + lk + u] = xv[u];
+            ws[(lk + u) * 16u + lr / 4u][lr % 4u] = wv[u];
+            xs[(lk + u) * 16u + lr / 4u][lr % 4u] = xv[u];
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            var wr: array<f32, 4>;
-            var xr: array<f32, 4>;
-            for (var a = 0u; a < 4u; a++) {
-                wr[a] = ws[(tx * 4u + a) * TK + kk];
-                xr[a] = xs[(ty * 4u + a) * TK + kk];
-            }
-            for (var a = 0u; a < 4u; a++) {
-                for (var b = 0u; b < 4u; b++) {
-                    acc[a * 4u + b] += wr[a] * xr[b];
-                }
-            }
+            let wr = ws[kk * 16u + tx];
+            let xr = xs[kk * 16u + ty];
+            acc[0] += wr[0] * xr;
+            acc[1] += wr[1] * xr;
+            acc[2] += wr[2] * xr;
+            acc[3] += wr[3] * xr;
         }
         workgroupBarrier();
     }
@@ -147,7 +141,7 @@ fn matmul(inv: Inv) {
             let r = r0 + tx * 4u + a;
             let c = c0 + ty * 4u + b;
             if (r < p.n_local && c < p.m) {
-                out[c * p.n + p.row0 + r] = acc[a * 4u + b];
+                out[c * p.n + p.row0 + r] = acc[a][b];
             }
         }
     }

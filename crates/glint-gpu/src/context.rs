@@ -21,6 +21,14 @@ pub struct GpuOptions {
     /// Do not request `SHADER_F16` even where the adapter has it: F16 data is
     /// read as packed `u32` words with `unpack2x16float`.
     pub disable_f16: bool,
+    /// Keep wgpu's loop bounding in the kernels (a counter in every loop
+    /// that breaks out after 2^64 iterations, injected for untrusted
+    /// shaders). Off by default: every loop in `shaders/` ends by its own
+    /// condition (constant or uniform bounds, strides that are constants
+    /// or the subgroup size), and the counters keep a driver from
+    /// unrolling the kernels' small fixed loops. Also on when the
+    /// environment has `GLINT_WGPU_LOOP_BOUNDING` (to compare the two).
+    pub loop_bounding: bool,
 }
 
 /// One adapter, as `--list-adapters` shows it.

@@ -46,7 +46,7 @@ pub use counters::GpuCounters;
 use glint_backend::{
     AttnParams, Backend, Glu, MemoryReport, Result, RopeParams, SharedBytes, TensorDesc, Unary,
 };
-pub use measure::CopyProbe;
+pub use measure::{CopyProbe, COPY_BATCH};
 use pipelines::PipelineCache;
 use submit::Pending;
 pub use submit::MAX_PENDING_OPS;
@@ -99,7 +99,9 @@ impl GpuBackend {
         });
         Ok(GpuBackend {
             ctx,
-            pipelines: PipelineCache::default(),
+            pipelines: PipelineCache::new(
+                opts.loop_bounding || std::env::var_os("GLINT_WGPU_LOOP_BOUNDING").is_some(),
+            ),
             pending: Mutex::new(Pending::new()),
             params,
             param_align,

@@ -39,6 +39,8 @@ pub struct Pipeline {
 /// Pipelines and bind group layouts, created on first use.
 #[derive(Default)]
 pub struct PipelineCache {
+    /// Keep wgpu's loop bounding ([`crate::GpuOptions::loop_bounding`]).
+    loop_bounding: bool,
     /// Pipelines compiled so far (cache misses), for the work counters.
     pub(crate) created: std::sync::atomic::AtomicU64,
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
@@ -46,6 +48,33 @@ pub struct PipelineCache {
 }
 
 impl PipelineCache {
+    /// An empty cache; `loop_bounding`: see [`crate::GpuOptions`].
+    pub fn new(loop_bounding: bool) -> Self {
+        PipelineCache {
+            loop_bounding,
+            ..Default::default()
+        }
+    }
+
+    /// A shader module of our own WGSL, with wgpu's runtime checks except,
+    /// unless asked for, loop bounding.
+    #[allow(unsafe_code)]
+    fn module(&self, device: &wgpu::Device, label: &str, text: String) -> wgpu::ShaderModule {
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(text.into()),
+        };
+        let mut checks = wgpu::ShaderRuntimeChecks::checked();
+        checks.force_loop_bounding = self.loop_bounding;
+        // SAFETY: the one check given up is loop bounding, whose contract
+        // is that no loop of the module runs forever. The modules are
+        // `shaders/`' own: every loop there is bounded by a constant or a
+        // uniform parameter and steps by a nonzero constant (or the
+        // subgroup size, at least 1), or halves a nonzero constant. Bounds
+        // checks and integer-division checks stay.
+        unsafe { device.create_shader_module_trusted(desc, checks) }
+    }
+
     fn layout(&self, device: &wgpu::Device, n_in: u32, n_out: u32) -> Arc<wgpu::BindGroupLayout> {
         let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
         layouts
@@ -94,10 +123,7 @@ impl PipelineCache {
             return Ok(p.clone());
         }
         let text = module_source(key.file, key.ty, &key.flags)?;
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(key.file),
-            source: wgpu::ShaderSource::Wgsl(text.into()),
-        });
+        let module = self.module(device, key.file, text);
         let layout = self.layout(device, key.n_in, key.n_out);
         let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some(key.file),

@@ -40,6 +40,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "argmax.wgsl",
     "get_rows.wgsl",
     "mul_mat.wgsl",
+    "matvec_cols.wgsl",
     "matvec_fused.wgsl",
     "rope_common.wgsl",
     "rope.wgsl",

@@ -173,6 +173,14 @@ impl GpuBackend {
                 PARAMS_MAX_BYTES / 4
             )));
         }
+        let me = std::sync::Arc::as_ptr(&self.counters) as usize;
+        if inputs.iter().chain(outputs).any(|b| b.owner != me) {
+            return Err(BackendError::Device(format!(
+                "{} ({}): a tensor of another wgpu backend (another device) was \
+                 given; tensors cannot move between backends",
+                key.entry, key.file
+            )));
+        }
         let pipe = self
             .pipelines
             .get(&self.ctx.device, &key)
@@ -226,6 +234,7 @@ impl GpuBackend {
     /// `Backend::write`: `data` at byte `offset` of `t`, after the ops
     /// recorded so far.
     pub(crate) fn write_bytes(&self, t: &GpuTensor, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_owner("write", t)?;
         let end = in_range("write", t, offset, data.len())?;
         if data.is_empty() {
             return Ok(());
@@ -264,6 +273,7 @@ impl GpuBackend {
     /// `Backend::read`: `out.len()` bytes at byte `offset` of `t`, after all
     /// recorded work.
     pub(crate) fn read_bytes(&self, t: &GpuTensor, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check_owner("read", t)?;
         let end = in_range("read", t, offset, out.len())?;
         if out.is_empty() {
             self.flush();

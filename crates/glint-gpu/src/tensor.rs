@@ -113,6 +113,10 @@ pub(crate) struct Bind<'a> {
     pub(crate) buf: &'a wgpu::Buffer,
     pub(crate) offset: u64,
     pub(crate) size: u64,
+    /// The backend that made the tensor (its counters' address): a buffer
+    /// of another device in a bind group is a wgpu panic, so
+    /// [`GpuBackend::dispatch`] turns it into an error first.
+    pub(crate) owner: usize,
 }
 
 impl<'a> Bind<'a> {
@@ -121,6 +125,7 @@ impl<'a> Bind<'a> {
             buf: &t.buf,
             offset: t.offset,
             size: t.size,
+            owner: t.owner(),
         }
     }
 
@@ -130,7 +135,41 @@ impl<'a> Bind<'a> {
             buf: &t.buf,
             offset: t.offset + win.offset,
             size: win.size,
+            owner: t.owner(),
         }
+    }
+
+    /// The whole buffer `t` lives in (a packed weight's parts together).
+    pub(crate) fn buffer(t: &'a GpuTensor) -> Self {
+        Bind {
+            buf: &t.buf,
+            offset: 0,
+            size: t.buf.size(),
+            owner: t.owner(),
+        }
+    }
+}
+
+impl GpuTensor {
+    /// Which backend made this tensor: the address of its byte counters.
+    pub(crate) fn owner(&self) -> usize {
+        Arc::as_ptr(&self.counters) as usize
+    }
+}
+
+impl GpuBackend {
+    /// `Err` naming `op` and the tensor when `t` was made by another
+    /// backend (another device: its buffers cannot be bound or copied
+    /// here).
+    pub(crate) fn check_owner(&self, op: &str, t: &GpuTensor) -> Result<()> {
+        if t.owner() == Arc::as_ptr(&self.counters) as usize {
+            return Ok(());
+        }
+        Err(BackendError::Device(format!(
+            "{op}: `{}` belongs to another wgpu backend (another device); tensors \
+             cannot move between backends",
+            t.desc.label
+        )))
     }
 }
 

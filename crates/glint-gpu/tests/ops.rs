@@ -524,6 +524,13 @@ fn copy_probe_times_copies_and_rejects_bad_sizes() {
     let p = g.copy_probe(1 << 20).unwrap();
     assert_eq!(p.bytes(), 1 << 20);
     assert!(p.time().unwrap() > std::time::Duration::ZERO);
+    // A batch's time is per copy: of the order of one copy's, not n times it.
+    let one = (0..3).map(|_| p.time().unwrap()).min().unwrap();
+    let per = (0..3).map(|_| p.time_batch(8).unwrap()).min().unwrap();
+    assert!(
+        per > std::time::Duration::ZERO && per < one * 4,
+        "{per:?} vs {one:?}"
+    );
     // copy_bandwidth rounds an odd size down to a copyable one.
     let bw = g.copy_bandwidth((1 << 20) + 3, 2).unwrap();
     assert!(bw.is_finite() && bw > 0.0, "{bw}");
@@ -531,4 +538,43 @@ fn copy_probe_times_copies_and_rejects_bad_sizes() {
         let e = g.copy_probe(bad).err().expect("a bad size is an error");
         assert!(e.to_string().contains("copy_probe"), "{e}");
     }
+}
+
+/// A tensor made by one backend given to another (another device) is an
+/// error naming the op, not a wgpu panic: as an op's input or output and
+/// to read and write. The second backend's own tensors still work after.
+#[test]
+fn a_tensor_of_another_backend_is_an_error() {
+    let a = gpu();
+    let b = glint_gpu::GpuBackend::new(glint_gpu::GpuOptions::default()).unwrap();
+    let ta = f32s([8, 1, 1, 1], &[1.0; 8]);
+    let tb = b
+        .alloc(desc(GgmlType::F32, [8, 1, 1, 1], Usage::Scratch))
+        .unwrap();
+    b.write(&tb, 0, bytemuck::cast_slice(&[2.0f32; 8])).unwrap();
+    let ob = b
+        .alloc(desc(GgmlType::F32, [8, 1, 1, 1], Usage::Scratch))
+        .unwrap();
+    let msg = |e: glint_backend::BackendError| e.to_string();
+    let e = msg(b.add(&ta, &tb, &ob).unwrap_err());
+    assert!(e.contains("another wgpu backend"), "{e}");
+    let e = msg(b.add(&tb, &tb, &ta).unwrap_err());
+    assert!(e.contains("another wgpu backend"), "{e}");
+    let e = msg(b.read(&ta, 0, &mut [0u8; 4]).unwrap_err());
+    assert!(
+        e.contains("read") && e.contains("another wgpu backend"),
+        "{e}"
+    );
+    let e = msg(b.write(&ta, 0, &[0u8; 4]).unwrap_err());
+    assert!(
+        e.contains("write") && e.contains("another wgpu backend"),
+        "{e}"
+    );
+    b.add(&tb, &tb, &ob).unwrap();
+    let mut back = [0u8; 32];
+    b.read(&ob, 0, &mut back).unwrap();
+    assert_eq!(bytemuck::cast_slice::<u8, f32>(&back), &[4.0f32; 8]);
+    // And the first backend's tensor is untouched on its own backend.
+    assert_eq!(read_f32(&ta), vec![1.0; 8]);
+    let _ = a;
 }

@@ -7,17 +7,17 @@
 
 use glint_backend::{check, GgmlType, Glu, Result};
 
+// Columns a fused matvec takes: `mul_mat`'s matvec range.
+use super::mul_mat::MATVEC_MAX_M as MAX_M;
 use super::T;
 use crate::pipelines::PipelineKey;
 use crate::tensor::Bind;
 use crate::GpuBackend;
 
-/// Columns a fused matvec takes: `mul_mat`'s matvec range.
-const MAX_M: usize = 4;
-
 /// What the kernel needs of packed parts `ws` over `x`: params (k, m,
 /// row_bytes, n0..n2, wb0..wb2) and the number of workgroups per column
-/// part by part; `None` when they do not qualify.
+/// part by part; `None` when they do not qualify. One workgroup per row
+/// takes every column.
 fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 9]>> {
     if ws.is_empty() || ws.len() > 3 || ws.len() != outs.len() {
         return Ok(None);
@@ -81,16 +81,12 @@ pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result
         ws.len() as u32,
         if three { "THREE" } else { "" },
     );
-    let w = Bind {
-        buf: &ws[0].buf,
-        offset: 0,
-        size: ws[0].buf.size(),
-    };
+    let w = Bind::buffer(ws[0]);
     let ins = [w, Bind::whole(x)];
     let os: Vec<Bind> = outs.iter().map(|o| Bind::whole(o)).collect();
     let rows: usize = p[3..6].iter().map(|&n| n as usize).sum();
-    be.weight_read(ws[0], (rows * p[1] as usize * p[2] as usize) as u64);
-    be.dispatch(k, &ins, &os, &p, rows * p[1] as usize)?;
+    be.weight_read(ws[0], (rows * p[2] as usize) as u64);
+    be.dispatch(k, &ins, &os, &p, rows)?;
     Ok(true)
 }
 
@@ -115,23 +111,10 @@ pub(crate) fn mul_mats_glu(
         Glu::GeGlu => 3,
     };
     let k = key(be, "glu", wg.desc.ty, 1, "GLU").with_constant("OP", code as f64);
-    let w = Bind {
-        buf: &wg.buf,
-        offset: 0,
-        size: wg.buf.size(),
-    };
-    // Each workgroup reads a gate row and an up row for its column.
-    be.weight_read(
-        wg,
-        (2 * p[3] as usize * p[1] as usize * p[2] as usize) as u64,
-    );
+    let w = Bind::buffer(wg);
+    // Each workgroup reads a gate row and an up row, for every column.
+    be.weight_read(wg, (2 * p[3] as usize * p[2] as usize) as u64);
     let ins = [w, Bind::whole(x)];
-    be.dispatch(
-        k,
-        &ins,
-        &[Bind::whole(out)],
-        &p,
-        p[3] as usize * p[1] as usize,
-    )?;
+    be.dispatch(k, &ins, &[Bind::whole(out)], &p, p[3] as usize)?;
     Ok(true)
 }

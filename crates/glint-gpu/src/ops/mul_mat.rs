@@ -8,11 +8,14 @@ use crate::pipelines::PipelineKey;
 use crate::tensor::Bind;
 use crate::GpuBackend;
 
-/// `m` up to this takes the matvec path of `mul_mat`.
-const MATVEC_MAX_M: usize = 4;
+/// `m` up to this takes the matvec path of `mul_mat`: one workgroup per row
+/// for every column, the row read once (`matvec_cols.wgsl`'s `MAX_COLS`).
+/// A decode step of up to 8 sequences streams the weights once.
+pub(crate) const MATVEC_MAX_M: usize = 8;
 
 /// w: [k, n] any weight format; x: [k, m] f32; out: [n, m] f32.
-/// `matvec`: one workgroup per (row, column); `matmul`: 64x64 output tiles.
+/// `matvec`: one workgroup per row, every column; `matmul`: 64x64 output
+/// tiles.
 pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
     let op = "mul_mat";
     let m = check::mul_mat(w, x, out)?;
@@ -25,7 +28,7 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
         .with_flags(be.flags(matvec, w.desc.ty == GgmlType::F16));
     for win in be.windows(op, w)? {
         let n_wg = if matvec {
-            win.n_rows * m
+            win.n_rows
         } else {
             win.n_rows.div_ceil(64) * m.div_ceil(64)
         };
@@ -38,9 +41,9 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
             n_local,
             w.desc.row_bytes() as u32,
         ];
-        // matvec: a row for each column; matmul: a tile's rows for each
-        // block of 64 columns.
-        let passes = if matvec { m } else { m.div_ceil(64) };
+        // matvec: each row once, for every column; matmul: a tile's rows
+        // for each block of 64 columns.
+        let passes = if matvec { 1 } else { m.div_ceil(64) };
         be.weight_read(w, (win.n_rows * passes) as u64 * w.desc.row_bytes() as u64);
         let ins = [Bind::window(w, &win), Bind::whole(x)];
         be.dispatch(key.clone(), &ins, &[Bind::whole(out)], &params, n_wg)?;
@@ -80,8 +83,8 @@ pub(crate) fn mul_mat_add(be: &GpuBackend, w: &T, x: &T, res: &T, out: &T) -> Re
         win.n_rows as u32,
         w.desc.row_bytes() as u32,
     ];
-    be.weight_read(w, (win.n_rows * m) as u64 * w.desc.row_bytes() as u64);
+    be.weight_read(w, win.n_rows as u64 * w.desc.row_bytes() as u64);
     let ins = [Bind::window(w, win), Bind::whole(x), Bind::whole(res)];
-    be.dispatch(key, &ins, &[Bind::whole(out)], &params, win.n_rows * m)?;
+    be.dispatch(key, &ins, &[Bind::whole(out)], &params, win.n_rows)?;
     Ok(true)
 }

@@ -1,0 +1,39 @@
+// The matvec's sums, shared by mul_mat.wgsl's `matvec` and matvec_fused.wgsl
+// so that a fused dispatch gives, to the bit, what separate ones give.
+// One workgroup of WG invocations takes one weight row and every column of
+// x (m <= MAX_COLS): each invocation dequantizes its groups of 4 elements
+// once and dots them with every column, so a decode step of m sequences
+// reads each weight row once, not m times. Column c's sum is the same
+// sequence of operations whatever m is.
+// The including shader declares `p` (fields k, m), `x: array<f32>` ([k, m]
+// f32), `const WG`, and includes TYPE_FILE (dequant4, dequant1) and
+// reduce.wgsl before this file.
+
+// Columns one dispatch takes: ops/mul_mat.rs's MATVEC_MAX_M.
+const MAX_COLS: u32 = 8u;
+
+// This invocation's partial sums of the row at byte `rb` of W with x's
+// columns 0..p.m (the rest stay 0).
+fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
+    var s: array<f32, MAX_COLS>;
+    let k4 = p.k / 4u;
+    for (var q = lid; q < k4; q += WG) {
+        let e = q * 4u;
+        let w = dequant4(rb, e);
+        for (var c = 0u; c < MAX_COLS; c++) {
+            if (c < p.m) {
+                let xb = c * p.k + e;
+                s[c] += dot(w, vec4<f32>(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]));
+            }
+        }
+    }
+    for (var e = k4 * 4u + lid; e < p.k; e += WG) {
+        let w = dequant1(rb, e);
+        for (var c = 0u; c < MAX_COLS; c++) {
+            if (c < p.m) {
+                s[c] += w * x[c * p.k + e];
+            }
+        }
+    }
+    return s;
+}
