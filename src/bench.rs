@@ -11,6 +11,13 @@
 //!
 //! tokens/s = (N + M) / seconds. One untimed warm-up run comes first (the
 //! prompt, then one generated token), as llama-bench does.
+//!
+//! With `n_parallel` P > 1 (llama-batched-bench's parallel level), P
+//! sequences share one unified cache and every count is per sequence: the
+//! depth and the prompt are decoded for each (sequence after sequence, in
+//! batches of `n_batch` tokens that may hold several sequences), and each
+//! generated step is one batch of P tokens, one per sequence, the P greedy
+//! tokens read back together. tokens/s = P (N + M) / seconds, aggregate.
 
 use std::time::Instant;
 
@@ -26,6 +33,9 @@ pub struct Test {
     pub n_gen: u32,
     /// Tokens in the cache before the timer starts.
     pub n_depth: u32,
+    /// Sequences decoded together (at least 1); the counts above are per
+    /// sequence.
+    pub n_parallel: u32,
 }
 
 impl Test {
@@ -43,16 +53,21 @@ impl Test {
         s
     }
 
-    /// Cache cells the test needs.
+    /// Cache cells one sequence of the test needs.
     pub fn n_ctx(&self) -> u32 {
         self.n_depth
             .saturating_add(self.n_prompt)
             .saturating_add(self.n_gen)
     }
 
-    /// Tokens the timer covers.
+    /// Sequences (at least 1).
+    pub fn n_seq(&self) -> u32 {
+        self.n_parallel.max(1)
+    }
+
+    /// Tokens the timer covers, over all sequences.
     pub fn n_tokens(&self) -> u32 {
-        self.n_prompt + self.n_gen
+        (self.n_prompt + self.n_gen).saturating_mul(self.n_seq())
     }
 }
 
@@ -71,69 +86,103 @@ impl TokenRng {
     }
 }
 
-/// Decode `n` random tokens at positions `pos0..` in batches of `n_batch`,
-/// logits for the last one, and wait for them.
-fn prompt(ctx: &mut Context, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
+/// Decode `n` random tokens at positions `pos0..` of each of sequences
+/// `0..n_seq` (sequence after sequence) in batches of `n_batch` tokens,
+/// logits for the last one only, and wait for them.
+fn prompt(
+    ctx: &mut Context,
+    n: u32,
+    pos0: u32,
+    n_seq: u32,
+    rng: &mut TokenRng,
+) -> Result<(), Error> {
     let n_vocab = ctx.model().n_vocab();
-    let n_batch = ctx.params().n_batch;
-    let mut done = 0;
-    while done < n {
-        let len = n_batch.min(n - done);
-        let toks: Vec<u32> = (0..len).map(|_| rng.token(n_vocab)).collect();
-        ctx.decode(&Batch::from_tokens(&toks, (pos0 + done) as i32, 0))?;
-        done += len;
-        if done == n {
-            ctx.argmax(len as usize - 1)?;
+    let n_batch = ctx.params().n_batch as usize;
+    let total = n as usize * n_seq as usize;
+    let mut batch = Batch::new();
+    for i in 0..total {
+        let (seq, j) = (i / n as usize, i % n as usize);
+        let last = i + 1 == total;
+        batch.add(
+            rng.token(n_vocab),
+            (pos0 as usize + j) as i32,
+            &[seq as i32],
+            last,
+        );
+        if batch.len() == n_batch || last {
+            ctx.decode(&batch)?;
+            if last {
+                ctx.argmax(batch.len() - 1)?;
+            }
+            batch.clear();
         }
     }
     Ok(())
 }
 
-/// `n` single-token decodes at positions `pos0..`, each waited for.
-fn generate(ctx: &mut Context, n: u32, pos0: u32, rng: &mut TokenRng) -> Result<(), Error> {
+/// `n` steps at positions `pos0..`, each one token of each of sequences
+/// `0..n_seq` in one batch, each waited for (the greedy tokens of all the
+/// sequences, read back together).
+fn generate(
+    ctx: &mut Context,
+    n: u32,
+    pos0: u32,
+    n_seq: u32,
+    rng: &mut TokenRng,
+) -> Result<(), Error> {
     let n_vocab = ctx.model().n_vocab();
+    let mut batch = Batch::new();
     for i in 0..n {
-        let t = rng.token(n_vocab);
-        ctx.decode(&Batch::from_tokens(&[t], (pos0 + i) as i32, 0))?;
-        ctx.argmax(0)?;
+        batch.clear();
+        for s in 0..n_seq {
+            batch.add(rng.token(n_vocab), (pos0 + i) as i32, &[s as i32], true);
+        }
+        ctx.decode(&batch)?;
+        for s in 0..n_seq as usize {
+            ctx.argmax(s)?;
+        }
     }
     Ok(())
 }
 
-/// Cells [`step_counters`] fills at depth `n_prompt`: the prompt (at least
-/// one token), two warm-up tokens and the measured one.
+/// Cells per sequence [`step_counters`] fills at depth `n_prompt`: the
+/// prompt (at least one token), two warm-up tokens and the measured one.
 pub fn step_cells(n_prompt: u32) -> u32 {
     n_prompt.max(1) + 3
 }
 
-/// The wgpu backend's work for one decode step of one sequence at depth
-/// `n_prompt` (after two warm-up steps, so pipelines are compiled): `None`
-/// on the cpu backend. The context needs [`step_cells`] cells.
+/// The wgpu backend's work for one decode step of `n_seq` sequences at
+/// depth `n_prompt` each (after two warm-up steps, so pipelines are
+/// compiled): `None` on the cpu backend. The context needs `n_seq`
+/// sequences of [`step_cells`] cells.
 pub fn step_counters(
     ctx: &mut Context,
     n_prompt: u32,
+    n_seq: u32,
     rng: &mut TokenRng,
 ) -> Result<Option<glint::GpuCounters>, Error> {
     let model = ctx.model().clone();
     if model.gpu_counters().is_none() {
         return Ok(None);
     }
+    let n_seq = n_seq.max(1);
     ctx.clear();
-    prompt(ctx, n_prompt.max(1), 0, rng)?;
-    generate(ctx, 2, n_prompt.max(1), rng)?;
+    prompt(ctx, n_prompt.max(1), 0, n_seq, rng)?;
+    generate(ctx, 2, n_prompt.max(1), n_seq, rng)?;
     let before = model.gpu_counters().unwrap_or_default();
-    generate(ctx, 1, n_prompt.max(1) + 2, rng)?;
+    generate(ctx, 1, n_prompt.max(1) + 2, n_seq, rng)?;
     let after = model.gpu_counters().unwrap_or_default();
     Ok(Some(after.since(&before)))
 }
 
-/// What the step [`step_counters`] measures at depth `n_prompt` must read,
-/// by [`BYTES_FORMULA`]: (weight bytes, K/V bytes of the cells it attends).
-/// The denominators of the counters' `weight_bytes_ratio` and
-/// `kv_bytes_ratio`.
+/// What the step [`step_counters`] measures at depth `n_prompt` with
+/// `n_seq` sequences must read, by [`BYTES_FORMULA`]: (weight bytes, K/V
+/// bytes of the cells it attends, each sequence its own). The
+/// denominators of the counters' `weight_bytes_ratio` and `kv_bytes_ratio`.
 pub fn step_bytes(
     model: &Model,
     n_prompt: u32,
+    n_seq: u32,
     type_k: CacheType,
     type_v: CacheType,
 ) -> (f64, f64) {
@@ -145,6 +194,7 @@ pub fn step_bytes(
         n_prompt: 0,
         n_gen: 1,
         n_depth: pos,
+        n_parallel: n_seq,
     };
     (w, bytes_read(model, &step, 1, 1, type_k, type_v) - w)
 }
@@ -153,27 +203,28 @@ pub fn step_bytes(
 pub fn warm_up(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<(), Error> {
     ctx.clear();
     if test.n_prompt > 0 {
-        prompt(ctx, test.n_prompt, 0, rng)?;
+        prompt(ctx, test.n_prompt, 0, test.n_seq(), rng)?;
     }
     if test.n_gen > 0 {
-        generate(ctx, 1, test.n_prompt, rng)?;
+        generate(ctx, 1, test.n_prompt, test.n_seq(), rng)?;
     }
     Ok(())
 }
 
 /// One timed repetition; returns seconds. The context needs
-/// `test.n_ctx()` cells.
+/// `test.n_seq()` sequences of `test.n_ctx()` cells.
 pub fn run_once(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<f64, Error> {
     ctx.clear();
+    let p = test.n_seq();
     if test.n_depth > 0 {
-        prompt(ctx, test.n_depth, 0, rng)?;
+        prompt(ctx, test.n_depth, 0, p, rng)?;
     }
     let t0 = Instant::now();
     if test.n_prompt > 0 {
-        prompt(ctx, test.n_prompt, test.n_depth, rng)?;
+        prompt(ctx, test.n_prompt, test.n_depth, p, rng)?;
     }
     if test.n_gen > 0 {
-        generate(ctx, test.n_gen, test.n_depth + test.n_prompt, rng)?;
+        generate(ctx, test.n_gen, test.n_depth + test.n_prompt, p, rng)?;
     }
     Ok(t0.elapsed().as_secs_f64())
 }
@@ -203,10 +254,11 @@ pub fn model_bytes(model: &Model) -> u64 {
 /// The formula behind [`bytes_read`], for `--help` and reports.
 pub const BYTES_FORMULA: &str = "\
 bytes read = sum over forward passes (one per micro-batch of <= n_ubatch tokens; \
-a tg token is its own pass) of [weight bytes + K/V bytes of every cache cell the \
-pass's tokens attend]; weight bytes = all tensors (an untied token_embd is only \
-gathered and not counted); a cell is attended per layer from position 0 (or the \
-sliding window's start on SWA layers) to the pass's last token; GB/s = bytes read \
+a tg step, one token of each sequence, is its own pass) of [weight bytes + K/V \
+bytes of every cache cell the pass's tokens attend, each sequence its own cells]; \
+weight bytes = all tensors (an untied token_embd is only gathered and not \
+counted); a cell is attended per layer from position 0 (or the sliding window's \
+start on SWA layers) to the pass's last token of that sequence; GB/s = bytes read \
 / median seconds / 1e9";
 
 /// Bytes `test` must read, by [`BYTES_FORMULA`]: weights once per forward
@@ -245,20 +297,33 @@ pub fn bytes_read(
             * cell
     };
     let mut total = 0.0;
-    // The prompt: batches of n_batch, each split into micro-batches.
-    let n_ub = n_ubatch.min(n_batch).max(1);
-    let mut pos = test.n_depth;
-    let end = test.n_depth + test.n_prompt;
-    while pos < end {
-        let batch_end = (pos + n_batch).min(end);
-        while pos < batch_end {
-            let ub_end = (pos + n_ub).min(batch_end);
-            total += w + pass_kv(pos, ub_end);
-            pos = ub_end;
+    // The prompt: each sequence's tokens after the one before's, in
+    // batches of n_batch, each split into micro-batches; a micro-batch's
+    // tokens of one sequence attend that sequence's cells.
+    let n_seq = test.n_seq() as u64;
+    let (n_p, n_b) = (test.n_prompt as u64, n_batch.max(1) as u64);
+    let n_ub = n_ubatch.min(n_batch).max(1) as u64;
+    let all = n_p * n_seq;
+    let mut i = 0u64;
+    while i < all {
+        let batch_end = (i + n_b).min(all);
+        while i < batch_end {
+            let ub_end = (i + n_ub).min(batch_end);
+            total += w;
+            // The pieces of sequences within [i, ub_end).
+            let mut j = i;
+            while j < ub_end {
+                let seq_end = ((j / n_p + 1) * n_p).min(ub_end);
+                let (a, b) = (j % n_p, (seq_end - 1) % n_p + 1);
+                total += pass_kv(test.n_depth + a as u32, test.n_depth + b as u32);
+                j = seq_end;
+            }
+            i = ub_end;
         }
     }
+    let end = test.n_depth + test.n_prompt;
     for p in end..end + test.n_gen {
-        total += w + pass_kv(p, p + 1);
+        total += w + n_seq as f64 * pass_kv(p, p + 1);
     }
     total
 }
@@ -303,6 +368,7 @@ mod tests {
             n_prompt: p,
             n_gen: g,
             n_depth: d,
+            n_parallel: 1,
         };
         assert_eq!(t(512, 0, 0).name(), "pp512");
         assert_eq!(t(0, 128, 0).name(), "tg128");

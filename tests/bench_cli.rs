@@ -152,6 +152,10 @@ fn errors_are_one_line() {
         &["bench", "-m", "x.gguf", "-ub", "0"],
         "--ubatch-size: sizes must be > 0",
     );
+    one_line_error(
+        &["bench", "-m", "x.gguf", "-npl", "0"],
+        "--n-parallel 0: from 1 to 256",
+    );
 }
 
 /// `--counters` on wgpu: the work of one decode step after each test, with
@@ -170,6 +174,8 @@ fn counters_give_the_steps_work_and_read_ratios() {
         "2",
         "-r",
         "1",
+        "-npl",
+        "1,4",
         "--backend",
         "wgpu",
         "--counters",
@@ -179,8 +185,9 @@ fn counters_give_the_steps_work_and_read_ratios() {
     let rows: serde_json::Value =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {err}"));
     let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 4);
     for r in rows {
+        let npl = r["n_parallel"].as_u64().unwrap();
         let c = &r["counters"];
         assert_eq!(
             (c["passes"].as_u64(), c["submits"].as_u64()),
@@ -191,9 +198,59 @@ fn counters_give_the_steps_work_and_read_ratios() {
         let w = c["weight_bytes_ratio"].as_f64().unwrap();
         assert!((0.99..=1.0).contains(&w), "{c}");
         // SmolLM2's 9 query heads each read their KV head's rows (3 KV
-        // heads); the span is exactly the attended cells here (a context
-        // of the step's size).
-        assert_eq!(c["kv_bytes_ratio"].as_f64(), Some(3.0), "{c}");
+        // heads); the span is the whole context, the step's size for one
+        // sequence, and with 4 each token reads the 4 sequences' cells.
+        assert_eq!(c["kv_bytes_ratio"].as_f64(), Some(3.0 * npl as f64), "{c}");
         assert!(c["weight_bytes_read"].as_u64().unwrap() > 90_000_000, "{c}");
+        // 4 bytes back per sequence, in one read.
+        assert_eq!(c["readback_bytes"].as_u64(), Some(4 * npl), "{c}");
+        assert_eq!(c["readbacks"].as_u64(), Some(1), "{c}");
     }
+    let npl: Vec<u64> = rows
+        .iter()
+        .map(|r| r["n_parallel"].as_u64().unwrap())
+        .collect();
+    assert_eq!(npl, [1, 1, 4, 4]);
+}
+
+/// `-npl`: every test at each parallel level, its sequences decoded
+/// together; t/s counts the tokens of all of them, and the bytes a step
+/// must read count the weights once and each sequence's K/V.
+#[test]
+fn parallel_levels_decode_sequences_together() {
+    let (text, err) = common::success(bench(&["-npl", "1,3", "-o", "json"]));
+    let rows: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let rows = rows.as_array().unwrap();
+    let names: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["test"].as_str().unwrap().to_string(),
+                r["n_parallel"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [("pp8", 1), ("tg4", 1), ("pp8", 3), ("tg4", 3)];
+    assert_eq!(names, want.map(|(t, n)| (t.to_string(), n)));
+    // SmolLM2 ties its output to token_embd: a pass reads every tensor.
+    let w = rows[0]["size_bytes"].as_f64().unwrap();
+    for (one, three) in [(&rows[0], &rows[2]), (&rows[1], &rows[3])] {
+        // pp8: one pass either way (8 or 24 tokens in a micro-batch);
+        // tg4: 4 passes (steps). The rest is K/V, 3 times one sequence's.
+        let passes = if one["test"] == "pp8" { 1.0 } else { 4.0 };
+        let kv1 = one["bytes_read"].as_f64().unwrap() - passes * w;
+        let kv3 = three["bytes_read"].as_f64().unwrap() - passes * w;
+        assert!(kv1 > 0.0, "{one}");
+        assert!((kv3 - 3.0 * kv1).abs() < 1e-6 * kv3, "{kv3} vs 3 x {kv1}");
+        // t/s = all the sequences' tokens over the run's seconds.
+        let tokens = (three["n_prompt"].as_f64().unwrap() + three["n_gen"].as_f64().unwrap()) * 3.0;
+        let s = three["samples_seconds"][0].as_f64().unwrap();
+        let ts = three["samples_ts"][0].as_f64().unwrap();
+        assert!((ts * s - tokens).abs() < 1e-6 * tokens, "{three}");
+    }
+    // The markdown table names the level where a row has one above 1.
+    let (md, _) = common::success(bench(&["-npl", "2", "-n", "0"]));
+    assert!(md.lines().next().unwrap().contains("| npl |"), "{md}");
+    assert!(md.contains("| 2 | pp8 |"), "{md}");
 }

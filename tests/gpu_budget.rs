@@ -8,7 +8,9 @@ mod common;
 
 use glint::{BackendKind, Model, ModelParams};
 
-/// Per decode step of one sequence, after two warm-up steps.
+/// Per decode step of one sequence, after two warm-up steps; a step of 4
+/// sequences (one unified cache) is held to the same budgets, its readback
+/// 4 times one sequence's and its dispatches the same as one's.
 struct Budget {
     /// Kernels per layer, per model (the architectures differ: Gemma 3 has
     /// QK-norm and post-norms), plus a fixed number around the layers
@@ -103,7 +105,7 @@ fn one_decode_step_stays_within_the_budget() {
             .unwrap()
             .len() as u32;
         let f16 = glint::CacheType::F16;
-        let (w, kv) = glint_cli::bench::step_bytes(&model, n_prompt, f16, f16);
+        let (w, kv) = glint_cli::bench::step_bytes(&model, n_prompt, 1, f16, f16);
         let w_ratio = c.weight_bytes_read as f64 / w;
         assert!(
             (0.99..=b.weight_bytes_ratio).contains(&w_ratio),
@@ -125,6 +127,45 @@ fn one_decode_step_stays_within_the_budget() {
             common::one_gpu_step(&model, 3).dispatches,
             c.dispatches,
             "{name}"
+        );
+        // Four sequences decoded in one step over the unified cache (bench
+        // -npl 4): the same kernels, every matvec taking the 4 columns in
+        // one pass over its rows, so the weights are read once, not 4
+        // times; each sequence's greedy token read back together.
+        let c4 = common::gpu_step(&model, 2, 4);
+        eprintln!("{name} x4: {c4:?}");
+        assert_eq!(c4.dispatches, c.dispatches, "{name} x4: {c4:?}");
+        assert!(c4.passes <= b.passes, "{name} x4: {c4:?}");
+        assert!(c4.submits <= b.submits, "{name} x4: {c4:?}");
+        assert!(c4.buffers_created <= b.created, "{name} x4: {c4:?}");
+        assert!(c4.bind_groups_created <= b.created, "{name} x4: {c4:?}");
+        assert!(
+            c4.pipelines_created <= b.pipelines_created,
+            "{name} x4: {c4:?}"
+        );
+        assert!(c4.queue_writes <= b.queue_writes, "{name} x4: {c4:?}");
+        assert!(
+            c4.readback_bytes <= 4 * b.readback_bytes,
+            "{name} x4: {c4:?}"
+        );
+        assert_eq!(
+            c4.readbacks, 1,
+            "{name} x4: one read for the 4 tokens: {c4:?}"
+        );
+        let (w4, kv4) = glint_cli::bench::step_bytes(&model, n_prompt, 4, f16, f16);
+        let w4_ratio = c4.weight_bytes_read as f64 / w4;
+        assert!(
+            (0.99..=b.weight_bytes_ratio).contains(&w4_ratio),
+            "{name} x4: weights read {w4_ratio:.4}x: {c4:?}"
+        );
+        // Today each query token's workgroups read the whole span: the
+        // 4 x 64 cells of the cache (the other sequences' cells masked).
+        let kv4_ratio = c4.kv_bytes_read as f64 / kv4;
+        let today4 = gqa * 256.0 / glint_cli::bench::step_cells(n_prompt) as f64;
+        assert!(
+            (kv4_ratio - today4).abs() < 1e-9,
+            "{name} x4: K/V read {kv4_ratio:.4}x, not {} ({today4:.4}): {c4:?}",
+            b.kv_bytes_ratio
         );
     }
 }

@@ -46,6 +46,12 @@ pub const FLAGS: &[Flag] = &[
         "tokens in the cache before each test (default 0)"
     ),
     flag!(
+        "n-parallel",
+        ["-npl"],
+        Some("LIST"),
+        "sequences decoded together in one unified cache (llama-batched-bench's -npl; default 1): counts are per sequence, t/s is aggregate"
+    ),
+    flag!(
         "repetitions",
         ["-r"],
         Some("N"),
@@ -179,9 +185,19 @@ const MAX_TEST_TOKENS: u64 = 1 << 20;
 /// Most repetitions of each test.
 const MAX_REPS: usize = 1000;
 
-/// The tests the flags ask for: every depth with every -p, -n and -pg.
+/// Most sequences one test may decode together.
+const MAX_PARALLEL: u32 = 256;
+
+/// The tests the flags ask for: every parallel level with every depth and
+/// every -p, -n and -pg.
 fn tests(p: &Parsed) -> Result<Vec<Test>, String> {
     let depths: Vec<u32> = list(p, "n-depth", "0")?;
+    let levels: Vec<u32> = list(p, "n-parallel", "1")?;
+    if let Some(&l) = levels.iter().find(|&&l| l == 0 || l > MAX_PARALLEL) {
+        return Err(format!(
+            "--n-parallel {l}: from 1 to {MAX_PARALLEL} sequences"
+        ));
+    }
     let mut base = Vec::new();
     for n in list::<u32>(p, "n-prompt", "512")? {
         if n > 0 {
@@ -201,23 +217,29 @@ fn tests(p: &Parsed) -> Result<Vec<Test>, String> {
         base.push((a, b));
     }
     let mut tests = Vec::new();
-    for &d in &depths {
-        for &(pp, tg) in &base {
-            tests.push(Test {
-                n_prompt: pp,
-                n_gen: tg,
-                n_depth: d,
-            });
+    for &npl in &levels {
+        for &d in &depths {
+            for &(pp, tg) in &base {
+                tests.push(Test {
+                    n_prompt: pp,
+                    n_gen: tg,
+                    n_depth: d,
+                    n_parallel: npl,
+                });
+            }
         }
     }
     if tests.is_empty() {
         return Err("bench: no tests (-p 0 and -n 0 and no -pg)".into());
     }
-    if let Some(t) = tests.iter().find(|t| t.n_ctx() as u64 > MAX_TEST_TOKENS) {
+    let cells = |t: &Test| t.n_ctx() as u64 * t.n_seq() as u64;
+    if let Some(t) = tests.iter().find(|t| cells(t) > MAX_TEST_TOKENS) {
         return Err(format!(
-            "bench: {} needs {} tokens of context, more than the {MAX_TEST_TOKENS} a test may have",
+            "bench: {} x {} sequences needs {} tokens of context, more than the \
+             {MAX_TEST_TOKENS} a test may have",
             t.name(),
-            t.n_ctx()
+            t.n_seq(),
+            cells(t)
         ));
     }
     Ok(tests)
@@ -394,12 +416,14 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                                     // --counters measures a step after the
                                     // test's tokens: room for it too.
                                     let depth = test.n_depth + test.n_prompt;
-                                    let n_ctx = match c.counters {
+                                    let per_seq = match c.counters {
                                         true => test.n_ctx().max(bench::step_cells(depth)),
                                         false => test.n_ctx(),
                                     };
                                     let cp = ContextParams {
-                                        n_ctx,
+                                        n_ctx: per_seq * test.n_seq(),
+                                        n_seq_max: test.n_seq(),
+                                        kv_unified: true,
                                         n_batch,
                                         n_ubatch,
                                         type_k,
@@ -477,7 +501,12 @@ fn run_test(
     }
     let counters = if counters {
         // A step at the test's depth: prompt and depth tokens in the cache.
-        bench::step_counters(&mut ctx, test.n_depth + test.n_prompt, &mut rng)?
+        bench::step_counters(
+            &mut ctx,
+            test.n_depth + test.n_prompt,
+            test.n_seq(),
+            &mut rng,
+        )?
     } else {
         None
     };
@@ -533,6 +562,7 @@ fn row(
         "n_prompt": test.n_prompt,
         "n_gen": test.n_gen,
         "n_depth": test.n_depth,
+        "n_parallel": test.n_seq(),
         "repetitions": r.seconds.len(),
         "samples_seconds": r.seconds,
         "samples_ts": ts,
@@ -557,7 +587,7 @@ fn row(
             // The modeled reads over what the step must read (1.0: each
             // weight byte and each attended K/V byte read once).
             let depth = test.n_depth + test.n_prompt;
-            let (w, kv) = bench::step_bytes(model, depth, type_k, type_v);
+            let (w, kv) = bench::step_bytes(model, depth, test.n_seq(), type_k, type_v);
             let ratio = |read: u64, need: f64| json!((read as f64 / need * 1000.0).round() / 1000.0);
             o.insert("weight_bytes_ratio".into(), ratio(c.weight_bytes_read, w));
             o.insert("kv_bytes_ratio".into(), ratio(c.kv_bytes_read, kv));
@@ -583,7 +613,8 @@ fn params_label(n: f64) -> String {
 /// Settings that get a markdown column, as llama-bench gives them one, when
 /// a row of the run has them other than the default: (json key, column,
 /// default).
-const MD_OPTIONAL: [(&str, &str, &str); 4] = [
+const MD_OPTIONAL: [(&str, &str, &str); 5] = [
+    ("n_parallel", "npl", "1"),
     ("n_batch", "n_batch", "2048"),
     ("n_ubatch", "n_ubatch", "512"),
     ("type_k", "type_k", "f16"),
@@ -683,7 +714,7 @@ fn counters_markdown(rows: &[Json]) -> String {
         .map_or(vec![], |o| o.keys().collect());
     let mut s =
         format!(
-        "\nwork of one decode step (wgpu counters):\n\n| model | test | {} |\n| --- | --- |{}\n",
+        "\nwork of one decode step (wgpu counters; npl: sequences in the step):\n\n| model | test | npl | {} |\n| --- | --- | ---: |{}\n",
         names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(" | "),
         " ---: |".repeat(names.len())
     );
@@ -693,9 +724,10 @@ fn counters_markdown(rows: &[Json]) -> String {
             .map(|n| r["counters"][n.as_str()].to_string())
             .collect();
         s.push_str(&format!(
-            "| {} | {} | {} |\n",
+            "| {} | {} | {} | {} |\n",
             r["model"].as_str().unwrap_or(""),
             r["test"].as_str().unwrap_or(""),
+            r["n_parallel"].as_u64().unwrap_or(1),
             cells.join(" | ")
         ));
     }
@@ -717,6 +749,7 @@ const CSV_FIELDS: &[&str] = &[
     "n_prompt",
     "n_gen",
     "n_depth",
+    "n_parallel",
     "repetitions",
     "ts_median",
     "ts_min",

@@ -267,10 +267,19 @@ impl Drop for TempDir {
 /// The wgpu counters of one greedy decode step after `warm` steps (a
 /// 64-token context, one sequence, "The capital of France is" first).
 pub fn one_gpu_step(model: &glint::Model, warm: usize) -> glint::GpuCounters {
+    gpu_step(model, warm, 1)
+}
+
+/// [`one_gpu_step`] with `n_seq` sequences in one unified cache of 64
+/// cells each: each decodes the prompt, then every step is one batch of
+/// one token per sequence, their greedy tokens read after it.
+pub fn gpu_step(model: &glint::Model, warm: usize, n_seq: usize) -> glint::GpuCounters {
     let mut ctx = glint::Context::new(
         model,
         glint::ContextParams {
-            n_ctx: 64,
+            n_ctx: 64 * n_seq as u32,
+            n_seq_max: n_seq as u32,
+            kv_unified: true,
             ..Default::default()
         },
     )
@@ -279,13 +288,22 @@ pub fn one_gpu_step(model: &glint::Model, warm: usize) -> glint::GpuCounters {
         .tokenizer()
         .encode("The capital of France is", true, true)
         .unwrap();
-    ctx.decode(&glint::Batch::from_tokens(&ids, 0, 0)).unwrap();
-    let mut next = ctx.argmax(ids.len() - 1).unwrap();
+    let mut next = Vec::new();
+    for s in 0..n_seq {
+        ctx.decode(&glint::Batch::from_tokens(&ids, 0, s as i32))
+            .unwrap();
+        next.push(ctx.argmax(ids.len() - 1).unwrap());
+    }
     let mut pos = ids.len() as i32;
     let mut step = |ctx: &mut glint::Context| {
-        ctx.decode(&glint::Batch::from_tokens(&[next], pos, 0))
-            .unwrap();
-        next = ctx.argmax(0).unwrap();
+        let mut b = glint::Batch::new();
+        for (s, &t) in next.iter().enumerate() {
+            b.add(t, pos, &[s as i32], true);
+        }
+        ctx.decode(&b).unwrap();
+        for (s, t) in next.iter_mut().enumerate() {
+            *t = ctx.argmax(s).unwrap();
+        }
         pos += 1;
     };
     for _ in 0..warm {

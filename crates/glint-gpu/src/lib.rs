@@ -44,7 +44,8 @@ use context::Context;
 pub use context::{list_adapters, AdapterSummary, GpuOptions};
 pub use counters::GpuCounters;
 use glint_backend::{
-    AttnParams, Backend, Glu, MemoryReport, Result, RopeParams, SharedBytes, TensorDesc, Unary,
+    AttnParams, Backend, BackendError, Glu, MemoryReport, Result, RopeParams, SharedBytes,
+    TensorDesc, Unary,
 };
 pub use measure::{CopyProbe, COPY_BATCH};
 use pipelines::PipelineCache;
@@ -180,7 +181,7 @@ impl Backend for GpuBackend {
         let t = self.new_tensor(desc)?;
         let data = bytes.bytes();
         if data.len() != t.desc.n_bytes() {
-            return Err(glint_backend::BackendError::Shape {
+            return Err(BackendError::Shape {
                 op: "weight",
                 detail: format!(
                     "`{}`: {} bytes given, {:?} {} needs {}",
@@ -228,7 +229,7 @@ impl Backend for GpuBackend {
             return Ok(());
         }
         if ws.len() != outs.len() {
-            return Err(glint_backend::BackendError::Shape {
+            return Err(BackendError::Shape {
                 op: "mul_mats",
                 detail: format!("{} weights for {} outputs", ws.len(), outs.len()),
             });

@@ -238,6 +238,123 @@ mod tests {
         }
     }
 
+    /// `src` parsed, validated (f16 and subgroups allowed: the adapter's
+    /// features decide whether a variant with them is asked for), and
+    /// written as SPIR-V, MSL 2.4 and HLSL shader model 6.2, the override
+    /// constants at their defaults as the pipelines set them.
+    fn translate(src: &str) -> Result<(), String> {
+        use naga::back::{hlsl, msl, spv};
+        use naga::valid::{Capabilities, ValidationFlags, Validator};
+        let module = naga::front::wgsl::parse_str(src).map_err(|e| e.emit_to_string(src))?;
+        // SHADER_FLOAT16_IN_FLOAT32 (unpack2x16float and kin): wgpu grants it
+        // wherever the downlevel flag of that name is set, every Vulkan,
+        // Metal and DX12 adapter.
+        let caps = Capabilities::SHADER_FLOAT16
+            | Capabilities::SUBGROUP
+            | Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        let info = Validator::new(ValidationFlags::all(), caps)
+            .validate(&module)
+            .map_err(|e| format!("validation: {:?}", e.into_inner()))?;
+        let (module, info) = naga::back::pipeline_constants::process_overrides(
+            &module,
+            &info,
+            None,
+            &Default::default(),
+        )
+        .map_err(|e| format!("overrides: {e}"))?;
+        spv::write_vec(&module, &info, &spv::Options::default(), None)
+            .map_err(|e| format!("SPIR-V: {e}"))?;
+        let mo = msl::Options {
+            lang_version: (2, 4),
+            ..Default::default()
+        };
+        msl::write_string(&module, &info, &mo, &msl::PipelineOptions::default())
+            .map_err(|e| format!("MSL: {e}"))?;
+        let ho = hlsl::Options {
+            shader_model: hlsl::ShaderModel::V6_2,
+            ..Default::default()
+        };
+        let po = hlsl::PipelineOptions::default();
+        let mut out = String::new();
+        hlsl::Writer::new(&mut out, &ho, &po)
+            .write(&module, &info, None)
+            .map_err(|e| format!("HLSL: {e}"))?;
+        Ok(())
+    }
+
+    /// Every kernel variant the backend can ask for translates through
+    /// naga to SPIR-V, MSL and HLSL, so no kernel works on Vulkan alone:
+    /// each module file (a file with an entry point), each weight format of
+    /// the typed ones, with and without SHADER_F16 (typed kernels: F16
+    /// weights only, as `ops::flags` asks for it) and USE_SUBGROUPS, and
+    /// every set of the file's own flags. Variants whose text is the same
+    /// are translated once.
+    #[test]
+    fn every_variant_translates_to_spirv_msl_and_hlsl() {
+        const OWN: [&str; 4] = ["ADD", "GLU", "THREE", "WINDOW"];
+        let mut seen = std::collections::HashSet::new();
+        let mut failed = Vec::new();
+        for (path, text) in SOURCES {
+            if !text.contains("@compute") {
+                continue;
+            }
+            let typed = text.contains("TYPE_FILE");
+            let types: Vec<Option<GgmlType>> = if typed {
+                glint_quant::TYPES
+                    .iter()
+                    .filter(|i| i.wgsl.is_some())
+                    .map(|i| Some(i.ty))
+                    .collect()
+            } else {
+                vec![None]
+            };
+            let own: Vec<&str> = OWN
+                .iter()
+                .filter(|f| text.contains(&format!("#ifdef {f}")))
+                .copied()
+                .collect();
+            for ty in types {
+                let f16s: &[bool] = if !typed || ty == Some(GgmlType::F16) {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
+                for &f16 in f16s {
+                    for sub in [false, true] {
+                        for set in 0..1usize << own.len() {
+                            let mut flags = Vec::new();
+                            if f16 {
+                                flags.push(F16);
+                            }
+                            if sub {
+                                flags.push(SUBGROUPS);
+                            }
+                            flags.extend(
+                                (0..own.len()).filter(|b| set >> b & 1 == 1).map(|b| own[b]),
+                            );
+                            let src = module_source(path, ty, &flags).unwrap();
+                            if !seen.insert(src.clone()) {
+                                continue;
+                            }
+                            if let Err(e) = translate(&src) {
+                                failed.push(format!("{path} {ty:?} {flags:?}: {e}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            failed.is_empty(),
+            "{} variants:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
+        eprintln!("{} variants translated to SPIR-V, MSL and HLSL", seen.len());
+        // Typed kernels over 13 formats with their flags, and the rest.
+        assert!(seen.len() > 150, "only {} variants", seen.len());
+    }
+
     #[test]
     fn every_weight_format_has_a_shader_file() {
         let mut n = 0;

@@ -23,6 +23,10 @@ struct Outputs {
     /// Output rows that are still on the device, in the last micro-batch's
     /// output (`first row`, count).
     pending: Option<(usize, usize)>,
+    /// `[n_rows]` argmax of the pending rows, read together the first time
+    /// one is asked for: a step of several sequences reads its greedy
+    /// tokens back in one transfer (4 bytes each), not one each.
+    argmax: Vec<Option<u32>>,
 }
 
 /// One memory (a KV cache) and the state to decode into it.
@@ -212,6 +216,7 @@ impl Context {
             host: vec![None; n_rows as usize],
             hidden: vec![None; n_rows as usize],
             pending: None,
+            argmax: vec![None; n_rows as usize],
         };
     }
 
@@ -535,14 +540,19 @@ impl Context {
         if let Some(row) = &self.out.host[r] {
             return Ok(argmax(row));
         }
+        if let Some(t) = self.out.argmax[r] {
+            return Ok(t);
+        }
         match self.out.pending {
             Some((first, count)) if r >= first && r < first + count => {
                 let model = self.model.clone();
-                with_exec!(model.backend(), &mut self.exec, |l, x| read_argmax(
-                    l,
-                    x,
-                    r - first
-                ))
+                let all = with_exec!(model.backend(), &mut self.exec, |l, x| read_argmax(
+                    l, x, count
+                ))?;
+                for (k, t) in all.into_iter().enumerate() {
+                    self.out.argmax[first + k] = Some(t);
+                }
+                Ok(self.out.argmax[r].unwrap_or(0))
             }
             _ => Err(Error::Internal(format!(
                 "logits row {r} is neither read nor pending"
@@ -917,14 +927,22 @@ fn read_hidden<B: Backend>(
     Ok(bytemuck::cast_slice::<u8, f32>(&buf).to_vec())
 }
 
-fn read_argmax<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>, r: usize) -> Result<u32, Error> {
+/// The argmax of the first `count` pending output rows, in one read.
+fn read_argmax<B: Backend>(
+    l: &Loaded<B>,
+    x: &mut Exec<B>,
+    count: usize,
+) -> Result<Vec<u32>, Error> {
     let out = x
         .pending
         .as_ref()
         .ok_or_else(|| Error::Internal("no pending logits on the device".into()))?;
-    let mut buf = [0u8; 4];
-    l.be.read(&out.argmax, r * 4, &mut buf)?;
-    Ok(i32::from_le_bytes(buf).max(0) as u32)
+    let mut buf = vec![0u8; count * 4];
+    l.be.read(&out.argmax, 0, &mut buf)?;
+    Ok(buf
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]).max(0) as u32)
+        .collect())
 }
 
 /// What a micro-batch attends to (see [`Context::kv_span`]).
