@@ -67,7 +67,7 @@ fn glu(inv: Inv, ln: Lane) {
     }
     let sg = partials(inv.lid.x, p.wb0 + r * p.row_bytes);
     let su = partials(inv.lid.x, p.wb1 + r * p.row_bytes);
-    for (var c = 0u; c < MAX_COLS; c++) {
+    for (var c = 0u; c < COLS; c++) {
         if (c < p.m) {
             let gate = wg_sum(ln, sg[c]);
             let up = wg_sum(ln, su[c]);
@@ -104,7 +104,7 @@ fn multi(inv: Inv, ln: Lane) {
         wb = p.wb1;
     }
     let s = partials(inv.lid.x, wb + r * p.row_bytes);
-    for (var c = 0u; c < MAX_COLS; c++) {
+    for (var c = 0u; c < COLS; c++) {
         if (c < p.m) {
             let total = wg_sum(ln, s[c]);
             if (inv.lid.x == 0u) {

@@ -53,7 +53,7 @@ fn matvec(inv: Inv, ln: Lane) {
         return;
     }
     let s = partials(inv.lid.x, r * p.row_bytes);
-    for (var c = 0u; c < MAX_COLS; c++) {
+    for (var c = 0u; c < COLS; c++) {
         if (c < p.m) {
             let total = wg_sum(ln, s[c]);
             if (inv.lid.x == 0u) {

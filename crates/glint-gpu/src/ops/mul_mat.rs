@@ -13,6 +13,12 @@ use crate::GpuBackend;
 /// A decode step of up to 8 sequences streams the weights once.
 pub(crate) const MATVEC_MAX_M: usize = 8;
 
+/// The matvec pipeline's `COLS` constant for `m` columns: m rounded up to
+/// a power of two (at most 4 pipelines per kernel and type).
+pub(crate) fn cols(m: usize) -> f64 {
+    m.clamp(1, MATVEC_MAX_M).next_power_of_two() as f64
+}
+
 /// w: [k, n] any weight format; x: [k, m] f32; out: [n, m] f32.
 /// `matvec`: one workgroup per row, every column; `matmul`: 64x64 output
 /// tiles.
@@ -23,9 +29,12 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
     be.check_bindable(op, &[x, out])?;
     let matvec = m <= MATVEC_MAX_M;
     let entry = if matvec { "matvec" } else { "matmul" };
-    let key = PipelineKey::new("mul_mat.wgsl", entry, 2, 1)
+    let mut key = PipelineKey::new("mul_mat.wgsl", entry, 2, 1)
         .with_type(w.desc.ty)
         .with_flags(be.flags(matvec, w.desc.ty == GgmlType::F16));
+    if matvec {
+        key = key.with_constant("COLS", cols(m));
+    }
     for win in be.windows(op, w)? {
         let n_wg = if matvec {
             win.n_rows
@@ -73,7 +82,8 @@ pub(crate) fn mul_mat_add(be: &GpuBackend, w: &T, x: &T, res: &T, out: &T) -> Re
     flags.push("ADD");
     let key = PipelineKey::new("mul_mat.wgsl", "matvec", 3, 1)
         .with_type(w.desc.ty)
-        .with_flags(flags);
+        .with_flags(flags)
+        .with_constant("COLS", cols(m));
     let win = &wins[0];
     let params = [
         k as u32,
