@@ -628,7 +628,10 @@ fn markdown(rows: &[Json]) -> String {
     };
     let optional: Vec<(&str, &str)> = MD_OPTIONAL
         .iter()
-        .filter(|(key, _, default)| rows.iter().any(|r| text(&r[*key]) != *default))
+        .filter(|(key, _, default)| {
+            rows.iter()
+                .any(|r| !r[*key].is_null() && text(&r[*key]) != *default)
+        })
         .map(|&(key, col, _)| (key, col))
         .collect();
     let mut head = vec!["model", "size", "params", "backend", "threads"];
@@ -801,7 +804,7 @@ mod tests {
     fn row(type_k: &str, test: &str) -> Json {
         json!({
             "model": "m.gguf", "size_gib": 0.1, "n_params": 1e6, "backend_name": "cpu",
-            "n_threads": 2, "n_batch": 2048, "n_ubatch": 512, "type_k": type_k,
+            "n_threads": 2, "n_parallel": 1, "n_batch": 2048, "n_ubatch": 512, "type_k": type_k,
             "type_v": "f16", "test": test,
             "tokens_per_second": {"median": 1.0, "min": 1.0, "max": 1.0},
             "gb_per_s": 1.0, "device_gb_per_s": 2.0, "pct_of_bandwidth": 50.0,
