@@ -15,9 +15,8 @@ use crate::tensor::Bind;
 use crate::GpuBackend;
 
 /// What the kernel needs of packed parts `ws` over `x`: params (k, m,
-/// row_bytes, n0..n2, wb0..wb2) and the number of workgroups per column
-/// part by part; `None` when they do not qualify. One workgroup per row
-/// takes every column.
+/// row_bytes, n0..n2, wb0..wb2); `None` when they do not qualify. One
+/// workgroup per row of the parts takes every column.
 fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 9]>> {
     if ws.is_empty() || ws.len() > 3 || ws.len() != outs.len() {
         return Ok(None);
