@@ -173,14 +173,8 @@ impl GpuBackend {
                 PARAMS_MAX_BYTES / 4
             )));
         }
-        let me = std::sync::Arc::as_ptr(&self.counters) as usize;
-        if inputs.iter().chain(outputs).any(|b| b.owner != me) {
-            return Err(BackendError::Device(format!(
-                "{} ({}): a tensor of another wgpu backend (another device) was \
-                 given; tensors cannot move between backends",
-                key.entry, key.file
-            )));
-        }
+        let owners = inputs.iter().chain(outputs).map(|b| b.owner);
+        self.check_owners(owners, || format!("{} ({})", key.entry, key.file))?;
         let pipe = self
             .pipelines
             .get(&self.ctx.device, &key)

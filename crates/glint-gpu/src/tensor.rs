@@ -158,18 +158,30 @@ impl GpuTensor {
 }
 
 impl GpuBackend {
-    /// `Err` naming `op` and the tensor when `t` was made by another
-    /// backend (another device: its buffers cannot be bound or copied
-    /// here).
-    pub(crate) fn check_owner(&self, op: &str, t: &GpuTensor) -> Result<()> {
-        if t.owner() == Arc::as_ptr(&self.counters) as usize {
+    /// `Ok` when every one of `owners` ([`Bind::owner`], [`GpuTensor::owner`])
+    /// is this backend; else an error naming `what()` (an op, or an op and
+    /// its tensor): another device's buffers cannot be bound or copied here.
+    pub(crate) fn check_owners(
+        &self,
+        mut owners: impl Iterator<Item = usize>,
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let me = Arc::as_ptr(&self.counters) as usize;
+        if owners.all(|o| o == me) {
             return Ok(());
         }
         Err(BackendError::Device(format!(
-            "{op}: `{}` belongs to another wgpu backend (another device); tensors \
-             cannot move between backends",
-            t.desc.label
+            "{}: a tensor of another wgpu backend (another device) was given; \
+             tensors cannot move between backends",
+            what()
         )))
+    }
+
+    /// [`GpuBackend::check_owners`] for one tensor of `op`.
+    pub(crate) fn check_owner(&self, op: &str, t: &GpuTensor) -> Result<()> {
+        self.check_owners(std::iter::once(t.owner()), || {
+            format!("{op} `{}`", t.desc.label)
+        })
     }
 }
 
