@@ -61,6 +61,49 @@ const BUDGET: Budget = Budget {
     kv_bytes_ratio: "GQA * span / attended",
 };
 
+/// The budgets every step is held to, whatever its number of sequences
+/// `n_seq` (its readback scales with them), and its modeled reads over what
+/// it must read (the bench's formula; the step is at position prompt + 2,
+/// as in bench). `what` names the model and the step in failures.
+fn check_step(what: &str, model: &Model, c: &glint::GpuCounters, n_seq: u32) {
+    let b = &BUDGET;
+    assert!(c.passes <= b.passes, "{what}: {c:?}");
+    assert!(c.submits <= b.submits, "{what}: {c:?}");
+    assert!(c.buffers_created <= b.created, "{what}: {c:?}");
+    assert!(c.bind_groups_created <= b.created, "{what}: {c:?}");
+    assert!(c.pipelines_created <= b.pipelines_created, "{what}: {c:?}");
+    assert!(c.queue_writes <= b.queue_writes, "{what}: {c:?}");
+    assert!(
+        c.readback_bytes <= n_seq as u64 * b.readback_bytes,
+        "{what}: {c:?}"
+    );
+    let n_prompt = model
+        .tokenizer()
+        .encode("The capital of France is", true, true)
+        .unwrap()
+        .len() as u32;
+    let f16 = glint::CacheType::F16;
+    let (w, kv) = glint_cli::bench::step_bytes(model, n_prompt, n_seq, f16, f16);
+    let w_ratio = c.weight_bytes_read as f64 / w;
+    assert!(
+        (0.99..=b.weight_bytes_ratio).contains(&w_ratio),
+        "{what}: weights read {w_ratio:.4}x: {c:?}"
+    );
+    // Today each query token's workgroups read the whole span: the 64
+    // cells of each sequence in the cache (gpu_step's context; other
+    // sequences' cells masked); a sequence attends prompt + 3.
+    let hp = model.hparams();
+    let gqa = (hp.n_head / hp.n_head_kv) as f64;
+    let span = 64.0 * n_seq as f64;
+    let today = gqa * span / glint_cli::bench::step_cells(n_prompt) as f64;
+    let kv_ratio = c.kv_bytes_read as f64 / kv;
+    assert!(
+        (kv_ratio - today).abs() < 1e-9,
+        "{what}: K/V read {kv_ratio:.4}x, not {} ({today:.4}): {c:?}",
+        b.kv_bytes_ratio
+    );
+}
+
 #[test]
 fn one_decode_step_stays_within_the_budget() {
     for name in ["smollm2", "gemma3"] {
@@ -90,37 +133,7 @@ fn one_decode_step_stays_within_the_budget() {
             "{name}: {} dispatches for {n_layer} layers",
             c.dispatches
         );
-        assert!(c.passes <= b.passes, "{name}: {c:?}");
-        assert!(c.submits <= b.submits, "{name}: {c:?}");
-        assert!(c.buffers_created <= b.created, "{name}: {c:?}");
-        assert!(c.bind_groups_created <= b.created, "{name}: {c:?}");
-        assert!(c.queue_writes <= b.queue_writes, "{name}: {c:?}");
-        assert!(c.pipelines_created <= b.pipelines_created, "{name}: {c:?}");
-        assert!(c.readback_bytes <= b.readback_bytes, "{name}: {c:?}");
-        // The modeled reads, over what the step must read (the bench's
-        // formula): the step is at position prompt + 2, as in bench.
-        let n_prompt = model
-            .tokenizer()
-            .encode("The capital of France is", true, true)
-            .unwrap()
-            .len() as u32;
-        let f16 = glint::CacheType::F16;
-        let (w, kv) = glint_cli::bench::step_bytes(&model, n_prompt, 1, f16, f16);
-        let w_ratio = c.weight_bytes_read as f64 / w;
-        assert!(
-            (0.99..=b.weight_bytes_ratio).contains(&w_ratio),
-            "{name}: weights read {w_ratio:.4}x: {c:?}"
-        );
-        let kv_ratio = c.kv_bytes_read as f64 / kv;
-        let hp = model.hparams();
-        let gqa = (hp.n_head / hp.n_head_kv) as f64;
-        // one_gpu_step's context: 64 cells; the step attends prompt + 3.
-        let today = gqa * 64.0 / glint_cli::bench::step_cells(n_prompt) as f64;
-        assert!(
-            (kv_ratio - today).abs() < 1e-9,
-            "{name}: K/V read {kv_ratio:.4}x, not {} ({today:.4}): {c:?}",
-            b.kv_bytes_ratio
-        );
+        check_step(name, &model, &c, 1);
         // The counts are a property of the model and the code, not of the
         // run: a second step counts the same.
         assert_eq!(
@@ -135,38 +148,11 @@ fn one_decode_step_stays_within_the_budget() {
         let c4 = common::gpu_step(&model, 2, 4);
         eprintln!("{name} x4: {c4:?}");
         assert_eq!(c4.dispatches, c.dispatches, "{name} x4: {c4:?}");
-        assert!(c4.passes <= b.passes, "{name} x4: {c4:?}");
-        assert!(c4.submits <= b.submits, "{name} x4: {c4:?}");
-        assert!(c4.buffers_created <= b.created, "{name} x4: {c4:?}");
-        assert!(c4.bind_groups_created <= b.created, "{name} x4: {c4:?}");
-        assert!(
-            c4.pipelines_created <= b.pipelines_created,
-            "{name} x4: {c4:?}"
-        );
-        assert!(c4.queue_writes <= b.queue_writes, "{name} x4: {c4:?}");
-        assert!(
-            c4.readback_bytes <= 4 * b.readback_bytes,
-            "{name} x4: {c4:?}"
-        );
         assert_eq!(
             c4.readbacks, 1,
             "{name} x4: one read for the 4 tokens: {c4:?}"
         );
-        let (w4, kv4) = glint_cli::bench::step_bytes(&model, n_prompt, 4, f16, f16);
-        let w4_ratio = c4.weight_bytes_read as f64 / w4;
-        assert!(
-            (0.99..=b.weight_bytes_ratio).contains(&w4_ratio),
-            "{name} x4: weights read {w4_ratio:.4}x: {c4:?}"
-        );
-        // Today each query token's workgroups read the whole span: the
-        // 4 x 64 cells of the cache (the other sequences' cells masked).
-        let kv4_ratio = c4.kv_bytes_read as f64 / kv4;
-        let today4 = gqa * 256.0 / glint_cli::bench::step_cells(n_prompt) as f64;
-        assert!(
-            (kv4_ratio - today4).abs() < 1e-9,
-            "{name} x4: K/V read {kv4_ratio:.4}x, not {} ({today4:.4}): {c4:?}",
-            b.kv_bytes_ratio
-        );
+        check_step(&format!("{name} x4"), &model, &c4, 4);
     }
 }
 
