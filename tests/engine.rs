@@ -375,3 +375,65 @@ fn a_lazy_grammar_holds_only_from_its_trigger() {
     );
     assert_eq!(lazy.stop, Some(StopReason::EndOfGeneration));
 }
+
+/// Holds the engine thread inside `send(Done)` until the test has looked
+/// at what the engine publishes (`ack`).
+struct HoldAtDone {
+    tx: std::sync::mpsc::Sender<Event>,
+    ack: std::sync::mpsc::Receiver<()>,
+}
+
+impl glint::engine::EventSink for HoldAtDone {
+    fn send(&mut self, ev: Event) -> bool {
+        let done = matches!(ev, Event::Done { .. });
+        let ok = self.tx.send(ev).is_ok();
+        if done {
+            let _ = self.ack.recv();
+        }
+        ok
+    }
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+/// A client that has its answer and asks at once (llama.cpp's
+/// `test_metrics_prometheus_format`: `requests_processing` 0 and
+/// `n_decode_total` > 0 right after a completion) must see its slot idle
+/// and the steps that answered it counted. The engine thread is held in
+/// the `Done` send while the test reads; the engine once published only
+/// after the step, so this read showed the slot busy and no decode.
+#[test]
+fn a_request_is_published_idle_before_its_done_is_sent() {
+    let model = common::cpu_model("smollm2");
+    let e = engine(&model, 512, 2);
+    let ids = prompt(&model, "I believe");
+    for n in [1, 3] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (ack_tx, ack) = std::sync::mpsc::channel();
+        e.submit(request(ids.clone(), n), Box::new(HoldAtDone { tx, ack }))
+            .unwrap();
+        let mut deltas = 0;
+        loop {
+            match rx.recv().expect("the engine answers") {
+                Event::Done { usage, .. } => {
+                    assert_eq!(usage.completion_tokens, n);
+                    break;
+                }
+                Event::Delta { .. } => deltas += 1,
+                _ => {}
+            }
+        }
+        assert!(deltas >= 1);
+        assert_eq!(e.n_processing(), 0, "max_tokens {n}");
+        assert!(
+            e.slots().iter().all(|s| !s.is_processing),
+            "{:?}",
+            e.slots()
+        );
+        assert!(e.slots().iter().any(|s| s.n_cached >= ids.len()));
+        // One decode for the prompt, one per token after the first.
+        assert!(e.decode_stats().n_decode >= n as u64, "max_tokens {n}");
+        ack_tx.send(()).unwrap();
+    }
+}

@@ -49,7 +49,7 @@ mod ram;
 mod sched;
 mod stop;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -59,7 +59,7 @@ use glint_sample::{SamplerParams, MAX_TOP_LOGPROBS};
 pub use crate::generate::{KvEvent, StopReason};
 use crate::{Context, ContextParams, Error, Model};
 pub(crate) use local::run_local;
-use sched::{Job, Scheduler};
+use sched::{Board, Job, Scheduler};
 
 /// How to run an [`Engine`] (the context is sized by [`ContextParams`]:
 /// its `n_seq_max` is the number of slots).
@@ -440,16 +440,12 @@ pub struct SlotInfo {
 pub struct Engine {
     model: Model,
     tx: mpsc::Sender<Msg>,
-    waiting: Arc<AtomicUsize>,
-    busy: Arc<AtomicUsize>,
+    /// What the engine thread last published.
+    board: Board,
     max_queue: usize,
     n_slots: usize,
     n_ctx_slot: usize,
     n_ubatch: usize,
-    /// The slots as of the last step.
-    slots: Arc<std::sync::Mutex<Vec<SlotInfo>>>,
-    /// Decode counts as of the last step.
-    stats: Arc<std::sync::Mutex<DecodeStats>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -466,11 +462,8 @@ impl Engine {
         let n_ctx_slot = ctx.n_ctx_stream() as usize;
         let n_ubatch = ctx.params().n_ubatch as usize;
         let (tx, rx) = mpsc::channel();
-        let waiting = Arc::new(AtomicUsize::new(0));
-        let busy = Arc::new(AtomicUsize::new(0));
-        let slots = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stats = Arc::new(std::sync::Mutex::new(DecodeStats::default()));
-        let published = (waiting.clone(), busy.clone(), slots.clone(), stats.clone());
+        let board = Board::default();
+        let published = board.clone();
         let n_batch = ctx.params().n_batch as usize;
         let prefill_cap = match params.prefill_per_step {
             0 => n_batch,
@@ -492,14 +485,11 @@ impl Engine {
         Ok(Engine {
             model: model.clone(),
             tx,
-            waiting,
-            busy,
+            board,
             max_queue: params.max_queue,
             n_slots,
             n_ctx_slot,
             n_ubatch,
-            slots,
-            stats,
             thread: Some(thread),
         })
     }
@@ -527,22 +517,27 @@ impl Engine {
 
     /// Requests waiting for a slot now.
     pub fn n_waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
+        self.board.waiting.load(Ordering::Relaxed)
     }
 
-    /// Slots running a request now (as of the last step).
+    /// Slots running a request now (as of the last step or finished request).
     pub fn n_processing(&self) -> usize {
-        self.busy.load(Ordering::Relaxed)
+        self.board.busy.load(Ordering::Relaxed)
     }
 
     /// Decode counts as of the last step.
     pub fn decode_stats(&self) -> DecodeStats {
-        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+        *self.board.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The slots as of the last step.
     pub fn slots(&self) -> Vec<SlotInfo> {
-        let s = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let s = self
+            .board
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         if s.is_empty() {
             // Before the first step: every slot idle and empty.
             return (0..self.n_slots)
@@ -589,15 +584,15 @@ impl Engine {
     pub fn submit(&self, req: Request, sink: Box<dyn EventSink + Send>) -> Result<(), Error> {
         req.check(self.model.n_vocab(), self.n_ctx_slot, self.n_slots)?;
         // Count first, then check: two racing submits cannot both pass.
-        let before = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let before = self.board.waiting.fetch_add(1, Ordering::SeqCst);
         if before >= self.max_queue {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.board.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(Error::Overloaded {
                 capacity: self.max_queue,
             });
         }
         self.tx.send(Msg::Job(Box::new(req), sink)).map_err(|_| {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.board.waiting.fetch_sub(1, Ordering::SeqCst);
             Error::Stopped
         })
     }
@@ -644,17 +639,10 @@ pub struct DecodeStats {
 }
 
 /// The engine thread: wait for work, then step until every slot is idle.
-type Published = (
-    Arc<AtomicUsize>,
-    Arc<AtomicUsize>,
-    Arc<std::sync::Mutex<Vec<SlotInfo>>>,
-    Arc<std::sync::Mutex<DecodeStats>>,
-);
-
 fn run(
     mut ctx: Context,
     rx: mpsc::Receiver<Msg>,
-    (waiting, busy, slots, stats): Published,
+    board: Board,
     prefill_cap: usize,
     (cache_ram, ctx_checkpoints): (usize, usize),
     (checkpoint_min_step, checkpoint_bytes): (usize, usize),
@@ -662,13 +650,7 @@ fn run(
     let model = ctx.model().clone();
     let n_slots = ctx.params().n_seq_max as i32;
     let seqs = (0..n_slots).map(|s| (s, Vec::new())).collect();
-    let mut sched = Scheduler::new(
-        model.tokenizer(),
-        seqs,
-        prefill_cap,
-        Some(waiting),
-        cache_ram,
-    );
+    let mut sched = Scheduler::new(model.tokenizer(), seqs, prefill_cap, Some(board), cache_ram);
     sched.set_checkpoints(ctx_checkpoints, checkpoint_min_step, checkpoint_bytes);
     loop {
         // Block only when there is nothing to do.
@@ -697,8 +679,6 @@ fn run(
         sched.step(&mut ctx);
         // A failed decode was reported to its requests; the engine goes on.
         sched.error = None;
-        busy.store(sched.n_busy(), Ordering::Relaxed);
-        *slots.lock().unwrap_or_else(|e| e.into_inner()) = sched.slot_infos();
-        *stats.lock().unwrap_or_else(|e| e.into_inner()) = sched.stats;
+        sched.publish();
     }
 }

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use glint_sample::{Chain, Sampler, DEFAULT_SEED};
 use glint_tokenizer::{StreamDecoder, Tokenizer};
@@ -99,6 +99,23 @@ struct Slot<'a> {
     started: u64,
 }
 
+/// What the engine shows other threads (the server's `/metrics` and
+/// `/slots`). The scheduler writes it after every step and also just
+/// before it sends a request's `Done`: a client that has its answer and
+/// then asks sees its slot idle and the step that answered it counted.
+#[derive(Clone, Default)]
+pub(crate) struct Board {
+    /// Requests queued, not yet in a slot.
+    pub(crate) waiting: Arc<AtomicUsize>,
+    /// Slots running a request.
+    pub(crate) busy: Arc<AtomicUsize>,
+    /// Each slot: busy or not, tokens in its cells (empty before the
+    /// first publication).
+    pub(crate) slots: Arc<Mutex<Vec<SlotInfo>>>,
+    /// Decode counts since the start.
+    pub(crate) stats: Arc<Mutex<DecodeStats>>,
+}
+
 /// The loop's state: slots over sequence ids, and the requests waiting.
 pub(crate) struct Scheduler<'a> {
     tok: &'a Tokenizer,
@@ -107,8 +124,8 @@ pub(crate) struct Scheduler<'a> {
     step: u64,
     /// Most prompt tokens in one batch.
     prefill_cap: usize,
-    /// The engine's count of queued requests.
-    waiting: Option<Arc<AtomicUsize>>,
+    /// The engine's published counts (none for a local run).
+    board: Option<Board>,
     /// Prefixes given up by idle slots, in host memory.
     ram: Option<RamCache>,
     /// The first error of a failed decode or hook since it was last taken
@@ -140,7 +157,7 @@ impl<'a> Scheduler<'a> {
         tok: &'a Tokenizer,
         seqs: Vec<(i32, Vec<u32>)>,
         prefill_cap: usize,
-        waiting: Option<Arc<AtomicUsize>>,
+        board: Option<Board>,
         ram_budget: usize,
     ) -> Self {
         let slots = seqs
@@ -165,7 +182,7 @@ impl<'a> Scheduler<'a> {
             queue: VecDeque::new(),
             step: 0,
             prefill_cap: prefill_cap.max(1),
-            waiting,
+            board,
             ram: (ram_budget > 0).then(|| RamCache::new(ram_budget)),
             error: None,
             stats: DecodeStats::default(),
@@ -413,8 +430,17 @@ impl<'a> Scheduler<'a> {
     }
 
     fn dequeued(&self) {
-        if let Some(w) = &self.waiting {
-            w.fetch_sub(1, Ordering::SeqCst);
+        if let Some(b) = &self.board {
+            b.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Write the busy count, the slots and the decode counts to the board.
+    pub(crate) fn publish(&self) {
+        if let Some(b) = &self.board {
+            b.busy.store(self.n_busy(), Ordering::SeqCst);
+            *b.slots.lock().unwrap_or_else(|e| e.into_inner()) = self.slot_infos();
+            *b.stats.lock().unwrap_or_else(|e| e.into_inner()) = self.stats;
         }
     }
 
@@ -1060,6 +1086,9 @@ impl<'a> Scheduler<'a> {
                     logprob: None,
                 });
             }
+            // The slot is idle (its job taken) before the client can learn
+            // that it is done.
+            self.publish();
             job.send(Event::Done {
                 index: job.index,
                 reason: FinishReason::from(stop),
