@@ -1,15 +1,21 @@
 // Attention of a batch of queries over cache rows kv_start .. kv_start + n_kv.
-// One workgroup per (query token i, head h): scores of a chunk of CHUNK cache
-// rows go to workgroup memory, an online (running-max) softmax in f32 folds
-// each chunk into the output accumulators; a row whose logits are all -inf
-// yields zeros. GQA/MQA: h_kv = h / (n_head / n_head_kv).
+// One workgroup per (query token i, head h, split s): scores of a chunk of
+// CHUNK cache rows go to workgroup memory, an online (running-max) softmax in
+// f32 folds each chunk into the output accumulators; a row whose logits are
+// all -inf yields zeros. GQA/MQA: h_kv = h / (n_head / n_head_kv).
+// Split KV (n_split > 1, a decode over a long span: few (token, head) pairs,
+// many cells): split s takes cells s * split_len .. (s + 1) * split_len and
+// writes its running max, sum and unnormalized accumulators to `out` as
+// partials, [2 + head_dim, n_split, n_head, m]; attention_combine.wgsl folds
+// them into the output. With n_split = 1 `out` is the output itself.
 // Bindings, in order:
 //   0 q:      [head_dim, n_head, m] f32
 //   1 k:      [head_dim * n_head_kv, n_rows] f32, or f16 packed two to a u32 (KV_F16),
 //             or Q8_0/Q4_0 bytes (KV_Q, kv_quant.wgsl; read element by element)
 //   2 v:      like k
 //   3 mask:   [n_kv, m] f32
-//   4 out:    [head_dim * n_head, m] f32
+//   4 out:    [head_dim * n_head, m] f32; with n_split > 1 the partials,
+//             [2 + head_dim, n_split, n_head, m] f32
 //   5 params: uniform Params
 // SHADER_F16 (F16 caches only): k and v are bound as `array<f16>`.
 // WINDOW (two-window SelfExtend): bindings 4..6 are the distant half,
@@ -36,6 +42,9 @@ struct Params {
     n_kv: u32,
     scale: f32,
     softcap: f32,
+    // Cells per split and splits per (token, head); 1 split: the output.
+    split_len: u32,
+    n_split: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -143,10 +152,13 @@ fn kv_at(buf_is_v: bool, i: u32) -> f32 {
 
 @compute @workgroup_size(WG)
 fn main(inv: Inv, ln: Lane) {
-    let g = group_index(inv); // token * n_head + h
-    if (g >= p.m * p.n_head) {
+    let gs = group_index(inv); // (token * n_head + h) * n_split + split
+    if (gs >= p.m * p.n_head * p.n_split) {
         return;
     }
+    let g = gs / p.n_split; // token * n_head + h
+    let j_begin = (gs % p.n_split) * p.split_len;
+    let j_end = min(j_begin + p.split_len, p.n_kv);
     let tok = g / p.n_head;
     let h = g % p.n_head;
     let h_kv = h / (p.n_head / p.n_head_kv);
@@ -162,8 +174,8 @@ fn main(inv: Inv, ln: Lane) {
     var run_max = NEG_INF;
     var run_sum = 0.0;
     workgroupBarrier();
-    for (var j0 = 0u; j0 < p.n_kv; j0 += CHUNK) {
-        let n_chunk = min(CHUNK, p.n_kv - j0);
+    for (var j0 = j_begin; j0 < j_end; j0 += CHUNK) {
+        let n_chunk = min(CHUNK, j_end - j0);
         // Logits of this chunk.
         var local_max = NEG_INF;
         for (var jj = inv.lid.x; jj < n_chunk; jj += WG) {
@@ -230,6 +242,21 @@ fn main(inv: Inv, ln: Lane) {
             run_max = new_max;
         }
         workgroupBarrier();
+    }
+    if (p.n_split > 1u) {
+        // Partials: max, sum, then the accumulators as they are.
+        let pb = gs * (hd + 2u);
+        if (inv.lid.x == 0u) {
+            out[pb] = run_max;
+            out[pb + 1u] = run_sum;
+        }
+        for (var t = 0u; t < PER_THREAD; t++) {
+            let d = inv.lid.x + t * WG;
+            if (d < hd) {
+                out[pb + 2u + d] = acc[t];
+            }
+        }
+        return;
     }
     for (var t = 0u; t < PER_THREAD; t++) {
         let d = inv.lid.x + t * WG;

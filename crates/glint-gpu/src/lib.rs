@@ -84,6 +84,9 @@ pub struct GpuBackend {
     /// What was asked of the device (dispatches, submits, buffers, ...).
     work: counters::Work,
     max_binding_bytes: Option<u64>,
+    /// Split-KV attention's partials ([`ops::attention`]): grown to the
+    /// largest split dispatch so far, counted as scratch.
+    attn_partials: Mutex<Option<GpuTensor>>,
 }
 
 impl GpuBackend {
@@ -111,6 +114,7 @@ impl GpuBackend {
             counters: Arc::default(),
             work: counters::Work::default(),
             max_binding_bytes: opts.max_binding_bytes,
+            attn_partials: Mutex::new(None),
         })
     }
 

@@ -49,6 +49,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "set_rows.wgsl",
     "short_conv.wgsl",
     "attention.wgsl",
+    "attention_combine.wgsl",
     "kv_quant.wgsl",
     "quant/common.wgsl",
     "quant/block.wgsl",

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use glint_backend::{AttnParams, Backend, GgmlType, Glu, RopeMode, RopeParams, Unary, Usage};
+use glint_gpu::{GpuBackend, GpuOptions};
 use half::f16;
 
 const F32: GgmlType = GgmlType::F32;
@@ -349,7 +350,12 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
         let (hd, nh, nkv, m) = (40, 6, 2, 5);
         let n_rows = 700;
         for ty in [GgmlType::F32, GgmlType::F16] {
-            for (softcap, kv_start, n_kv) in [(0.0f32, 0usize, 600usize), (30.0, 37, 663)] {
+            // 30 (token, head) rows: spans of 600 and 663 cells split into 3
+            // (split KV and its combine pass: ops/attention.rs's n_splits),
+            // 300 cells do not.
+            for (softcap, kv_start, n_kv) in
+                [(0.0f32, 0usize, 600usize), (30.0, 37, 663), (0.0, 11, 300)]
+            {
                 let kvals = r.vec_scaled(hd * nkv * n_rows, 1.5);
                 let vvals = r.vec_scaled(hd * nkv * n_rows, 1.5);
                 let q = r.vec_scaled(hd * nh * m, 1.5);
@@ -436,6 +442,61 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
             }
         }
     });
+}
+
+/// Split KV's structure, on a backend of its own (the shared ones' counters
+/// move with other tests): a decode row over 4096 cells is two dispatches
+/// (the split kernel and the combine pass), its partials buffer is made on
+/// the first call only and shows in the memory report as scratch; a span
+/// under two chunks stays one dispatch. The values are
+/// attention_gqa_mask_softcap_window_f32_f16's.
+#[test]
+fn split_attention_is_two_dispatches_and_allocates_once() {
+    let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
+    let (hd, nh, nkv, n_rows) = (64, 4, 2, 4096);
+    let buf =
+        |ty: GgmlType, ne: [usize; 4]| be.alloc(common::desc(ty, ne, Usage::Scratch)).unwrap();
+    let (k, v) = (
+        buf(F32, [hd * nkv, n_rows, 1, 1]),
+        buf(F32, [hd * nkv, n_rows, 1, 1]),
+    );
+    let q = buf(F32, [hd, nh, 1, 1]);
+    let out = buf(F32, [hd * nh, 1, 1, 1]);
+    let mut r = Rng(seed());
+    be.write(&q, 0, bytemuck::cast_slice(&r.vec_scaled(hd * nh, 1.0)))
+        .unwrap();
+    let kv = r.vec_scaled(hd * nkv * n_rows, 1.0);
+    be.write(&k, 0, bytemuck::cast_slice(&kv)).unwrap();
+    be.write(&v, 0, bytemuck::cast_slice(&kv)).unwrap();
+    let step = |n_kv: usize| {
+        let mask = buf(F32, [n_kv, 1, 1, 1]);
+        be.write(&mask, 0, bytemuck::cast_slice(&vec![0.0f32; n_kv]))
+            .unwrap();
+        let p = AttnParams {
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 0.125,
+            softcap: 0.0,
+            kv_start: 0,
+            n_kv,
+        };
+        let before = be.work_counters();
+        let scratch = be.memory().scratch;
+        be.attention(&q, &k, &v, &mask, &p, &out).unwrap();
+        (
+            be.work_counters().since(&before),
+            be.memory().scratch - scratch,
+        )
+    };
+    // 4 rows over 4096 cells: 16 splits of (64 + 2) f32 each.
+    let (first, grew) = step(4096);
+    assert_eq!((first.dispatches, first.buffers_created), (2, 1));
+    assert_eq!(grew, 4 * 16 * (64 + 2) * 4);
+    let (again, grew) = step(4096);
+    assert_eq!((again.dispatches, again.buffers_created, grew), (2, 0, 0));
+    let (short, _) = step(300);
+    assert_eq!((short.dispatches, short.buffers_created), (1, 0));
 }
 
 /// kshift(rope(k, p), q - p) == rope(k, q), for several shifts in a row,

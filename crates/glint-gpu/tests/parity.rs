@@ -301,9 +301,19 @@ fn rope_set_rows_attention_kshift() {
 fn attention_window_matches_cpu() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        let (hd, nh, nkv, m, rows) = (64, 8, 2, 6, 320);
-        let (kv_start, n_kv) = (11, 300);
-        for ty in [GgmlType::F32, GgmlType::F16] {
+        let (hd, nh, nkv, m, rows) = (64, 8, 2, 6, 700);
+        let kv_start = 11;
+        // 300 cells: one workgroup per (token, head); 600: 48 rows split
+        // in 3 of 200 cells (split KV, ops/attention.rs's n_splits); the
+        // tokens sit at 350..390, so the last split's cells are all masked
+        // for every token and the middle one holds each token's near cells.
+        let (f32, f16) = (GgmlType::F32, GgmlType::F16);
+        for (ty, n_kv, first) in [
+            (f32, 300, 250),
+            (f16, 300, 250),
+            (f32, 600, 350),
+            (f16, 600, 350),
+        ] {
             let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
             let q2 = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
             let all = i32p(&(0..rows as i32).collect::<Vec<_>>());
@@ -316,14 +326,14 @@ fn attention_window_matches_cpu() {
                 caches.push(c);
             }
             let (k, k2, v) = (&caches[0], &caches[1], &caches[2]);
-            // Token t sits at position 250 + 10 t (token 5 sees nothing):
+            // Token t sits at position first + 10 t (token 5 sees nothing):
             // near within 64 of it, far before that.
             let (mut near, mut far) = (
                 vec![f32::NEG_INFINITY; n_kv * m],
                 vec![f32::NEG_INFINITY; n_kv * m],
             );
             for t in 0..m - 1 {
-                let i = 250 + 10 * t;
+                let i = first + 10 * t;
                 for j in 0..=i.min(n_kv - 1) {
                     let dst = if i - j < 64 { &mut near } else { &mut far };
                     dst[t * n_kv + j] = if j % 9 == 0 { -0.25 } else { 0.0 };
@@ -349,7 +359,7 @@ fn attention_window_matches_cpu() {
                     .unwrap();
                 let t = tol::attn(ty);
                 compare(
-                    &format!("attention_window {ty:?} {softcap}"),
+                    &format!("attention_window {ty:?} {n_kv} cells {softcap}"),
                     &o,
                     GgmlType::F32,
                     t,

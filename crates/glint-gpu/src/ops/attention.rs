@@ -1,15 +1,87 @@
 //! `shaders/attention.wgsl`: a batch of queries over a window of the KV
-//! cache, one workgroup per (token, head), online softmax in f32.
+//! cache, one workgroup per (token, head), online softmax in f32; a decode
+//! over a long span splits the cells among workgroups (split KV) and
+//! `shaders/attention_combine.wgsl` folds their partials.
 
-use glint_backend::{check, AttnParams, BackendError, Result};
+use std::sync::MutexGuard;
+
+use glint_backend::{check, AttnParams, BackendError, GgmlType, Result, TensorDesc, Usage};
 
 use super::{f16_cache, f32_bits, quant_cache, T};
 use crate::pipelines::PipelineKey;
-use crate::GpuBackend;
+use crate::{GpuBackend, GpuTensor};
+
+/// Cells one workgroup scores per chunk (attention.wgsl's `CHUNK`): a split
+/// is at least this long.
+const SPLIT_CELLS: usize = 256;
+
+/// A dispatch of fewer (token, head) workgroups than this splits its span:
+/// with one workgroup per head a long decode ran on a handful of compute
+/// units (SmolLM2's 9 heads at 4096 cells: 17 t/s against 376 at depth 0
+/// on an H200). Prefill batches have rows enough.
+const SPLIT_BELOW_ROWS: usize = 256;
+
+/// Most splits of one span (the combine pass reads each split's partials).
+const MAX_SPLITS: usize = 64;
+
+/// Splits for `rows` (token, head) pairs over `n_kv` cells: 1 (no split)
+/// unless the rows are few and the span at least two chunks.
+pub(crate) fn n_splits(rows: usize, n_kv: usize) -> usize {
+    if rows >= SPLIT_BELOW_ROWS || n_kv < 2 * SPLIT_CELLS {
+        return 1;
+    }
+    n_kv.div_ceil(SPLIT_CELLS).min(MAX_SPLITS)
+}
+
+/// Record attention.wgsl over `ins` (its inputs, in binding order) into
+/// `out`, split over the span where [`n_splits`] says so: then the kernel
+/// writes partials and a second dispatch combines them.
+fn launch_split(
+    be: &GpuBackend,
+    (op, key): (&'static str, PipelineKey),
+    ins: &[&T],
+    out: &T,
+    params: &[u32],
+    p: &AttnParams,
+    m: usize,
+) -> Result<()> {
+    let rows = m * p.n_head;
+    let ns = n_splits(rows, p.n_kv);
+    let split_len = p.n_kv.div_ceil(ns);
+    let params = [params, &[split_len as u32, ns as u32]].concat();
+    if ns == 1 {
+        return be.launch(op, key, [ins, &[out]], &params, rows);
+    }
+    let part = be.attn_partials(rows * ns * (p.head_dim + 2))?;
+    let part = part.as_ref().expect("made by attn_partials");
+    be.launch(op, key, [ins, &[part]], &params, rows * ns)?;
+    let combine = PipelineKey::new("attention_combine.wgsl", "main", 1, 1);
+    let cp = [p.head_dim, ns, rows].map(|v| v as u32);
+    be.launch(op, combine, [&[part], &[out]], &cp, rows)
+}
+
+impl GpuBackend {
+    /// The split partials buffer, at least `n` f32: made on first use and
+    /// made again larger when a dispatch needs more (a recorded dispatch
+    /// keeps the old buffer alive until it has run).
+    fn attn_partials(&self, n: usize) -> Result<MutexGuard<'_, Option<GpuTensor>>> {
+        let mut g = self.attn_partials.lock().unwrap_or_else(|e| e.into_inner());
+        if g.as_ref().is_none_or(|t| t.desc.n_elements() < n) {
+            *g = Some(self.new_tensor(TensorDesc {
+                ty: GgmlType::F32,
+                ne: [n, 1, 1, 1],
+                label: "attention split partials".into(),
+                usage: Usage::Scratch,
+            })?);
+        }
+        Ok(g)
+    }
+}
 
 /// q: [head_dim, n_head, m] f32; k, v: [head_dim * n_head_kv, n_rows] f32
 /// or f16; mask: [n_kv, m] f32; out: [head_dim * n_head, m] f32. One
-/// workgroup per (token, head).
+/// workgroup per (token, head), or per (token, head, split) and a combine
+/// pass ([`n_splits`]).
 pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
     let (m, f16, kv_q) = check_attention("attention", qkvm, p, out)?;
     let key = PipelineKey::new("attention.wgsl", "main", 4, 1)
@@ -21,7 +93,7 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
     let params = [hd, nh, nkv, m, p.kv_start, p.n_kv].map(|v| v as u32);
     let params = [&params[..], &[scale, softcap]].concat();
     be.kv_read(&qkvm, &[], p, m);
-    be.launch("attention", key, [&qkvm, &[out]], &params, m * nh)
+    launch_split(be, ("attention", key), &qkvm, out, &params, p, m)
 }
 
 /// Two-window SelfExtend: [`attention`] with the distant half (`q2`, `k2`,
@@ -49,13 +121,8 @@ pub(crate) fn attention_window(
     let [q, k, v, mask] = qkvm;
     let [q2, k2, mf] = far;
     be.kv_read(&qkvm, &[k2], p, m);
-    be.launch(
-        "attention_window",
-        key,
-        [&[q, k, v, mask, q2, k2, mf], &[out]],
-        &params,
-        m * nh,
-    )
+    let ins = [q, k, v, mask, q2, k2, mf];
+    launch_split(be, ("attention_window", key), &ins, out, &params, p, m)
 }
 
 impl GpuBackend {
@@ -111,4 +178,24 @@ fn check_attention(
         });
     }
     Ok((m, f16_cache(op, k, "k")?, quant_cache(op, k, "k")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::n_splits;
+
+    #[test]
+    fn only_few_rows_over_a_long_span_split() {
+        // tests/ops.rs's attention shapes: 30 rows.
+        assert_eq!(n_splits(30, 600), 3);
+        assert_eq!(n_splits(30, 663), 3);
+        assert_eq!(n_splits(30, 300), 1);
+        // A decode of SmolLM2 (9 heads) and a 7B (32) at 4096 cells.
+        assert_eq!(n_splits(9, 4096), 16);
+        assert_eq!(n_splits(32, 4096), 16);
+        // Four sequences of a 7B: 128 rows, still split; a prefill is not.
+        assert_eq!(n_splits(128, 4096), 16);
+        assert_eq!(n_splits(512 * 32, 4096), 1);
+        assert_eq!(n_splits(1, 1 << 20), 64);
+    }
 }
