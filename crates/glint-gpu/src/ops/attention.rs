@@ -33,22 +33,36 @@ pub(crate) fn n_splits(rows: usize, n_kv: usize) -> usize {
     n_kv.div_ceil(SPLIT_CELLS).min(MAX_SPLITS)
 }
 
-/// Record attention.wgsl over `ins` (its inputs, in binding order) into
-/// `out`, split over the span where [`n_splits`] says so: then the kernel
-/// writes partials and a second dispatch combines them.
+/// Record attention.wgsl over `ins` (its inputs, in binding order) for `m`
+/// tokens into `out`, split over the span where [`n_splits`] says so: then
+/// the kernel writes partials and a second dispatch combines them.
 fn launch_split(
     be: &GpuBackend,
     (op, key): (&'static str, PipelineKey),
     ins: &[&T],
     out: &T,
-    params: &[u32],
     p: &AttnParams,
     m: usize,
 ) -> Result<()> {
     let rows = m * p.n_head;
     let ns = n_splits(rows, p.n_kv);
     let split_len = p.n_kv.div_ceil(ns);
-    let params = [params, &[split_len as u32, ns as u32]].concat();
+    // attention.wgsl's Params, in order.
+    let shape = [p.head_dim, p.n_head, p.n_head_kv, m, p.kv_start, p.n_kv];
+    let [a, b, c, d, e, f] = shape.map(|v| v as u32);
+    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
+    let params = [
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        scale,
+        softcap,
+        split_len as u32,
+        ns as u32,
+    ];
     if ns == 1 {
         return be.launch(op, key, [ins, &[out]], &params, rows);
     }
@@ -88,12 +102,8 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
         .with_constant("KV_F16", f16 as u32 as f64)
         .with_constant("KV_Q", kv_q as f64)
         .with_flags(be.flags(true, f16));
-    let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
-    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
-    let params = [hd, nh, nkv, m, p.kv_start, p.n_kv].map(|v| v as u32);
-    let params = [&params[..], &[scale, softcap]].concat();
     be.kv_read(&qkvm, &[], p, m);
-    launch_split(be, ("attention", key), &qkvm, out, &params, p, m)
+    launch_split(be, ("attention", key), &qkvm, out, p, m)
 }
 
 /// Two-window SelfExtend: [`attention`] with the distant half (`q2`, `k2`,
@@ -114,15 +124,11 @@ pub(crate) fn attention_window(
         .with_constant("KV_F16", f16 as u32 as f64)
         .with_constant("KV_Q", kv_q as f64)
         .with_flags(flags);
-    let (hd, nh, nkv) = (p.head_dim, p.n_head, p.n_head_kv);
-    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
-    let params = [hd, nh, nkv, m, p.kv_start, p.n_kv].map(|v| v as u32);
-    let params = [&params[..], &[scale, softcap]].concat();
     let [q, k, v, mask] = qkvm;
     let [q2, k2, mf] = far;
     be.kv_read(&qkvm, &[k2], p, m);
     let ins = [q, k, v, mask, q2, k2, mf];
-    launch_split(be, ("attention_window", key), &ins, out, &params, p, m)
+    launch_split(be, ("attention_window", key), &ins, out, p, m)
 }
 
 impl GpuBackend {
