@@ -520,17 +520,18 @@ impl Engine {
         self.board.waiting.load(Ordering::Relaxed)
     }
 
-    /// Slots running a request now (as of the last step or finished request).
+    /// Slots running a request now (as of the last step, or the last
+    /// request finished: a request is idle here before its `Done` is sent).
     pub fn n_processing(&self) -> usize {
         self.board.busy.load(Ordering::Relaxed)
     }
 
-    /// Decode counts as of the last step.
+    /// Decode counts as of the last step or finished request.
     pub fn decode_stats(&self) -> DecodeStats {
         *self.board.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The slots as of the last step.
+    /// The slots as of the last step or finished request.
     pub fn slots(&self) -> Vec<SlotInfo> {
         let s = self
             .board
