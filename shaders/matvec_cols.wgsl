@@ -1,13 +1,20 @@
 // The matvec's sums, shared by mul_mat.wgsl's `matvec` and matvec_fused.wgsl
 // so that a fused dispatch gives, to the bit, what separate ones give.
 // One workgroup of WG invocations takes one weight row and every column of
-// x (m <= MAX_COLS): each invocation dequantizes its groups of 4 elements
-// once and dots them with every column, so a decode step of m sequences
-// reads each weight row once, not m times. Column c's sum is the same
-// sequence of operations whatever m is.
-// The including shader declares `p` (fields k, m), `x: array<f32>` ([k, m]
-// f32), `const WG`, and includes TYPE_FILE (dequant4, dequant1) and
-// reduce.wgsl before this file.
+// x (m <= MAX_COLS): each invocation dequantizes its weights once and dots
+// them with every column, so a decode step of m sequences reads each weight
+// row once, not m times. Column c's sum is the same sequence of operations
+// whatever m is.
+// The including shader declares `p` (fields k, m), x ([k, m] f32: as
+// `array<vec4<f32>>` with P8, else `array<f32>`), `const WG`, and includes
+// TYPE_FILE (dequant4, dequant1, and its pairing: PAIR_GAP, pair_at,
+// dequant_pair) and reduce.wgsl before this file.
+//
+// Flag P8 (ops/mul_mat.rs's matvec_key sets it where k % 4 == 0): a lane
+// takes 8 weights a step, paired as the format's bytes hold them
+// (quant/pair.wgsl), x is read a vec4 at a time, and UNROLL steps' weights
+// are loaded before they are used. Without it (rows of plain floats whose
+// length is not a multiple of 4): a group of 4 a step, x a float at a time.
 
 // Columns one dispatch takes: ops/mul_mat.rs's MATVEC_MAX_M.
 const MAX_COLS: u32 = 8u;
@@ -19,9 +26,65 @@ const MAX_COLS: u32 = 8u;
 override COLS: u32 = MAX_COLS;
 
 // This invocation's partial sums of the row at byte `rb` of W with x's
-// columns 0..p.m (the rest stay 0). One group of 4 weights per step: 2 or 4
-// consecutive groups per step measured slower on an H100 (Q4_0 4096x4096:
-// 249 GB/s at 1, 229 at 2, 157 at 4; llama2-7b q4_0 decode 86, 80, 51 t/s).
+// columns 0..p.m (the rest stay 0).
+#ifdef P8
+// Elements e..e+3 of column c (e % 4 == 0).
+fn x4(c: u32, e: u32) -> vec4<f32> {
+    return x[(c * p.k + e) >> 2u];
+}
+
+// How many pairs (groups of 8) a lane loads before it uses them.
+const UNROLL: u32 = 4u;
+
+// This lane's share of column c's sum for the 8 weights `w` of pair g.
+fn pair_dot(w: array<vec4<f32>, 2>, c: u32, e: u32) -> f32 {
+    return dot(w[0], x4(c, e)) + dot(w[1], x4(c, e + PAIR_GAP));
+}
+
+// A pair of groups of 4 a lane a step (the format's dequant_pair: for Q4_0,
+// a lane takes 4 bytes of a block's quants and both their nibbles), the
+// lanes of a step on adjacent pairs, UNROLL steps' weights loaded before
+// they are used.
+fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
+    var s: array<f32, MAX_COLS>;
+    let k8 = p.k / 8u;
+    var g = lid;
+    for (; g + (UNROLL - 1u) * WG < k8; g += UNROLL * WG) {
+        var w: array<array<vec4<f32>, 2>, UNROLL>;
+        for (var u = 0u; u < UNROLL; u++) {
+            w[u] = dequant_pair(rb, g + u * WG);
+        }
+        for (var u = 0u; u < UNROLL; u++) {
+            let e = pair_at(g + u * WG);
+            for (var c = 0u; c < COLS; c++) {
+                if (c < p.m) {
+                    s[c] += pair_dot(w[u], c, e);
+                }
+            }
+        }
+    }
+    for (; g < k8; g += WG) {
+        let w = dequant_pair(rb, g);
+        let e = pair_at(g);
+        for (var c = 0u; c < COLS; c++) {
+            if (c < p.m) {
+                s[c] += pair_dot(w, c, e);
+            }
+        }
+    }
+    // k % 8 == 4 (plain floats only; P8 holds k % 4 == 0): the last 4.
+    if (k8 * 8u < p.k && lid == 0u) {
+        let e = k8 * 8u;
+        let w = dequant4(rb, e);
+        for (var c = 0u; c < COLS; c++) {
+            if (c < p.m) {
+                s[c] += dot(w, x4(c, e));
+            }
+        }
+    }
+    return s;
+}
+#else
 fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
     var s: array<f32, MAX_COLS>;
     let k4 = p.k / 4u;
@@ -45,3 +108,4 @@ fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
     }
     return s;
 }
+#endif

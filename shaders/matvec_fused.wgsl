@@ -39,7 +39,11 @@ struct Params {
 #else
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 #endif
+#ifdef P8
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 #ifdef GLU
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;

@@ -12,6 +12,7 @@
 // USE_SUBGROUPS, else a tree)
 // and `matmul` (64x64 output tiles, 4x4 per thread).
 // SHADER_F16 (F16 weights only): W is bound as `array<f16>`.
+// P8 (matvec only): x as vec4s, 8 weights a lane a step (matvec_cols.wgsl).
 // ADD (matvec only): a binding `res` ([n, m] f32) after x, added in the
 // epilogue: out = res + W . x (mul_mat_add), the bits of matvec then add.
 #include "index.wgsl"
@@ -32,7 +33,11 @@ struct Params {
 #else
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 #endif
+#ifdef P8
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 #ifdef ADD
 @group(0) @binding(2) var<storage, read> res: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
@@ -68,6 +73,8 @@ fn matvec(inv: Inv, ln: Lane) {
     }
 }
 
+// matmul reads x a scalar at a time: its pipelines never take P8.
+#ifndef P8
 const TILE: u32 = 64u;
 const TK: u32 = 16u;
 // [TK][TILE / 4]: k-step kk's 64 rows of W (columns of x) as 16 vec4s, so a
@@ -146,3 +153,4 @@ fn matmul(inv: Inv) {
         }
     }
 }
+#endif

@@ -12,3 +12,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<f32>(lo << 16u), bitcast<f32>(lo & 0xffff0000u),
                      bitcast<f32>(hi << 16u), bitcast<f32>(hi & 0xffff0000u));
 }
+
+#include "quant/pair.wgsl"

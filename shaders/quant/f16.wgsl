@@ -24,3 +24,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return vec4<f32>(lo.x, lo.y, hi.x, hi.y);
 }
 #endif
+
+#include "quant/pair.wgsl"

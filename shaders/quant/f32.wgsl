@@ -14,3 +14,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let i = (row_byte >> 2u) + e;
     return vec4<f32>(bitcast<f32>(W[i]), bitcast<f32>(W[i + 1u]), bitcast<f32>(W[i + 2u]), bitcast<f32>(W[i + 3u]));
 }
+
+#include "quant/pair.wgsl"

@@ -17,3 +17,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let q = field4(w, 2u * ((i % 128u) / 32u), 3u);
     return (d * f32(sc & 0xfu)) * q - vec4<f32>(dmin * f32(sc >> 4u));
 }
+
+#include "quant/pair.wgsl"

@@ -24,3 +24,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let q = field4(wq, 2u * ((i % 128u) / 32u), 3u) + 4.0 * field4(wh, i / 32u, 1u) - vec4<f32>(4.0);
     return (d * sc) * q;
 }
+
+#include "quant/pair.wgsl"

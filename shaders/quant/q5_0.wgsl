@@ -12,3 +12,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let h = vec4<f32>(f32(qh & 1u), f32((qh >> 1u) & 1u), f32((qh >> 2u) & 1u), f32((qh >> 3u) & 1u));
     return d * (nib4(w, (j / 16u) * 4u) + 16.0 * h - vec4<f32>(16.0));
 }
+
+#include "quant/pair.wgsl"

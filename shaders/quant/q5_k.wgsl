@@ -19,3 +19,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let q = field4(wl, 4u * ((i / 32u) % 2u), 0xfu) + 16.0 * field4(wh, i / 32u, 1u);
     return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
 }
+
+#include "quant/pair.wgsl"

@@ -19,3 +19,31 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let q = field4(wl, 4u * (r / 64u), 0xfu) + 16.0 * field4(wh, 2u * (r / 32u), 3u);
     return (d * sc) * (q - vec4<f32>(32.0));
 }
+
+// Pair g: 4 bytes ql[64h + j .. + 3] of super-block g / 32 (t = g % 32,
+// h = t / 16, j = 4 (t % 16)), both nibbles, with the qh word both take
+// their high bits from: elements 128h + j .. + 3 and 128h + 64 + j .. + 3.
+const PAIR_GAP: u32 = 64u;
+
+fn pair_at(g: u32) -> u32 {
+    let t = g % 32u;
+    return (g / 32u) * BLOCK_SIZE + 128u * (t / 16u) + 4u * (t % 16u);
+}
+
+fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
+    let b = row_byte + (g / 32u) * TYPE_SIZE;
+    let t = g % 32u;
+    let h = t / 16u;
+    let j = 4u * (t % 16u);
+    let i = 128u * h + j;
+    let d = f16_at(b + 208u);
+    let sc0 = f32(bitcast<i32>(byte_at(b + 192u + i / 16u) << 24u) >> 24u);
+    let sc1 = f32(bitcast<i32>(byte_at(b + 196u + i / 16u) << 24u) >> 24u);
+    let wl = u32_at(b + 64u * h + j);
+    let wh = u32_at(b + 128u + 32u * h + j % 32u);
+    let sh = 2u * (j / 32u);
+    let z = vec4<f32>(32.0);
+    let q0 = field4(wl, 0u, 0xfu) + 16.0 * field4(wh, sh, 3u);
+    let q1 = field4(wl, 4u, 0xfu) + 16.0 * field4(wh, sh + 4u, 3u);
+    return array<vec4<f32>, 2>((d * sc0) * (q0 - z), (d * sc1) * (q1 - z));
+}

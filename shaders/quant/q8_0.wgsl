@@ -8,3 +8,5 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let w = u32_at(b + 2u + (e % BLOCK_SIZE));
     return d * vec4<f32>(i8_of(w, 0u), i8_of(w, 1u), i8_of(w, 2u), i8_of(w, 3u));
 }
+
+#include "quant/pair.wgsl"

@@ -53,6 +53,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "kv_quant.wgsl",
     "quant/common.wgsl",
     "quant/block.wgsl",
+    "quant/pair.wgsl",
     "quant/f32.wgsl",
     "quant/f16.wgsl",
     "quant/bf16.wgsl",
@@ -292,7 +293,7 @@ mod tests {
     /// are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
-        const OWN: [&str; 4] = ["ADD", "GLU", "THREE", "WINDOW"];
+        const OWN: [&str; 5] = ["ADD", "GLU", "THREE", "WINDOW", "P8"];
         let mut seen = std::collections::HashSet::new();
         let mut failed = Vec::new();
         for (path, text) in SOURCES {
@@ -371,16 +372,19 @@ mod tests {
             for kernel in ["mul_mat.wgsl", "get_rows.wgsl"] {
                 let s = module_source(kernel, Some(info.ty), &[]).unwrap();
                 assert!(
-                    s.contains("fn dequant4(") && s.contains("fn dequant1("),
+                    s.contains("fn dequant4(")
+                        && s.contains("fn dequant1(")
+                        && s.contains("fn dequant_pair(")
+                        && s.contains("fn pair_at("),
                     "{}",
                     info.name
                 );
             }
             n += 1;
         }
-        // Every quant/ file but the two of shared helpers belongs to a row.
+        // Every quant/ file but the three of shared helpers belongs to a row.
         let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
-        assert_eq!(files.count(), n + 2);
+        assert_eq!(files.count(), n + 3);
         assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }

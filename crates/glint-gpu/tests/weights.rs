@@ -203,6 +203,13 @@ fn mul_mat_matvec_and_matmul_every_type() {
             for (n, m) in [(67, 1), (13, 3), (131, 67)] {
                 check_mul_mat(gpu(), &mut r, ty, k, n, m);
             }
+            // Long rows: the matvec's unrolled steps (4 pairs of 8 a lane,
+            // 2048 elements a workgroup step) and the pairs after them, and
+            // for plain floats (4356 = 8 * 544 + 4) its last group of 4.
+            let k = row_len(ty, [4356, 4352, 4352]);
+            for (n, m) in [(9, 1), (5, 6)] {
+                check_mul_mat(gpu(), &mut r, ty, k, n, m);
+            }
         }
     });
 }

@@ -8,7 +8,7 @@
 use glint_backend::{check, GgmlType, Glu, Result};
 
 // Columns a fused matvec takes: `mul_mat`'s matvec range.
-use super::mul_mat::{cols, MATVEC_MAX_M as MAX_M};
+use super::mul_mat::{matvec_key, MATVEC_MAX_M as MAX_M};
 use super::T;
 use crate::pipelines::PipelineKey;
 use crate::tensor::Bind;
@@ -52,16 +52,11 @@ fn key(
     ty: GgmlType,
     n_out: u32,
     extra: &'static str,
-    m: u32,
+    (k, m): (u32, u32),
 ) -> PipelineKey {
-    let mut flags = be.flags(true, ty == GgmlType::F16);
-    if !extra.is_empty() {
-        flags.push(extra);
-    }
-    PipelineKey::new("matvec_fused.wgsl", entry, 2, n_out)
-        .with_type(ty)
-        .with_flags(flags)
-        .with_constant("COLS", cols(m as usize))
+    let key = PipelineKey::new("matvec_fused.wgsl", entry, 2, n_out);
+    let extra: &[&'static str] = if extra.is_empty() { &[] } else { &[extra] };
+    matvec_key(be, key, ty, (k as usize, m as usize), extra)
 }
 
 /// `outs[i] = ws[i] · x` for 2 or 3 packed parts, one dispatch.
@@ -81,7 +76,7 @@ pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result
         ws[0].desc.ty,
         ws.len() as u32,
         if three { "THREE" } else { "" },
-        p[1],
+        (p[0], p[1]),
     );
     let w = Bind::buffer(ws[0]);
     let ins = [w, Bind::whole(x)];
@@ -112,7 +107,7 @@ pub(crate) fn mul_mats_glu(
         Glu::SwiGlu => 2u32,
         Glu::GeGlu => 3,
     };
-    let k = key(be, "glu", wg.desc.ty, 1, "GLU", p[1]).with_constant("OP", code as f64);
+    let k = key(be, "glu", wg.desc.ty, 1, "GLU", (p[0], p[1])).with_constant("OP", code as f64);
     let w = Bind::buffer(wg);
     // Each workgroup reads a gate row and an up row, for every column.
     be.weight_read(wg, (2 * p[3] as usize * p[2] as usize) as u64);

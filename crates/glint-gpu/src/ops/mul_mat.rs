@@ -19,6 +19,35 @@ pub(crate) fn cols(m: usize) -> f64 {
     m.clamp(1, MATVEC_MAX_M).next_power_of_two() as f64
 }
 
+/// A matvec pipeline's key for weights of type `ty`, rows of `k`, `m`
+/// columns: the backend's flags (subgroups; f16 for F16 weights), then,
+/// where x's columns are whole vec4s (k % 4 == 0), `P8`: x read as vec4s,
+/// a lane takes 8 weights a step, paired as the format's bytes hold them
+/// (`quant/pair.wgsl`), and loads 4 steps' weights at once. Then `extra`.
+///
+/// H100 (Vulkan), `kernels --quick`, 4096x4096 m=1, GB/s of weights, main
+/// before pairs -> vec4 x loads alone -> both: Q4_0 311 -> 366 -> 518, Q8_0
+/// 605 -> 759 -> 861, Q6_K 356 -> 376 -> 501, Q4_K 251 -> 296 -> 297;
+/// `glint bench --synthetic llama2-7b:q4_0` tg128 99.4 -> 135.6 t/s, four
+/// sequences 197.7 -> 283.1. Unrolling by 1 or 2 instead of 4, and
+/// `u32_at` without its branch, were within the noise.
+pub(crate) fn matvec_key(
+    be: &GpuBackend,
+    key: PipelineKey,
+    ty: GgmlType,
+    (k, m): (usize, usize),
+    extra: &[&'static str],
+) -> PipelineKey {
+    let mut flags = be.flags(true, ty == GgmlType::F16);
+    if k % 4 == 0 {
+        flags.push("P8");
+    }
+    flags.extend_from_slice(extra);
+    key.with_type(ty)
+        .with_flags(flags)
+        .with_constant("COLS", cols(m))
+}
+
 /// w: [k, n] any weight format; x: [k, m] f32; out: [n, m] f32.
 /// `matvec`: one workgroup per row, every column; `matmul`: 64x64 output
 /// tiles.
@@ -29,12 +58,13 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
     be.check_bindable(op, &[x, out])?;
     let matvec = m <= MATVEC_MAX_M;
     let entry = if matvec { "matvec" } else { "matmul" };
-    let mut key = PipelineKey::new("mul_mat.wgsl", entry, 2, 1)
-        .with_type(w.desc.ty)
-        .with_flags(be.flags(matvec, w.desc.ty == GgmlType::F16));
-    if matvec {
-        key = key.with_constant("COLS", cols(m));
-    }
+    let key = PipelineKey::new("mul_mat.wgsl", entry, 2, 1);
+    let key = if matvec {
+        matvec_key(be, key, w.desc.ty, (k, m), &[])
+    } else {
+        key.with_type(w.desc.ty)
+            .with_flags(be.flags(false, w.desc.ty == GgmlType::F16))
+    };
     for win in be.windows(op, w)? {
         let n_wg = if matvec {
             win.n_rows
@@ -78,12 +108,8 @@ pub(crate) fn mul_mat_add(be: &GpuBackend, w: &T, x: &T, res: &T, out: &T) -> Re
         return Ok(false);
     }
     be.check_bindable(op, &[x, res, out])?;
-    let mut flags = be.flags(true, w.desc.ty == GgmlType::F16);
-    flags.push("ADD");
-    let key = PipelineKey::new("mul_mat.wgsl", "matvec", 3, 1)
-        .with_type(w.desc.ty)
-        .with_flags(flags)
-        .with_constant("COLS", cols(m));
+    let key = PipelineKey::new("mul_mat.wgsl", "matvec", 3, 1);
+    let key = matvec_key(be, key, w.desc.ty, (k, m), &["ADD"]);
     let win = &wins[0];
     let params = [
         k as u32,
