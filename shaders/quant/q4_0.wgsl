@@ -11,13 +11,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return d * (nib4(w, (j / 16u) * 4u) - vec4<f32>(8.0));
 }
 
-// Pair g: 4 quant bytes of block g / 4, both nibbles: elements 4t .. 4t + 3
-// and 16 + 4t .. 19 + 4t of the block (t = g % 4).
-const PAIR_GAP: u32 = 16u;
-
-fn pair_at(g: u32) -> u32 {
-    return (g / 4u) * BLOCK_SIZE + (g % 4u) * 4u;
-}
+// Pair g: 4 quant bytes of block g / 4, both nibbles.
+#include "quant/pair_nibbles.wgsl"
 
 fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let b = row_byte + (g / 4u) * TYPE_SIZE;

@@ -54,6 +54,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "quant/common.wgsl",
     "quant/block.wgsl",
     "quant/pair.wgsl",
+    "quant/pair_nibbles.wgsl",
     "quant/f32.wgsl",
     "quant/f16.wgsl",
     "quant/bf16.wgsl",
@@ -382,9 +383,9 @@ mod tests {
             }
             n += 1;
         }
-        // Every quant/ file but the three of shared helpers belongs to a row.
+        // Every quant/ file but the four of shared helpers belongs to a row.
         let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
-        assert_eq!(files.count(), n + 3);
+        assert_eq!(files.count(), n + 4);
         assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }
