@@ -62,3 +62,25 @@ fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
     let m = (q >> 4u) | ((byte_at(s + j) >> 6u) << 4u);
     return vec2<f32>(f32(sc), f32(m));
 }
+
+// Q4_K/Q5_K: the scales (x, y) and mins (z, w) of sub-blocks 2h and 2h + 1
+// (h < 4) from the 12 packed bytes at byte s (s % 2 == 0), as scale_min_k4
+// gives them, read as three words and picked apart with the same
+// instructions for every h (no branch on h: lanes of one warp take
+// different h).
+fn scale_min_k4_pair(s: u32, h: u32) -> vec4<f32> {
+    let q0 = u32_at(s);       // q[0..4]
+    let q1 = u32_at(s + 4u);  // q[4..8]
+    let q2 = u32_at(s + 8u);  // q[8..12]
+    // Byte j' of each word: sub-block j = j' (h < 2) or 4 + j' (h >= 2).
+    let hi = h >= 2u;
+    let sc = select(q0 & 0x3f3f3f3fu, (q2 & 0x0f0f0f0fu) | ((q0 >> 2u) & 0x30303030u), hi);
+    let mn = select(q1 & 0x3f3f3f3fu, ((q2 >> 4u) & 0x0f0f0f0fu) | ((q1 >> 2u) & 0x30303030u), hi);
+    let sh = 16u * (h % 2u);
+    return vec4<f32>(
+        f32((sc >> sh) & 0xffu),
+        f32((sc >> (sh + 8u)) & 0xffu),
+        f32((mn >> sh) & 0xffu),
+        f32((mn >> (sh + 8u)) & 0xffu),
+    );
+}

@@ -18,27 +18,18 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
 }
 
-// Pair g: 4 quant bytes qs[32h + l .. + 3] of super-block g / 32 (t = g % 32,
-// h = t / 8, l = 4 (t % 8)), both nibbles: elements 64h + l .. + 3 (sub-block
-// 2h) and 64h + 32 + l .. + 3 (sub-block 2h + 1).
-const PAIR_GAP: u32 = 32u;
-
-fn pair_at(g: u32) -> u32 {
-    let t = g % 32u;
-    return (g / 32u) * BLOCK_SIZE + 64u * (t / 8u) + 4u * (t % 8u);
-}
+// Pair g: 4 quant bytes of a super-block, both nibbles.
+#include "quant/pair_k_nibbles.wgsl"
 
 fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let b = row_byte + (g / 32u) * TYPE_SIZE;
     let t = g % 32u;
     let h = t / 8u;
-    let d = f16_at(b);
-    let dmin = f16_at(b + 2u);
-    let s0 = scale_min_k4(b + 4u, 2u * h);
-    let s1 = scale_min_k4(b + 4u, 2u * h + 1u);
+    let dm = unpack2x16float(u32_at(b)); // d, dmin
+    let sm = scale_min_k4_pair(b + 4u, h);
     let w = u32_at(b + 16u + 32u * h + 4u * (t % 8u));
     return array<vec4<f32>, 2>(
-        (d * s0.x) * field4(w, 0u, 0xfu) - vec4<f32>(dmin * s0.y),
-        (d * s1.x) * field4(w, 4u, 0xfu) - vec4<f32>(dmin * s1.y),
+        (dm.x * sm.x) * field4(w, 0u, 0xfu) - vec4<f32>(dm.y * sm.z),
+        (dm.x * sm.y) * field4(w, 4u, 0xfu) - vec4<f32>(dm.y * sm.w),
     );
 }

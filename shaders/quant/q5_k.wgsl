@@ -20,4 +20,23 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
 }
 
-#include "quant/pair.wgsl"
+// Pair g: 4 quant bytes of a super-block, both nibbles (as Q4_K), and their
+// 5th bits: bits 2h and 2h + 1 of qh[l .. l + 4].
+#include "quant/pair_k_nibbles.wgsl"
+
+fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
+    let b = row_byte + (g / 32u) * TYPE_SIZE;
+    let t = g % 32u;
+    let h = t / 8u;
+    let l = 4u * (t % 8u);
+    let dm = unpack2x16float(u32_at(b)); // d, dmin
+    let sm = scale_min_k4_pair(b + 4u, h);
+    let wh = u32_at(b + 16u + l);
+    let wl = u32_at(b + 48u + 32u * h + l);
+    let q0 = field4(wl, 0u, 0xfu) + 16.0 * field4(wh, 2u * h, 1u);
+    let q1 = field4(wl, 4u, 0xfu) + 16.0 * field4(wh, 2u * h + 1u, 1u);
+    return array<vec4<f32>, 2>(
+        (dm.x * sm.x) * q0 - vec4<f32>(dm.y * sm.z),
+        (dm.x * sm.y) * q1 - vec4<f32>(dm.y * sm.w),
+    );
+}

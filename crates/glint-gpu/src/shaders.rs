@@ -55,6 +55,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "quant/block.wgsl",
     "quant/pair.wgsl",
     "quant/pair_nibbles.wgsl",
+    "quant/pair_k_nibbles.wgsl",
     "quant/f32.wgsl",
     "quant/f16.wgsl",
     "quant/bf16.wgsl",
@@ -383,9 +384,9 @@ mod tests {
             }
             n += 1;
         }
-        // Every quant/ file but the four of shared helpers belongs to a row.
+        // Every quant/ file but the five of shared helpers belongs to a row.
         let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
-        assert_eq!(files.count(), n + 4);
+        assert_eq!(files.count(), n + 5);
         assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }
