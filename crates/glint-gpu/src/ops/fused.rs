@@ -51,11 +51,10 @@ fn key(
     entry: &'static str,
     ty: GgmlType,
     n_out: u32,
-    extra: &'static str,
+    extra: &[&'static str],
     (k, m): (u32, u32),
 ) -> PipelineKey {
     let key = PipelineKey::new("matvec_fused.wgsl", entry, 2, n_out);
-    let extra: &[&'static str] = if extra.is_empty() { &[] } else { &[extra] };
     matvec_key(be, key, ty, (k as usize, m as usize), extra)
 }
 
@@ -75,7 +74,7 @@ pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result
         "multi",
         ws[0].desc.ty,
         ws.len() as u32,
-        if three { "THREE" } else { "" },
+        if three { &["THREE"] } else { &[] },
         (p[0], p[1]),
     );
     let w = Bind::buffer(ws[0]);
@@ -107,7 +106,7 @@ pub(crate) fn mul_mats_glu(
         Glu::SwiGlu => 2u32,
         Glu::GeGlu => 3,
     };
-    let k = key(be, "glu", wg.desc.ty, 1, "GLU", (p[0], p[1])).with_constant("OP", code as f64);
+    let k = key(be, "glu", wg.desc.ty, 1, &["GLU"], (p[0], p[1])).with_constant("OP", code as f64);
     let w = Bind::buffer(wg);
     // Each workgroup reads a gate row and an up row, for every column.
     be.weight_read(wg, (2 * p[3] as usize * p[2] as usize) as u64);
