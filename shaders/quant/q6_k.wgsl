@@ -37,8 +37,8 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let j = 4u * (t % 16u);
     let i = 128u * h + j;
     let d = f16_at(b + 208u);
-    let sc0 = f32(bitcast<i32>(byte_at(b + 192u + i / 16u) << 24u) >> 24u);
-    let sc1 = f32(bitcast<i32>(byte_at(b + 196u + i / 16u) << 24u) >> 24u);
+    let sc0 = i8_of(byte_at(b + 192u + i / 16u), 0u);
+    let sc1 = i8_of(byte_at(b + 196u + i / 16u), 0u);
     let wl = u32_at(b + 64u * h + j);
     let wh = u32_at(b + 128u + 32u * h + j % 32u);
     let sh = 2u * (j / 32u);
