@@ -198,8 +198,13 @@ fn main(inv: Inv, ln: Lane) {
                 }
             }
 #else
-            for (var d = 0u; d < hd; d++) {
-                s += qs[d] * kv_at(false, kb + d);
+            // A masked cell's logit is -inf whatever the dot: its K row is
+            // not read (the span is padded past the used cells and holds
+            // other sequences' cells).
+            if (bias > NEG_INF) {
+                for (var d = 0u; d < hd; d++) {
+                    s += qs[d] * kv_at(false, kb + d);
+                }
             }
 #endif
             if (p.softcap > 0.0) {

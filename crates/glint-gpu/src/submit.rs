@@ -9,6 +9,8 @@
 //! dynamic offset; bind groups come from a cache keyed by their buffers;
 //! pipelines are compiled once. The readback buffer is persistent.
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use glint_backend::{BackendError, Result};
 
 use crate::counters::Work;
@@ -245,6 +247,7 @@ impl GpuBackend {
         }
         Work::add(&self.work.queue_writes, 1);
         Work::add(&self.work.queue_write_bytes, data.len() as u64);
+        t.finite.store(finite_f32(t, offset, data), Relaxed);
         let start4 = offset / 4 * 4;
         let end4 = end.div_ceil(4) * 4;
         // t.offset: where t starts in its buffer (a packed weight's part).
@@ -351,4 +354,16 @@ fn in_range(op: &'static str, t: &GpuTensor, offset: usize, len: usize) -> Resul
         });
     }
     Ok(end)
+}
+
+/// [`GpuTensor::finite`] after `data` lands at byte `offset` of `t`: the
+/// f32 entries above -inf when `data` is all of an f32 tensor, else
+/// unknown. One pass over bytes the queue copies anyway.
+fn finite_f32(t: &GpuTensor, offset: usize, data: &[u8]) -> u64 {
+    if t.desc.ty != glint_backend::GgmlType::F32 || offset != 0 || data.len() != t.desc.n_bytes() {
+        return crate::tensor::UNKNOWN;
+    }
+    data.chunks_exact(4)
+        .filter(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) > f32::NEG_INFINITY)
+        .count() as u64
 }

@@ -1,7 +1,7 @@
 //! Buffers and tensors: a [`GpuTensor`] is a storage buffer (size padded to
 //! 4 bytes) and its shape; big ones are bound as windows of whole rows.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use glint_backend::{BackendError, GgmlType, Result, SharedBytes, Tensor, TensorDesc, Usage};
@@ -23,7 +23,15 @@ pub struct GpuTensor {
     pub(crate) size: u64,
     /// Whether this handle owns the buffer for the memory report (views don't).
     counted: bool,
+    /// Of an f32 tensor written whole through this handle: its entries
+    /// above -inf ([`UNKNOWN`] before that or after a partial write). For
+    /// a mask, the (query, cell) pairs attention reads K for: the work
+    /// counters' model, not used by any kernel.
+    pub(crate) finite: AtomicU64,
 }
+
+/// [`GpuTensor::finite`] not known.
+pub(crate) const UNKNOWN: u64 = u64::MAX;
 
 impl Tensor for GpuTensor {
     fn desc(&self) -> &TensorDesc {
@@ -308,6 +316,7 @@ impl GpuBackend {
             offset: 0,
             size,
             counted: true,
+            finite: AtomicU64::new(UNKNOWN),
         })
     }
 
@@ -376,6 +385,7 @@ impl GpuBackend {
                 offset: offsets[i],
                 size: sizes[i],
                 counted: false,
+                finite: AtomicU64::new(UNKNOWN),
             };
             self.write_bytes(&t, 0, b.bytes())?;
             out.push(t);
@@ -400,6 +410,7 @@ impl GpuBackend {
             counters: Arc::clone(&t.counters),
             binds: Arc::clone(&t.binds),
             counted: false,
+            finite: AtomicU64::new(UNKNOWN),
         })
     }
 }

@@ -102,7 +102,7 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
         .with_constant("KV_F16", f16 as u32 as f64)
         .with_constant("KV_Q", kv_q as f64)
         .with_flags(be.flags(true, f16));
-    be.kv_read(&qkvm, &[], p, m);
+    be.kv_read(&qkvm, None, p, m);
     launch_split(be, ("attention", key), &qkvm, out, p, m)
 }
 
@@ -126,23 +126,33 @@ pub(crate) fn attention_window(
         .with_flags(flags);
     let [q, k, v, mask] = qkvm;
     let [q2, k2, mf] = far;
-    be.kv_read(&qkvm, &[k2], p, m);
+    be.kv_read(&qkvm, Some([k2, mf]), p, m);
     let ins = [q, k, v, mask, q2, k2, mf];
     launch_split(be, ("attention_window", key), &ins, out, p, m)
 }
 
 impl GpuBackend {
     /// Counts the K/V bytes an attention dispatch reads: each of its `m *
-    /// n_head` workgroups reads its KV head's part of the `n_kv` rows of
-    /// K, V and each of `more` (the grouped K).
-    fn kv_read(&self, [_, k, v, _]: &[&T; 4], more: &[&T], p: &AttnParams, m: usize) {
-        let per_row: usize = [k, v]
-            .into_iter()
-            .chain(more.iter())
-            .map(|t| t.desc.row_bytes() / p.n_head_kv.max(1))
-            .sum();
-        let bytes = m * p.n_head * p.n_kv * per_row;
-        crate::counters::Work::add(&self.work.kv_bytes_read, bytes as u64);
+    /// n_head` workgroups reads its KV head's part of the K row (or of
+    /// `far`'s grouped K row, [`attention_window`]) and of the V row of
+    /// each cell its mask lets through: the kernel skips masked cells,
+    /// whose logit is -inf whatever the dot. The let-through cells are
+    /// counted when the mask is written ([`GpuTensor::finite`]); a mask
+    /// not written whole from the host counts every cell of the span. With
+    /// two windows, a cell both masks let through (the model never makes
+    /// one) is counted twice.
+    fn kv_read(&self, [_, k, v, mask]: &[&T; 4], far: Option<[&T; 2]>, p: &AttnParams, m: usize) {
+        let head_bytes = |t: &T| (t.desc.row_bytes() / p.n_head_kv.max(1)) as u64;
+        let cells = |mask: &T| match mask.finite.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::tensor::UNKNOWN => (m * p.n_kv) as u64,
+            n => n,
+        };
+        let near = cells(mask);
+        let mut bytes = near * (head_bytes(k) + head_bytes(v));
+        if let Some([k2, mask_far]) = far {
+            bytes += cells(mask_far) * (head_bytes(k2) + head_bytes(v));
+        }
+        crate::counters::Work::add(&self.work.kv_bytes_read, p.n_head as u64 * bytes);
     }
 }
 
