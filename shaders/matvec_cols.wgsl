@@ -5,7 +5,7 @@
 // them with every column, so a decode step of m sequences reads each weight
 // row once, not m times. Column c's sum is the same sequence of operations
 // whatever m is.
-// The including shader declares `p` (fields k, m), x ([k, m] f32: as
+// The including shader declares `p` (fields k, m; eps with NORM), x ([k, m] f32: as
 // `array<vec4<f32>>` with P8, else `array<f32>`), `const WG`, and includes
 // TYPE_FILE (dequant4, dequant1, and its pairing: PAIR_GAP, pair_at,
 // dequant_pair) and reduce.wgsl before this file.
@@ -18,6 +18,21 @@
 
 // Columns one dispatch takes: ops/mul_mat.rs's MATVEC_MAX_M.
 const MAX_COLS: u32 = 8u;
+
+// Flag NORM: the matvec of RMSNorm(x) * nw (the including shader binds
+// `nw`, the norm's weights, typed as x, and has `p.eps`). Each lane dots
+// its weights with x * nw and sums the squares of the x it reads, so the
+// workgroup has column c's sum of squares when it has the dot, and the
+// total is scaled by rms_norm.wgsl's 1 / sqrt(mean + eps): no norm kernel,
+// no normed copy of x.
+#ifdef NORM
+var<private> ssq: array<f32, MAX_COLS>;
+
+// 1 / RMS of x's column c, from every lane's ssq[c] (after partials).
+fn inv_rms(ln: Lane, c: u32) -> f32 {
+    return 1.0 / sqrt(wg_sum(ln, ssq[c]) / f32(p.k) + p.eps);
+}
+#endif
 
 // The pipeline's column bound: m rounded up to 1, 2, 4 or 8 (set by the
 // launcher), so every loop over columns has a constant trip count once the
@@ -36,9 +51,21 @@ fn x4(c: u32, e: u32) -> vec4<f32> {
 // How many pairs (groups of 8) a lane loads before it uses them.
 const UNROLL: u32 = 4u;
 
+// w . elements e..e+3 of column c (e % 4 == 0); NORM: of x * nw, the
+// squares of x summed into ssq[c].
+fn dot4(w: vec4<f32>, c: u32, e: u32) -> f32 {
+    let a = x4(c, e);
+#ifdef NORM
+    ssq[c] += dot(a, a);
+    return dot(w, a * nw[e >> 2u]);
+#else
+    return dot(w, a);
+#endif
+}
+
 // This lane's share of column c's sum for the 8 weights `w` of pair g.
 fn pair_dot(w: array<vec4<f32>, 2>, c: u32, e: u32) -> f32 {
-    return dot(w[0], x4(c, e)) + dot(w[1], x4(c, e + PAIR_GAP));
+    return dot4(w[0], c, e) + dot4(w[1], c, e + PAIR_GAP);
 }
 
 // A pair of groups of 4 a lane a step (the format's dequant_pair: for Q4_0,
@@ -47,6 +74,9 @@ fn pair_dot(w: array<vec4<f32>, 2>, c: u32, e: u32) -> f32 {
 // they are used.
 fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
     var s: array<f32, MAX_COLS>;
+#ifdef NORM
+    ssq = array<f32, MAX_COLS>();
+#endif
     let k8 = p.k / 8u;
     var g = lid;
     for (; g + (UNROLL - 1u) * WG < k8; g += UNROLL * WG) {
@@ -78,23 +108,49 @@ fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
         let w = dequant4(rb, e);
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {
-                s[c] += dot(w, x4(c, e));
+                s[c] += dot4(w, c, e);
             }
         }
     }
     return s;
 }
 #else
+// w . elements e..e+3 of column c, x read a float at a time; NORM as in
+// the P8 dot4.
+fn dot4(w: vec4<f32>, c: u32, e: u32) -> f32 {
+    let xb = c * p.k + e;
+    let a = vec4<f32>(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]);
+#ifdef NORM
+    ssq[c] += dot(a, a);
+    return dot(w, a * vec4<f32>(nw[e], nw[e + 1u], nw[e + 2u], nw[e + 3u]));
+#else
+    return dot(w, a);
+#endif
+}
+
+// w times element e of column c (NORM: of x * nw).
+fn dot1(w: f32, c: u32, e: u32) -> f32 {
+    let a = x[c * p.k + e];
+#ifdef NORM
+    ssq[c] += a * a;
+    return w * (a * nw[e]);
+#else
+    return w * a;
+#endif
+}
+
 fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
     var s: array<f32, MAX_COLS>;
+#ifdef NORM
+    ssq = array<f32, MAX_COLS>();
+#endif
     let k4 = p.k / 4u;
     for (var q = lid; q < k4; q += WG) {
         let e = q * 4u;
         let w = dequant4(rb, e);
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {
-                let xb = c * p.k + e;
-                s[c] += dot(w, vec4<f32>(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]));
+                s[c] += dot4(w, c, e);
             }
         }
     }
@@ -102,7 +158,7 @@ fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
         let w = dequant1(rb, e);
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {
-                s[c] += w * x[c * p.k + e];
+                s[c] += dot1(w, c, e);
             }
         }
     }

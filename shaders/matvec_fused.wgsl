@@ -7,6 +7,8 @@
 //   0 W:      the packed buffer, bound whole, parts of type TYPE (raw bytes
 //             as u32 words; SHADER_F16: array<f16>)
 //   1 x:      [k, m] f32
+//   (NORM) nw: [k] f32, typed as x: the matvecs of RMSNorm(x) * nw
+//             (matvec_cols.wgsl)
 //   then (default) out0 [n0, m], out1 [n1, m], with THREE out2 [n2, m]:
 //             entry `multi`, out_i = W_i . x;
 //   or (GLU) out [n0, m]: entry `glu`, out = act(W_0 . x) * (W_1 . x) with
@@ -32,6 +34,9 @@ struct Params {
     wb0: u32, // byte offset of part 0 in W
     wb1: u32,
     wb2: u32,
+#ifdef NORM
+    eps: f32,
+#endif
 }
 
 #ifdef SHADER_F16
@@ -44,6 +49,26 @@ struct Params {
 #else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 #endif
+#ifdef NORM
+#ifdef P8
+@group(0) @binding(2) var<storage, read> nw: array<vec4<f32>>;
+#else
+@group(0) @binding(2) var<storage, read> nw: array<f32>;
+#endif
+#ifdef GLU
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+#else
+@group(0) @binding(3) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out1: array<f32>;
+#ifdef THREE
+@group(0) @binding(5) var<storage, read_write> out2: array<f32>;
+@group(0) @binding(6) var<uniform> p: Params;
+#else
+@group(0) @binding(5) var<uniform> p: Params;
+#endif
+#endif
+#else
 #ifdef GLU
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
@@ -55,6 +80,7 @@ struct Params {
 @group(0) @binding(5) var<uniform> p: Params;
 #else
 @group(0) @binding(4) var<uniform> p: Params;
+#endif
 #endif
 #endif
 
@@ -73,8 +99,14 @@ fn glu(inv: Inv, ln: Lane) {
     let su = partials(inv.lid.x, p.wb1 + r * p.row_bytes);
     for (var c = 0u; c < COLS; c++) {
         if (c < p.m) {
-            let gate = wg_sum(ln, sg[c]);
-            let up = wg_sum(ln, su[c]);
+            var gate = wg_sum(ln, sg[c]);
+            var up = wg_sum(ln, su[c]);
+#ifdef NORM
+            // ssq: from su's partials, the squares sg's summed too.
+            let ir = inv_rms(ln, c);
+            gate *= ir;
+            up *= ir;
+#endif
             if (inv.lid.x == 0u) {
                 var a: f32;
                 if (OP == 2u) {
@@ -110,7 +142,10 @@ fn multi(inv: Inv, ln: Lane) {
     let s = partials(inv.lid.x, wb + r * p.row_bytes);
     for (var c = 0u; c < COLS; c++) {
         if (c < p.m) {
-            let total = wg_sum(ln, s[c]);
+            var total = wg_sum(ln, s[c]);
+#ifdef NORM
+            total *= inv_rms(ln, c);
+#endif
             if (inv.lid.x == 0u) {
                 if (part == 0u) {
                     out0[c * p.n0 + r] = total;

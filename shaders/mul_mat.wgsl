@@ -15,6 +15,8 @@
 // P8 (matvec only): x as vec4s, 8 weights a lane a step (matvec_cols.wgsl).
 // ADD (matvec only): a binding `res` ([n, m] f32) after x, added in the
 // epilogue: out = res + W . x (mul_mat_add), the bits of matvec then add.
+// NORM (matvec only): a binding `nw` ([k] f32, typed as x) after x, and
+// out = W . (RMSNorm(x) * nw), the norm folded in (matvec_cols.wgsl).
 #include "index.wgsl"
 #include "TYPE_FILE"
 #include "reduce.wgsl"
@@ -26,6 +28,9 @@ struct Params {
     row0: u32,
     n_local: u32,
     row_bytes: u32,
+#ifdef NORM
+    eps: f32,
+#endif
 }
 
 #ifdef SHADER_F16
@@ -38,6 +43,21 @@ struct Params {
 #else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 #endif
+#ifdef NORM
+#ifdef P8
+@group(0) @binding(2) var<storage, read> nw: array<vec4<f32>>;
+#else
+@group(0) @binding(2) var<storage, read> nw: array<f32>;
+#endif
+#ifdef ADD
+@group(0) @binding(3) var<storage, read> res: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
+#else
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+#endif
+#else
 #ifdef ADD
 @group(0) @binding(2) var<storage, read> res: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
@@ -45,6 +65,7 @@ struct Params {
 #else
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
+#endif
 #endif
 
 const WG: u32 = 64u; // matvec
@@ -60,7 +81,10 @@ fn matvec(inv: Inv, ln: Lane) {
     let s = partials(inv.lid.x, r * p.row_bytes);
     for (var c = 0u; c < COLS; c++) {
         if (c < p.m) {
-            let total = wg_sum(ln, s[c]);
+            var total = wg_sum(ln, s[c]);
+#ifdef NORM
+            total *= inv_rms(ln, c);
+#endif
             if (inv.lid.x == 0u) {
                 let o = c * p.n + p.row0 + r;
 #ifdef ADD

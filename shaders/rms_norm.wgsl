@@ -5,6 +5,8 @@
 // Bindings, in order:
 //   0 x:      [n, m] f32
 //   1 w:      [n] f32 (x again when there is no weight; has_w = 0)
+//   (ADD) res: [n, m] f32, added to the normed row: out = res + norm(x) * w,
+//             the bits of rms_norm then add (a post-norm's residual)
 //   2 out:    [n, m] f32
 //   3 params: uniform Params
 struct Params {
@@ -16,8 +18,14 @@ struct Params {
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
+#ifdef ADD
+@group(0) @binding(2) var<storage, read> res: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+#else
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
+#endif
 
 const WG: u32 = 256u;
 
@@ -39,6 +47,10 @@ fn main(inv: Inv, ln: Lane) {
         if (p.has_w != 0u) {
             v *= w[i];
         }
+#ifdef ADD
+        out[base + i] = res[base + i] + v;
+#else
         out[base + i] = v;
+#endif
     }
 }

@@ -293,6 +293,43 @@ pub trait Backend: Send + Sync {
         self.glu(op, gate, up, out)
     }
 
+    /// A block's input projections of its normed input: `rms_norm(x) *
+    /// norm.0` (eps `norm.1`) into `h`, then [`mul_mats`](Backend::mul_mats)
+    /// of `ws` over `h` (the default). wgpu folds the norm into a decode
+    /// step's matvecs: each workgroup sums the squares of the x it reads
+    /// anyway, and no norm kernel runs. `x`, `h`: F32 `[k, m]`; `norm.0`:
+    /// F32 `[k]`; `h`'s contents are unspecified after the call.
+    fn norm_mul_mats(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Tensor, f32),
+        h: &Self::Tensor,
+        ws: &[&Self::Tensor],
+        outs: &[&Self::Tensor],
+    ) -> Result<()> {
+        self.rms_norm(x, Some(norm.0), norm.1, h)?;
+        self.mul_mats(ws, h, outs)
+    }
+
+    /// [`mul_mats_glu`](Backend::mul_mats_glu) of `rms_norm(x) * norm.0`,
+    /// as [`norm_mul_mats`](Backend::norm_mul_mats) is `mul_mats` of it:
+    /// a gated FFN's first half from its block input. `gate`, `up`, `h`:
+    /// unspecified after the call.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_mul_mats_glu(
+        &self,
+        op: Glu,
+        x: &Self::Tensor,
+        norm: (&Self::Tensor, f32),
+        h: &Self::Tensor,
+        [wg, wu]: [&Self::Tensor; 2],
+        [gate, up]: [&Self::Tensor; 2],
+        out: &Self::Tensor,
+    ) -> Result<()> {
+        self.rms_norm(x, Some(norm.0), norm.1, h)?;
+        self.mul_mats_glu(op, wg, wu, h, gate, up, out)
+    }
+
     /// A layer's queries rotated into `qr`, its keys rotated and stored with
     /// its values in the cache: [`rope`](Backend::rope)`(q) -> qr`,
     /// `rope(k) -> kr`, then [`set_rows`](Backend::set_rows) of `kr` (as
@@ -333,6 +370,24 @@ pub trait Backend: Send + Sync {
         out: &Self::Tensor,
     ) -> Result<()> {
         self.mul_mat(w, x, tmp)?;
+        self.add(res, tmp, out)
+    }
+
+    /// A post-norm's residual: `out = res + rms_norm(x) * norm.0` (eps
+    /// `norm.1`), as [`rms_norm`](Backend::rms_norm) into `tmp` then
+    /// [`add`](Backend::add)`(res, tmp, out)` (the default). wgpu adds
+    /// `res` in the norm's own pass (the same operations, so the same
+    /// bits). `x`, `res`, `tmp`, `out`: F32 `[n, m]`; `norm.0`: F32 `[n]`;
+    /// `tmp`'s contents are unspecified after the call.
+    fn norm_add(
+        &self,
+        x: &Self::Tensor,
+        norm: (&Self::Tensor, f32),
+        res: &Self::Tensor,
+        tmp: &Self::Tensor,
+        out: &Self::Tensor,
+    ) -> Result<()> {
+        self.rms_norm(x, Some(norm.0), norm.1, tmp)?;
         self.add(res, tmp, out)
     }
 

@@ -145,6 +145,14 @@ impl GpuBackend {
         self.ctx.features
     }
 
+    /// Whether [`Backend::norm_mul_mats`] folds the norm into its matvecs:
+    /// a decode-sized `x` (at most [`ops::MATVEC_MAX_M`] columns), after
+    /// the norm's own checks (`h` is where it would go otherwise).
+    fn folds_norm(&self, x: &GpuTensor, (nw, _): (&GpuTensor, f32), h: &GpuTensor) -> Result<bool> {
+        glint_backend::check::rms_norm(x, Some(nw), h)?;
+        Ok(x.desc.n_rows() <= ops::MATVEC_MAX_M)
+    }
+
     /// Which optional features the kernels use: every one the device got.
     pub fn features_used(&self) -> FeaturesUsed {
         FeaturesUsed {
@@ -229,7 +237,7 @@ impl Backend for GpuBackend {
     }
 
     fn mul_mats(&self, ws: &[&GpuTensor], x: &GpuTensor, outs: &[&GpuTensor]) -> Result<()> {
-        if ops::mul_mats(self, ws, x, outs)? {
+        if ops::mul_mats(self, ws, x, None, outs)? {
             return Ok(());
         }
         if ws.len() != outs.len() {
@@ -254,10 +262,59 @@ impl Backend for GpuBackend {
         up: &GpuTensor,
         out: &GpuTensor,
     ) -> Result<()> {
-        if ops::mul_mats_glu(self, op, wg, wu, x, out)? {
+        if ops::mul_mats_glu(self, op, wg, wu, x, None, out)? {
             return Ok(());
         }
         self.mul_mats(&[wg, wu], x, &[gate, up])?;
+        self.glu(op, gate, up, out)
+    }
+
+    fn norm_mul_mats(
+        &self,
+        x: &GpuTensor,
+        norm: (&GpuTensor, f32),
+        h: &GpuTensor,
+        ws: &[&GpuTensor],
+        outs: &[&GpuTensor],
+    ) -> Result<()> {
+        if !self.folds_norm(x, norm, h)? {
+            self.rms_norm(x, Some(norm.0), norm.1, h)?;
+            return self.mul_mats(ws, h, outs);
+        }
+        if ops::mul_mats(self, ws, x, Some(norm), outs)? {
+            return Ok(());
+        }
+        if ws.len() != outs.len() {
+            return Err(BackendError::Shape {
+                op: "norm_mul_mats",
+                detail: format!("{} weights for {} outputs", ws.len(), outs.len()),
+            });
+        }
+        for (w, out) in ws.iter().zip(outs) {
+            ops::mul_mat_normed(self, w, x, Some(norm), out)?;
+        }
+        Ok(())
+    }
+
+    fn norm_mul_mats_glu(
+        &self,
+        op: Glu,
+        x: &GpuTensor,
+        norm: (&GpuTensor, f32),
+        h: &GpuTensor,
+        [wg, wu]: [&GpuTensor; 2],
+        [gate, up]: [&GpuTensor; 2],
+        out: &GpuTensor,
+    ) -> Result<()> {
+        if !self.folds_norm(x, norm, h)? {
+            self.rms_norm(x, Some(norm.0), norm.1, h)?;
+            return self.mul_mats_glu(op, wg, wu, h, gate, up, out);
+        }
+        if ops::mul_mats_glu(self, op, wg, wu, x, Some(norm), out)? {
+            return Ok(());
+        }
+        ops::mul_mat_normed(self, wg, x, Some(norm), gate)?;
+        ops::mul_mat_normed(self, wu, x, Some(norm), up)?;
         self.glu(op, gate, up, out)
     }
 
@@ -303,6 +360,17 @@ impl Backend for GpuBackend {
         out: &GpuTensor,
     ) -> Result<()> {
         ops::rms_norm(self, x, w, eps, out)
+    }
+
+    fn norm_add(
+        &self,
+        x: &GpuTensor,
+        (nw, eps): (&GpuTensor, f32),
+        res: &GpuTensor,
+        _tmp: &GpuTensor,
+        out: &GpuTensor,
+    ) -> Result<()> {
+        ops::rms_norm_add(self, x, nw, eps, res, out)
     }
 
     fn mul_mat_add(

@@ -295,7 +295,7 @@ mod tests {
     /// are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
-        const OWN: [&str; 5] = ["ADD", "GLU", "THREE", "WINDOW", "P8"];
+        const OWN: [&str; 6] = ["ADD", "GLU", "THREE", "WINDOW", "P8", "NORM"];
         let mut seen = std::collections::HashSet::new();
         let mut failed = Vec::new();
         for (path, text) in SOURCES {

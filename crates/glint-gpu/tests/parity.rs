@@ -118,6 +118,30 @@ fn elementwise_norm_softmax_argmax() {
             cpu().rms_norm(&a.1, w.map(|w| &w.1), 1e-6, &o.1).unwrap();
             compare("rms_norm", &o, GgmlType::F32, tol::REDUCTION);
         }
+        // norm_add: one kernel on wgpu, the bits of rms_norm then add on
+        // the same device; the cpu's within the norm's tolerance.
+        let (tmp, o, o1) = (out([n, m, 1, 1]), out([n, m, 1, 1]), out([n, m, 1, 1]));
+        gpu()
+            .norm_add(&a.0, (&bn.0, 1e-6), &b.0, &tmp.0, &o.0)
+            .unwrap();
+        cpu()
+            .norm_add(&a.1, (&bn.1, 1e-6), &b.1, &tmp.1, &o.1)
+            .unwrap();
+        compare("norm_add", &o, GgmlType::F32, tol::REDUCTION);
+        gpu().rms_norm(&a.0, Some(&bn.0), 1e-6, &tmp.0).unwrap();
+        gpu().add(&b.0, &tmp.0, &o1.0).unwrap();
+        let read = |t: &glint_gpu::GpuTensor| -> Vec<u8> {
+            let mut v = vec![0u8; n * m * 4];
+            gpu().read(t, 0, &mut v).unwrap();
+            v
+        };
+        assert!(
+            read(&o.0) == read(&o1.0),
+            "norm_add: not rms_norm then add's bits"
+        );
+        // `res` as the output: refused, as add refuses it.
+        let e = gpu().norm_add(&a.0, (&bn.0, 1e-6), &b.0, &tmp.0, &b.0);
+        assert!(format!("{e:?}").contains("also an input"), "{e:?}");
         let o = out([n, m, 1, 1]);
         gpu().softmax(&a.0, &o.0).unwrap();
         cpu().softmax(&a.1, &o.1).unwrap();
@@ -515,6 +539,9 @@ fn quantized_cache_matches_cpu() {
 /// type, decode-sized m (one dispatch) and a prefill's (the ops one by
 /// one); and the cpu within the matmul tolerance. The packed parts read
 /// back as written, and the packed buffer costs the parts plus alignment.
+/// With an RMSNorm folded in (`norm_mul_mats`, `norm_mul_mats_glu`): the
+/// cpu's norm then matvecs within the same tolerance, and the packed
+/// dispatch the bits of the weights one by one.
 #[test]
 fn packed_weights_and_fused_matvecs() {
     let own = GpuBackend::new(GpuOptions::default()).unwrap();
@@ -640,9 +667,155 @@ fn packed_weights_and_fused_matvecs() {
                         "{what}: not the ops' bits"
                     );
                 }
+                // The norm's code is the same for every format (it scales
+                // x, not the weights): a format of each pairing, at one
+                // column (Q4_0) and at 3, keeps lavapipe's cold pipeline
+                // compiles in bounds.
+                let norm_formats = [
+                    GgmlType::F32,
+                    GgmlType::Q4_0,
+                    GgmlType::Q4_K,
+                    GgmlType::Q6_K,
+                ];
+                if norm_formats.contains(&ty) && (m == 3 || (m == 1 && ty == GgmlType::Q4_0)) {
+                    check_norm_folded(&mut r, ty, m, [&packed, &single], &on_cpu, &glu_pair, t);
+                }
             }
         }
     });
+}
+
+/// `norm_mul_mats` with F32 and F16 rows whose length is not a multiple
+/// of 4: the matvec without pairs (x a float at a time, the last 2
+/// elements one by one), the norm folded in, against the cpu's norm then
+/// matvec.
+#[test]
+fn norm_folded_into_rows_of_odd_length() {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (k, n, m) = (258usize, 20usize, 3usize);
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            let vals = r.vec_scaled(k * n, 1.0);
+            let rb = ty.bytes_for(k as u64).unwrap() as usize;
+            let mut b = vec![0u8; rb * n];
+            for i in 0..n {
+                glint_quant::quantize_row(
+                    ty,
+                    &vals[i * k..(i + 1) * k],
+                    &mut b[i * rb..(i + 1) * rb],
+                )
+                .unwrap();
+            }
+            let w = pair(ty, [k, n, 1, 1], Usage::Weights, Some(&b));
+            let x = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 3.0));
+            let nw = f32p([k, 1, 1, 1], &r.vec_scaled(k, 1.0));
+            let (h, o) = (out([k, m, 1, 1]), out([n, m, 1, 1]));
+            gpu()
+                .norm_mul_mats(&x.0, (&nw.0, 1e-2), &h.0, &[&w.0], &[&o.0])
+                .unwrap();
+            cpu()
+                .norm_mul_mats(&x.1, (&nw.1, 1e-2), &h.1, &[&w.1], &[&o.1])
+                .unwrap();
+            compare(
+                &format!("norm_mul_mats {ty:?} k{k}"),
+                &o,
+                GgmlType::F32,
+                tol::MATMUL_FLOAT,
+            );
+        }
+    });
+}
+
+/// `norm_mul_mats` and `norm_mul_mats_glu` over `m` columns of x (at a
+/// scale the norm undoes, an eps that counts) with the weights of
+/// [`packed_weights_and_fused_matvecs`]: `[packed, single]` and `on_cpu`
+/// (3 parts each), `glu_pair` (parts 1 and 2 packed on their own).
+fn check_norm_folded(
+    r: &mut Rng,
+    ty: GgmlType,
+    m: usize,
+    [packed, single]: [&[glint_gpu::GpuTensor]; 2],
+    on_cpu: &[glint_cpu::CpuTensor],
+    glu_pair: &[glint_gpu::GpuTensor],
+    t: f64,
+) {
+    let d = |i: usize| glint_backend::Tensor::desc(&packed[i]).clone();
+    let (k, eps) = (d(0).ne[0], 1e-2);
+    let x = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 3.0));
+    let nw = f32p([k, 1, 1, 1], &r.vec_scaled(k, 1.0));
+    let h = out([k, m, 1, 1]);
+    let read = |t: &glint_gpu::GpuTensor| -> Vec<f32> {
+        let mut b = vec![0u8; glint_backend::Tensor::desc(t).n_bytes()];
+        gpu().read(t, 0, &mut b).unwrap();
+        bytemuck::cast_slice(&b).to_vec()
+    };
+    for idx in [&[0usize, 1, 2][..], &[0, 1][..]] {
+        let outs: Vec<Pair> = idx.iter().map(|&i| out([d(i).ne[1], m, 1, 1])).collect();
+        let ws: Vec<_> = idx.iter().map(|&i| &packed[i]).collect();
+        let og: Vec<_> = outs.iter().map(|o| &o.0).collect();
+        gpu()
+            .norm_mul_mats(&x.0, (&nw.0, eps), &h.0, &ws, &og)
+            .unwrap();
+        let wc: Vec<_> = idx.iter().map(|&i| &on_cpu[i]).collect();
+        let oc: Vec<_> = outs.iter().map(|o| &o.1).collect();
+        cpu()
+            .norm_mul_mats(&x.1, (&nw.1, eps), &h.1, &wc, &oc)
+            .unwrap();
+        for (j, &i) in idx.iter().enumerate() {
+            let what = format!("norm_mul_mats {ty:?} {} parts m{m} part {i}", idx.len());
+            compare(&what, &outs[j], GgmlType::F32, t);
+            let one = out([d(i).ne[1], m, 1, 1]);
+            gpu()
+                .norm_mul_mats(&x.0, (&nw.0, eps), &h.0, &[&single[i]], &[&one.0])
+                .unwrap();
+            assert!(
+                read(&outs[j].0) == read(&one.0),
+                "{what}: not one by one's bits"
+            );
+        }
+    }
+    {
+        let op = Glu::SwiGlu;
+        let n = d(1).ne[1];
+        let (gate, up, o) = (out([n, m, 1, 1]), out([n, m, 1, 1]), out([n, m, 1, 1]));
+        let what = format!("norm_mul_mats_glu {op:?} {ty:?} m{m}");
+        gpu()
+            .norm_mul_mats_glu(
+                op,
+                &x.0,
+                (&nw.0, eps),
+                &h.0,
+                [&glu_pair[0], &glu_pair[1]],
+                [&gate.0, &up.0],
+                &o.0,
+            )
+            .unwrap();
+        cpu()
+            .norm_mul_mats_glu(
+                op,
+                &x.1,
+                (&nw.1, eps),
+                &h.1,
+                [&on_cpu[1], &on_cpu[2]],
+                [&gate.1, &up.1],
+                &o.1,
+            )
+            .unwrap();
+        compare(&what, &o, GgmlType::F32, t);
+        let o1 = out([n, m, 1, 1]);
+        gpu()
+            .norm_mul_mats_glu(
+                op,
+                &x.0,
+                (&nw.0, eps),
+                &h.0,
+                [&single[1], &single[2]],
+                [&gate.0, &up.0],
+                &o1.0,
+            )
+            .unwrap();
+        assert!(read(&o.0) == read(&o1.0), "{what}: not one by one's bits");
+    }
 }
 
 /// Backend::rope_store on wgpu (one dispatch for F32/F16 caches) against

@@ -757,8 +757,14 @@ impl<B: Backend> Layer<'_, B> {
         let t = self.ub.tokens.len();
         let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
         let (n_q, n_ekv) = (nh * hd, hp.n_embd_kv());
-        b.rms_norm(x, Some(&lw.attn_norm), hp.rms_eps, &f.h)?;
-        b.mul_mats(&[&aw.wq, &aw.wk, &aw.wv], &f.h, &[&f.q, &f.k, &f.v])?;
+        let norm = (&lw.attn_norm, hp.rms_eps);
+        b.norm_mul_mats(
+            x,
+            norm,
+            &f.h,
+            &[&aw.wq, &aw.wk, &aw.wv],
+            &[&f.q, &f.k, &f.v],
+        )?;
         // (q, k, v) after optional biases: [n_q, T], [n_ekv, T], [n_ekv, T].
         let (mut qc, mut kc, mut vc) = (
             view(b, &f.q, &[n_q, t])?,
@@ -870,9 +876,9 @@ impl<B: Backend> Layer<'_, B> {
             view(b, &s.conv_x, &[n, t])?,
             view(b, &s.conv_y, &[n, t])?,
         );
-        b.rms_norm(x, Some(&lw.attn_norm), hp.rms_eps, &f.h)?;
         let [wb, wc, wx] = &cw.in_proj;
-        b.mul_mats(&[wb, wc, wx], &f.h, &[&gb, &gc, &xin])?;
+        let norm = (&lw.attn_norm, hp.rms_eps);
+        b.norm_mul_mats(x, norm, &f.h, &[wb, wc, wx], &[&gb, &gc, &xin])?;
         // bx = b * x_in (into y), conv(bx) into x_in, c * conv into b.
         b.mul(&gb, &xin, &y)?;
         b.short_conv(&y, &cw.conv, &self.conv.state[ci], slots, &xin)?;
@@ -888,22 +894,22 @@ impl<B: Backend> Layer<'_, B> {
         x2: &B::Tensor,
     ) -> Result<(), ModelError> {
         let (b, hp, f) = (self.b, self.hp, &self.bufs);
-        b.rms_norm(x, Some(&lw.ffn_norm), hp.rms_eps, &f.h)?;
-        b.mul_mats_glu(
+        b.norm_mul_mats_glu(
             hp.arch.glu,
-            &lw.ffn_gate,
-            &lw.ffn_up,
+            x,
+            (&lw.ffn_norm, hp.rms_eps),
             &f.h,
-            &f.gate,
-            &f.up,
+            [&lw.ffn_gate, &lw.ffn_up],
+            [&f.gate, &f.up],
             &f.act,
         )?;
         self.residual(&lw.ffn_down, &f.act, lw.post_ffw_norm.as_ref(), x, x2)
     }
 
     /// `x2 = x + o` with `o = w · a` (a block's output projection),
-    /// post-normed first where the architecture has that norm (Gemma 3);
-    /// without it, one `mul_mat_add` (fused on wgpu).
+    /// post-normed first where the architecture has that norm (Gemma 3:
+    /// `mul_mat`, then `norm_add`, one kernel on wgpu); without it, one
+    /// `mul_mat_add` (fused on wgpu).
     fn residual(
         &self,
         w: &B::Tensor,
@@ -916,8 +922,7 @@ impl<B: Backend> Layer<'_, B> {
         match post_norm {
             Some(n) => {
                 b.mul_mat(w, a, &f.o)?;
-                b.rms_norm(&f.o, Some(n), self.hp.rms_eps, &f.o2)?;
-                b.add(x, &f.o2, x2)?;
+                b.norm_add(&f.o, (n, self.hp.rms_eps), x, &f.o2, x2)?;
             }
             None => b.mul_mat_add(w, a, x, &f.o, x2)?,
         }

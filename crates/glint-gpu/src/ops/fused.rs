@@ -8,16 +8,17 @@
 use glint_backend::{check, GgmlType, Glu, Result};
 
 // Columns a fused matvec takes: `mul_mat`'s matvec range.
-use super::mul_mat::{matvec_key, MATVEC_MAX_M as MAX_M};
-use super::T;
+use super::mul_mat::{matvec_key, Norm, MATVEC_MAX_M as MAX_M};
+use super::{f32_bits, T};
 use crate::pipelines::PipelineKey;
 use crate::tensor::Bind;
 use crate::GpuBackend;
 
 /// What the kernel needs of packed parts `ws` over `x`: params (k, m,
-/// row_bytes, n0..n2, wb0..wb2); `None` when they do not qualify. One
-/// workgroup per row of the parts takes every column.
-fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 9]>> {
+/// row_bytes, n0..n2, wb0..wb2, and the norm's eps: passed with a norm
+/// only); `None` when they do not qualify. One workgroup per row of the
+/// parts takes every column.
+fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 10]>> {
     if ws.is_empty() || ws.len() > 3 || ws.len() != outs.len() {
         return Ok(None);
     }
@@ -35,7 +36,7 @@ fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 9
     if !same || m > MAX_M || size > be.max_binding() || size >= 1 << 31 {
         return Ok(None);
     }
-    let mut p = [0u32; 9];
+    let mut p = [0u32; 10];
     p[0] = w0.desc.ne[0] as u32;
     p[1] = m as u32;
     p[2] = w0.desc.row_bytes() as u32;
@@ -46,56 +47,76 @@ fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 9
     Ok(Some(p))
 }
 
-fn key(
+/// The pipeline (with `flag`: the entry's variant, GLU or THREE), its
+/// inputs (the packed buffer, x, and with a norm its weights) and its
+/// params (eps after the plan's 9 with a norm).
+#[allow(clippy::too_many_arguments)]
+fn key<'a>(
     be: &GpuBackend,
     entry: &'static str,
     ty: GgmlType,
     n_out: u32,
-    extra: &[&'static str],
-    (k, m): (u32, u32),
-) -> PipelineKey {
-    let key = PipelineKey::new("matvec_fused.wgsl", entry, 2, n_out);
-    matvec_key(be, key, ty, (k as usize, m as usize), extra)
+    flag: Option<&'static str>,
+    (w, x, norm): (&'a T, &'a T, Norm<'a>),
+    p: &'a mut [u32; 10],
+) -> (PipelineKey, Vec<Bind<'a>>, &'a [u32]) {
+    let mut extra = Vec::with_capacity(2);
+    extra.extend(flag);
+    extra.extend(norm.is_some().then_some("NORM"));
+    let mut ins = vec![Bind::buffer(w), Bind::whole(x)];
+    let mut n = 9;
+    if let Some((nw, eps)) = norm {
+        ins.push(Bind::whole(nw));
+        p[9] = f32_bits(eps);
+        n = 10;
+    }
+    let key = PipelineKey::new("matvec_fused.wgsl", entry, ins.len() as u32, n_out);
+    let key = matvec_key(be, key, ty, (p[0] as usize, p[1] as usize), &extra);
+    (key, ins, &p[..n])
 }
 
-/// `outs[i] = ws[i] · x` for 2 or 3 packed parts, one dispatch.
-pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<bool> {
+/// `outs[i] = ws[i] · x` for 2 or 3 packed parts, one dispatch; with
+/// `norm`, of `rms_norm(x) * norm.0` (the caller checks its shape).
+pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, norm: Norm, outs: &[&T]) -> Result<bool> {
     if ws.len() < 2 {
         return Ok(false);
     }
-    let Some(p) = plan(be, ws, x, outs)? else {
+    let Some(mut p) = plan(be, ws, x, outs)? else {
         return Ok(false);
     };
     be.check_bindable("mul_mats", &[x])?;
     be.check_bindable("mul_mats", outs)?;
-    let three = ws.len() == 3;
-    let k = key(
+    let n = ws.len() as u32;
+    let three = (n == 3).then_some("THREE");
+    let rows: usize = p[3..6].iter().map(|&n| n as usize).sum();
+    be.weight_read(ws[0], (rows * p[2] as usize) as u64);
+    let (k, ins, p) = key(
         be,
         "multi",
         ws[0].desc.ty,
-        ws.len() as u32,
-        if three { &["THREE"] } else { &[] },
-        (p[0], p[1]),
+        n,
+        three,
+        (ws[0], x, norm),
+        &mut p,
     );
-    let w = Bind::buffer(ws[0]);
-    let ins = [w, Bind::whole(x)];
     let os: Vec<Bind> = outs.iter().map(|o| Bind::whole(o)).collect();
-    let rows: usize = p[3..6].iter().map(|&n| n as usize).sum();
-    be.weight_read(ws[0], (rows * p[2] as usize) as u64);
-    be.dispatch(k, &ins, &os, &p, rows)?;
+    be.dispatch(k, &ins, &os, p, rows)?;
     Ok(true)
 }
 
-/// `out = act(wg · x) * (wu · x)` for packed gate and up, one dispatch.
+/// `out = act(wg · x) * (wu · x)` for packed gate and up, one dispatch;
+/// with `norm`, of `rms_norm(x) * norm.0` (the caller checks its shape).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn mul_mats_glu(
     be: &GpuBackend,
     op: Glu,
     wg: &T,
     wu: &T,
     x: &T,
+    norm: Norm,
     out: &T,
 ) -> Result<bool> {
-    let Some(p) = plan(be, &[wg, wu], x, &[out, out])? else {
+    let Some(mut p) = plan(be, &[wg, wu], x, &[out, out])? else {
         return Ok(false);
     };
     if p[3] != p[4] {
@@ -106,11 +127,11 @@ pub(crate) fn mul_mats_glu(
         Glu::SwiGlu => 2u32,
         Glu::GeGlu => 3,
     };
-    let k = key(be, "glu", wg.desc.ty, 1, &["GLU"], (p[0], p[1])).with_constant("OP", code as f64);
-    let w = Bind::buffer(wg);
     // Each workgroup reads a gate row and an up row, for every column.
     be.weight_read(wg, (2 * p[3] as usize * p[2] as usize) as u64);
-    let ins = [w, Bind::whole(x)];
-    be.dispatch(k, &ins, &[Bind::whole(out)], &p, p[3] as usize)?;
+    let n_wg = p[3] as usize;
+    let (k, ins, p) = key(be, "glu", wg.desc.ty, 1, Some("GLU"), (wg, x, norm), &mut p);
+    let k = k.with_constant("OP", code as f64);
+    be.dispatch(k, &ins, &[Bind::whole(out)], p, n_wg)?;
     Ok(true)
 }

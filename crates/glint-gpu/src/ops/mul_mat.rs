@@ -3,7 +3,7 @@
 
 use glint_backend::{check, GgmlType, Result};
 
-use super::T;
+use super::{f32_bits, T};
 use crate::pipelines::PipelineKey;
 use crate::tensor::Bind;
 use crate::GpuBackend;
@@ -52,15 +52,28 @@ pub(crate) fn matvec_key(
 /// `matvec`: one workgroup per row, every column; `matmul`: 64x64 output
 /// tiles.
 pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
+    mul_mat_normed(be, w, x, None, out)
+}
+
+/// The RMSNorm a matvec folds in (flag `NORM`): its weights (F32 `[k]`,
+/// checked by the caller) and eps.
+pub(crate) type Norm<'a> = Option<(&'a T, f32)>;
+
+/// [`mul_mat`], or with `norm` the matvec of `rms_norm(x) * norm.0` (`m`
+/// up to [`MATVEC_MAX_M`] only: the caller checks).
+pub(crate) fn mul_mat_normed(be: &GpuBackend, w: &T, x: &T, norm: Norm, out: &T) -> Result<()> {
     let op = "mul_mat";
     let m = check::mul_mat(w, x, out)?;
     let (k, n) = (w.desc.ne[0], w.desc.n_rows());
     be.check_bindable(op, &[x, out])?;
     let matvec = m <= MATVEC_MAX_M;
+    debug_assert!(matvec || norm.is_none(), "the matmul takes no norm");
     let entry = if matvec { "matvec" } else { "matmul" };
-    let key = PipelineKey::new("mul_mat.wgsl", entry, 2, 1);
+    let n_in = 2 + norm.is_some() as u32;
+    let key = PipelineKey::new("mul_mat.wgsl", entry, n_in, 1);
     let key = if matvec {
-        matvec_key(be, key, w.desc.ty, (k, m), &[])
+        let extra: &[&'static str] = if norm.is_some() { &["NORM"] } else { &[] };
+        matvec_key(be, key, w.desc.ty, (k, m), extra)
     } else {
         key.with_type(w.desc.ty)
             .with_flags(be.flags(false, w.desc.ty == GgmlType::F16))
@@ -72,6 +85,9 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
             win.n_rows.div_ceil(64) * m.div_ceil(64)
         };
         let (row0, n_local) = (win.row0 as u32, win.n_rows as u32);
+        // With a norm, its weights are bound after x and its eps follows
+        // the params (without one, neither is passed).
+        let (nw, eps) = norm.unwrap_or((x, 0.0));
         let params = [
             k as u32,
             n as u32,
@@ -79,13 +95,15 @@ pub(crate) fn mul_mat(be: &GpuBackend, w: &T, x: &T, out: &T) -> Result<()> {
             row0,
             n_local,
             w.desc.row_bytes() as u32,
+            f32_bits(eps),
         ];
         // matvec: each row once, for every column; matmul: a tile's rows
         // for each block of 64 columns.
         let passes = if matvec { 1 } else { m.div_ceil(64) };
         be.weight_read(w, (win.n_rows * passes) as u64 * w.desc.row_bytes() as u64);
-        let ins = [Bind::window(w, &win), Bind::whole(x)];
-        be.dispatch(key.clone(), &ins, &[Bind::whole(out)], &params, n_wg)?;
+        let ins = [Bind::window(w, &win), Bind::whole(x), Bind::whole(nw)];
+        let (ins, params) = (&ins[..n_in as usize], &params[..4 + n_in as usize]);
+        be.dispatch(key.clone(), ins, &[Bind::whole(out)], params, n_wg)?;
     }
     Ok(())
 }
