@@ -8,6 +8,63 @@ mod common;
 
 use glint::{BackendKind, Model, ModelParams};
 
+/// Heap allocations counted on the thread that runs a decode step (the
+/// backend records, submits and reads back there): this test binary's
+/// allocator is the system's with a per-thread count switched on around
+/// the step.
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static COUNTING: Cell<bool> = const { Cell::new(false) };
+        static COUNT: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub struct Counting;
+
+    fn note() {
+        // try_with: never panic in the allocator (a thread being torn down).
+        let _ = COUNTING.try_with(|on| {
+            if on.get() {
+                let _ = COUNT.try_with(|n| n.set(n.get() + 1));
+            }
+        });
+    }
+
+    // SAFETY: every call is forwarded to `System` unchanged; the count is
+    // a thread-local `Cell` of a const initializer (no allocation, no drop).
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            note();
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+            note();
+            unsafe { System.alloc_zeroed(l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+            note();
+            unsafe { System.realloc(p, l, new) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            unsafe { System.dealloc(p, l) }
+        }
+    }
+
+    /// Allocations (and reallocations) `f` makes on this thread.
+    pub fn count(f: &mut dyn FnMut()) -> u64 {
+        COUNT.with(|n| n.set(0));
+        COUNTING.with(|on| on.set(true));
+        f();
+        COUNTING.with(|on| on.set(false));
+        COUNT.with(|n| n.get())
+    }
+}
+
+#[global_allocator]
+static ALLOC: heap::Counting = heap::Counting;
+
 /// Per decode step of one sequence, after two warm-up steps; a step of 4
 /// sequences (one unified cache) is held to the same budgets, its readback
 /// 4 times one sequence's and its dispatches the same as one's.
@@ -49,6 +106,12 @@ struct Budget {
     /// them, are skipped): `GQA`, whatever the span or the number of
     /// sequences. Target 1.05, with the grouped heads sharing their K/V.
     kv_bytes_ratio: &'static str,
+    /// Heap allocations on the stepping thread, per dispatch of the step
+    /// (today: SmolLM2 1647 for 184 dispatches, Gemma 3 1752 for 205, about
+    /// 9 a dispatch: pipeline keys and bind-group keys built as `Vec`s to
+    /// look up their caches, the fused matvecs' binding lists, wgpu's own
+    /// command recording). Target: none per dispatch, a fixed few per step.
+    heap_allocations_per_dispatch: u64,
 }
 
 const BUDGET: Budget = Budget {
@@ -62,6 +125,7 @@ const BUDGET: Budget = Budget {
     readback_bytes: 4,
     weight_bytes_ratio: 1.0,
     kv_bytes_ratio: "GQA",
+    heap_allocations_per_dispatch: 10,
 };
 
 /// The budgets every step is held to, whatever its number of sequences
@@ -105,6 +169,11 @@ fn check_step(what: &str, model: &Model, c: &glint::GpuCounters, n_seq: u32) {
     );
 }
 
+/// The heap allocations a step of `c`'s dispatches is allowed.
+fn b_heap(c: &glint::GpuCounters) -> u64 {
+    BUDGET.heap_allocations_per_dispatch * c.dispatches
+}
+
 #[test]
 fn one_decode_step_stays_within_the_budget() {
     for name in ["smollm2", "gemma3"] {
@@ -118,9 +187,15 @@ fn one_decode_step_stays_within_the_budget() {
             "{}",
             model.backend_name()
         );
-        let c = common::one_gpu_step(&model, 2);
+        let mut allocs = 0;
+        let c = common::gpu_step_in(&model, 2, 1, &mut |step| allocs = heap::count(step));
         let n_layer = model.hparams().n_layer as u64;
-        eprintln!("{name}: {c:?}");
+        eprintln!("{name}: {c:?}, {allocs} heap allocations");
+        assert!(
+            allocs <= b_heap(&c),
+            "{name}: {allocs} heap allocations for {} dispatches",
+            c.dispatches
+        );
         let b = &BUDGET;
         assert!(c.dispatches > 0, "{name}: nothing dispatched: {c:?}");
         let per_layer = b
@@ -146,8 +221,13 @@ fn one_decode_step_stays_within_the_budget() {
         // -npl 4): the same kernels, every matvec taking the 4 columns in
         // one pass over its rows, so the weights are read once, not 4
         // times; each sequence's greedy token read back together.
-        let c4 = common::gpu_step(&model, 2, 4);
-        eprintln!("{name} x4: {c4:?}");
+        let c4 = common::gpu_step_in(&model, 2, 4, &mut |step| allocs = heap::count(step));
+        eprintln!("{name} x4: {c4:?}, {allocs} heap allocations");
+        assert!(
+            allocs <= b_heap(&c4),
+            "{name} x4: {allocs} heap allocations for {} dispatches",
+            c4.dispatches
+        );
         assert_eq!(c4.dispatches, c.dispatches, "{name} x4: {c4:?}");
         assert_eq!(
             c4.readbacks, 1,

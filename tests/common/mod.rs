@@ -274,6 +274,17 @@ pub fn one_gpu_step(model: &glint::Model, warm: usize) -> glint::GpuCounters {
 /// cells each: each decodes the prompt, then every step is one batch of
 /// one token per sequence, their greedy tokens read after it.
 pub fn gpu_step(model: &glint::Model, warm: usize, n_seq: usize) -> glint::GpuCounters {
+    gpu_step_in(model, warm, n_seq, &mut |step| step())
+}
+
+/// [`gpu_step`] with the counted step run inside `around` (which must call
+/// it once): for measuring what else the step does, its heap allocations.
+pub fn gpu_step_in(
+    model: &glint::Model,
+    warm: usize,
+    n_seq: usize,
+    around: &mut dyn FnMut(&mut dyn FnMut()),
+) -> glint::GpuCounters {
     let mut ctx = glint::Context::new(
         model,
         glint::ContextParams {
@@ -310,6 +321,6 @@ pub fn gpu_step(model: &glint::Model, warm: usize, n_seq: usize) -> glint::GpuCo
         step(&mut ctx);
     }
     let before = model.gpu_counters().unwrap();
-    step(&mut ctx);
+    around(&mut || step(&mut ctx));
     model.gpu_counters().unwrap().since(&before)
 }
