@@ -30,6 +30,7 @@
 
 mod context;
 mod counters;
+mod few;
 mod measure;
 mod ops;
 mod pipelines;

@@ -8,7 +8,11 @@ use std::sync::{Arc, Mutex};
 
 use glint_backend::GgmlType;
 
+use crate::few::Few;
 use crate::shaders::module_source;
+
+/// A kernel variant's preprocessor flags (a fixed few, held inline).
+pub type Flags = Few<&'static str, 8>;
 
 /// What identifies a pipeline.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -21,9 +25,9 @@ pub struct PipelineKey {
     /// `TYPE_SIZE` come from its row of the type table).
     pub ty: Option<GgmlType>,
     /// Override constants: name and value (as f64 bits, for hashing).
-    pub constants: Vec<(&'static str, u64)>,
+    pub constants: Few<(&'static str, u64), 8>,
     /// Preprocessor flags (`#ifdef`): the variant, e.g. [`F16`], [`SUBGROUPS`].
-    pub flags: Vec<&'static str>,
+    pub flags: Flags,
     /// Read-only storage bindings, then read-write ones.
     pub n_in: u32,
     /// Read-write storage bindings.
@@ -165,8 +169,8 @@ impl PipelineKey {
             file,
             entry,
             ty: None,
-            constants: Vec::new(),
-            flags: Vec::new(),
+            constants: Few::new(),
+            flags: Flags::new(),
             n_in,
             n_out,
         }
@@ -187,7 +191,7 @@ impl PipelineKey {
     }
 
     /// The variant with preprocessor `flags` (see [`crate::shaders`]).
-    pub fn with_flags(self, flags: Vec<&'static str>) -> Self {
+    pub fn with_flags(self, flags: Flags) -> Self {
         PipelineKey { flags, ..self }
     }
 }

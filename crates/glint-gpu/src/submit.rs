@@ -106,19 +106,17 @@ impl GpuBackend {
         &self,
         key: &PipelineKey,
         layout: &wgpu::BindGroupLayout,
-        binds: &[&Bind<'_>],
+        (inputs, outputs): (&[Bind<'_>], &[Bind<'_>]),
     ) -> wgpu::BindGroup {
+        let binds = || inputs.iter().chain(outputs);
         let bkey = BindKey {
             n_in: key.n_in,
             n_out: key.n_out,
-            binds: binds
-                .iter()
-                .map(|b| (b.buf.clone(), b.offset, b.size))
-                .collect(),
+            binds: binds().map(|b| (b.buf.clone(), b.offset, b.size)).collect(),
         };
         let (bg, made) = self.binds.get_or_make(bkey, || {
             let mut entries = Vec::new();
-            for (i, b) in binds.iter().enumerate() {
+            for (i, b) in binds().enumerate() {
                 entries.push(wgpu::BindGroupEntry {
                     binding: i as u32,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -129,7 +127,7 @@ impl GpuBackend {
                 });
             }
             entries.push(wgpu::BindGroupEntry {
-                binding: binds.len() as u32,
+                binding: (inputs.len() + outputs.len()) as u32,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                     buffer: &self.params,
                     offset: 0,
@@ -181,8 +179,7 @@ impl GpuBackend {
             .pipelines
             .get(&self.ctx.device, &key)
             .map_err(BackendError::Device)?;
-        let binds: Vec<&Bind<'_>> = inputs.iter().chain(outputs).collect();
-        let bg = self.bind_group(&key, &pipe.layout, &binds);
+        let bg = self.bind_group(&key, &pipe.layout, (inputs, outputs));
         let max_x = self.ctx.limits.max_compute_workgroups_per_dimension.max(1) as usize;
         let x = n_workgroups.min(max_x);
         let y = n_workgroups.div_ceil(x);
@@ -200,7 +197,7 @@ impl GpuBackend {
         p.params.resize(offset + words * 4, 0);
         p.params[offset..offset + params.len() * 4].copy_from_slice(bytemuck::cast_slice(params));
         p.n_ops += 1;
-        for b in &binds {
+        for b in inputs.iter().chain(outputs) {
             if !p.bound.contains(b.buf) {
                 p.bound.insert(b.buf.clone());
             }

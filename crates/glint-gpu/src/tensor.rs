@@ -117,6 +117,7 @@ impl Counters {
 }
 
 /// One buffer binding: the whole buffer or a window of it.
+#[derive(Clone, Copy)]
 pub(crate) struct Bind<'a> {
     pub(crate) buf: &'a wgpu::Buffer,
     pub(crate) offset: u64,

@@ -10,7 +10,7 @@ use glint_backend::{check, GgmlType, Glu, Result};
 // Columns a fused matvec takes: `mul_mat`'s matvec range.
 use super::mul_mat::{matvec_key, Norm, MATVEC_MAX_M as MAX_M};
 use super::{f32_bits, T};
-use crate::pipelines::PipelineKey;
+use crate::pipelines::{Flags, PipelineKey};
 use crate::tensor::Bind;
 use crate::GpuBackend;
 
@@ -48,8 +48,10 @@ fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<[u32; 1
 }
 
 /// The pipeline (with `flag`: the entry's variant, GLU or THREE), its
-/// inputs (the packed buffer, x, and with a norm its weights) and its
-/// params (eps after the plan's 9 with a norm).
+/// inputs (the packed buffer, x, and with a norm its weights: the first
+/// `n_in` of the three; without a norm the third is x again, unbound) and
+/// its params (eps after the plan's 9 with a norm). No heap allocation: it
+/// runs on every decode step.
 #[allow(clippy::too_many_arguments)]
 fn key<'a>(
     be: &GpuBackend,
@@ -59,20 +61,21 @@ fn key<'a>(
     flag: Option<&'static str>,
     (w, x, norm): (&'a T, &'a T, Norm<'a>),
     p: &'a mut [u32; 10],
-) -> (PipelineKey, Vec<Bind<'a>>, &'a [u32]) {
-    let mut extra = Vec::with_capacity(2);
+) -> (PipelineKey, [Bind<'a>; 3], usize, &'a [u32]) {
+    let mut extra = Flags::new();
     extra.extend(flag);
     extra.extend(norm.is_some().then_some("NORM"));
-    let mut ins = vec![Bind::buffer(w), Bind::whole(x)];
-    let mut n = 9;
-    if let Some((nw, eps)) = norm {
-        ins.push(Bind::whole(nw));
-        p[9] = f32_bits(eps);
-        n = 10;
-    }
-    let key = PipelineKey::new("matvec_fused.wgsl", entry, ins.len() as u32, n_out);
+    let (nw, n_in, n) = match norm {
+        Some((nw, eps)) => {
+            p[9] = f32_bits(eps);
+            (nw, 3, 10)
+        }
+        None => (x, 2, 9),
+    };
+    let ins = [Bind::buffer(w), Bind::whole(x), Bind::whole(nw)];
+    let key = PipelineKey::new("matvec_fused.wgsl", entry, n_in as u32, n_out);
     let key = matvec_key(be, key, ty, (p[0] as usize, p[1] as usize), &extra);
-    (key, ins, &p[..n])
+    (key, ins, n_in, &p[..n])
 }
 
 /// `outs[i] = ws[i] · x` for 2 or 3 packed parts, one dispatch; with
@@ -90,7 +93,7 @@ pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, norm: Norm, outs: &[&T
     let three = (n == 3).then_some("THREE");
     let rows: usize = p[3..6].iter().map(|&n| n as usize).sum();
     be.weight_read(ws[0], (rows * p[2] as usize) as u64);
-    let (k, ins, p) = key(
+    let (k, ins, n_in, p) = key(
         be,
         "multi",
         ws[0].desc.ty,
@@ -99,8 +102,10 @@ pub(crate) fn mul_mats(be: &GpuBackend, ws: &[&T], x: &T, norm: Norm, outs: &[&T
         (ws[0], x, norm),
         &mut p,
     );
-    let os: Vec<Bind> = outs.iter().map(|o| Bind::whole(o)).collect();
-    be.dispatch(k, &ins, &os, p, rows)?;
+    // outs: 2 or 3 (plan checked them against ws); the third slot repeats
+    // the last when there are two, unbound.
+    let os = [0, 1, outs.len() - 1].map(|i| Bind::whole(outs[i]));
+    be.dispatch(k, &ins[..n_in], &os[..outs.len()], p, rows)?;
     Ok(true)
 }
 
@@ -130,8 +135,8 @@ pub(crate) fn mul_mats_glu(
     // Each workgroup reads a gate row and an up row, for every column.
     be.weight_read(wg, (2 * p[3] as usize * p[2] as usize) as u64);
     let n_wg = p[3] as usize;
-    let (k, ins, p) = key(be, "glu", wg.desc.ty, 1, Some("GLU"), (wg, x, norm), &mut p);
+    let (k, ins, n_in, p) = key(be, "glu", wg.desc.ty, 1, Some("GLU"), (wg, x, norm), &mut p);
     let k = k.with_constant("OP", code as f64);
-    be.dispatch(k, &ins, &[Bind::whole(out)], p, n_wg)?;
+    be.dispatch(k, &ins[..n_in], &[Bind::whole(out)], p, n_wg)?;
     Ok(true)
 }

@@ -19,7 +19,7 @@ mod unary;
 
 use glint_backend::{BackendError, GgmlType, Result};
 
-use crate::pipelines::PipelineKey;
+use crate::pipelines::{Flags, PipelineKey};
 use crate::shaders::{F16, SUBGROUPS};
 use crate::tensor::{Bind, GpuTensor};
 use crate::GpuBackend;
@@ -73,12 +73,16 @@ fn quant_cache(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<u3
     Ok(q)
 }
 
+/// Most inputs (and most outputs) of one kernel ([`GpuBackend::launch`]):
+/// attention's two-window variant binds 7.
+const MAX_BINDS: usize = 8;
+
 impl GpuBackend {
     /// The flags of a kernel variant: `SUBGROUPS` for a kernel with
     /// reductions, `F16` for one reading F16 data, where the device has them.
-    fn flags(&self, reduces: bool, reads_f16: bool) -> Vec<&'static str> {
+    fn flags(&self, reduces: bool, reads_f16: bool) -> Flags {
         let used = self.features_used();
-        let mut f = Vec::new();
+        let mut f = Flags::new();
         if reads_f16 && used.f16 {
             f.push(F16);
         }
@@ -108,9 +112,28 @@ impl GpuBackend {
     ) -> Result<()> {
         self.check_bindable(op, inputs)?;
         self.check_bindable(op, outputs)?;
-        let ins: Vec<Bind<'_>> = inputs.iter().map(|t| Bind::whole(t)).collect();
-        let outs: Vec<Bind<'_>> = outputs.iter().map(|t| Bind::whole(t)).collect();
-        self.dispatch(key, &ins, &outs, params, n_workgroups)
+        if inputs.len().max(outputs.len()) > MAX_BINDS {
+            return Err(BackendError::Device(format!(
+                "{op}: {} inputs and {} outputs, over the {MAX_BINDS} a kernel binds",
+                inputs.len(),
+                outputs.len()
+            )));
+        }
+        let Some(first) = inputs.first().or(outputs.first()) else {
+            return self.dispatch(key, &[], &[], params, n_workgroups);
+        };
+        // On the stack, not in Vecs: this runs for every kernel of a step.
+        // The slots past each list's length repeat `first`, unbound.
+        let mut ins = [Bind::whole(first); MAX_BINDS];
+        let mut outs = ins;
+        for (b, t) in ins.iter_mut().zip(inputs) {
+            *b = Bind::whole(t);
+        }
+        for (b, t) in outs.iter_mut().zip(outputs) {
+            *b = Bind::whole(t);
+        }
+        let (ins, outs) = (&ins[..inputs.len()], &outs[..outputs.len()]);
+        self.dispatch(key, ins, outs, params, n_workgroups)
     }
 }
 
