@@ -1,7 +1,7 @@
 //! `shaders/mul_mat.wgsl`: `out[n, m] = W[k, n] . x[k, m]` for every weight
 //! format; the weight is bound in windows of whole rows, one dispatch each.
 
-use glint_backend::{check, GgmlType, Result};
+use glint_backend::{check, BackendError, GgmlType, Result};
 
 use super::{f32_bits, T};
 use crate::pipelines::PipelineKey;
@@ -67,7 +67,14 @@ pub(crate) fn mul_mat_normed(be: &GpuBackend, w: &T, x: &T, norm: Norm, out: &T)
     let (k, n) = (w.desc.ne[0], w.desc.n_rows());
     be.check_bindable(op, &[x, out])?;
     let matvec = m <= MATVEC_MAX_M;
-    debug_assert!(matvec || norm.is_none(), "the matmul takes no norm");
+    if !matvec && norm.is_some() {
+        // The callers fold a norm only where `folds_norm` said yes (m <=
+        // MATVEC_MAX_M); the 64x64 matmul has no NORM variant.
+        return Err(BackendError::Shape {
+            op,
+            detail: format!("a norm folded into a matmul of {m} columns (most {MATVEC_MAX_M})"),
+        });
+    }
     let entry = if matvec { "matvec" } else { "matmul" };
     let n_in = 2 + norm.is_some() as u32;
     let key = PipelineKey::new("mul_mat.wgsl", entry, n_in, 1);
