@@ -1,11 +1,17 @@
 // Attention of a batch of queries over cache rows kv_start .. kv_start + n_kv.
-// One workgroup per (query token i, head h, split s): scores of a chunk of
-// CHUNK cache rows go to workgroup memory, an online (running-max) softmax in
-// f32 folds each chunk into the output accumulators; a row whose logits are
-// all -inf yields zeros. GQA/MQA: h_kv = h / (n_head / n_head_kv).
-// Split KV (n_split > 1, a decode over a long span: few (token, head) pairs,
-// many cells): split s takes cells s * split_len .. (s + 1) * split_len and
-// writes its running max, sum and unnormalized accumulators to `out` as
+// GQA/MQA: query head h reads KV head h_kv = h / group, group = n_head /
+// n_head_kv. One workgroup per (query token, KV head, sub-group of HPW of its
+// query heads, split s): the group's heads share each K and V row the
+// workgroup reads, so a token's K/V is read once per KV head, not once per
+// query head (n_sub = ceil(group / HPW) times where the group is larger than
+// one workgroup takes; the last sub-group may hold fewer heads than HPW).
+// Scores of a chunk of CHUNK cache rows, one row per head, go to workgroup
+// memory; an online (running-max) softmax in f32, per head, folds each chunk
+// into that head's accumulators; a head whose logits are all -inf yields
+// zeros.
+// Split KV (n_split > 1, a decode over a long span: few workgroups, many
+// cells): split s takes cells s * split_len .. (s + 1) * split_len and writes
+// each head's running max, sum and unnormalized accumulators to `out` as
 // partials, [2 + head_dim, n_split, n_head, m]; attention_combine.wgsl folds
 // them into the output. With n_split = 1 `out` is the output itself.
 // Bindings, in order:
@@ -24,14 +30,17 @@
 //   6 mask_far: like mask
 // then 7 out, 8 params; a pair the mask hides and mask_far lets through is
 // scored q2 · k2 + mask_far, and one softmax runs over the merged logits.
-// The chunk's max logit goes through reduce.wgsl (subgroups with
-// USE_SUBGROUPS, else a tree in workgroup memory).
+// The chunk's max logit of each head goes through reduce.wgsl (subgroups
+// with USE_SUBGROUPS, else a tree in workgroup memory).
 #include "index.wgsl"
 #include "reduce.wgsl"
 #include "common.wgsl"
 #include "kv_quant.wgsl"
 
 override KV_F16: bool = false;
+// Query heads a workgroup takes (of one KV head's group): at most G_MAX, and
+// HPW * head_dim (twice that with WINDOW) at most QS_MAX.
+override HPW: u32 = 1u;
 
 struct Params {
     head_dim: u32,
@@ -45,6 +54,8 @@ struct Params {
     // Cells per split and splits per (token, head); 1 split: the output.
     split_len: u32,
     n_split: u32,
+    // Workgroups per (token, KV head): ceil(group / HPW).
+    n_sub: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -72,15 +83,18 @@ struct Params {
 #endif
 
 const WG: u32 = 128u;
-const CHUNK: u32 = 256u;
+const CHUNK: u32 = 128u;
 const MAX_HEAD_DIM: u32 = 512u;
 const PER_THREAD: u32 = MAX_HEAD_DIM / WG;
+// Most heads a workgroup takes, and the f32 of their queries it keeps.
+const G_MAX: u32 = 8u;
+const QS_MAX: u32 = 1024u;
 // Below every finite logit; -inf logits (masked) stay below it.
 const NEG_INF: f32 = -3.4028235e38;
 
-var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
+// [head_dim, HPW] the workgroup's queries; WINDOW: then [head_dim, HPW] q2.
+var<workgroup> qs: array<f32, QS_MAX>;
 #ifdef WINDOW
-var<workgroup> qs2: array<f32, MAX_HEAD_DIM>;
 
 #ifdef SHADER_F16
 fn k2_at(i: u32) -> f32 {
@@ -99,8 +113,8 @@ fn k2_at(i: u32) -> f32 {
 }
 #endif
 #endif
-var<workgroup> sc: array<f32, CHUNK>;
-var<workgroup> chunk_max: f32;
+// [CHUNK, HPW]: the chunk's logits, then weights, of each head.
+var<workgroup> sc: array<f32, G_MAX * CHUNK>;
 
 #ifdef SHADER_F16
 fn kv_at(buf_is_v: bool, i: u32) -> f32 {
@@ -152,37 +166,49 @@ fn kv_at(buf_is_v: bool, i: u32) -> f32 {
 
 @compute @workgroup_size(WG)
 fn main(inv: Inv, ln: Lane) {
-    let gs = group_index(inv); // (token * n_head + h) * n_split + split
-    if (gs >= p.m * p.n_head * p.n_split) {
+    // ((token * n_head_kv + h_kv) * n_sub + sub) * n_split + split
+    let gs = group_index(inv);
+    if (gs >= p.m * p.n_head_kv * p.n_sub * p.n_split) {
         return;
     }
-    let g = gs / p.n_split; // token * n_head + h
+    let w = gs / p.n_split;
     let j_begin = (gs % p.n_split) * p.split_len;
     let j_end = min(j_begin + p.split_len, p.n_kv);
-    let tok = g / p.n_head;
-    let h = g % p.n_head;
-    let h_kv = h / (p.n_head / p.n_head_kv);
+    let sub = w % p.n_sub;
+    let h_kv = (w / p.n_sub) % p.n_head_kv;
+    let tok = w / (p.n_sub * p.n_head_kv);
+    let group = p.n_head / p.n_head_kv;
+    let h0 = h_kv * group + sub * HPW; // the first head
+    let ng = min(HPW, group - sub * HPW); // heads past ng: zeros, not written
     let hd = p.head_dim;
     let row_len = hd * p.n_head_kv;
-    for (var d = inv.lid.x; d < hd; d += WG) {
-        qs[d] = q[g * hd + d];
+    for (var i = inv.lid.x; i < HPW * hd; i += WG) {
+        let g = i / hd;
+        let qi = (tok * p.n_head + h0 + g) * hd + i % hd;
+        qs[i] = select(0.0, q[qi], g < ng);
 #ifdef WINDOW
-        qs2[d] = q2[g * hd + d];
+        qs[HPW * hd + i] = select(0.0, q2[qi], g < ng);
 #endif
     }
-    var acc: array<f32, PER_THREAD>;
-    var run_max = NEG_INF;
-    var run_sum = 0.0;
+    var acc: array<f32, G_MAX * PER_THREAD>;
+    var run_max: array<f32, G_MAX>;
+    var run_sum: array<f32, G_MAX>;
+    for (var g = 0u; g < HPW; g++) {
+        run_max[g] = NEG_INF;
+    }
     workgroupBarrier();
     for (var j0 = j_begin; j0 < j_end; j0 += CHUNK) {
         let n_chunk = min(CHUNK, j_end - j0);
-        // Logits of this chunk.
-        var local_max = NEG_INF;
+        // Logits of this chunk, each K row read once for the HPW heads.
+        var local_max: array<f32, G_MAX>;
+        for (var g = 0u; g < HPW; g++) {
+            local_max[g] = NEG_INF;
+        }
         for (var jj = inv.lid.x; jj < n_chunk; jj += WG) {
             let j = j0 + jj;
             let kb = (p.kv_start + j) * row_len + h_kv * hd;
             var bias = mask[tok * p.n_kv + j];
-            var s = 0.0;
+            var s: array<f32, G_MAX>;
 #ifdef WINDOW
             let near = bias > NEG_INF;
             if (!near) {
@@ -190,11 +216,17 @@ fn main(inv: Inv, ln: Lane) {
             }
             if (near) {
                 for (var d = 0u; d < hd; d++) {
-                    s += qs[d] * kv_at(false, kb + d);
+                    let kd = kv_at(false, kb + d);
+                    for (var g = 0u; g < HPW; g++) {
+                        s[g] += qs[g * hd + d] * kd;
+                    }
                 }
             } else if (bias > NEG_INF) {
                 for (var d = 0u; d < hd; d++) {
-                    s += qs2[d] * k2_at(kb + d);
+                    let kd = k2_at(kb + d);
+                    for (var g = 0u; g < HPW; g++) {
+                        s[g] += qs[(HPW + g) * hd + d] * kd;
+                    }
                 }
             }
 #else
@@ -203,74 +235,93 @@ fn main(inv: Inv, ln: Lane) {
             // other sequences' cells).
             if (bias > NEG_INF) {
                 for (var d = 0u; d < hd; d++) {
-                    s += qs[d] * kv_at(false, kb + d);
+                    let kd = kv_at(false, kb + d);
+                    for (var g = 0u; g < HPW; g++) {
+                        s[g] += qs[g * hd + d] * kd;
+                    }
                 }
             }
 #endif
-            if (p.softcap > 0.0) {
-                s = p.softcap * tanh_safe(s / p.softcap);
+            for (var g = 0u; g < HPW; g++) {
+                var x = s[g];
+                if (p.softcap > 0.0) {
+                    x = p.softcap * tanh_safe(x / p.softcap);
+                }
+                x = x * p.scale + bias;
+                sc[g * CHUNK + jj] = x;
+                local_max[g] = max(local_max[g], x);
             }
-            s = s * p.scale + bias;
-            sc[jj] = s;
-            local_max = max(local_max, s);
         }
-        let cm = wg_max(ln, local_max);
-        if (inv.lid.x == 0u) {
-            chunk_max = cm;
-        }
-        // Uniform for the barriers under the branch below.
-        let new_max = max(run_max, workgroupUniformLoad(&chunk_max));
-        if (new_max > NEG_INF) {
-            // Rescale what was summed so far to the new max.
-            let corr = exp(run_max - new_max);
-            run_sum *= corr;
+        // Each head's new running max (every invocation gets it), its
+        // accumulators rescaled to it. While a head has seen only masked
+        // cells its max stays NEG_INF: the correction is exp(0) = 1 on zero
+        // sums and its weights exp(-inf) = 0.
+        var new_max: array<f32, G_MAX>;
+        for (var g = 0u; g < HPW; g++) {
+            new_max[g] = max(run_max[g], wg_max(ln, local_max[g]));
+            let corr = exp(run_max[g] - new_max[g]);
+            run_sum[g] *= corr;
             for (var t = 0u; t < PER_THREAD; t++) {
-                acc[t] *= corr;
+                acc[g * PER_THREAD + t] *= corr;
             }
-            for (var jj = inv.lid.x; jj < n_chunk; jj += WG) {
-                sc[jj] = exp(sc[jj] - new_max);
+            run_max[g] = new_max[g];
+        }
+        for (var jj = inv.lid.x; jj < n_chunk; jj += WG) {
+            for (var g = 0u; g < HPW; g++) {
+                sc[g * CHUNK + jj] = exp(sc[g * CHUNK + jj] - new_max[g]);
             }
-            workgroupBarrier();
-            for (var jj = 0u; jj < n_chunk; jj++) {
-                let pj = sc[jj];
-                run_sum += pj;
-                if (pj != 0.0) {
-                    let vb = (p.kv_start + j0 + jj) * row_len + h_kv * hd;
-                    for (var t = 0u; t < PER_THREAD; t++) {
-                        let d = inv.lid.x + t * WG;
-                        if (d < hd) {
-                            acc[t] += pj * kv_at(true, vb + d);
+        }
+        workgroupBarrier();
+        // Each V row read once for the HPW heads.
+        for (var jj = 0u; jj < n_chunk; jj++) {
+            var pj: array<f32, G_MAX>;
+            var any = false;
+            for (var g = 0u; g < HPW; g++) {
+                pj[g] = sc[g * CHUNK + jj];
+                run_sum[g] += pj[g];
+                any = any || pj[g] != 0.0;
+            }
+            if (any) {
+                let vb = (p.kv_start + j0 + jj) * row_len + h_kv * hd;
+                for (var t = 0u; t < PER_THREAD; t++) {
+                    let d = inv.lid.x + t * WG;
+                    if (d < hd) {
+                        let vd = kv_at(true, vb + d);
+                        for (var g = 0u; g < HPW; g++) {
+                            acc[g * PER_THREAD + t] += pj[g] * vd;
                         }
                     }
                 }
             }
-            run_max = new_max;
         }
         workgroupBarrier();
     }
-    if (p.n_split > 1u) {
-        // Partials: max, sum, then the accumulators as they are.
-        let pb = gs * (hd + 2u);
-        if (inv.lid.x == 0u) {
-            out[pb] = run_max;
-            out[pb + 1u] = run_sum;
-        }
-        for (var t = 0u; t < PER_THREAD; t++) {
-            let d = inv.lid.x + t * WG;
-            if (d < hd) {
-                out[pb + 2u + d] = acc[t];
+    for (var g = 0u; g < ng; g++) {
+        let row = tok * p.n_head + h0 + g; // token * n_head + h
+        if (p.n_split > 1u) {
+            // Partials: max, sum, then the accumulators as they are.
+            let pb = (row * p.n_split + gs % p.n_split) * (hd + 2u);
+            if (inv.lid.x == 0u) {
+                out[pb] = run_max[g];
+                out[pb + 1u] = run_sum[g];
             }
-        }
-        return;
-    }
-    for (var t = 0u; t < PER_THREAD; t++) {
-        let d = inv.lid.x + t * WG;
-        if (d < hd) {
-            var o = 0.0;
-            if (run_sum > 0.0) {
-                o = acc[t] / run_sum;
+            for (var t = 0u; t < PER_THREAD; t++) {
+                let d = inv.lid.x + t * WG;
+                if (d < hd) {
+                    out[pb + 2u + d] = acc[g * PER_THREAD + t];
+                }
             }
-            out[g * hd + d] = o;
+        } else {
+            for (var t = 0u; t < PER_THREAD; t++) {
+                let d = inv.lid.x + t * WG;
+                if (d < hd) {
+                    var o = 0.0;
+                    if (run_sum[g] > 0.0) {
+                        o = acc[g * PER_THREAD + t] / run_sum[g];
+                    }
+                    out[row * hd + d] = o;
+                }
+            }
         }
     }
 }

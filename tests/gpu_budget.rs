@@ -99,13 +99,14 @@ struct Budget {
     /// pass, per model (met at one sequence: every matrix read once; the
     /// norm vectors are not counted, so a little under 1).
     weight_bytes_ratio: f64,
-    /// Modeled K/V bytes read over those of the attended cells: today
-    /// each query head's workgroup reads its KV head's rows (n_head /
-    /// n_head_kv: SmolLM2 9/3, Gemma 3 4/1) of the cells its mask lets
-    /// through (the padded span's masked cells, other sequences' among
-    /// them, are skipped): `GQA`, whatever the span or the number of
-    /// sequences. Target 1.05, with the grouped heads sharing their K/V.
-    kv_bytes_ratio: &'static str,
+    /// Modeled K/V bytes read over those of the attended cells (met: 1,
+    /// the issue allows 1.05). Each K/V row of the cells a token's mask lets
+    /// through is read once per KV head, by the one workgroup that takes
+    /// the head's group of query heads; the padded span's masked cells,
+    /// other sequences' among them, are skipped. It was n_head / n_head_kv
+    /// (SmolLM2 9/3, Gemma 3 4/1) while each query head's workgroup read
+    /// its KV head's rows itself.
+    kv_bytes_ratio: f64,
     /// Heap allocations on the stepping thread, per dispatch of the step.
     /// SmolLM2 1647 for 184 dispatches, Gemma 3 1752 for 205 (about 9 a
     /// dispatch) while pipeline keys held their flags and constants in
@@ -126,7 +127,7 @@ const BUDGET: Budget = Budget {
     pipelines_created: 0,
     readback_bytes: 4,
     weight_bytes_ratio: 1.0,
-    kv_bytes_ratio: "GQA",
+    kv_bytes_ratio: 1.0,
     heap_allocations_per_dispatch: 5,
 };
 
@@ -158,16 +159,13 @@ fn check_step(what: &str, model: &Model, c: &glint::GpuCounters, n_seq: u32) {
         (0.99..=b.weight_bytes_ratio).contains(&w_ratio),
         "{what}: weights read {w_ratio:.4}x: {c:?}"
     );
-    // Today each query head reads its KV head's rows of the cells its
-    // token attends: the prompt + 3 of its own sequence, in a span of 64
-    // cells a sequence (gpu_step's context).
-    let hp = model.hparams();
-    let today = (hp.n_head / hp.n_head_kv) as f64;
+    // Each token reads the K/V of the cells it attends once: the prompt +
+    // 3 of its own sequence, in a span of 64 cells a sequence (gpu_step's
+    // context), none of the others.
     let kv_ratio = c.kv_bytes_read as f64 / kv;
     assert!(
-        (kv_ratio - today).abs() < 1e-9,
-        "{what}: K/V read {kv_ratio:.4}x, not {} ({today:.4}): {c:?}",
-        b.kv_bytes_ratio
+        (0.99..=b.kv_bytes_ratio).contains(&kv_ratio),
+        "{what}: K/V read {kv_ratio:.4}x: {c:?}"
     );
 }
 

@@ -347,12 +347,18 @@ fn set_rows_f32_and_f16() {
 fn attention_gqa_mask_softcap_window_f32_f16() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        let (hd, nh, nkv, m) = (40, 6, 2, 5);
         let n_rows = 700;
-        for ty in [GgmlType::F32, GgmlType::F16] {
-            // 30 (token, head) rows: spans of 600 and 663 cells split into 3
-            // (split KV and its combine pass: ops/attention.rs's n_splits),
-            // 300 cells do not.
+        // Groups of 3 query heads a KV head (one workgroup takes them), of
+        // 10 (two workgroups of 5) and of 7 at head_dim 256 (4 + 3: the
+        // last workgroup's fourth head is idle and writes nothing).
+        let shapes = [(40, 6, 2, 5), (64, 20, 2, 3), (256, 7, 1, 2)];
+        for ((hd, nh, nkv, m), ty) in shapes
+            .into_iter()
+            .flat_map(|s| [(s, GgmlType::F32), (s, GgmlType::F16)])
+        {
+            // 10, 12 and 4 workgroups: spans of 600 and 663 cells split
+            // into 3 (split KV and its combine pass: ops/attention.rs's
+            // n_splits), 300 cells do not.
             for (softcap, kv_start, n_kv) in
                 [(0.0f32, 0usize, 600usize), (30.0, 37, 663), (0.0, 11, 300)]
             {
@@ -434,7 +440,7 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
                 }
                 let t = tol::attn(ty);
                 assert_close(
-                    &format!("attention {ty:?} softcap {softcap}"),
+                    &format!("attention {ty:?} {hd}x{nh}/{nkv} softcap {softcap}"),
                     &read_f32(&out),
                     &want,
                     t,

@@ -11,26 +11,49 @@ use super::{f16_cache, f32_bits, quant_cache, T};
 use crate::pipelines::PipelineKey;
 use crate::{GpuBackend, GpuTensor};
 
-/// Cells one workgroup scores per chunk (attention.wgsl's `CHUNK`): a split
-/// is at least this long.
+/// Cells of a span a split takes at least (two of attention.wgsl's
+/// `CHUNK`s).
 const SPLIT_CELLS: usize = 256;
 
-/// A dispatch of fewer (token, head) workgroups than this splits its span:
-/// with one workgroup per head a long decode ran on a handful of compute
-/// units (SmolLM2's 9 heads at 4096 cells: 17 t/s against 376 at depth 0
-/// on an H200). Prefill batches have rows enough.
+/// A dispatch of fewer workgroups than this splits its span: with one
+/// workgroup per head a long decode ran on a handful of compute units
+/// (SmolLM2's 9 heads at 4096 cells: 17 t/s against 376 at depth 0 on an
+/// H200). Prefill batches have rows enough.
 const SPLIT_BELOW_ROWS: usize = 256;
 
 /// Most splits of one span (the combine pass reads each split's partials).
 const MAX_SPLITS: usize = 64;
 
-/// Splits for `rows` (token, head) pairs over `n_kv` cells: 1 (no split)
-/// unless the rows are few and the span at least two chunks.
+/// Splits for `rows` workgroups over `n_kv` cells: 1 (no split) unless the
+/// workgroups are few and the span at least two chunks.
 pub(crate) fn n_splits(rows: usize, n_kv: usize) -> usize {
     if rows >= SPLIT_BELOW_ROWS || n_kv < 2 * SPLIT_CELLS {
         return 1;
     }
     n_kv.div_ceil(SPLIT_CELLS).min(MAX_SPLITS)
+}
+
+/// Most query heads one workgroup takes (attention.wgsl's `G_MAX`), and the
+/// f32 of queries it keeps in workgroup memory (`QS_MAX`).
+const G_MAX: usize = 8;
+const QS_MAX: usize = 1024;
+
+/// How the query heads of one KV head's group are shared out: (heads a
+/// workgroup takes, `HPW`; workgroups a group takes, `n_sub`). One
+/// workgroup takes the whole group where its queries fit (SmolLM2's 3,
+/// Gemma 3's 4), so each K/V row is read once per KV head; a larger group
+/// is split evenly. `windows`: 2 for two-window SelfExtend, whose second
+/// queries share the workgroup memory.
+pub(crate) fn head_groups(
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    windows: usize,
+) -> (usize, usize) {
+    let group = (n_head / n_head_kv.max(1)).max(1);
+    let cap = G_MAX.min(QS_MAX / (head_dim.max(1) * windows)).max(1);
+    let n_sub = group.div_ceil(cap);
+    (group.div_ceil(n_sub), n_sub)
 }
 
 /// Record attention.wgsl over `ins` (its inputs, in binding order) for `m`
@@ -42,10 +65,11 @@ fn launch_split(
     ins: &[&T],
     out: &T,
     p: &AttnParams,
-    m: usize,
+    (m, n_sub): (usize, usize),
 ) -> Result<()> {
     let rows = m * p.n_head;
-    let ns = n_splits(rows, p.n_kv);
+    let groups = m * p.n_head_kv * n_sub;
+    let ns = n_splits(groups, p.n_kv);
     let split_len = p.n_kv.div_ceil(ns);
     // attention.wgsl's Params, in order.
     let shape = [p.head_dim, p.n_head, p.n_head_kv, m, p.kv_start, p.n_kv];
@@ -62,13 +86,14 @@ fn launch_split(
         softcap,
         split_len as u32,
         ns as u32,
+        n_sub as u32,
     ];
     if ns == 1 {
-        return be.launch(op, key, [ins, &[out]], &params, rows);
+        return be.launch(op, key, [ins, &[out]], &params, groups);
     }
     let part = be.attn_partials(rows * ns * (p.head_dim + 2))?;
     let part = part.as_ref().expect("made by attn_partials");
-    be.launch(op, key, [ins, &[part]], &params, rows * ns)?;
+    be.launch(op, key, [ins, &[part]], &params, groups * ns)?;
     let combine = PipelineKey::new("attention_combine.wgsl", "main", 1, 1);
     let cp = [p.head_dim, ns, rows].map(|v| v as u32);
     be.launch(op, combine, [&[part], &[out]], &cp, rows)
@@ -94,16 +119,19 @@ impl GpuBackend {
 
 /// q: [head_dim, n_head, m] f32; k, v: [head_dim * n_head_kv, n_rows] f32
 /// or f16; mask: [n_kv, m] f32; out: [head_dim * n_head, m] f32. One
-/// workgroup per (token, head), or per (token, head, split) and a combine
-/// pass ([`n_splits`]).
+/// workgroup per (token, KV head) taking the head's group of query heads
+/// ([`head_groups`]), or per (token, KV head, split) and a combine pass
+/// ([`n_splits`]).
 pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
     let (m, f16, kv_q) = check_attention("attention", qkvm, p, out)?;
+    let (hpw, n_sub) = head_groups(p.n_head, p.n_head_kv, p.head_dim, 1);
     let key = PipelineKey::new("attention.wgsl", "main", 4, 1)
         .with_constant("KV_F16", f16 as u32 as f64)
         .with_constant("KV_Q", kv_q as f64)
+        .with_constant("HPW", hpw as f64)
         .with_flags(be.flags(true, f16));
-    be.kv_read(&qkvm, None, p, m);
-    launch_split(be, ("attention", key), &qkvm, out, p, m)
+    be.kv_read(&qkvm, None, p, (m, n_sub));
+    launch_split(be, ("attention", key), &qkvm, out, p, (m, n_sub))
 }
 
 /// Two-window SelfExtend: [`attention`] with the distant half (`q2`, `k2`,
@@ -120,28 +148,38 @@ pub(crate) fn attention_window(
     let (m, f16, kv_q) = check_attention("attention_window", qkvm, p, out)?;
     let mut flags = be.flags(true, f16);
     flags.push(WINDOW);
+    let (hpw, n_sub) = head_groups(p.n_head, p.n_head_kv, p.head_dim, 2);
     let key = PipelineKey::new("attention.wgsl", "main", 7, 1)
         .with_constant("KV_F16", f16 as u32 as f64)
         .with_constant("KV_Q", kv_q as f64)
+        .with_constant("HPW", hpw as f64)
         .with_flags(flags);
     let [q, k, v, mask] = qkvm;
     let [q2, k2, mf] = far;
-    be.kv_read(&qkvm, Some([k2, mf]), p, m);
+    be.kv_read(&qkvm, Some([k2, mf]), p, (m, n_sub));
     let ins = [q, k, v, mask, q2, k2, mf];
-    launch_split(be, ("attention_window", key), &ins, out, p, m)
+    launch_split(be, ("attention_window", key), &ins, out, p, (m, n_sub))
 }
 
 impl GpuBackend {
     /// Counts the K/V bytes an attention dispatch reads: each of its `m *
-    /// n_head` workgroups reads its KV head's part of the K row (or of
-    /// `far`'s grouped K row, [`attention_window`]) and of the V row of
-    /// each cell its mask lets through: the kernel skips masked cells,
+    /// n_head_kv * n_sub` workgroups (one a token's KV head where its group
+    /// of query heads fits one workgroup, [`head_groups`]) reads its KV
+    /// head's part of the K row (or of `far`'s grouped K row,
+    /// [`attention_window`]) and of the V row of each cell its mask lets
+    /// through, once for all its query heads: the kernel skips masked cells,
     /// whose logit is -inf whatever the dot. The let-through cells are
     /// counted when the mask is written ([`GpuTensor::finite`]); a mask
     /// not written whole from the host counts every cell of the span. With
     /// two windows, a cell both masks let through (the model never makes
     /// one) is counted twice.
-    fn kv_read(&self, [_, k, v, mask]: &[&T; 4], far: Option<[&T; 2]>, p: &AttnParams, m: usize) {
+    fn kv_read(
+        &self,
+        [_, k, v, mask]: &[&T; 4],
+        far: Option<[&T; 2]>,
+        p: &AttnParams,
+        (m, n_sub): (usize, usize),
+    ) {
         let head_bytes = |t: &T| (t.desc.row_bytes() / p.n_head_kv.max(1)) as u64;
         let cells = |mask: &T| match mask.finite.load(std::sync::atomic::Ordering::Relaxed) {
             crate::tensor::UNKNOWN => (m * p.n_kv) as u64,
@@ -152,7 +190,8 @@ impl GpuBackend {
         if let Some([k2, mask_far]) = far {
             bytes += cells(mask_far) * (head_bytes(k2) + head_bytes(v));
         }
-        crate::counters::Work::add(&self.work.kv_bytes_read, p.n_head as u64 * bytes);
+        let workgroups = (p.n_head_kv * n_sub) as u64;
+        crate::counters::Work::add(&self.work.kv_bytes_read, workgroups * bytes);
     }
 }
 
@@ -198,7 +237,25 @@ fn check_attention(
 
 #[cfg(test)]
 mod tests {
-    use super::n_splits;
+    use super::{head_groups, n_splits};
+
+    #[test]
+    fn a_group_of_query_heads_shares_one_workgroup_where_it_fits() {
+        // SmolLM2 (9 heads over 3, head_dim 64), Gemma 3 270M (4 over 1,
+        // 256): one workgroup a KV head.
+        assert_eq!(head_groups(9, 3, 64, 1), (3, 1));
+        assert_eq!(head_groups(4, 1, 256, 1), (4, 1));
+        // No GQA.
+        assert_eq!(head_groups(32, 32, 128, 1), (1, 1));
+        // A group over G_MAX, split evenly: 10 -> 5 + 5; 12 at head_dim
+        // 256 (4 fit) -> 4 + 4 + 4; 7 at 256 -> 4 + 3 (the last short).
+        assert_eq!(head_groups(20, 2, 64, 1), (5, 2));
+        assert_eq!(head_groups(12, 1, 256, 1), (4, 3));
+        assert_eq!(head_groups(7, 1, 256, 1), (4, 2));
+        // Two windows halve the room; head_dim 512 leaves one head.
+        assert_eq!(head_groups(4, 1, 256, 2), (2, 2));
+        assert_eq!(head_groups(4, 1, 512, 2), (1, 4));
+    }
 
     #[test]
     fn only_few_rows_over_a_long_span_split() {
