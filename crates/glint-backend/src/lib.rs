@@ -19,7 +19,7 @@ pub use glint_quant::GgmlType;
 
 pub mod check;
 mod params;
-pub use params::{AttnParams, Glu, RopeMode, RopeParams, Unary};
+pub use params::{AttnParams, Glu, QkNorm, RopeMode, RopeParams, Unary};
 
 /// Errors of a backend op. Each names the op and what did not fit.
 #[derive(Debug, thiserror::Error)]
@@ -337,16 +337,32 @@ pub trait Backend: Send + Sync {
     /// runs it as one dispatch for F32 and F16 caches (the same bits).
     /// `pq`, `pk`: the rope params of Q and K (they differ in `n_head`);
     /// `kr`: scratch `[head_dim, n_head_kv, m]`, unspecified after the call.
+    /// With `norm` (QK-norm) q and k are RMS-normed per head first, into
+    /// `norm.out` (the default; wgpu normalizes in the same dispatch, the
+    /// same bits).
     #[allow(clippy::too_many_arguments)]
     fn rope_store(
         &self,
         [q, k, v]: [&Self::Tensor; 3],
+        norm: Option<QkNorm<'_, Self::Tensor>>,
         pos: &Self::Tensor,
         [pq, pk]: [&RopeParams; 2],
         [qr, kr]: [&Self::Tensor; 2],
         rows: &Self::Tensor,
         [kc, vc]: [&Self::Tensor; 2],
     ) -> Result<()> {
+        let (q, k) = match norm {
+            Some(QkNorm {
+                w: [qn, kn],
+                eps,
+                out: [qd, kd],
+            }) => {
+                self.rms_norm(q, Some(qn), eps, qd)?;
+                self.rms_norm(k, Some(kn), eps, kd)?;
+                (qd, kd)
+            }
+            None => (q, k),
+        };
         self.rope(q, pos, pq, qr)?;
         self.rope(k, pos, pk, kr)?;
         let n = pk.head_dim * pk.n_head;

@@ -84,6 +84,31 @@ impl RopeParams {
     }
 }
 
+/// Per-head RMSNorm of a layer's queries and keys before RoPE (QK-norm,
+/// Gemma 3), as [`Backend::rope_store`](crate::Backend::rope_store) takes
+/// it: `rms_norm(q, w[0]) -> out[0]`, `rms_norm(k, w[1]) -> out[1]`, rows
+/// of `head_dim`.
+#[derive(Debug)]
+pub struct QkNorm<'a, T: ?Sized> {
+    /// The Q and K norm weights, F32 `[head_dim]` each.
+    pub w: [&'a T; 2],
+    /// RMSNorm's epsilon.
+    pub eps: f32,
+    /// Scratch shaped as q and k (F32 `[head_dim, n_head, m]`,
+    /// `[head_dim, n_head_kv, m]`): the normed q and k where the backend
+    /// goes through them, unspecified after the call.
+    pub out: [&'a T; 2],
+}
+
+// By hand: derived, they would ask `T: Copy` of the tensors behind the
+// references.
+impl<T: ?Sized> Clone for QkNorm<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for QkNorm<'_, T> {}
+
 /// Attention over cache rows `kv_start .. kv_start + n_kv`.
 ///
 /// Logit of query `i`, head `h`, cache row `j`:

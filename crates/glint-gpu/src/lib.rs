@@ -45,7 +45,7 @@ use context::Context;
 pub use context::{list_adapters, AdapterSummary, GpuOptions};
 pub use counters::GpuCounters;
 use glint_backend::{
-    AttnParams, Backend, BackendError, Glu, MemoryReport, Result, RopeParams, SharedBytes,
+    AttnParams, Backend, BackendError, Glu, MemoryReport, QkNorm, Result, RopeParams, SharedBytes,
     TensorDesc, Unary,
 };
 pub use measure::{CopyProbe, COPY_BATCH};
@@ -213,13 +213,30 @@ impl Backend for GpuBackend {
     fn rope_store(
         &self,
         [q, k, v]: [&GpuTensor; 3],
+        norm: Option<QkNorm<'_, GpuTensor>>,
         pos: &GpuTensor,
         [pq, pk]: [&RopeParams; 2],
         [qr, kr]: [&GpuTensor; 2],
         rows: &GpuTensor,
         [kc, vc]: [&GpuTensor; 2],
     ) -> Result<()> {
-        if ops::rope_store(self, [q, k, v], pos, [pq, pk], qr, rows, [kc, vc])? {
+        let norm_w = norm.map(|n| (n.w, n.eps));
+        if ops::rope_store(self, [q, k, v], norm_w, pos, [pq, pk], qr, rows, [kc, vc])? {
+            return Ok(());
+        }
+        // Normed apart, then the fused kernel without its norm where it
+        // applies, else the four ops.
+        let (q, k) = match norm {
+            Some(n) => {
+                self.rms_norm(q, Some(n.w[0]), n.eps, n.out[0])?;
+                self.rms_norm(k, Some(n.w[1]), n.eps, n.out[1])?;
+                (n.out[0], n.out[1])
+            }
+            None => (q, k),
+        };
+        if norm.is_some()
+            && ops::rope_store(self, [q, k, v], None, pos, [pq, pk], qr, rows, [kc, vc])?
+        {
             return Ok(());
         }
         self.rope(q, pos, pq, qr)?;

@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
-use glint_backend::{AttnParams, Backend, GgmlType, Glu, RopeMode, RopeParams, Unary, Usage};
+use glint_backend::{
+    AttnParams, Backend, GgmlType, Glu, QkNorm, RopeMode, RopeParams, Unary, Usage,
+};
 use glint_gpu::{GpuBackend, GpuOptions};
 use half::f16;
 
@@ -503,6 +505,59 @@ fn split_attention_is_two_dispatches_and_allocates_once() {
     assert_eq!((again.dispatches, again.buffers_created, grew), (2, 0, 0));
     let (short, _) = step(300);
     assert_eq!((short.dispatches, short.buffers_created), (1, 0));
+}
+
+/// The fused QK-norm is one dispatch, where the composing path takes five.
+#[test]
+fn rope_store_with_qk_norm_is_one_dispatch() {
+    let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
+    let (hd, nh, nkv, m, rows) = (256, 4, 1, 3, 8);
+    let n = hd * nkv;
+    let buf = |ty: GgmlType, ne: [usize; 4]| {
+        let t = be.alloc(common::desc(ty, ne, Usage::Scratch)).unwrap();
+        let bytes = vec![0u8; glint_backend::Tensor::desc(&t).n_bytes()];
+        be.write(&t, 0, &bytes).unwrap();
+        t
+    };
+    let (q, qd, qr) = (
+        buf(F32, [hd, nh, m, 1]),
+        buf(F32, [hd, nh, m, 1]),
+        buf(F32, [hd, nh, m, 1]),
+    );
+    let (k, kd, kr) = (
+        buf(F32, [hd, nkv, m, 1]),
+        buf(F32, [hd, nkv, m, 1]),
+        buf(F32, [hd, nkv, m, 1]),
+    );
+    let v = buf(F32, [n, m, 1, 1]);
+    let (qn, kn) = (buf(F32, [hd, 1, 1, 1]), buf(F32, [hd, 1, 1, 1]));
+    let (pos, idx) = (
+        buf(GgmlType::I32, [m, 1, 1, 1]),
+        buf(GgmlType::I32, [m, 1, 1, 1]),
+    );
+    let (kc, vc) = (
+        buf(GgmlType::F16, [n, rows, 1, 1]),
+        buf(GgmlType::F16, [n, rows, 1, 1]),
+    );
+    let p = RopeParams::plain(RopeMode::Neox, hd, nh, 10000.0);
+    let pk = RopeParams { n_head: nkv, ..p };
+    let before = be.work_counters();
+    let norm = QkNorm {
+        w: [&qn, &kn],
+        eps: 1e-6,
+        out: [&qd, &kd],
+    };
+    be.rope_store(
+        [&q, &k, &v],
+        Some(norm),
+        &pos,
+        [&p, &pk],
+        [&qr, &kr],
+        &idx,
+        [&kc, &vc],
+    )
+    .unwrap();
+    assert_eq!(be.work_counters().since(&before).dispatches, 1);
 }
 
 /// kshift(rope(k, p), q - p) == rope(k, q), for several shifts in a row,

@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use glint_backend::{
-    AttnParams, Backend, GgmlType, Glu, RopeMode, RopeParams, SharedBytes, TensorDesc, Unary, Usage,
+    AttnParams, Backend, GgmlType, Glu, QkNorm, RopeMode, RopeParams, SharedBytes, TensorDesc,
+    Unary, Usage,
 };
 use glint_cpu::{CpuBackend, Precision};
 use glint_gpu::{GpuBackend, GpuOptions};
@@ -245,15 +246,7 @@ fn rope_set_rows_attention_kshift() {
         let mut r = Rng(seed());
         let (hd, nh, nkv, m, rows) = (64, 8, 2, 7, 300);
         for mode in [RopeMode::Norm, RopeMode::Neox] {
-            let yarn = RopeParams {
-                n_rot: 48,
-                freq_scale: 0.25,
-                ext_factor: 1.0,
-                attn_factor: 0.9,
-                n_ctx_orig: 4096,
-                ..RopeParams::plain(mode, hd, nh, 10000.0)
-            };
-            for p in [RopeParams::plain(mode, hd, nh, 10000.0), yarn] {
+            for p in plain_and_yarn(mode, hd, nh) {
                 let x = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
                 let pos = i32p(&(0..m).map(|_| r.below(250) as i32).collect::<Vec<_>>());
                 let o = out([hd, nh, m, 1]);
@@ -823,86 +816,117 @@ fn check_norm_folded(
 /// bits in qr and in every cache row (rows it must not touch included: the
 /// caches start poisoned and one token's row is -1, out of the cache).
 /// NORM and NEOX, plain and YaRN with a partial n_rot, GQA; a Q8_0 cache
-/// takes the composing path and must give its result too. And the cpu
+/// takes the composing path and must give its result too. With QK-norm
+/// (Gemma 3's head_dim 256 too) the per-head rms_norm of q and k comes
+/// first, in the same dispatch: the same bits as rms_norm's. And the cpu
 /// backend's default against the fused kernel, within the rope tolerance.
 #[test]
 fn rope_store_is_rope_then_set_rows() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        let (hd, nh, nkv, m, rows) = (64, 6, 2, 5, 40);
-        let n = hd * nkv;
-        for mode in [RopeMode::Norm, RopeMode::Neox] {
-            let yarn = RopeParams {
-                n_rot: 48,
-                freq_scale: 0.25,
-                ext_factor: 1.0,
-                attn_factor: 0.9,
-                n_ctx_orig: 4096,
-                ..RopeParams::plain(mode, hd, nh, 10000.0)
-            };
-            for pq in [RopeParams::plain(mode, hd, nh, 10000.0), yarn] {
-                let pk = RopeParams { n_head: nkv, ..pq };
-                let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
-                let k = f32p([hd, nkv, m, 1], &r.vec_scaled(n * m, 2.0));
-                let v = f32p([n, m, 1, 1], &r.vec_scaled(n * m, 2.0));
-                let pos = i32p(&(0..m).map(|_| r.below(250) as i32).collect::<Vec<_>>());
-                let mut idx: Vec<i32> = (0..m).map(|i| (7 * i + 3) as i32).collect();
-                idx[2] = -1;
-                let idx = i32p(&idx);
-                for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0] {
-                    let what = format!("{mode:?} n_rot {} {ty:?}", pq.n_rot);
-                    // Finite, and not what any op writes.
-                    let fill = vec![0x3Cu8; ty.bytes_for((n * rows) as u64).unwrap() as usize];
-                    let cache = || pair(ty, [n, rows, 1, 1], Usage::KvCache, Some(&fill));
-                    let (kc, vc, kc2, vc2) = (cache(), cache(), cache(), cache());
-                    let (qr, kr, qr2, kr2) = (
-                        out([hd, nh, m, 1]),
-                        out([hd, nkv, m, 1]),
-                        out([hd, nh, m, 1]),
-                        out([hd, nkv, m, 1]),
+        let (nh, nkv, m, rows) = (6, 2, 5, 40);
+        for (hd, normed) in [(64, false), (64, true), (256, true)] {
+            let n = hd * nkv;
+            for mode in [RopeMode::Norm, RopeMode::Neox] {
+                for pq in plain_and_yarn(mode, hd, nh) {
+                    let pk = RopeParams { n_head: nkv, ..pq };
+                    let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
+                    let k = f32p([hd, nkv, m, 1], &r.vec_scaled(n * m, 2.0));
+                    let v = f32p([n, m, 1, 1], &r.vec_scaled(n * m, 2.0));
+                    let (qn, kn) = (
+                        f32p([hd, 1, 1, 1], &r.vec_scaled(hd, 1.5)),
+                        f32p([hd, 1, 1, 1], &r.vec_scaled(hd, 1.5)),
                     );
-                    let (g, c) = (gpu(), cpu());
-                    g.rope_store(
-                        [&q.0, &k.0, &v.0],
-                        &pos.0,
-                        [&pq, &pk],
-                        [&qr.0, &kr.0],
-                        &idx.0,
-                        [&kc.0, &vc.0],
-                    )
-                    .unwrap();
-                    g.rope(&q.0, &pos.0, &pq, &qr2.0).unwrap();
-                    g.rope(&k.0, &pos.0, &pk, &kr2.0).unwrap();
-                    let flat = g.view(&kr2.0, [n, m, 1, 1]).unwrap();
-                    g.set_rows(&flat, &idx.0, &kc2.0).unwrap();
-                    g.set_rows(&v.0, &idx.0, &vc2.0).unwrap();
-                    let bytes = |t: &glint_gpu::GpuTensor| {
-                        let mut b = vec![0u8; glint_backend::Tensor::desc(t).n_bytes()];
-                        g.read(t, 0, &mut b).unwrap();
-                        b
-                    };
-                    assert!(bytes(&qr.0) == bytes(&qr2.0), "{what}: qr differs");
-                    assert!(bytes(&kc.0) == bytes(&kc2.0), "{what}: K cache differs");
-                    assert!(bytes(&vc.0) == bytes(&vc2.0), "{what}: V cache differs");
-                    c.rope_store(
-                        [&q.1, &k.1, &v.1],
-                        &pos.1,
-                        [&pq, &pk],
-                        [&qr.1, &kr.1],
-                        &idx.1,
-                        [&kc.1, &vc.1],
-                    )
-                    .unwrap();
-                    compare(&format!("{what}: qr vs cpu"), &qr, GgmlType::F32, tol::ROPE);
-                    if ty != GgmlType::Q8_0 {
-                        let t = tol::kshift(ty);
-                        compare(&format!("{what}: K vs cpu"), &kc, ty, t);
-                        compare(&format!("{what}: V vs cpu"), &vc, ty, 0.0);
+                    let (qd, kd) = (out([hd, nh, m, 1]), out([hd, nkv, m, 1]));
+                    let eps = 1e-6;
+                    let pos = i32p(&(0..m).map(|_| r.below(250) as i32).collect::<Vec<_>>());
+                    let mut idx: Vec<i32> = (0..m).map(|i| (7 * i + 3) as i32).collect();
+                    idx[2] = -1;
+                    let idx = i32p(&idx);
+                    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0] {
+                        let what =
+                            format!("{mode:?} hd {hd} norm {normed} n_rot {} {ty:?}", pq.n_rot);
+                        // Finite, and not what any op writes.
+                        let fill = vec![0x3Cu8; ty.bytes_for((n * rows) as u64).unwrap() as usize];
+                        let cache = || pair(ty, [n, rows, 1, 1], Usage::KvCache, Some(&fill));
+                        let (kc, vc, kc2, vc2) = (cache(), cache(), cache(), cache());
+                        let (qr, kr, qr2, kr2) = (
+                            out([hd, nh, m, 1]),
+                            out([hd, nkv, m, 1]),
+                            out([hd, nh, m, 1]),
+                            out([hd, nkv, m, 1]),
+                        );
+                        let (g, c) = (gpu(), cpu());
+                        let ts = [
+                            &q, &k, &v, &qn, &kn, &qd, &kd, &pos, &qr, &kr, &idx, &kc, &vc,
+                        ];
+                        let pqk = [&pq, &pk];
+                        rope_store_on(g, ts.map(|t| &t.0), normed.then_some(eps), pqk);
+                        let (qd2, kd2) = (out([hd, nh, m, 1]), out([hd, nkv, m, 1]));
+                        let (q1, k1) = if normed {
+                            g.rms_norm(&q.0, Some(&qn.0), eps, &qd2.0).unwrap();
+                            g.rms_norm(&k.0, Some(&kn.0), eps, &kd2.0).unwrap();
+                            (&qd2.0, &kd2.0)
+                        } else {
+                            (&q.0, &k.0)
+                        };
+                        g.rope(q1, &pos.0, &pq, &qr2.0).unwrap();
+                        g.rope(k1, &pos.0, &pk, &kr2.0).unwrap();
+                        let flat = g.view(&kr2.0, [n, m, 1, 1]).unwrap();
+                        g.set_rows(&flat, &idx.0, &kc2.0).unwrap();
+                        g.set_rows(&v.0, &idx.0, &vc2.0).unwrap();
+                        let bytes = |t: &glint_gpu::GpuTensor| {
+                            let mut b = vec![0u8; glint_backend::Tensor::desc(t).n_bytes()];
+                            g.read(t, 0, &mut b).unwrap();
+                            b
+                        };
+                        assert!(bytes(&qr.0) == bytes(&qr2.0), "{what}: qr differs");
+                        assert!(bytes(&kc.0) == bytes(&kc2.0), "{what}: K cache differs");
+                        assert!(bytes(&vc.0) == bytes(&vc2.0), "{what}: V cache differs");
+                        rope_store_on(c, ts.map(|t| &t.1), normed.then_some(eps), pqk);
+                        compare(&format!("{what}: qr vs cpu"), &qr, GgmlType::F32, tol::ROPE);
+                        if ty != GgmlType::Q8_0 {
+                            let t = tol::kshift(ty);
+                            compare(&format!("{what}: K vs cpu"), &kc, ty, t);
+                            compare(&format!("{what}: V vs cpu"), &vc, ty, 0.0);
+                        }
                     }
                 }
             }
         }
     });
+}
+
+/// Rope params of `n_head` heads: plain, and YaRN with a partial n_rot and
+/// attn_factor != 1.
+fn plain_and_yarn(mode: RopeMode, hd: usize, n_head: usize) -> [RopeParams; 2] {
+    let plain = RopeParams::plain(mode, hd, n_head, 10000.0);
+    let yarn = RopeParams {
+        n_rot: 48,
+        freq_scale: 0.25,
+        ext_factor: 1.0,
+        attn_factor: 0.9,
+        n_ctx_orig: 4096,
+        ..plain
+    };
+    [plain, yarn]
+}
+
+/// Backend::rope_store on `b` of q, k, v into qr and the caches, QK-normed
+/// with weights qn, kn (through qd, kd) when `norm_eps` is given.
+fn rope_store_on<B: Backend>(
+    b: &B,
+    [q, k, v, qn, kn, qd, kd, pos, qr, kr, idx, kc, vc]: [&B::Tensor; 13],
+    norm_eps: Option<f32>,
+    pqk: [&RopeParams; 2],
+) {
+    let norm = norm_eps.map(|eps| QkNorm {
+        w: [qn, kn],
+        eps,
+        out: [qd, kd],
+    });
+    b.rope_store([q, k, v], norm, pos, pqk, [qr, kr], idx, [kc, vc])
+        .unwrap();
 }
 
 /// LFM2's short convolution: tokens of three sequences interleaved (one

@@ -1,7 +1,7 @@
 //! The forward pass, written once against [`Backend`] for every architecture
 //! in the table and every quantization.
 
-use glint_backend::{AttnParams, Backend, GgmlType, TensorDesc, Usage};
+use glint_backend::{AttnParams, Backend, GgmlType, QkNorm, TensorDesc, Usage};
 
 use crate::arch::EmbdScale;
 use crate::hparams::HParams;
@@ -783,8 +783,15 @@ impl<B: Backend> Layer<'_, B> {
         // Per head: [head_dim, n_head, T].
         let mut qh = view(b, &qc, &[hd, nh, t])?;
         let mut kh = view(b, &kc, &[hd, nkv, t])?;
+        let inp = &self.inp;
+        // Two-window SelfExtend on this layer (full attention): the normed
+        // q and k are rotated a second time below.
+        let window_here = inp.window.is_some() && kv.k2.get(ki).is_some() && !swa;
+        // QK-norm (Gemma 3), into the buffers qc/kc are not (they may be
+        // q/k themselves): by rope_store (wgpu: in its dispatch), or first
+        // where the window rotates the normed heads again.
+        let mut norm = None;
         if let Some([qn, kn]) = &aw.qk_norm {
-            // qc/kc may be q/k themselves; normalize into the other buffers.
             let (q_dst, k_dst) = if aw.qkv_bias.is_some() {
                 (&s.q, &s.k)
             } else {
@@ -792,13 +799,21 @@ impl<B: Backend> Layer<'_, B> {
             };
             let qd = view(b, q_dst, &[hd, nh, t])?;
             let kd = view(b, k_dst, &[hd, nkv, t])?;
-            b.rms_norm(&qh, Some(qn), hp.rms_eps, &qd)?;
-            b.rms_norm(&kh, Some(kn), hp.rms_eps, &kd)?;
-            (qh, kh) = (qd, kd);
+            if window_here {
+                b.rms_norm(&qh, Some(qn), hp.rms_eps, &qd)?;
+                b.rms_norm(&kh, Some(kn), hp.rms_eps, &kd)?;
+                (qh, kh) = (qd, kd);
+            } else {
+                norm = Some(([qn, kn], [qd, kd]));
+            }
         }
-        let inp = &self.inp;
         b.rope_store(
             [&qh, &kh, &vc],
+            norm.as_ref().map(|([qn, kn], [qd, kd])| QkNorm {
+                w: [*qn, *kn],
+                eps: hp.rms_eps,
+                out: [qd, kd],
+            }),
             &inp.pos,
             [&hp.rope(il, nh), &hp.rope(il, nkv)],
             [&f.qr, &f.kr],
