@@ -86,7 +86,7 @@ pub struct TensorDesc {
     /// Extents, innermost first.
     pub ne: [usize; 4],
     /// A name for errors and memory reports (e.g. `blk.0.attn_q.weight`).
-    pub label: String,
+    pub label: std::sync::Arc<str>,
     /// What the memory is for.
     pub usage: Usage,
 }

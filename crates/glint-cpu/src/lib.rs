@@ -155,7 +155,7 @@ fn check_range(op: &'static str, t: &CpuTensor, offset: usize, len: usize) -> Re
         Some(end) if end <= size => Ok(()),
         _ => Err(BackendError::Range {
             op,
-            label: t.desc.label.clone(),
+            label: t.desc.label.to_string(),
             start: offset,
             end: offset.saturating_add(len),
             size,

@@ -1,7 +1,7 @@
 //! [`Few`]: at most `N` small `Copy` items held inline. The pipeline keys
 //! are built on every dispatch to look their pipeline up, so their flags
 //! and constants live here rather than in `Vec`s (no heap allocation per
-//! dispatch for them).
+//! dispatch for them), and so do the rope kernels' params words.
 
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
@@ -24,9 +24,10 @@ impl<T: Copy + Default, const N: usize> Few<T, N> {
     }
 
     /// Appends `v`. Panics past `N` items: the lists name a kernel's
-    /// variant, a fixed few chosen by code, never by input.
+    /// variant or hold its params block, a fixed few chosen by code, never
+    /// by input.
     pub fn push(&mut self, v: T) {
-        assert!(self.len < N, "more than {N} items in a pipeline key list");
+        assert!(self.len < N, "more than {N} items in a Few list");
         self.items[self.len] = v;
         self.len += 1;
     }

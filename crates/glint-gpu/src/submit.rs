@@ -109,11 +109,15 @@ impl GpuBackend {
         (inputs, outputs): (&[Bind<'_>], &[Bind<'_>]),
     ) -> wgpu::BindGroup {
         let binds = || inputs.iter().chain(outputs);
-        let bkey = BindKey {
+        let mut bkey = BindKey {
             n_in: key.n_in,
             n_out: key.n_out,
-            binds: binds().map(|b| (b.buf.clone(), b.offset, b.size)).collect(),
+            binds: Default::default(),
         };
+        // `dispatch` refused more than BindKey::MAX.
+        for (slot, b) in bkey.binds.iter_mut().zip(binds()) {
+            *slot = Some((b.buf.clone(), b.offset, b.size));
+        }
         let (bg, made) = self.binds.get_or_make(bkey, || {
             let mut entries = Vec::new();
             for (i, b) in binds().enumerate() {
@@ -171,6 +175,14 @@ impl GpuBackend {
                 key.entry,
                 params.len(),
                 PARAMS_MAX_BYTES / 4
+            )));
+        }
+        if inputs.len() + outputs.len() > BindKey::MAX {
+            return Err(BackendError::Device(format!(
+                "{}: {} bindings, over the {} of a bind group key",
+                key.entry,
+                inputs.len() + outputs.len(),
+                BindKey::MAX
             )));
         }
         let owners = inputs.iter().chain(outputs).map(|b| b.owner);
@@ -344,7 +356,7 @@ fn in_range(op: &'static str, t: &GpuTensor, offset: usize, len: usize) -> Resul
     if end > size {
         return Err(BackendError::Range {
             op,
-            label: t.desc.label.clone(),
+            label: t.desc.label.to_string(),
             start: offset,
             end,
             size,

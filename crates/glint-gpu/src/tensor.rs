@@ -54,11 +54,20 @@ impl Drop for GpuTensor {
 /// A bind group's identity: its layout (`n_in`, `n_out`: one layout per
 /// pair) and each binding's buffer, offset and size. The uniform binding is
 /// always the params arena at offset 0 (dynamic offsets pick the block).
+/// The bindings are held inline (a `Buffer` is a reference count): a key
+/// is built for every dispatch to look its group up, with no heap
+/// allocation.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct BindKey {
     pub(crate) n_in: u32,
     pub(crate) n_out: u32,
-    pub(crate) binds: Vec<(wgpu::Buffer, u64, u64)>,
+    pub(crate) binds: [Option<(wgpu::Buffer, u64, u64)>; BindKey::MAX],
+}
+
+impl BindKey {
+    /// Storage bindings a key holds: a kernel's inputs and outputs
+    /// (`ops::MAX_BINDS` each).
+    pub(crate) const MAX: usize = 16;
 }
 
 /// Bind groups made once and reused: a decode step binds the same
@@ -94,7 +103,7 @@ impl BindCache {
 
     fn forget(&self, buf: &wgpu::Buffer) {
         let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|k, _| k.binds.iter().all(|(b, _, _)| b != buf));
+        m.retain(|k, _| k.binds.iter().flatten().all(|(b, _, _)| b != buf));
     }
 }
 
@@ -202,6 +211,23 @@ pub(crate) struct Window {
     size: u64,
 }
 
+/// The windows of a tensor: one (every tensor under the binding limit,
+/// looked up on every dispatch with no heap allocation) or several.
+pub(crate) enum Windows {
+    One(Window),
+    Many(Vec<Window>),
+}
+
+impl std::ops::Deref for Windows {
+    type Target = [Window];
+    fn deref(&self) -> &[Window] {
+        match self {
+            Windows::One(w) => std::slice::from_ref(w),
+            Windows::Many(ws) => ws,
+        }
+    }
+}
+
 pub(crate) fn pad4(n: u64) -> u64 {
     n.div_ceil(4) * 4
 }
@@ -223,17 +249,17 @@ impl GpuBackend {
 
     /// Split `t` into windows of whole rows, each under the binding limit and
     /// starting at an offset aligned to `min_storage_buffer_offset_alignment`.
-    pub(crate) fn windows(&self, op: &'static str, t: &GpuTensor) -> Result<Vec<Window>> {
+    pub(crate) fn windows(&self, op: &'static str, t: &GpuTensor) -> Result<Windows> {
         let row_bytes = t.desc.row_bytes() as u64;
         let n_rows = t.desc.n_rows();
         let max = self.max_binding();
         if t.size <= max || row_bytes == 0 {
-            return Ok(vec![Window {
+            return Ok(Windows::One(Window {
                 row0: 0,
                 n_rows,
                 offset: 0,
                 size: t.size,
-            }]);
+            }));
         }
         let align = self.ctx.limits.min_storage_buffer_offset_alignment.max(4) as u64;
         // row0 must be a multiple of `step` for row0 * row_bytes to be aligned.
@@ -258,7 +284,7 @@ impl GpuBackend {
             });
             row0 += n;
         }
-        Ok(out)
+        Ok(Windows::Many(out))
     }
 
     /// Every one of `ts` fits one binding (the tensors ops bind whole).
@@ -367,13 +393,13 @@ impl GpuBackend {
         }
         let label = parts
             .iter()
-            .map(|(d, _)| d.label.as_str())
+            .map(|(d, _)| &*d.label)
             .collect::<Vec<_>>()
             .join("+");
         let whole = self.new_tensor(TensorDesc {
             ty: GgmlType::I8,
             ne: [total as usize, 1, 1, 1],
-            label,
+            label: label.into(),
             usage: Usage::Weights,
         })?;
         let mut out = Vec::with_capacity(parts.len());

@@ -550,7 +550,7 @@ fn packed_weights_and_fused_matvecs() {
                 .map(|(i, &n)| TensorDesc {
                     ty,
                     ne: [k, n, 1, 1],
-                    label: format!("w{i}"),
+                    label: format!("w{i}").into(),
                     usage: Usage::Weights,
                 })
                 .collect();

@@ -71,7 +71,7 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
                 let t = backend.alloc(TensorDesc {
                     ty,
                     ne: [hp.n_embd_kv(), n_rows, 1, 1],
-                    label: format!("cache_{what}_l{il}"),
+                    label: format!("cache_{what}_l{il}").into(),
                     usage: Usage::KvCache,
                 })?;
                 // Rows never written are masked out, but NaN garbage times a
@@ -125,7 +125,7 @@ impl<T: glint_backend::Tensor> ConvStorage<T> {
             let t = backend.alloc(TensorDesc {
                 ty: GgmlType::F32,
                 ne: [hp.n_embd_conv(), n_slots, 1, 1],
-                label: format!("conv_state_l{il}"),
+                label: format!("conv_state_l{il}").into(),
                 usage: Usage::KvCache,
             })?;
             backend.write(&t, 0, &vec![0u8; t.desc().n_bytes()])?;
@@ -285,7 +285,7 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             backend.alloc(TensorDesc {
                 ty,
                 ne: [n, 1, 1, 1],
-                label: label.to_string(),
+                label: label.into(),
                 usage: Usage::Scratch,
             })
         };
@@ -365,7 +365,7 @@ impl<T: glint_backend::Tensor> Scratch<T> {
         self.logits = backend.alloc(TensorDesc {
             ty: GgmlType::F32,
             ne: [hp.n_vocab * cap, 1, 1, 1],
-            label: "logits".to_string(),
+            label: "logits".into(),
             usage: Usage::Scratch,
         })?;
         self.n_out_cap = cap;

@@ -136,7 +136,7 @@ impl<B: Backend> Loader<'_, B> {
             let start = range.start + i * block;
             let d = TensorDesc {
                 ne: [k, k, 1, 1],
-                label: format!("{name}[{i}]"),
+                label: format!("{name}[{i}]").into(),
                 ..desc.clone()
             };
             parts.push((d, SharedBytes::new(self.f.storage(), start..start + block)?));
@@ -177,7 +177,7 @@ impl<B: Backend> Loader<'_, B> {
         let desc = TensorDesc {
             ty: t.ty,
             ne: shape,
-            label: name.to_string(),
+            label: name.into(),
             usage: Usage::Weights,
         };
         let bytes = SharedBytes::new(self.f.storage(), t.byte_range())?;

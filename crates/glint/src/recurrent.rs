@@ -73,7 +73,7 @@ impl<B: Backend> Recurrent<B> {
             backup.push(be.alloc(TensorDesc {
                 ty: GgmlType::F32,
                 ne: [hp.n_embd_conv(), n_seq_max, 1, 1],
-                label: format!("conv_state_backup_{i}"),
+                label: format!("conv_state_backup_{i}").into(),
                 usage: Usage::KvCache,
             })?);
         }

@@ -23,7 +23,7 @@ pub fn desc(ty: GgmlType, ne: [usize; 4], label: &str) -> TensorDesc {
     TensorDesc {
         ty,
         ne,
-        label: label.to_string(),
+        label: label.into(),
         usage: Usage::Scratch,
     }
 }

@@ -85,7 +85,7 @@ pub(crate) fn mul_mat_normed(be: &GpuBackend, w: &T, x: &T, norm: Norm, out: &T)
         key.with_type(w.desc.ty)
             .with_flags(be.flags(false, w.desc.ty == GgmlType::F16))
     };
-    for win in be.windows(op, w)? {
+    for win in be.windows(op, w)?.iter() {
         let n_wg = if matvec {
             win.n_rows
         } else {
@@ -108,7 +108,7 @@ pub(crate) fn mul_mat_normed(be: &GpuBackend, w: &T, x: &T, norm: Norm, out: &T)
         // for each block of 64 columns.
         let passes = if matvec { 1 } else { m.div_ceil(64) };
         be.weight_read(w, (win.n_rows * passes) as u64 * w.desc.row_bytes() as u64);
-        let ins = [Bind::window(w, &win), Bind::whole(x), Bind::whole(nw)];
+        let ins = [Bind::window(w, win), Bind::whole(x), Bind::whole(nw)];
         let (ins, params) = (&ins[..n_in as usize], &params[..4 + n_in as usize]);
         be.dispatch(key.clone(), ins, &[Bind::whole(out)], params, n_wg)?;
     }

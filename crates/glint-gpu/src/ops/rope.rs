@@ -7,8 +7,12 @@ use super::{f32_bits, T};
 use crate::pipelines::PipelineKey;
 use crate::GpuBackend;
 
-/// The `Params` block of rope.wgsl and kshift.wgsl for `rows` rows.
-pub(super) fn rope_params(p: &RopeParams, rows: usize) -> Vec<u32> {
+/// Words of a rope params block (rope_store.wgsl's, the longest).
+pub(super) type RopeWords = crate::few::Few<u32, 16>;
+
+/// The `Params` block of rope.wgsl and kshift.wgsl for `rows` rows (the
+/// first words of rope_store.wgsl's), inline: built every dispatch.
+pub(super) fn rope_params(p: &RopeParams, rows: usize) -> RopeWords {
     let [lo, hi] = if p.ext_factor != 0.0 {
         p.yarn_corr_dims()
     } else {
@@ -19,7 +23,8 @@ pub(super) fn rope_params(p: &RopeParams, rows: usize) -> Vec<u32> {
         RopeMode::Norm => 0,
         RopeMode::Neox => 1,
     };
-    vec![
+    let mut w = RopeWords::new();
+    w.extend_from_slice(&[
         p.head_dim as u32,
         p.n_head as u32,
         rows as u32,
@@ -31,7 +36,8 @@ pub(super) fn rope_params(p: &RopeParams, rows: usize) -> Vec<u32> {
         f32_bits(p.attn_factor),
         f32_bits(lo),
         f32_bits(hi),
-    ]
+    ]);
+    w
 }
 
 /// x, out: [head_dim, n_head, m] f32; pos: [m] i32. One invocation per
