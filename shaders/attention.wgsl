@@ -51,7 +51,7 @@ struct Params {
     n_kv: u32,
     scale: f32,
     softcap: f32,
-    // Cells per split and splits per (token, head); 1 split: the output.
+    // Cells per split and splits per workgroup's span; 1 split: the output.
     split_len: u32,
     n_split: u32,
     // Workgroups per (token, KV head): ceil(group / HPW).
@@ -185,10 +185,16 @@ fn main(inv: Inv, ln: Lane) {
     for (var i = inv.lid.x; i < HPW * hd; i += WG) {
         let g = i / hd;
         let qi = (tok * p.n_head + h0 + g) * hd + i % hd;
-        qs[i] = select(0.0, q[qi], g < ng);
+        qs[i] = 0.0;
 #ifdef WINDOW
-        qs[HPW * hd + i] = select(0.0, q2[qi], g < ng);
+        qs[HPW * hd + i] = 0.0;
 #endif
+        if (g < ng) {
+            qs[i] = q[qi];
+#ifdef WINDOW
+            qs[HPW * hd + i] = q2[qi];
+#endif
+        }
     }
     var acc: array<f32, G_MAX * PER_THREAD>;
     var run_max: array<f32, G_MAX>;

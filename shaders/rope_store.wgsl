@@ -13,7 +13,10 @@
 // rms_norm(q, qn) and rms_norm(k, kn) do, to the bit: one workgroup per q
 // head, then one per k head, each normalizing its head into workgroup memory
 // (the sum of squares as rms_norm.wgsl sums it: the same workgroup size and
-// reduction) and rotating from there; then the V words, 256 a workgroup.
+// reduction; with USE_SUBGROUPS the same bits where the driver gives both
+// pipelines the same subgroup size, as lavapipe does, and within rounding
+// where it picks sizes per pipeline) and rotating from there; then the V
+// words, 256 a workgroup.
 // Bindings, in order:
 //   0 q:      [head_dim, n_head, m] f32
 //   1 k:      [head_dim, n_head_kv, m] f32

@@ -338,8 +338,9 @@ pub trait Backend: Send + Sync {
     /// `pq`, `pk`: the rope params of Q and K (they differ in `n_head`);
     /// `kr`: scratch `[head_dim, n_head_kv, m]`, unspecified after the call.
     /// With `norm` (QK-norm) q and k are RMS-normed per head first, into
-    /// `norm.out` (the default; wgpu normalizes in the same dispatch, the
-    /// same bits).
+    /// `norm.out` (the default; wgpu normalizes in the same dispatch with
+    /// rms_norm's reduction: the same bits where the driver gives both
+    /// kernels one subgroup size).
     #[allow(clippy::too_many_arguments)]
     fn rope_store(
         &self,

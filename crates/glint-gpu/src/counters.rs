@@ -78,9 +78,9 @@ pub struct GpuCounters {
     /// are not counted, as the bench's bytes formula does not count them.
     pub weight_bytes_read: u64,
     /// K/V cache bytes the attention kernels read, modeled the same way:
-    /// each (token, head) workgroup reads its KV head's K and V rows of
-    /// every cell of the window it is given (and the grouped K in the
-    /// two-window mode).
+    /// each workgroup, one a (token, KV head) taking that head's group of
+    /// query heads, reads the K and V rows of every cell of the window its
+    /// mask lets through once (and the grouped K in the two-window mode).
     pub kv_bytes_read: u64,
 }
 

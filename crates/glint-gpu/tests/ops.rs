@@ -358,9 +358,9 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
             .into_iter()
             .flat_map(|s| [(s, GgmlType::F32), (s, GgmlType::F16)])
         {
-            // 10, 12 and 4 workgroups: spans of 600 and 663 cells split
-            // into 3 (split KV and its combine pass: ops/attention.rs's
-            // n_splits), 300 cells do not.
+            // 30, 60 and 14 (token, head) rows: spans of 600 and 663 cells
+            // split into 3 (split KV and its combine pass:
+            // ops/attention.rs's n_splits), 300 cells do not.
             for (softcap, kv_start, n_kv) in
                 [(0.0f32, 0usize, 600usize), (30.0, 37, 663), (0.0, 11, 300)]
             {
@@ -507,7 +507,8 @@ fn split_attention_is_two_dispatches_and_allocates_once() {
     assert_eq!((short.dispatches, short.buffers_created), (1, 0));
 }
 
-/// The fused QK-norm is one dispatch, where the composing path takes five.
+/// The fused QK-norm is one dispatch, where the composing path takes six
+/// (two rms_norms, two ropes, two set_rows).
 #[test]
 fn rope_store_with_qk_norm_is_one_dispatch() {
     let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");

@@ -318,18 +318,24 @@ fn rope_set_rows_attention_kshift() {
 fn attention_window_matches_cpu() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        let (hd, nh, nkv, m, rows) = (64, 8, 2, 6, 700);
+        let (m, rows) = (6, 700);
         let kv_start = 11;
-        // 300 cells: one workgroup per (token, head); 600: 48 rows split
-        // in 3 of 200 cells (split KV, ops/attention.rs's n_splits); the
-        // tokens sit at 350..390, so the last split's cells are all masked
-        // for every token and the middle one holds each token's near cells.
+        // 300 cells: one workgroup per (token, KV head); 600: split in 3 of
+        // 200 cells (split KV, ops/attention.rs's n_splits: 48 and 24
+        // (token, head) rows); the tokens sit at 350..390, so the last
+        // split's cells are all masked for every token and the middle one
+        // holds each token's near cells. Head_dim 64, 4 heads a KV head:
+        // one workgroup takes them; Gemma 3's 256, 4 heads over 1: two
+        // workgroups of 2 (the queries and the distant queries share the
+        // workgroup memory).
         let (f32, f16) = (GgmlType::F32, GgmlType::F16);
-        for (ty, n_kv, first) in [
-            (f32, 300, 250),
-            (f16, 300, 250),
-            (f32, 600, 350),
-            (f16, 600, 350),
+        for ((hd, nh, nkv), ty, n_kv, first) in [
+            ((64, 8, 2), f32, 300, 250),
+            ((64, 8, 2), f16, 300, 250),
+            ((64, 8, 2), f32, 600, 350),
+            ((64, 8, 2), f16, 600, 350),
+            ((256, 4, 1), f16, 300, 250),
+            ((256, 4, 1), f32, 600, 350),
         ] {
             let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
             let q2 = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
@@ -376,7 +382,7 @@ fn attention_window_matches_cpu() {
                     .unwrap();
                 let t = tol::attn(ty);
                 compare(
-                    &format!("attention_window {ty:?} {n_kv} cells {softcap}"),
+                    &format!("attention_window {hd}x{nh}/{nkv} {ty:?} {n_kv} cells {softcap}"),
                     &o,
                     GgmlType::F32,
                     t,

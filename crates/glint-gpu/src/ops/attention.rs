@@ -1,6 +1,7 @@
 //! `shaders/attention.wgsl`: a batch of queries over a window of the KV
-//! cache, one workgroup per (token, head), online softmax in f32; a decode
-//! over a long span splits the cells among workgroups (split KV) and
+//! cache, one workgroup per (token, KV head) taking that head's group of
+//! query heads, online softmax in f32 per head; a decode over a long span
+//! splits the cells among workgroups (split KV) and
 //! `shaders/attention_combine.wgsl` folds their partials.
 
 use std::sync::MutexGuard;
@@ -12,20 +13,22 @@ use crate::pipelines::PipelineKey;
 use crate::{GpuBackend, GpuTensor};
 
 /// Cells of a span a split takes at least (two of attention.wgsl's
-/// `CHUNK`s).
+/// `CHUNK`s of 128).
 const SPLIT_CELLS: usize = 256;
 
-/// A dispatch of fewer workgroups than this splits its span: with one
-/// workgroup per head a long decode ran on a handful of compute units
-/// (SmolLM2's 9 heads at 4096 cells: 17 t/s against 376 at depth 0 on an
-/// H200). Prefill batches have rows enough.
+/// A dispatch of fewer (token, query head) rows than this splits its span:
+/// with one workgroup per head a long decode ran on a handful of compute
+/// units (SmolLM2's 9 heads at 4096 cells: 17 t/s against 376 at depth 0
+/// on an H200). Prefill batches have rows enough. Counted in query heads,
+/// not in the (fewer) grouped workgroups, so the partials buffer stays
+/// bounded by a small batch's rows.
 const SPLIT_BELOW_ROWS: usize = 256;
 
 /// Most splits of one span (the combine pass reads each split's partials).
 const MAX_SPLITS: usize = 64;
 
-/// Splits for `rows` workgroups over `n_kv` cells: 1 (no split) unless the
-/// workgroups are few and the span at least two chunks.
+/// Splits for `rows` (token, query head) rows over `n_kv` cells: 1 (no
+/// split) unless the rows are few and the span at least two splits' cells.
 pub(crate) fn n_splits(rows: usize, n_kv: usize) -> usize {
     if rows >= SPLIT_BELOW_ROWS || n_kv < 2 * SPLIT_CELLS {
         return 1;
@@ -69,7 +72,7 @@ fn launch_split(
 ) -> Result<()> {
     let rows = m * p.n_head;
     let groups = m * p.n_head_kv * n_sub;
-    let ns = n_splits(groups, p.n_kv);
+    let ns = n_splits(rows, p.n_kv);
     let split_len = p.n_kv.div_ceil(ns);
     // attention.wgsl's Params, in order.
     let shape = [p.head_dim, p.n_head, p.n_head_kv, m, p.kv_start, p.n_kv];
@@ -198,8 +201,9 @@ impl GpuBackend {
 /// Flag: the two-window SelfExtend variant of attention.wgsl.
 const WINDOW: &str = "WINDOW";
 
-/// The kernel keeps a head's query in workgroup memory of this many f32
-/// (`MAX_HEAD_DIM` in attention.wgsl): a limit of this kernel, not of the op.
+/// The kernel's per-invocation accumulators cover a head of at most this
+/// many f32 (`MAX_HEAD_DIM` in attention.wgsl; its queries are kept in
+/// `QS_MAX`): a limit of this kernel, not of the op.
 const MAX_HEAD_DIM: usize = 512;
 
 /// The op's checks (shared with the cpu backend), then this kernel's

@@ -39,8 +39,15 @@ pub(crate) fn rope_store(
         && k.desc.n_elements() == pk.head_dim * pk.n_head * m
         && v.desc.n_elements() == pk.head_dim * pk.n_head * m
         && pk.head_dim.is_multiple_of(2);
-    let norm_fits = norm.is_none_or(|_| {
+    // Per-head norms of per-head rows, as the default's rms_norms take
+    // them: q and k shaped [head_dim, heads, m], the weights [head_dim].
+    let per_head = |t: &T| t.desc.ne[0] == pq.head_dim;
+    let norm_fits = norm.is_none_or(|([qn, kn], _)| {
         pq.head_dim <= NORM_MAX_HEAD_DIM
+            && per_head(q)
+            && per_head(k)
+            && qn.desc.ne == [pq.head_dim, 1, 1, 1]
+            && kn.desc.ne == [pq.head_dim, 1, 1, 1]
             && be.limits().max_storage_buffers_per_shader_stage >= NORM_BINDINGS
     });
     if !fits || !norm_fits {
@@ -50,14 +57,12 @@ pub(crate) fn rope_store(
     check::set_rows(v, rows, vc)?;
     if let Some(([qn, kn], _)) = norm {
         check::rms_norm(q, Some(qn), qr)?;
-        // k's own output is the cache: its weight checked as q's.
-        if kn.desc.ty != GgmlType::F32 || kn.desc.ne != qn.desc.ne {
+        // k's own output is the cache: its weight checked as q's (the
+        // shapes were checked above).
+        if kn.desc.ty != GgmlType::F32 {
             return Err(glint_backend::BackendError::Shape {
                 op,
-                detail: format!(
-                    "kn is {} {:?}, not F32 as qn {:?}",
-                    kn.desc.ty, kn.desc.ne, qn.desc.ne
-                ),
+                detail: format!("kn is {}, not F32", kn.desc.ty),
             });
         }
     }
