@@ -224,20 +224,13 @@ impl Backend for GpuBackend {
         if ops::rope_store(self, [q, k, v], norm_w, pos, [pq, pk], qr, rows, [kc, vc])? {
             return Ok(());
         }
-        // Normed apart, then the fused kernel without its norm where it
-        // applies, else the four ops.
-        let (q, k) = match norm {
-            Some(n) => {
-                self.rms_norm(q, Some(n.w[0]), n.eps, n.out[0])?;
-                self.rms_norm(k, Some(n.w[1]), n.eps, n.out[1])?;
-                (n.out[0], n.out[1])
-            }
-            None => (q, k),
-        };
-        if norm.is_some()
-            && ops::rope_store(self, [q, k, v], None, pos, [pq, pk], qr, rows, [kc, vc])?
-        {
-            return Ok(());
+        if let Some(n) = norm {
+            // Normed apart, then this op without its norm (the fused kernel
+            // where it applies, else the four ops).
+            self.rms_norm(q, Some(n.w[0]), n.eps, n.out[0])?;
+            self.rms_norm(k, Some(n.w[1]), n.eps, n.out[1])?;
+            let qkv = [n.out[0], n.out[1], v];
+            return self.rope_store(qkv, None, pos, [pq, pk], [qr, kr], rows, [kc, vc]);
         }
         self.rope(q, pos, pq, qr)?;
         self.rope(k, pos, pk, kr)?;
