@@ -67,7 +67,7 @@ pub(crate) struct BindKey {
 impl BindKey {
     /// Storage bindings a key holds: a kernel's inputs and outputs
     /// (`ops::MAX_BINDS` each).
-    pub(crate) const MAX: usize = 16;
+    pub(crate) const MAX: usize = 2 * crate::ops::MAX_BINDS;
 }
 
 /// Bind groups made once and reused: a decode step binds the same

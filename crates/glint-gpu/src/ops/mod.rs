@@ -75,7 +75,7 @@ fn quant_cache(op: &'static str, t: &GpuTensor, what: &'static str) -> Result<u3
 
 /// Most inputs (and most outputs) of one kernel ([`GpuBackend::launch`]):
 /// attention's two-window variant binds 7.
-const MAX_BINDS: usize = 8;
+pub(crate) const MAX_BINDS: usize = 8;
 
 impl GpuBackend {
     /// The flags of a kernel variant: `SUBGROUPS` for a kernel with
