@@ -34,6 +34,37 @@ fn inv_rms(ln: Lane, c: u32) -> f32 {
 }
 #endif
 
+// Flag POST (with NORM and P8; without P8 the module does not compile):
+// x is the residual, and the input is x + RMSNorm(y) * pw, the previous
+// block's post-norm not yet added (the including shader binds `y` and `pw`
+// as x, and `xo`, where the workgroup `post_begin` names the writer stores
+// the sum: the stream from then on; `p.post_eps`). Each workgroup sums y's
+// squares first (`post_begin`), then forms each element of the sum as it
+// reads it, with rms_norm.wgsl's ADD operations: the bits of that kernel's
+// output up to the order the squares were summed in.
+#ifdef POST
+var<private> ry: array<f32, MAX_COLS>;
+var<private> writes_x: bool;
+
+// 1 / RMS of y's columns, every lane's strided squares reduced; `writer`:
+// this workgroup stores the sums it forms into xo. Call first, in uniform
+// control flow.
+fn post_begin(ln: Lane, lid: u32, writer: bool) {
+    writes_x = writer;
+    let k4 = p.k / 4u;
+    for (var c = 0u; c < COLS; c++) {
+        var s = 0.0;
+        if (c < p.m) {
+            for (var i = lid; i < k4; i += WG) {
+                let v = y[c * k4 + i];
+                s += dot(v, v);
+            }
+        }
+        ry[c] = 1.0 / sqrt(wg_sum(ln, s) / f32(p.k) + p.post_eps);
+    }
+}
+#endif
+
 // The pipeline's column bound: m rounded up to 1, 2, 4 or 8 (set by the
 // launcher), so every loop over columns has a constant trip count once the
 // pipeline is made, unrolls, and keeps the sums in registers (with only
@@ -45,7 +76,16 @@ override COLS: u32 = MAX_COLS;
 #ifdef P8
 // Elements e..e+3 of column c (e % 4 == 0).
 fn x4(c: u32, e: u32) -> vec4<f32> {
-    return x[(c * p.k + e) >> 2u];
+    let i = (c * p.k + e) >> 2u;
+#ifdef POST
+    let a = x[i] + y[i] * ry[c] * pw[e >> 2u];
+    if (writes_x) {
+        xo[i] = a;
+    }
+    return a;
+#else
+    return x[i];
+#endif
 }
 
 // How many pairs (groups of 8) a lane loads before it uses them.
@@ -115,6 +155,11 @@ fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
     return s;
 }
 #else
+#ifdef POST
+// POST forms its sums in the P8 x4 only: a variant without P8 must not
+// compile (ops/fused.rs's takes_post asks for POST only where P8 is set).
+const POST_WITHOUT_P8: u32 = post_needs_p8;
+#endif
 // w . elements e..e+3 of column c, x read a float at a time; NORM as in
 // the P8 dot4.
 fn dot4(w: vec4<f32>, c: u32, e: u32) -> f32 {

@@ -9,6 +9,9 @@
 //   1 x:      [k, m] f32
 //   (NORM) nw: [k] f32, typed as x: the matvecs of RMSNorm(x) * nw
 //             (matvec_cols.wgsl)
+//   (POST, with NORM and P8) y: [k, m] f32, pw: [k] f32, typed as x: the
+//             input is x + RMSNorm(y) * pw (matvec_cols.wgsl), which
+//             workgroup 0 stores into xo, bound after the outputs below
 //   then (default) out0 [n0, m], out1 [n1, m], with THREE out2 [n2, m]:
 //             entry `multi`, out_i = W_i . x;
 //   or (GLU) out [n0, m]: entry `glu`, out = act(W_0 . x) * (W_1 . x) with
@@ -37,6 +40,9 @@ struct Params {
 #ifdef NORM
     eps: f32,
 #endif
+#ifdef POST
+    post_eps: f32,
+#endif
 }
 
 #ifdef SHADER_F16
@@ -49,6 +55,27 @@ struct Params {
 #else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 #endif
+#ifdef POST
+@group(0) @binding(2) var<storage, read> nw: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> y: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> pw: array<vec4<f32>>;
+#ifdef GLU
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> xo: array<vec4<f32>>;
+@group(0) @binding(7) var<uniform> p: Params;
+#else
+@group(0) @binding(5) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out1: array<f32>;
+#ifdef THREE
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>;
+@group(0) @binding(8) var<storage, read_write> xo: array<vec4<f32>>;
+@group(0) @binding(9) var<uniform> p: Params;
+#else
+@group(0) @binding(7) var<storage, read_write> xo: array<vec4<f32>>;
+@group(0) @binding(8) var<uniform> p: Params;
+#endif
+#endif
+#else
 #ifdef NORM
 #ifdef P8
 @group(0) @binding(2) var<storage, read> nw: array<vec4<f32>>;
@@ -83,6 +110,7 @@ struct Params {
 #endif
 #endif
 #endif
+#endif
 
 const WG: u32 = 64u;
 
@@ -95,6 +123,9 @@ fn glu(inv: Inv, ln: Lane) {
     if (r >= p.n0) {
         return;
     }
+#ifdef POST
+    post_begin(ln, inv.lid.x, r == 0u);
+#endif
     let sg = partials(inv.lid.x, p.wb0 + r * p.row_bytes);
     let su = partials(inv.lid.x, p.wb1 + r * p.row_bytes);
     for (var c = 0u; c < COLS; c++) {
@@ -127,6 +158,9 @@ fn multi(inv: Inv, ln: Lane) {
     if (row >= p.n0 + p.n1 + p.n2) {
         return;
     }
+#ifdef POST
+    post_begin(ln, inv.lid.x, row == 0u);
+#endif
     var part = 0u;
     var r = row;
     var wb = p.wb0;

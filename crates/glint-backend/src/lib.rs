@@ -19,7 +19,7 @@ pub use glint_quant::GgmlType;
 
 pub mod check;
 mod params;
-pub use params::{AttnParams, Glu, QkNorm, RopeMode, RopeParams, Unary};
+pub use params::{AttnParams, Glu, PostAdd, QkNorm, RopeMode, RopeParams, Unary};
 
 /// Errors of a backend op. Each names the op and what did not fit.
 #[derive(Debug, thiserror::Error)]
@@ -299,33 +299,59 @@ pub trait Backend: Send + Sync {
     /// step's matvecs: each workgroup sums the squares of the x it reads
     /// anyway, and no norm kernel runs. `x`, `h`: F32 `[k, m]`; `norm.0`:
     /// F32 `[k]`; `h`'s contents are unspecified after the call.
+    ///
+    /// With `add`, the input is `x + rms_norm(add.y) * add.w` (the previous
+    /// block's post-norm, not yet added), written to `add.out`: by default
+    /// [`norm_add`](Backend::norm_add) first; wgpu adds it in the first
+    /// matvec's dispatch, each workgroup summing `add.y`'s squares first.
     fn norm_mul_mats(
         &self,
         x: &Self::Tensor,
+        add: Option<PostAdd<'_, Self::Tensor>>,
         norm: (&Self::Tensor, f32),
         h: &Self::Tensor,
         ws: &[&Self::Tensor],
         outs: &[&Self::Tensor],
     ) -> Result<()> {
+        let x = self.post_add(x, add)?;
         self.rms_norm(x, Some(norm.0), norm.1, h)?;
         self.mul_mats(ws, h, outs)
+    }
+
+    /// `x` itself, or with `add`, `add.out = x + rms_norm(add.y) * add.w`
+    /// ([`norm_add`](Backend::norm_add)) and `add.out`: the stream a block
+    /// reads when the previous one's post-norm is pending.
+    fn post_add<'a>(
+        &self,
+        x: &'a Self::Tensor,
+        add: Option<PostAdd<'a, Self::Tensor>>,
+    ) -> Result<&'a Self::Tensor> {
+        match add {
+            Some(a) => {
+                self.norm_add(a.y, (a.w, a.eps), x, a.tmp, a.out)?;
+                Ok(a.out)
+            }
+            None => Ok(x),
+        }
     }
 
     /// [`mul_mats_glu`](Backend::mul_mats_glu) of `rms_norm(x) * norm.0`,
     /// as [`norm_mul_mats`](Backend::norm_mul_mats) is `mul_mats` of it:
     /// a gated FFN's first half from its block input. `gate`, `up`, `h`:
-    /// unspecified after the call.
+    /// unspecified after the call; `add` as there.
     #[allow(clippy::too_many_arguments)]
     fn norm_mul_mats_glu(
         &self,
         op: Glu,
         x: &Self::Tensor,
+        add: Option<PostAdd<'_, Self::Tensor>>,
         norm: (&Self::Tensor, f32),
         h: &Self::Tensor,
         [wg, wu]: [&Self::Tensor; 2],
         [gate, up]: [&Self::Tensor; 2],
         out: &Self::Tensor,
     ) -> Result<()> {
+        let x = self.post_add(x, add)?;
         self.rms_norm(x, Some(norm.0), norm.1, h)?;
         self.mul_mats_glu(op, wg, wu, h, gate, up, out)
     }

@@ -109,6 +109,33 @@ impl<T: ?Sized> Clone for QkNorm<'_, T> {
 }
 impl<T: ?Sized> Copy for QkNorm<'_, T> {}
 
+/// A post-norm's residual not yet added (Gemma 3's blocks end in one):
+/// the stream a block reads is `x + rms_norm(y) * w`, where `x` is the
+/// residual the caller passes beside it. The block's first matvecs add it
+/// as they read their input and write the sum to `out`, the stream from
+/// then on ([`Backend::norm_mul_mats`](crate::Backend::norm_mul_mats));
+/// by default, [`norm_add`](crate::Backend::norm_add) first.
+#[derive(Debug)]
+pub struct PostAdd<'a, T: ?Sized> {
+    /// The previous block's output, F32 `[n, m]`.
+    pub y: &'a T,
+    /// Its post-norm's weights, F32 `[n]`.
+    pub w: &'a T,
+    /// RMSNorm's epsilon.
+    pub eps: f32,
+    /// Scratch `[n, m]` for the backends that norm apart, unspecified after.
+    pub tmp: &'a T,
+    /// `x + rms_norm(y) * w`, F32 `[n, m]`, written (not `x`, not `y`).
+    pub out: &'a T,
+}
+
+impl<T: ?Sized> Clone for PostAdd<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for PostAdd<'_, T> {}
+
 /// Attention over cache rows `kv_start .. kv_start + n_kv`.
 ///
 /// Logit of query `i`, head `h`, cache row `j`:

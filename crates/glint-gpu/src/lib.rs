@@ -45,8 +45,8 @@ use context::Context;
 pub use context::{list_adapters, AdapterSummary, GpuOptions};
 pub use counters::GpuCounters;
 use glint_backend::{
-    AttnParams, Backend, BackendError, Glu, MemoryReport, QkNorm, Result, RopeParams, SharedBytes,
-    TensorDesc, Unary,
+    AttnParams, Backend, BackendError, Glu, MemoryReport, PostAdd, QkNorm, Result, RopeParams,
+    SharedBytes, TensorDesc, Unary,
 };
 pub use measure::{CopyProbe, COPY_BATCH};
 use pipelines::PipelineCache;
@@ -154,6 +154,57 @@ impl GpuBackend {
         Ok(x.desc.n_rows() <= ops::MATVEC_MAX_M)
     }
 
+    /// `outs[i] = ws[i] · x` (with `norm`: of `rms_norm(x) * norm.0`), the
+    /// weights taken in runs of parts packed together in one type: a run of
+    /// 2 or 3 is one fused dispatch, a part alone its own matvec (Gemma 3's
+    /// Q/K of one type and V of another: two dispatches, not three). With
+    /// `add`, the first fused run adds the pending post-norm as it reads x
+    /// and stores the sum (`add.out`), which the later runs read; where the
+    /// first run cannot, `rms_norm_add` first.
+    fn mul_mats_in_runs<'a>(
+        &self,
+        ws: &[&GpuTensor],
+        mut x: &'a GpuTensor,
+        norm: ops::Norm,
+        mut add: Option<PostAdd<'a, GpuTensor>>,
+        outs: &[&GpuTensor],
+    ) -> Result<()> {
+        if ws.len() != outs.len() {
+            return Err(BackendError::Shape {
+                op: "mul_mats",
+                detail: format!("{} weights for {} outputs", ws.len(), outs.len()),
+            });
+        }
+        let mut i = 0;
+        while i < ws.len() {
+            let mut j = i + 1;
+            while j < ws.len()
+                && j - i < 3
+                && ws[j].buf == ws[i].buf
+                && ws[j].desc.ty == ws[i].desc.ty
+                && ws[j].desc.ne[0] == ws[i].desc.ne[0]
+            {
+                j += 1;
+            }
+            let (run, ro) = (&ws[i..j], &outs[i..j]);
+            let fused = run.len() >= 2 && ops::mul_mats(self, run, x, norm, add, ro)?;
+            if let Some(a) = add.take() {
+                if !fused {
+                    ops::rms_norm_add(self, a.y, a.w, a.eps, x, a.out)?;
+                }
+                x = a.out;
+            }
+            let done = fused || (run.len() >= 2 && ops::mul_mats(self, run, x, norm, None, ro)?);
+            if !done {
+                for (w, o) in run.iter().zip(ro) {
+                    ops::mul_mat_normed(self, w, x, norm, o)?;
+                }
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
     /// Which optional features the kernels use: every one the device got.
     pub fn features_used(&self) -> FeaturesUsed {
         FeaturesUsed {
@@ -248,19 +299,7 @@ impl Backend for GpuBackend {
     }
 
     fn mul_mats(&self, ws: &[&GpuTensor], x: &GpuTensor, outs: &[&GpuTensor]) -> Result<()> {
-        if ops::mul_mats(self, ws, x, None, outs)? {
-            return Ok(());
-        }
-        if ws.len() != outs.len() {
-            return Err(BackendError::Shape {
-                op: "mul_mats",
-                detail: format!("{} weights for {} outputs", ws.len(), outs.len()),
-            });
-        }
-        for (w, out) in ws.iter().zip(outs) {
-            self.mul_mat(w, x, out)?;
-        }
-        Ok(())
+        self.mul_mats_in_runs(ws, x, None, None, outs)
     }
 
     fn mul_mats_glu(
@@ -273,7 +312,7 @@ impl Backend for GpuBackend {
         up: &GpuTensor,
         out: &GpuTensor,
     ) -> Result<()> {
-        if ops::mul_mats_glu(self, op, wg, wu, x, None, out)? {
+        if ops::mul_mats_glu(self, op, wg, wu, x, None, None, out)? {
             return Ok(());
         }
         self.mul_mats(&[wg, wu], x, &[gate, up])?;
@@ -283,34 +322,25 @@ impl Backend for GpuBackend {
     fn norm_mul_mats(
         &self,
         x: &GpuTensor,
+        add: Option<PostAdd<'_, GpuTensor>>,
         norm: (&GpuTensor, f32),
         h: &GpuTensor,
         ws: &[&GpuTensor],
         outs: &[&GpuTensor],
     ) -> Result<()> {
         if !self.folds_norm(x, norm, h)? {
+            let x = self.post_add(x, add)?;
             self.rms_norm(x, Some(norm.0), norm.1, h)?;
             return self.mul_mats(ws, h, outs);
         }
-        if ops::mul_mats(self, ws, x, Some(norm), outs)? {
-            return Ok(());
-        }
-        if ws.len() != outs.len() {
-            return Err(BackendError::Shape {
-                op: "norm_mul_mats",
-                detail: format!("{} weights for {} outputs", ws.len(), outs.len()),
-            });
-        }
-        for (w, out) in ws.iter().zip(outs) {
-            ops::mul_mat_normed(self, w, x, Some(norm), out)?;
-        }
-        Ok(())
+        self.mul_mats_in_runs(ws, x, Some(norm), add, outs)
     }
 
     fn norm_mul_mats_glu(
         &self,
         op: Glu,
         x: &GpuTensor,
+        add: Option<PostAdd<'_, GpuTensor>>,
         norm: (&GpuTensor, f32),
         h: &GpuTensor,
         [wg, wu]: [&GpuTensor; 2],
@@ -318,10 +348,15 @@ impl Backend for GpuBackend {
         out: &GpuTensor,
     ) -> Result<()> {
         if !self.folds_norm(x, norm, h)? {
+            let x = self.post_add(x, add)?;
             self.rms_norm(x, Some(norm.0), norm.1, h)?;
             return self.mul_mats_glu(op, wg, wu, h, gate, up, out);
         }
-        if ops::mul_mats_glu(self, op, wg, wu, x, Some(norm), out)? {
+        if ops::mul_mats_glu(self, op, wg, wu, x, Some(norm), add, out)? {
+            return Ok(());
+        }
+        let x = self.post_add(x, add)?;
+        if ops::mul_mats_glu(self, op, wg, wu, x, Some(norm), None, out)? {
             return Ok(());
         }
         ops::mul_mat_normed(self, wg, x, Some(norm), gate)?;

@@ -350,8 +350,9 @@ impl GpuBackend {
     /// Weights used together, uploaded into one buffer, part `i` at an
     /// offset aligned to `min_storage_buffer_offset_alignment`, so the fused
     /// matvecs can bind them as one. `None` (nothing made) for fewer than
-    /// two parts, parts of different types or lengths, or a total over one
-    /// binding. The first part's handle owns the buffer in the memory
+    /// two parts, parts of different row lengths, or a total over one
+    /// binding. Parts of different types pack too (Gemma 3's Q and K of one
+    /// type, V of another): the matvecs take the runs of one type. The first part's handle owns the buffer in the memory
     /// report; the padding between parts is under 256 bytes a part.
     pub(crate) fn pack_weights(
         &self,
@@ -360,9 +361,7 @@ impl GpuBackend {
         let Some((d0, _)) = parts.first() else {
             return Ok(None);
         };
-        let same = parts
-            .iter()
-            .all(|(d, _)| d.ty == d0.ty && d.ne[0] == d0.ne[0]);
+        let same = parts.iter().all(|(d, _)| d.ne[0] == d0.ne[0]);
         if parts.len() < 2 || !same {
             return Ok(None);
         }

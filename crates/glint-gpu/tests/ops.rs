@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use glint_backend::{
-    AttnParams, Backend, GgmlType, Glu, QkNorm, RopeMode, RopeParams, Unary, Usage,
+    AttnParams, Backend, GgmlType, Glu, PostAdd, QkNorm, RopeMode, RopeParams, SharedBytes,
+    TensorDesc, Unary, Usage,
 };
 use glint_gpu::{GpuBackend, GpuOptions};
 use half::f16;
@@ -559,6 +560,90 @@ fn rope_store_with_qk_norm_is_one_dispatch() {
     )
     .unwrap();
     assert_eq!(be.work_counters().since(&before).dispatches, 1);
+}
+
+/// A pending post-norm costs no dispatch of its own: added by the next
+/// block's first fused matvec, as it reads its input. Gemma 3's layers:
+/// Q/K/V packed in one type is one dispatch, Q and K of one type and V of
+/// another two (the second reads the stream the first stored), gate/up
+/// one; a part alone first adds it apart (`rms_norm_add`): 3.
+#[test]
+fn post_norm_add_takes_no_dispatch_of_its_own() {
+    use GgmlType::{Q5_0, Q8_0};
+    let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
+    let (k, m) = (256, 1);
+    let buf = |ne: [usize; 4]| {
+        let t = be.alloc(common::desc(F32, ne, Usage::Scratch)).unwrap();
+        let bytes = vec![0u8; glint_backend::Tensor::desc(&t).n_bytes()];
+        be.write(&t, 0, &bytes).unwrap();
+        t
+    };
+    let packed = |types: [GgmlType; 3]| {
+        let parts = types
+            .iter()
+            .map(|&ty| {
+                let d = common::desc(ty, [k, 32, 1, 1], Usage::Weights);
+                let n = d.n_bytes();
+                (d, SharedBytes::from_vec(vec![0u8; n]))
+            })
+            .collect::<Vec<(TensorDesc, _)>>();
+        be.weights(parts).unwrap()
+    };
+    let (x, y, xs, tmp, h) = (
+        buf([k, m, 1, 1]),
+        buf([k, m, 1, 1]),
+        buf([k, m, 1, 1]),
+        buf([k, m, 1, 1]),
+        buf([k, m, 1, 1]),
+    );
+    let (pw, nw) = (buf([k, 1, 1, 1]), buf([k, 1, 1, 1]));
+    let outs = [buf([32, m, 1, 1]), buf([32, m, 1, 1]), buf([32, m, 1, 1])];
+    let add = PostAdd {
+        y: &y,
+        w: &pw,
+        eps: 1e-6,
+        tmp: &tmp,
+        out: &xs,
+    };
+    let count = |f: &dyn Fn()| {
+        let before = be.work_counters();
+        f();
+        be.work_counters().since(&before).dispatches
+    };
+    for (types, want) in [
+        ([Q5_0, Q5_0, Q5_0], 1),
+        ([Q5_0, Q5_0, Q8_0], 2),
+        ([Q8_0, Q5_0, Q5_0], 3),
+    ] {
+        let ws = packed(types);
+        let n = count(&|| {
+            be.norm_mul_mats(
+                &x,
+                Some(add),
+                (&nw, 1e-6),
+                &h,
+                &[&ws[0], &ws[1], &ws[2]],
+                &[&outs[0], &outs[1], &outs[2]],
+            )
+            .unwrap()
+        });
+        assert_eq!(n, want, "{types:?}");
+    }
+    let ws = packed([Q5_0; 3]);
+    let n = count(&|| {
+        be.norm_mul_mats_glu(
+            Glu::SwiGlu,
+            &x,
+            Some(add),
+            (&nw, 1e-6),
+            &h,
+            [&ws[1], &ws[2]],
+            [&outs[1], &outs[2]],
+            &outs[0],
+        )
+        .unwrap()
+    });
+    assert_eq!(n, 1, "gate/up");
 }
 
 /// kshift(rope(k, p), q - p) == rope(k, q), for several shifts in a row,

@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use glint_backend::{
-    AttnParams, Backend, GgmlType, Glu, QkNorm, RopeMode, RopeParams, SharedBytes, TensorDesc,
-    Unary, Usage,
+    AttnParams, Backend, GgmlType, Glu, PostAdd, QkNorm, RopeMode, RopeParams, SharedBytes,
+    TensorDesc, Unary, Usage,
 };
 use glint_cpu::{CpuBackend, Precision};
 use glint_gpu::{GpuBackend, GpuOptions};
@@ -710,10 +710,10 @@ fn norm_folded_into_rows_of_odd_length() {
             let nw = f32p([k, 1, 1, 1], &r.vec_scaled(k, 1.0));
             let (h, o) = (out([k, m, 1, 1]), out([n, m, 1, 1]));
             gpu()
-                .norm_mul_mats(&x.0, (&nw.0, 1e-2), &h.0, &[&w.0], &[&o.0])
+                .norm_mul_mats(&x.0, None, (&nw.0, 1e-2), &h.0, &[&w.0], &[&o.0])
                 .unwrap();
             cpu()
-                .norm_mul_mats(&x.1, (&nw.1, 1e-2), &h.1, &[&w.1], &[&o.1])
+                .norm_mul_mats(&x.1, None, (&nw.1, 1e-2), &h.1, &[&w.1], &[&o.1])
                 .unwrap();
             compare(
                 &format!("norm_mul_mats {ty:?} k{k}"),
@@ -721,6 +721,162 @@ fn norm_folded_into_rows_of_odd_length() {
                 GgmlType::F32,
                 tol::MATMUL_FLOAT,
             );
+        }
+    });
+}
+
+/// Random rows of `ty`, `n` of length `k`, as a weight part.
+fn random_part(
+    r: &mut Rng,
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    i: usize,
+) -> (TensorDesc, SharedBytes) {
+    let rb = ty.bytes_for(k as u64).unwrap() as usize;
+    let vals = r.vec_scaled(k * n, 1.0);
+    let mut b = vec![0u8; rb * n];
+    for row in 0..n {
+        glint_quant::quantize_row(
+            ty,
+            &vals[row * k..(row + 1) * k],
+            &mut b[row * rb..(row + 1) * rb],
+        )
+        .unwrap();
+    }
+    let d = TensorDesc {
+        ty,
+        ne: [k, n, 1, 1],
+        label: format!("w{i}").into(),
+        usage: Usage::Weights,
+    };
+    (d, SharedBytes::from_vec(b))
+}
+
+/// A post-norm left pending and added by the next block's first matvecs
+/// (`norm_mul_mats`, `norm_mul_mats_glu` with a `PostAdd`): the stream
+/// they write (`x + rms_norm(y) * pw`) and their outputs against the cpu's
+/// `norm_add`, norm, matvecs. Weights packed in one type (Q/K/V of Q4_K:
+/// the fused kernel adds), in two (Gemma 3's Q5_0, Q5_0 and Q8_0: the
+/// first run adds and stores the stream, the part alone reads it), a part
+/// alone first (added apart, then the run reads it), and rows whose length
+/// is not a multiple of 4 (F32, k 258: added apart); 1 and 3 columns.
+#[test]
+fn post_norm_added_by_the_next_matvecs() {
+    use GgmlType::{F32, Q4_K, Q5_0, Q8_0};
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let cases: [(&[GgmlType], usize); 4] = [
+            (&[Q4_K, Q4_K, Q4_K], 256),
+            (&[Q5_0, Q5_0, Q8_0], 256),
+            (&[Q8_0, Q5_0, Q5_0], 256),
+            (&[F32, F32, F32], 258),
+        ];
+        let ns = [70usize, 33, 33];
+        for (types, k) in cases {
+            let parts: Vec<_> = (0..3)
+                .map(|i| random_part(&mut r, types[i], k, ns[i], i))
+                .collect();
+            let gw = gpu().weights(parts.clone()).unwrap();
+            let cw = cpu().weights(parts.clone()).unwrap();
+            // Gate and up: parts 1 and 2, packed on their own.
+            let gp = gpu().weights(parts[1..].to_vec()).unwrap();
+            let t = if types[0] == F32 {
+                tol::MATMUL_FLOAT
+            } else {
+                tol::MATMUL_QUANT
+            };
+            for m in [1usize, 3] {
+                let eps = 1e-2;
+                let x = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 3.0));
+                let y = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 2.0));
+                let pw = f32p([k, 1, 1, 1], &r.vec_scaled(k, 1.0));
+                let nw = f32p([k, 1, 1, 1], &r.vec_scaled(k, 1.0));
+                let (h, tmp, xs) = (out([k, m, 1, 1]), out([k, m, 1, 1]), out([k, m, 1, 1]));
+                let outs: Vec<Pair> = ns.iter().map(|&n| out([n, m, 1, 1])).collect();
+                let what = format!("{types:?} k{k} m{m}");
+                gpu()
+                    .norm_mul_mats(
+                        &x.0,
+                        Some(PostAdd {
+                            y: &y.0,
+                            w: &pw.0,
+                            eps,
+                            tmp: &tmp.0,
+                            out: &xs.0,
+                        }),
+                        (&nw.0, eps),
+                        &h.0,
+                        &[&gw[0], &gw[1], &gw[2]],
+                        &[&outs[0].0, &outs[1].0, &outs[2].0],
+                    )
+                    .unwrap();
+                cpu()
+                    .norm_mul_mats(
+                        &x.1,
+                        Some(PostAdd {
+                            y: &y.1,
+                            w: &pw.1,
+                            eps,
+                            tmp: &tmp.1,
+                            out: &xs.1,
+                        }),
+                        (&nw.1, eps),
+                        &h.1,
+                        &[&cw[0], &cw[1], &cw[2]],
+                        &[&outs[0].1, &outs[1].1, &outs[2].1],
+                    )
+                    .unwrap();
+                compare(&format!("{what}: stream"), &xs, F32, tol::REDUCTION);
+                for (i, o) in outs.iter().enumerate() {
+                    compare(&format!("{what}: part {i}"), o, F32, t);
+                }
+                if types[1] != types[2] {
+                    continue;
+                }
+                let op = Glu::SwiGlu;
+                let n = ns[1];
+                let (gate, up, o) = (out([n, m, 1, 1]), out([n, m, 1, 1]), out([n, m, 1, 1]));
+                let xs2 = out([k, m, 1, 1]);
+                gpu()
+                    .norm_mul_mats_glu(
+                        op,
+                        &x.0,
+                        Some(PostAdd {
+                            y: &y.0,
+                            w: &pw.0,
+                            eps,
+                            tmp: &tmp.0,
+                            out: &xs2.0,
+                        }),
+                        (&nw.0, eps),
+                        &h.0,
+                        [&gp[0], &gp[1]],
+                        [&gate.0, &up.0],
+                        &o.0,
+                    )
+                    .unwrap();
+                cpu()
+                    .norm_mul_mats_glu(
+                        op,
+                        &x.1,
+                        Some(PostAdd {
+                            y: &y.1,
+                            w: &pw.1,
+                            eps,
+                            tmp: &tmp.1,
+                            out: &xs2.1,
+                        }),
+                        (&nw.1, eps),
+                        &h.1,
+                        [&cw[1], &cw[2]],
+                        [&gate.1, &up.1],
+                        &o.1,
+                    )
+                    .unwrap();
+                compare(&format!("{what}: glu stream"), &xs2, F32, tol::REDUCTION);
+                compare(&format!("{what}: glu"), &o, F32, t);
+            }
         }
     });
 }
@@ -753,19 +909,19 @@ fn check_norm_folded(
         let ws: Vec<_> = idx.iter().map(|&i| &packed[i]).collect();
         let og: Vec<_> = outs.iter().map(|o| &o.0).collect();
         gpu()
-            .norm_mul_mats(&x.0, (&nw.0, eps), &h.0, &ws, &og)
+            .norm_mul_mats(&x.0, None, (&nw.0, eps), &h.0, &ws, &og)
             .unwrap();
         let wc: Vec<_> = idx.iter().map(|&i| &on_cpu[i]).collect();
         let oc: Vec<_> = outs.iter().map(|o| &o.1).collect();
         cpu()
-            .norm_mul_mats(&x.1, (&nw.1, eps), &h.1, &wc, &oc)
+            .norm_mul_mats(&x.1, None, (&nw.1, eps), &h.1, &wc, &oc)
             .unwrap();
         for (j, &i) in idx.iter().enumerate() {
             let what = format!("norm_mul_mats {ty:?} {} parts m{m} part {i}", idx.len());
             compare(&what, &outs[j], GgmlType::F32, t);
             let one = out([d(i).ne[1], m, 1, 1]);
             gpu()
-                .norm_mul_mats(&x.0, (&nw.0, eps), &h.0, &[&single[i]], &[&one.0])
+                .norm_mul_mats(&x.0, None, (&nw.0, eps), &h.0, &[&single[i]], &[&one.0])
                 .unwrap();
             assert!(
                 read(&outs[j].0) == read(&one.0),
@@ -782,6 +938,7 @@ fn check_norm_folded(
             .norm_mul_mats_glu(
                 op,
                 &x.0,
+                None,
                 (&nw.0, eps),
                 &h.0,
                 [&glu_pair[0], &glu_pair[1]],
@@ -793,6 +950,7 @@ fn check_norm_folded(
             .norm_mul_mats_glu(
                 op,
                 &x.1,
+                None,
                 (&nw.1, eps),
                 &h.1,
                 [&on_cpu[1], &on_cpu[2]],
@@ -806,6 +964,7 @@ fn check_norm_folded(
             .norm_mul_mats_glu(
                 op,
                 &x.0,
+                None,
                 (&nw.0, eps),
                 &h.0,
                 [&single[1], &single[2]],

@@ -1,7 +1,7 @@
 //! The forward pass, written once against [`Backend`] for every architecture
 //! in the table and every quantization.
 
-use glint_backend::{AttnParams, Backend, GgmlType, QkNorm, TensorDesc, Usage};
+use glint_backend::{AttnParams, Backend, GgmlType, PostAdd, QkNorm, TensorDesc, Usage};
 
 use crate::arch::EmbdScale;
 use crate::hparams::HParams;
@@ -431,14 +431,27 @@ pub fn forward<B: Backend>(
         inp,
         bufs: Buffers::view(b, hp, s, t)?,
     };
-    // Each block writes x + block(x) to x2; the swap makes that the stream.
+    // Each block writes x + block(x) to x2, or leaves block(x) pending
+    // with its post-norm (`post`) for the next block's first matvecs to add
+    // (writing x2 then); where x2 took the stream's next value, the swap
+    // makes it the stream.
+    let mut post = None;
     for (il, lw) in w.layers.iter().enumerate() {
-        match &lw.mixer {
-            Mixer::Attention(a) => layer.attention(il, lw, a, &x, &x2)?,
-            Mixer::ShortConv(c) => layer.short_conv(il, lw, c, &x, &x2)?,
+        let flow = match &lw.mixer {
+            Mixer::Attention(a) => layer.attention(il, lw, a, &x, post, &x2)?,
+            Mixer::ShortConv(c) => layer.short_conv(il, lw, c, &x, post, &x2)?,
+        };
+        if flow.wrote {
+            std::mem::swap(&mut x, &mut x2);
         }
-        std::mem::swap(&mut x, &mut x2);
-        layer.ffn(lw, &x, &x2)?;
+        let flow = layer.ffn(lw, &x, flow.post, &x2)?;
+        if flow.wrote {
+            std::mem::swap(&mut x, &mut x2);
+        }
+        post = flow.post;
+    }
+    if let Some(add) = layer.post_add(post, &x2) {
+        b.norm_add(add.y, (add.w, add.eps), &x, add.tmp, add.out)?;
         std::mem::swap(&mut x, &mut x2);
     }
 
@@ -732,17 +745,45 @@ struct Layer<'a, B: Backend> {
     bufs: Buffers<B::Tensor>,
 }
 
+/// What a block left: whether it wrote the stream's next value into x2
+/// (the caller swaps), and the post-norm of its output (left in `o`) when
+/// it left that to the next block to add.
+struct Flow<'w, T> {
+    wrote: bool,
+    post: Option<&'w T>,
+}
+
 impl<B: Backend> Layer<'_, B> {
-    /// Attention block of layer `il`: `x2 = x + attn(norm(x))`. Stores the
-    /// batch's K and V in the cache on the way.
-    fn attention(
+    /// A pending post-norm `post` of the output in `o`, as the next block's
+    /// first matvecs add it to the stream, writing x2.
+    fn post_add<'t>(
+        &'t self,
+        post: Option<&'t B::Tensor>,
+        x2: &'t B::Tensor,
+    ) -> Option<PostAdd<'t, B::Tensor>> {
+        post.map(|w| PostAdd {
+            y: &self.bufs.o,
+            w,
+            eps: self.hp.rms_eps,
+            tmp: &self.bufs.o2,
+            out: x2,
+        })
+    }
+
+    /// Attention block of layer `il`: `x2 = x + attn(norm(x))` (see
+    /// [`Layer::residual`]; with `post`, the stream is x plus the previous
+    /// block's pending output). Stores the batch's K and V in the cache on
+    /// the way.
+    #[allow(clippy::too_many_arguments)]
+    fn attention<'w>(
         &self,
         il: usize,
-        lw: &LayerWeights<B::Tensor>,
+        lw: &'w LayerWeights<B::Tensor>,
         aw: &AttnWeights<B::Tensor>,
         x: &B::Tensor,
+        post: Option<&B::Tensor>,
         x2: &B::Tensor,
-    ) -> Result<(), ModelError> {
+    ) -> Result<Flow<'w, B::Tensor>, ModelError> {
         let (b, hp, s, f) = (self.b, self.hp, self.s, &self.bufs);
         let swa = hp.swa_layers.get(il).copied().unwrap_or(false);
         // The layer's cache: the sliding-window one (a ring) for a SWA
@@ -758,8 +799,11 @@ impl<B: Backend> Layer<'_, B> {
         let (hd, nh, nkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
         let (n_q, n_ekv) = (nh * hd, hp.n_embd_kv());
         let norm = (&lw.attn_norm, hp.rms_eps);
+        let add = self.post_add(post, x2);
+        let added = add.is_some();
         b.norm_mul_mats(
             x,
+            add,
             norm,
             &f.h,
             &[&aw.wq, &aw.wk, &aw.wv],
@@ -858,21 +902,24 @@ impl<B: Backend> Layer<'_, B> {
             )?,
             None => b.attention(&f.qr, &kv.k[ki], &kv.v[ki], layer_mask, &p, &f.attn)?,
         }
-        self.residual(&aw.wo, &f.attn, lw.post_attn_norm.as_ref(), x, x2)
+        let post_norm = lw.post_attn_norm.as_ref();
+        self.residual(&aw.wo, &f.attn, post_norm, added, x, x2)
     }
 
     /// Short-convolution block of layer `il` (LFM2):
     /// `x2 = x + out_proj(c * conv(b * x_in))` with `[b, c, x_in] =
     /// in_proj(norm(x))`; the convolution reads and moves on each token's
     /// sequence state.
-    fn short_conv(
+    #[allow(clippy::too_many_arguments)]
+    fn short_conv<'w>(
         &self,
         il: usize,
-        lw: &LayerWeights<B::Tensor>,
+        lw: &'w LayerWeights<B::Tensor>,
         cw: &ConvWeights<B::Tensor>,
         x: &B::Tensor,
+        post: Option<&B::Tensor>,
         x2: &B::Tensor,
-    ) -> Result<(), ModelError> {
+    ) -> Result<Flow<'w, B::Tensor>, ModelError> {
         let (b, hp, s, f) = (self.b, self.hp, self.s, &self.bufs);
         let t = self.ub.tokens.len();
         let ci = self.conv.index(il).ok_or_else(|| {
@@ -893,55 +940,76 @@ impl<B: Backend> Layer<'_, B> {
         );
         let [wb, wc, wx] = &cw.in_proj;
         let norm = (&lw.attn_norm, hp.rms_eps);
-        b.norm_mul_mats(x, norm, &f.h, &[wb, wc, wx], &[&gb, &gc, &xin])?;
+        let add = self.post_add(post, x2);
+        let added = add.is_some();
+        b.norm_mul_mats(x, add, norm, &f.h, &[wb, wc, wx], &[&gb, &gc, &xin])?;
         // bx = b * x_in (into y), conv(bx) into x_in, c * conv into b.
         b.mul(&gb, &xin, &y)?;
         b.short_conv(&y, &cw.conv, &self.conv.state[ci], slots, &xin)?;
         b.mul(&gc, &xin, &gb)?;
-        self.residual(&cw.out_proj, &gb, lw.post_attn_norm.as_ref(), x, x2)
+        let post_norm = lw.post_attn_norm.as_ref();
+        self.residual(&cw.out_proj, &gb, post_norm, added, x, x2)
     }
 
     /// FFN block: `x2 = x + down(glu(gate(h), up(h)))` with `h = norm(x)`.
-    fn ffn(
+    fn ffn<'w>(
         &self,
-        lw: &LayerWeights<B::Tensor>,
+        lw: &'w LayerWeights<B::Tensor>,
         x: &B::Tensor,
+        post: Option<&B::Tensor>,
         x2: &B::Tensor,
-    ) -> Result<(), ModelError> {
+    ) -> Result<Flow<'w, B::Tensor>, ModelError> {
         let (b, hp, f) = (self.b, self.hp, &self.bufs);
+        let add = self.post_add(post, x2);
+        let added = add.is_some();
         b.norm_mul_mats_glu(
             hp.arch.glu,
             x,
+            add,
             (&lw.ffn_norm, hp.rms_eps),
             &f.h,
             [&lw.ffn_gate, &lw.ffn_up],
             [&f.gate, &f.up],
             &f.act,
         )?;
-        self.residual(&lw.ffn_down, &f.act, lw.post_ffw_norm.as_ref(), x, x2)
+        let post_norm = lw.post_ffw_norm.as_ref();
+        self.residual(&lw.ffn_down, &f.act, post_norm, added, x, x2)
     }
 
-    /// `x2 = x + o` with `o = w · a` (a block's output projection),
-    /// post-normed first where the architecture has that norm (Gemma 3:
-    /// `mul_mat`, then `norm_add`, one kernel on wgpu); without it, one
-    /// `mul_mat_add` (fused on wgpu).
-    fn residual(
+    /// A block's output `o = w · a` (its output projection) and the
+    /// residual: the stream is x, or x2 where the block's first matvecs
+    /// wrote it (`added`). Without a post-norm, one `mul_mat_add` (fused on
+    /// wgpu) writes stream + o into the other buffer. With one (Gemma 3), o
+    /// is left pending: the next block's first matvecs add
+    /// `rms_norm(o) * post_norm` as they read their input (one dispatch
+    /// fewer a block on wgpu), or `forward` after the last block.
+    fn residual<'w>(
         &self,
         w: &B::Tensor,
         a: &B::Tensor,
-        post_norm: Option<&B::Tensor>,
+        post_norm: Option<&'w B::Tensor>,
+        added: bool,
         x: &B::Tensor,
         x2: &B::Tensor,
-    ) -> Result<(), ModelError> {
+    ) -> Result<Flow<'w, B::Tensor>, ModelError> {
         let (b, f) = (self.b, &self.bufs);
+        let (res, out) = if added { (x2, x) } else { (x, x2) };
         match post_norm {
             Some(n) => {
                 b.mul_mat(w, a, &f.o)?;
-                b.norm_add(&f.o, (n, self.hp.rms_eps), x, &f.o2, x2)?;
+                Ok(Flow {
+                    wrote: added,
+                    post: Some(n),
+                })
             }
-            None => b.mul_mat_add(w, a, x, &f.o, x2)?,
+            None => {
+                b.mul_mat_add(w, a, res, &f.o, out)?;
+                Ok(Flow {
+                    wrote: !added,
+                    post: None,
+                })
+            }
         }
-        Ok(())
     }
 }
 
