@@ -89,10 +89,12 @@ struct Budget {
     dispatches_per_layer: [(&'static str, u64); 2],
     /// Around the layers (the 6): the embedding gather (and Gemma
     /// 3's scale), the output norm (Gemma 3: and the last pending
-    /// post-norm), the head's matvec (Gemma 3's 178 MB head: two, in
-    /// windows of lavapipe's 128 MiB binding), the greedy argmax. SmolLM2
-    /// 184 = 30 x 6 + 4, Gemma 3 125 = 117 + 8: the total is held to
-    /// per-layer x layers + 6.
+    /// post-norm), the head's matvec, the greedy argmax. SmolLM2 184 = 30 x
+    /// 6 + 4. Gemma 3 125 = 9 x 6 + 9 x 7 + 8: its tied 178 MB embedding is
+    /// bound in two windows of lavapipe's 128 MiB binding, so the gather
+    /// and the head are two dispatches each here (one on an adapter whose
+    /// binding holds it). The total is held to per-layer x layers + 6
+    /// (Gemma 3: 132, 7 over today's count).
     dispatches_fixed: u64,
     /// Compute passes (met: one, every kernel of the step in it).
     passes: u64,

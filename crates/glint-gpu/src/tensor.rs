@@ -352,8 +352,9 @@ impl GpuBackend {
     /// matvecs can bind them as one. `None` (nothing made) for fewer than
     /// two parts, parts of different row lengths, or a total over one
     /// binding. Parts of different types pack too (Gemma 3's Q and K of one
-    /// type, V of another): the matvecs take the runs of one type. The first part's handle owns the buffer in the memory
-    /// report; the padding between parts is under 256 bytes a part.
+    /// type, V of another): the matvecs take the runs of one type. The
+    /// first part's handle owns the buffer in the memory report; the
+    /// padding between parts is under 256 bytes a part.
     pub(crate) fn pack_weights(
         &self,
         parts: &[(TensorDesc, SharedBytes)],

@@ -610,9 +610,14 @@ fn post_norm_add_takes_no_dispatch_of_its_own() {
         f();
         be.work_counters().since(&before).dispatches
     };
+    // The fused kernel with the add binds W, x, the norm's weights, y, the
+    // post-norm's weights, the outputs and the stream: an adapter with
+    // fewer storage buffers a stage adds apart (one dispatch more).
+    let room = be.limits().max_storage_buffers_per_shader_stage;
+    let apart = |n_storage: u32| (room < n_storage) as u64;
     for (types, want) in [
-        ([Q5_0, Q5_0, Q5_0], 1),
-        ([Q5_0, Q5_0, Q8_0], 2),
+        ([Q5_0, Q5_0, Q5_0], 1 + apart(9)),
+        ([Q5_0, Q5_0, Q8_0], 2 + apart(8)),
         ([Q8_0, Q5_0, Q5_0], 3),
     ] {
         let ws = packed(types);
@@ -643,7 +648,7 @@ fn post_norm_add_takes_no_dispatch_of_its_own() {
         )
         .unwrap()
     });
-    assert_eq!(n, 1, "gate/up");
+    assert_eq!(n, 1 + apart(7), "gate/up");
 }
 
 /// kshift(rope(k, p), q - p) == rope(k, q), for several shifts in a row,

@@ -2,8 +2,9 @@
 //! one packed weight buffer ([`GpuBackend::pack_weights`]) in one dispatch:
 //! Q, K and V (`multi`), or gate and up with their activation (`glu`).
 //! Each returns `Ok(false)`, having recorded nothing, where the weights are
-//! not packed together or the product is not a matvec; the caller then runs
-//! the ops one by one.
+//! not packed together, the product is not a matvec, or a pending post-norm
+//! is asked for that the kernel cannot add (no norm, rows not whole vec4s,
+//! too few storage bindings); the caller then runs the ops one by one.
 
 use glint_backend::{check, GgmlType, Glu, PostAdd, Result};
 
