@@ -296,6 +296,49 @@ pub fn argmax<T: Tensor + ?Sized>(x: &T, out: &T) -> Result<()> {
     len(OP, "out", out.desc(), x.desc().n_rows())
 }
 
+/// `top_k`: x F32 `[n, m]` with n > 0; out I32 `[1 + 2 cap, m]` with
+/// `1 <= k <= cap`; returns cap.
+pub fn top_k<T: Tensor + ?Sized>(x: &T, k: usize, out: &T) -> Result<usize> {
+    const OP: &str = "top_k";
+    ty(OP, "x", x, GgmlType::F32)?;
+    ty(OP, "out", out, GgmlType::I32)?;
+    distinct(OP, out, &[x])?;
+    let (xd, od) = (x.desc(), out.desc());
+    let rows = od.ne[0];
+    let cap = rows.saturating_sub(1) / 2;
+    if xd.ne[0] == 0 || k == 0 || k > cap || rows != 1 + 2 * cap {
+        return Err(shape(
+            OP,
+            format!(
+                "k {k} over x ne {:?} into out ne {:?}: rows of x must not be empty, \
+                 out's rows 1 + 2 cap long with 1 <= k <= cap",
+                xd.ne, od.ne
+            ),
+        ));
+    }
+    if od.n_rows() != xd.n_rows() {
+        return Err(shape(
+            OP,
+            format!("{} rows of x but {} of out", xd.n_rows(), od.n_rows()),
+        ));
+    }
+    Ok(cap)
+}
+
+/// The order-preserving key of a logit for [`top_k`](crate::Backend::top_k):
+/// `f32::total_cmp`'s order as a `u32` (-0 below +0), every NaN above
+/// `+inf`.
+pub fn top_k_key(v: f32) -> u32 {
+    let b = v.to_bits();
+    if b & 0x7fff_ffff > 0x7f80_0000 {
+        u32::MAX
+    } else if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
 /// RoPE params: `n_rot` even, `0 < n_rot <= head_dim`, `head_dim` even
 /// (rotated pairs and copied pairs), `freq_base` and `freq_scale` > 0.
 pub fn rope_params(op: &'static str, p: &RopeParams) -> Result<()> {

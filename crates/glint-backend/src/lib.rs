@@ -207,7 +207,8 @@ pub trait Backend: Send + Sync {
     /// uploads them into one buffer, each at an aligned offset, so that
     /// [`mul_mats`](Backend::mul_mats) and
     /// [`mul_mats_glu`](Backend::mul_mats_glu) can run them in one
-    /// dispatch; the memory is the same.
+    /// dispatch (parts of mixed types: one a run of one type); the memory
+    /// is the same.
     fn weights(&self, parts: Vec<(TensorDesc, SharedBytes)>) -> Result<Vec<Self::Tensor>> {
         parts.into_iter().map(|(d, b)| self.weight(d, b)).collect()
     }
@@ -478,6 +479,17 @@ pub trait Backend: Send + Sync {
     /// Index of the largest value of each row (first one on ties).
     /// `x`: F32 `[n, m]`; `out`: I32 `[m]`.
     fn argmax(&self, x: &Self::Tensor, out: &Self::Tensor) -> Result<()>;
+
+    /// The top `k` candidates of each row of logits, for sampling on the
+    /// device: with `t` the `k`-th largest key of the row
+    /// ([`check::top_k_key`]: `total_cmp`'s order, NaN above all),
+    /// `out[0, j]` is how many elements of row `j` have a key `>= t` (`k`,
+    /// or more where others tie with the `k`-th), then up to `cap` pairs
+    /// `(index, logit bits)` of those elements, in no particular order (the
+    /// caller sorts them; past `count`, and past `cap` when `count > cap`,
+    /// the slots are unspecified). `x`: F32 `[n, m]`; `out`: I32
+    /// `[1 + 2 cap, m]`, `1 <= k <= cap`.
+    fn top_k(&self, x: &Self::Tensor, k: usize, out: &Self::Tensor) -> Result<()>;
 
     /// RoPE at explicit per-token positions.
     /// `x`, `out`: F32 `[head_dim, n_head, m]`; `pos`: I32 `[m]`.

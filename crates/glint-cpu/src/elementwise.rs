@@ -200,6 +200,37 @@ pub fn argmax(par: bool, x: &[f32], n: usize, out: &mut [i32]) {
     });
 }
 
+/// Backend::top_k of each row of `n`: the count of keys at or above the
+/// `k`-th largest, then the first `cap` of those elements by index, as
+/// (index, logit bits) pairs. The plain twin of `shaders/top_k.wgsl`: a
+/// selection of the keys (`select_nth_unstable`), not a radix select.
+pub fn top_k(par: bool, x: &[f32], n: usize, k: usize, cap: usize, out: &mut [i32]) {
+    if n == 0 {
+        return;
+    }
+    let k = k.min(n);
+    let stride = 1 + 2 * cap;
+    rows(par, out, stride, |j, o| {
+        let xr = &x[j * n..(j + 1) * n];
+        let mut keys: Vec<u32> = xr
+            .iter()
+            .map(|&v| glint_backend::check::top_k_key(v))
+            .collect();
+        let t = *keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a)).1;
+        let mut count = 0usize;
+        for (i, &v) in xr.iter().enumerate() {
+            if glint_backend::check::top_k_key(v) >= t {
+                if count < cap {
+                    o[1 + 2 * count] = i as i32;
+                    o[2 + 2 * count] = v.to_bits() as i32;
+                }
+                count += 1;
+            }
+        }
+        o[0] = count as i32;
+    });
+}
+
 /// `dst[:, idx[i]] = src[:, i]`; rows outside `dst` are skipped.
 /// `src`: `[n, m]` f32; `dst`: `[n, n_rows]` f32.
 pub fn set_rows_f32(src: &[f32], idx: &[i32], n: usize, dst: &mut [f32]) {

@@ -414,6 +414,18 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn top_k(&self, x: &CpuTensor, k: usize, out: &CpuTensor) -> Result<()> {
+        const OP: &str = "top_k";
+        let cap = check::top_k(x, k, out)?;
+        let xg = x.read_guard()?;
+        let mut og = out.write_guard(OP)?;
+        let xs = xg.f32s();
+        let n = x.desc.ne[0];
+        let o: &mut [i32] = bytemuck::cast_slice_mut(og.bytes_mut());
+        self.run(xs.len(), |par| elementwise::top_k(par, &xs, n, k, cap, o));
+        Ok(())
+    }
+
     fn rope(&self, x: &CpuTensor, pos: &CpuTensor, p: &RopeParams, out: &CpuTensor) -> Result<()> {
         const OP: &str = "rope";
         check::rope(x, pos, p, out)?;

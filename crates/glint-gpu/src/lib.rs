@@ -202,6 +202,10 @@ impl GpuBackend {
             }
             i = j;
         }
+        if let Some(a) = add {
+            // No weights: the stream is still owed.
+            ops::rms_norm_add(self, a.y, a.w, a.eps, x, a.out)?;
+        }
         Ok(())
     }
 
@@ -432,6 +436,10 @@ impl Backend for GpuBackend {
         }
         self.mul_mat(w, x, tmp)?;
         self.add(res, tmp, out)
+    }
+
+    fn top_k(&self, x: &GpuTensor, k: usize, out: &GpuTensor) -> Result<()> {
+        ops::top_k(self, x, k, out)
     }
 
     fn add(&self, a: &GpuTensor, b: &GpuTensor, out: &GpuTensor) -> Result<()> {

@@ -38,6 +38,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "rms_norm.wgsl",
     "softmax.wgsl",
     "argmax.wgsl",
+    "top_k.wgsl",
     "get_rows.wgsl",
     "mul_mat.wgsl",
     "matvec_cols.wgsl",

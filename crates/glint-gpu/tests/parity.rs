@@ -760,15 +760,16 @@ fn random_part(
 /// the fused kernel adds), in two (Gemma 3's Q5_0, Q5_0 and Q8_0: the
 /// first run adds and stores the stream, the part alone reads it), a part
 /// alone first (added apart, then the run reads it), and rows whose length
-/// is not a multiple of 4 (F32, k 258: added apart); 1 and 3 columns.
+/// is not a multiple of 4 (F32, k 258: added apart); 1 and 3 columns; k 512
+/// and 640 (Gemma 3's), so each lane's strided sums take several steps.
 #[test]
 fn post_norm_added_by_the_next_matvecs() {
     use GgmlType::{F32, Q4_K, Q5_0, Q8_0};
     each_gpu(|| {
         let mut r = Rng(seed());
         let cases: [(&[GgmlType], usize); 4] = [
-            (&[Q4_K, Q4_K, Q4_K], 256),
-            (&[Q5_0, Q5_0, Q8_0], 256),
+            (&[Q4_K, Q4_K, Q4_K], 512),
+            (&[Q5_0, Q5_0, Q8_0], 640),
             (&[Q8_0, Q5_0, Q5_0], 256),
             (&[F32, F32, F32], 258),
         ];
@@ -787,9 +788,11 @@ fn post_norm_added_by_the_next_matvecs() {
                 tol::MATMUL_QUANT
             };
             for m in [1usize, 3] {
-                let eps = 1e-2;
+                // The post-norm's eps apart from the norm's, and y small
+                // enough for it to count: a swap of the two would show.
+                let (eps, post_eps) = (1e-2, 0.3);
                 let x = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 3.0));
-                let y = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 2.0));
+                let y = f32p([k, m, 1, 1], &r.vec_scaled(k * m, 0.5));
                 let pw = f32p([k, 1, 1, 1], &r.vec_scaled(k, 1.0));
                 let nw = f32p([k, 1, 1, 1], &r.vec_scaled(k, 1.0));
                 let (h, tmp, xs) = (out([k, m, 1, 1]), out([k, m, 1, 1]), out([k, m, 1, 1]));
@@ -801,7 +804,7 @@ fn post_norm_added_by_the_next_matvecs() {
                         Some(PostAdd {
                             y: &y.0,
                             w: &pw.0,
-                            eps,
+                            eps: post_eps,
                             tmp: &tmp.0,
                             out: &xs.0,
                         }),
@@ -817,7 +820,7 @@ fn post_norm_added_by_the_next_matvecs() {
                         Some(PostAdd {
                             y: &y.1,
                             w: &pw.1,
-                            eps,
+                            eps: post_eps,
                             tmp: &tmp.1,
                             out: &xs.1,
                         }),
@@ -845,7 +848,7 @@ fn post_norm_added_by_the_next_matvecs() {
                         Some(PostAdd {
                             y: &y.0,
                             w: &pw.0,
-                            eps,
+                            eps: post_eps,
                             tmp: &tmp.0,
                             out: &xs2.0,
                         }),
@@ -863,7 +866,7 @@ fn post_norm_added_by_the_next_matvecs() {
                         Some(PostAdd {
                             y: &y.1,
                             w: &pw.1,
-                            eps,
+                            eps: post_eps,
                             tmp: &tmp.1,
                             out: &xs2.1,
                         }),
@@ -1122,5 +1125,80 @@ fn short_conv_matches_cpu() {
             compare("short_conv out", &o, GgmlType::F32, tol::SHORT_CONV);
             compare("short_conv state", &state, GgmlType::F32, tol::SHORT_CONV);
         }
+    });
+}
+
+/// Backend::top_k on wgpu (a radix select over the keys' bytes) against
+/// the cpu's sort: the count of keys at or above the k-th and, where they
+/// fit the room, the same candidates (as sets: the kernel writes them in
+/// the atomics' order). Rows: random; coarse values (many ties with the
+/// k-th); every other value -inf with a few finite (ties past the room:
+/// the count alone is defined); +0 and -0 at the top (-0 ranks below +0);
+/// a NaN and +inf among them (above all).
+#[test]
+fn top_k_matches_cpu() {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (n, k, cap) = (5000usize, 40usize, 100usize);
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        rows.push(r.normals(n, 5.0));
+        rows.push(
+            r.normals(n, 3.0)
+                .iter()
+                .map(|v| (v * 2.0).round() / 2.0)
+                .collect(),
+        );
+        let mut sparse = vec![f32::NEG_INFINITY; n];
+        for i in 0..10 {
+            sparse[i * 397] = r.normal();
+        }
+        rows.push(sparse);
+        let mut zeros: Vec<f32> = r.normals(n, 2.0).iter().map(|v| -v.abs() - 0.5).collect();
+        for i in 0..50 {
+            zeros[i * 31 + 7] = if i % 5 < 2 { 0.0 } else { -0.0 };
+        }
+        rows.push(zeros);
+        let mut special = r.normals(n, 1.0);
+        special[123] = f32::NAN;
+        special[4000] = f32::INFINITY;
+        rows.push(special);
+        let m = rows.len();
+        let x = f32p([n, m, 1, 1], &rows.concat());
+        let stride = 1 + 2 * cap;
+        let o = pair(GgmlType::I32, [stride, m, 1, 1], Usage::Scratch, None);
+        gpu().top_k(&x.0, k, &o.0).unwrap();
+        cpu().top_k(&x.1, k, &o.1).unwrap();
+        let (mut g, mut c) = (vec![0u8; stride * m * 4], vec![0u8; stride * m * 4]);
+        gpu().read(&o.0, 0, &mut g).unwrap();
+        cpu().read(&o.1, 0, &mut c).unwrap();
+        let (g, c): (&[i32], &[i32]) = (bytemuck::cast_slice(&g), bytemuck::cast_slice(&c));
+        let want_counts = [None, None, Some(n), Some(50), None];
+        for j in 0..m {
+            let (gr, cr) = (&g[j * stride..][..stride], &c[j * stride..][..stride]);
+            assert_eq!(gr[0], cr[0], "row {j}: count");
+            let count = cr[0] as usize;
+            assert!(count >= k, "row {j}: {count}");
+            if let Some(w) = want_counts[j] {
+                assert_eq!(count, w, "row {j}");
+            }
+            if count > cap {
+                continue;
+            }
+            let set = |row: &[i32]| {
+                let mut v: Vec<(i32, i32)> = (0..count)
+                    .map(|s| (row[1 + 2 * s], row[2 + 2 * s]))
+                    .collect();
+                v.sort();
+                v
+            };
+            assert_eq!(set(gr), set(cr), "row {j}");
+        }
+        // The NaN and +inf are the first two candidates of their row.
+        let sp = &c[4 * stride..][..stride];
+        let ids: Vec<i32> = (0..sp[0] as usize).map(|s| sp[1 + 2 * s]).collect();
+        assert!(ids.contains(&123) && ids.contains(&4000), "{ids:?}");
+        // k past cap, or 0: refused.
+        assert!(gpu().top_k(&x.0, cap + 1, &o.0).is_err());
+        assert!(cpu().top_k(&x.1, 0, &o.1).is_err());
     });
 }

@@ -249,7 +249,7 @@ pub struct Scratch<T> {
     kr: T,       // [head_dim, n_head_kv, T] f32, roped
     attn: T,     // [n_head * head_dim, T] f32
     o: T,        // [n_embd, T] f32
-    o2: T,       // [n_embd, T] f32
+    o2: T,       // [n_embd, T] f32, PostAdd::tmp
     gate: T,     // [n_ff, T] f32
     up: T,       // [n_ff, T] f32
     act: T,      // [n_ff, T] f32
@@ -257,6 +257,7 @@ pub struct Scratch<T> {
     xn: T,       // [n_embd, T] f32, normed
     logits: T,   // [n_vocab, n_out_cap] f32: grown on demand ([`Scratch::reserve_outputs`])
     argmax: T,   // [T] i32
+    topk: T,     // [1 + 2 TOPK_CAP, n_out_cap] i32: Backend::top_k's candidates
     /// Rows `logits` holds now.
     n_out_cap: usize,
 }
@@ -266,6 +267,13 @@ pub struct Scratch<T> {
 /// every position's logits grows the buffer (a 262144-token vocabulary
 /// makes it 1 MiB a row).
 pub const OUTPUTS_AT_FIRST: usize = 8;
+
+/// Candidates a row of [`Output::topk`] holds: room for a top-k of up to
+/// [`TOPK_MAX_K`] and as many ties with its last.
+pub const TOPK_CAP: usize = 256;
+
+/// The largest `k` a sampler may ask the device for ([`Output::topk`]).
+pub const TOPK_MAX_K: usize = 128;
 
 impl<T: glint_backend::Tensor> Scratch<T> {
     /// Buffers for micro-batches of up to `n_tokens_max` tokens attending to
@@ -339,6 +347,7 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             xn: a(f, n_embd * t, "x_out_norm")?,
             logits: a(f, hp.n_vocab * t.min(OUTPUTS_AT_FIRST), "logits")?,
             argmax: a(i, t, "argmax")?,
+            topk: a(i, (1 + 2 * TOPK_CAP) * t.min(OUTPUTS_AT_FIRST), "top_k")?,
             n_out_cap: t.min(OUTPUTS_AT_FIRST),
         })
     }
@@ -368,6 +377,12 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             label: "logits".into(),
             usage: Usage::Scratch,
         })?;
+        self.topk = backend.alloc(TensorDesc {
+            ty: GgmlType::I32,
+            ne: [(1 + 2 * TOPK_CAP) * cap, 1, 1, 1],
+            label: "top_k".into(),
+            usage: Usage::Scratch,
+        })?;
         self.n_out_cap = cap;
         Ok(())
     }
@@ -383,6 +398,10 @@ pub struct Output<T> {
     /// The output rows' hidden states after the output norm, what the head
     /// multiplies (`[n_embd, n_out]`): the model's embeddings.
     pub hidden: T,
+    /// Room for [`Backend::top_k`] of the logits, `[1 + 2 TOPK_CAP, n_out]`
+    /// i32 (run when a sampler asks: sampling reads back its candidates,
+    /// not the vocabulary).
+    pub topk: T,
     /// Rows.
     pub n_out: usize,
 }
@@ -700,7 +719,7 @@ struct Buffers<T> {
     kr: T,   // [head_dim, n_head_kv, T], roped
     attn: T, // [n_q, T]
     o: T,    // [n_embd, T], a block's output
-    o2: T,   // [n_embd, T], the same after its post-norm
+    o2: T,   // [n_embd, T], scratch of a pending post-norm's add (PostAdd::tmp)
     gate: T, // [n_ff, T]
     up: T,   // [n_ff, T]
     act: T,  // [n_ff, T]
@@ -770,7 +789,7 @@ impl<B: Backend> Layer<'_, B> {
         })
     }
 
-    /// Attention block of layer `il`: `x2 = x + attn(norm(x))` (see
+    /// Attention block of layer `il`: the stream plus `attn(norm(stream))` (see
     /// [`Layer::residual`]; with `post`, the stream is x plus the previous
     /// block's pending output). Stores the batch's K and V in the cache on
     /// the way.
@@ -907,7 +926,7 @@ impl<B: Backend> Layer<'_, B> {
     }
 
     /// Short-convolution block of layer `il` (LFM2):
-    /// `x2 = x + out_proj(c * conv(b * x_in))` with `[b, c, x_in] =
+    /// the stream plus `out_proj(c * conv(b * x_in))` with `[b, c, x_in] =
     /// in_proj(norm(x))`; the convolution reads and moves on each token's
     /// sequence state.
     #[allow(clippy::too_many_arguments)]
@@ -951,7 +970,8 @@ impl<B: Backend> Layer<'_, B> {
         self.residual(&cw.out_proj, &gb, post_norm, added, x, x2)
     }
 
-    /// FFN block: `x2 = x + down(glu(gate(h), up(h)))` with `h = norm(x)`.
+    /// FFN block: the stream plus `down(glu(gate(h), up(h)))` with `h =
+    /// norm(stream)` ([`Layer::residual`] says where it goes).
     fn ffn<'w>(
         &self,
         lw: &'w LayerWeights<B::Tensor>,
@@ -1041,10 +1061,12 @@ fn output_head<B: Backend>(
     b.mul_mat(w.output.as_ref().unwrap_or(&w.tok_embd), &xn, &logits)?;
     let argmax = view(b, &s.argmax, &[n_out])?;
     b.argmax(&logits, &argmax)?;
+    let topk = view(b, &s.topk, &[1 + 2 * TOPK_CAP, n_out])?;
     Ok(Output {
         logits,
         argmax,
         hidden: xn,
+        topk,
         n_out,
     })
 }

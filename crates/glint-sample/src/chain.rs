@@ -1,6 +1,6 @@
 //! The sampler interface and the chain that runs samplers in order.
 
-use crate::{SampleError, TokenDataArray};
+use crate::{SampleError, TokenData, TokenDataArray};
 
 /// One step of a sampling pipeline: llama.cpp's `llama_sampler_i`.
 ///
@@ -104,7 +104,47 @@ impl Chain {
     /// lacks a selecting sampler such as `dist` or `greedy`).
     pub fn apply_logits(&mut self, logits: &[f32]) -> Result<TokenDataArray, SampleError> {
         check_logits(logits)?;
-        let mut cur_p = TokenDataArray::from_logits(logits);
+        self.apply_array(TokenDataArray::from_logits(logits))
+    }
+
+    /// [`sample`](Self::sample) from the best candidates alone: `cands`,
+    /// `(id, logit)` sorted by descending logit (ties: ascending id), are
+    /// the `k` a chain whose first effect is a top-k of `k` would keep
+    /// ([`SamplerParams::leading_top_k`](crate::SamplerParams::leading_top_k)).
+    /// The chain then sees what it would have seen after its top-k, so it
+    /// picks the same token with the same random draws. Errors as
+    /// [`sample`](Self::sample) (the caller checked the full logits' NaN and
+    /// `+inf`: they sort first, so they would be among the candidates).
+    pub fn sample_sorted(&mut self, cands: &[(u32, f32)]) -> Result<u32, SampleError> {
+        if cands.is_empty() {
+            return Err(SampleError::EmptyLogits);
+        }
+        if let Some(&(token, value)) = cands
+            .iter()
+            .find(|(_, v)| v.is_nan() || *v == f32::INFINITY)
+        {
+            return Err(SampleError::BadLogit { token, value });
+        }
+        let data = cands
+            .iter()
+            .map(|&(id, logit)| TokenData { id, logit, p: 0.0 })
+            .collect();
+        let cur_p = self.apply_array(TokenDataArray {
+            data,
+            selected: None,
+            sorted: true,
+        })?;
+        let token = cur_p
+            .selected_token()
+            .ok_or_else(|| SampleError::NoSelection {
+                chain: self.describe(),
+            })?;
+        self.accept(token);
+        Ok(token)
+    }
+
+    /// The chain over `cur_p`, its selection checked.
+    fn apply_array(&mut self, mut cur_p: TokenDataArray) -> Result<TokenDataArray, SampleError> {
         self.apply(&mut cur_p);
         match cur_p.selected {
             // A selection with no probability: the chain (a logit bias of

@@ -334,6 +334,36 @@ fn finite_ge0(x: f32) -> bool {
 }
 
 impl SamplerParams {
+    /// The `k` of a chain whose first effect on the logits is to keep the
+    /// `k` largest: mirostat 0, no logit bias, `temp > 0`, a top-k of
+    /// `k > 0`, and before it only samplers these params make no-ops
+    /// (penalties, DRY, top-n-sigma). Sampling from those `k` candidates
+    /// alone ([`Chain::sample_sorted`](crate::Chain::sample_sorted)) then
+    /// picks what the full logits pick, with the same random draws: a
+    /// device can hand back `k` candidates instead of the vocabulary.
+    pub fn leading_top_k(&self) -> Option<usize> {
+        if self.mirostat != 0 || !self.logit_bias.is_empty() || self.temp <= 0.0 || self.top_k <= 0
+        {
+            return None;
+        }
+        let penalties_off = self.penalty_last_n == 0
+            || (self.penalty_repeat == 1.0
+                && self.penalty_freq == 0.0
+                && self.penalty_present == 0.0);
+        let dry_off =
+            self.dry_multiplier == 0.0 || self.dry_base < 1.0 || self.dry_penalty_last_n == 0;
+        for &t in &self.samplers {
+            match t {
+                SamplerType::TopK => return Some(self.top_k as usize),
+                SamplerType::Penalties if penalties_off => {}
+                SamplerType::Dry if dry_off => {}
+                SamplerType::TopNSigma if self.top_n_sigma <= 0.0 => {}
+                _ => return None,
+            }
+        }
+        None
+    }
+
     /// Reject values llama.cpp would misbehave on or that make no sense.
     /// The error names the first offending parameter and its value.
     ///

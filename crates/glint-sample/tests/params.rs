@@ -362,3 +362,89 @@ fn logit_bias_parses_token_sign_bias() {
         }
     }
 }
+
+/// `leading_top_k`: llama.cpp's default chain starts with its top-k (the
+/// penalties, DRY and top-n-sigma before it are off by default); a sampler
+/// that changes logits first, a bias, mirostat, greedy or top-k 0 do not.
+#[test]
+fn the_default_chain_leads_with_its_top_k() {
+    let p = SamplerParams::default();
+    assert_eq!(p.leading_top_k(), Some(40));
+    let with = |f: &dyn Fn(&mut SamplerParams)| {
+        let mut q = SamplerParams::default();
+        f(&mut q);
+        q.leading_top_k()
+    };
+    assert_eq!(with(&|q| q.penalty_repeat = 1.1), None);
+    assert_eq!(with(&|q| q.dry_multiplier = 0.8), None);
+    assert_eq!(with(&|q| q.top_n_sigma = 1.0), None);
+    assert_eq!(with(&|q| q.top_k = 0), None);
+    assert_eq!(with(&|q| q.temp = 0.0), None);
+    assert_eq!(with(&|q| q.mirostat = 2), None);
+    assert_eq!(
+        with(&|q| q.logit_bias.push(LogitBiasEntry {
+            token: 3,
+            bias: 1.0
+        })),
+        None
+    );
+    assert_eq!(
+        with(&|q| q.samplers = vec![SamplerType::TopP, SamplerType::TopK]),
+        None
+    );
+    assert_eq!(
+        with(&|q| q.samplers = vec![SamplerType::MinP, SamplerType::Temperature]),
+        None
+    );
+    // Penalties over an empty window change nothing either.
+    assert_eq!(
+        with(&|q| {
+            q.penalty_repeat = 1.3;
+            q.penalty_last_n = 0;
+        }),
+        Some(40)
+    );
+}
+
+/// `Chain::sample_sorted` from the k best candidates picks, draw for draw,
+/// what `Chain::sample` picks from the full logits, over a run of steps
+/// (the chains' random states move together), for chains that lead with
+/// their top-k: the default at a few temperatures and k.
+#[test]
+fn sampling_the_top_k_alone_picks_what_the_full_logits_pick() {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let n_vocab = 3000;
+    for (temp, k) in [(0.8f32, 40i32), (1.5, 40), (2.0, 7), (1.0, 128)] {
+        let p = SamplerParams {
+            temp,
+            top_k: k,
+            seed: 1234,
+            ..Default::default()
+        };
+        let k = p.leading_top_k().unwrap();
+        let mut full = p.build_chain(n_vocab, 4096).unwrap();
+        let mut top = p.build_chain(n_vocab, 4096).unwrap();
+        for step in 0..200 {
+            // Coarse logits: ties, the k-th among them.
+            let logits: Vec<f32> = (0..n_vocab)
+                .map(|_| (next() * 40.0).round() / 4.0)
+                .collect();
+            let mut c: Vec<(u32, f32)> = logits
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as u32, v))
+                .collect();
+            c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            c.truncate(k);
+            let a = full.sample(&logits).unwrap();
+            let b = top.sample_sorted(&c).unwrap();
+            assert_eq!(a, b, "temp {temp} k {k} step {step}");
+        }
+    }
+}

@@ -27,7 +27,13 @@ struct Outputs {
     /// one is asked for: a step of several sequences reads its greedy
     /// tokens back in one transfer (4 bytes each), not one each.
     argmax: Vec<Option<u32>>,
+    /// `[n_rows]` top-k candidates of the pending rows (`k`, candidates),
+    /// selected on the device together the first time one is asked for.
+    top_k: Vec<Option<(usize, Candidates)>>,
 }
+
+/// `(id, logit)` pairs by descending logit (ties: ascending id).
+type Candidates = Vec<(u32, f32)>;
 
 /// One memory (a KV cache) and the state to decode into it.
 ///
@@ -217,6 +223,7 @@ impl Context {
             hidden: vec![None; n_rows as usize],
             pending: None,
             argmax: vec![None; n_rows as usize],
+            top_k: vec![None; n_rows as usize],
         };
     }
 
@@ -558,6 +565,63 @@ impl Context {
                 "logits row {r} is neither read nor pending"
             ))),
         }
+    }
+
+    /// The `k` largest logits after batch token `i`, `(id, logit)` by
+    /// descending logit (ties: ascending id): what a sampler's top-k keeps
+    /// ([`glint_sample::Chain::sample_sorted`] samples from them). Where the
+    /// logits have not been read, the device selects the candidates of
+    /// every pending row ([`Backend::top_k`]) and only those come back
+    /// (about 2 KiB a row, not the vocabulary's 4 bytes a token). `None`
+    /// where that cannot be exact, so the caller reads the logits: `k` of 0
+    /// or over [`glint_model::TOPK_MAX_K`], more ties with the `k`-th than
+    /// a row has room for, a NaN or `+inf` among them (the full logits'
+    /// check names it), or a final logit soft-cap (it can tie logits the
+    /// selection told apart).
+    pub fn top_k(&mut self, i: usize, k: usize) -> Result<Option<&[(u32, f32)]>, Error> {
+        let r = self.out_row(i)?;
+        if k == 0 || self.model.hparams().final_softcap > 0.0 {
+            return Ok(None);
+        }
+        if let Some(row) = &self.out.host[r] {
+            let mut c: Vec<(u32, f32)> = row
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as u32, v))
+                .collect();
+            let k = k.min(c.len());
+            c.select_nth_unstable_by(k - 1, cmp_desc);
+            self.out.top_k[r] = sorted_top_k(k, c).map(|c| (k, c));
+        } else if k > glint_model::TOPK_MAX_K {
+            return Ok(None);
+        } else if !matches!(&self.out.top_k[r], Some((kk, _)) if *kk == k) {
+            let Some((first, count)) = self.out.pending.filter(|&(f, c)| r >= f && r < f + c)
+            else {
+                return Err(Error::Internal(format!(
+                    "logits row {r} is neither read nor pending"
+                )));
+            };
+            let model = self.model.clone();
+            let all = with_exec!(model.backend(), &mut self.exec, |l, x| read_top_k(
+                l, x, count, k
+            ))?;
+            let stride = 1 + 2 * glint_model::TOPK_CAP;
+            for (j, row) in all.chunks_exact(stride).enumerate() {
+                let n = row[0] as usize;
+                self.out.top_k[first + j] = if n > glint_model::TOPK_CAP {
+                    None
+                } else {
+                    let c = (0..n)
+                        .map(|s| (row[1 + 2 * s] as u32, f32::from_bits(row[2 + 2 * s] as u32)))
+                        .collect();
+                    sorted_top_k(k, c).map(|c| (k, c))
+                };
+            }
+        }
+        Ok(match &self.out.top_k[r] {
+            Some((kk, c)) if *kk == k => Some(c),
+            _ => None,
+        })
     }
 
     /// Drop sequence `seq` (< 0: all) from positions `[p0, p1)`.
@@ -925,6 +989,38 @@ fn read_hidden<B: Backend>(
     let mut buf = vec![0u8; count * n_embd * 4];
     l.be.read(&out.hidden, 0, &mut buf)?;
     Ok(bytemuck::cast_slice::<u8, f32>(&buf).to_vec())
+}
+
+/// Descending logit, then ascending id (the samplers' order).
+fn cmp_desc(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// Candidates `c` (at least the `k` best, any order) sorted and cut to
+/// `k`; `None` where a NaN or `+inf` is among them.
+fn sorted_top_k(k: usize, mut c: Candidates) -> Option<Candidates> {
+    c.sort_unstable_by(cmp_desc);
+    c.truncate(k);
+    let bad = c.iter().any(|(_, v)| v.is_nan() || *v == f32::INFINITY);
+    (c.len() == k && !bad).then_some(c)
+}
+
+/// Backend::top_k of the first `count` pending output rows, run and read
+/// in one go: `[count, 1 + 2 TOPK_CAP]` i32.
+fn read_top_k<B: Backend>(
+    l: &Loaded<B>,
+    x: &mut Exec<B>,
+    count: usize,
+    k: usize,
+) -> Result<Vec<i32>, Error> {
+    let out = x
+        .pending
+        .as_ref()
+        .ok_or_else(|| Error::Internal("no pending logits on the device".into()))?;
+    l.be.top_k(&out.logits, k, &out.topk)?;
+    let mut buf = vec![0u8; count * (1 + 2 * glint_model::TOPK_CAP) * 4];
+    l.be.read(&out.topk, 0, &mut buf)?;
+    Ok(bytemuck::cast_slice::<u8, i32>(&buf).to_vec())
 }
 
 /// The argmax of the first `count` pending output rows, in one read.

@@ -15,6 +15,7 @@ mod rope_store;
 mod set_rows;
 mod short_conv;
 mod softmax;
+mod top_k;
 mod unary;
 
 use glint_backend::{BackendError, GgmlType, Result};
@@ -150,4 +151,5 @@ pub(crate) use rope_store::rope_store;
 pub(crate) use set_rows::set_rows;
 pub(crate) use short_conv::short_conv;
 pub(crate) use softmax::softmax;
+pub(crate) use top_k::top_k;
 pub(crate) use unary::{scale, unary};

@@ -53,6 +53,10 @@ struct Active<'a> {
     chain: Chain,
     dec: StreamDecoder<'a>,
     greedy: bool,
+    /// The chain's leading top-k (`SamplerParams::leading_top_k`), where no
+    /// logprobs or grammar need the full logits: sampled from the `k`
+    /// candidates the device selects (`Context::top_k`).
+    top_k: Option<usize>,
     /// Text decoded but not yet sent (a possible start of a stop string).
     held: String,
     n_gen: usize,
@@ -601,7 +605,9 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
-        let greedy = plain_greedy(&req.sampling) && req.logprobs.is_none() && req.grammar.is_none();
+        let plain = req.logprobs.is_none() && req.grammar.is_none();
+        let greedy = plain_greedy(&req.sampling) && plain;
+        let top_k = req.sampling.leading_top_k().filter(|_| plain);
         if req.grammar.is_some() && self.trie.is_none() {
             self.trie = Some(token_trie(self.tok));
         }
@@ -618,6 +624,7 @@ impl<'a> Scheduler<'a> {
                 chain,
                 dec: self.tok.stream_decoder(true),
                 greedy,
+                top_k,
                 held: String::new(),
                 n_gen: 0,
                 n_cached: keep,
@@ -1193,6 +1200,13 @@ fn pick(
         let id = ctx.argmax(idx)?;
         job.chain.accept(id);
         return Ok((id, None));
+    }
+    if let Some(k) = job.top_k {
+        // The k candidates back, not the vocabulary (None: the logits).
+        if let Some(cands) = ctx.top_k(idx, k)? {
+            let id = job.chain.sample_sorted(cands)?;
+            return Ok((id, None));
+        }
     }
     let logits = ctx.logits(idx)?;
     if let (Some(n), true) = (job.req.logprobs, job.req.post_sampling_probs) {
