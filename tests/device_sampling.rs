@@ -69,6 +69,51 @@ fn top_k_candidates_come_from_the_device_and_are_the_logits_own() {
     }
 }
 
+/// Two sequences' rows pending together, asked with different k: each
+/// answer is its row's own (the rows are selected together, the cache
+/// keyed by k), and equal to the host's sort of the logits.
+#[test]
+fn rows_of_one_step_asked_with_different_k_get_their_own_candidates() {
+    let model = wgpu_model("smollm2");
+    let mut ctx = glint::Context::new(
+        &model,
+        ContextParams {
+            n_ctx: 128,
+            n_seq_max: 2,
+            kv_unified: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tok = model.tokenizer();
+    let a = tok.encode("The capital of France is", true, true).unwrap();
+    let b = tok.encode("Water boils at", true, true).unwrap();
+    let mut batch = Batch::new();
+    for (s, ids) in [&a, &b].iter().enumerate() {
+        for (p, &t) in ids.iter().enumerate() {
+            batch.add(t, p as i32, &[s as i32], p + 1 == ids.len());
+        }
+    }
+    ctx.decode(&batch).unwrap();
+    let (ia, ib) = (a.len() - 1, a.len() + b.len() - 1);
+    let got_a = ctx.top_k(ia, 40).unwrap().unwrap().to_vec();
+    let got_b = ctx.top_k(ib, 10).unwrap().unwrap().to_vec();
+    let again_a = ctx.top_k(ia, 40).unwrap().unwrap().to_vec();
+    assert_eq!(got_a, again_a);
+    for (i, got) in [(ia, &got_a), (ib, &got_b)] {
+        let logits = ctx.logits(i).unwrap();
+        let mut want: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (i as u32, v))
+            .collect();
+        want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        want.truncate(got.len());
+        assert_eq!(got, &want, "row of token {i}");
+    }
+    assert_ne!(got_a[..10], got_b[..], "two prompts, two rows");
+}
+
 /// The engine samples a request whose chain starts with a top-k (llama.cpp's
 /// default chain, at a temperature that keeps many candidates) from the
 /// device's candidates, and picks the tokens a run that reads the full

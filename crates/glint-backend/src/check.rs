@@ -523,6 +523,39 @@ pub fn short_conv<T: Tensor + ?Sized>(
 
 #[cfg(test)]
 mod tests {
+    /// `top_k_key`'s order is `f32::total_cmp`'s on every non-NaN value
+    /// (-0 below +0, infinities, subnormals, the extremes), and every NaN,
+    /// of either sign, ranks above `+inf`.
+    #[test]
+    fn top_k_keys_order_as_total_cmp_with_nan_on_top() {
+        let vals = [
+            f32::NEG_INFINITY,
+            f32::MIN,
+            -1.5,
+            -f32::MIN_POSITIVE,
+            -1e-45,
+            -0.0,
+            0.0,
+            1e-45,
+            f32::MIN_POSITIVE,
+            2.5,
+            f32::MAX,
+            f32::INFINITY,
+        ];
+        for a in vals {
+            for b in vals {
+                assert_eq!(top_k_key(a).cmp(&top_k_key(b)), a.total_cmp(&b), "{a} {b}");
+            }
+        }
+        for nan in [
+            f32::NAN,
+            f32::from_bits(0xffc0_0000),
+            f32::from_bits(0x7f80_0001),
+        ] {
+            assert!(top_k_key(nan) > top_k_key(f32::INFINITY));
+        }
+    }
+
     use super::*;
     use crate::{RopeMode, Usage};
 

@@ -393,7 +393,18 @@ fn the_default_chain_leads_with_its_top_k() {
         None
     );
     assert_eq!(
-        with(&|q| q.samplers = vec![SamplerType::MinP, SamplerType::Temperature]),
+        with(&|q| q.samplers = vec![SamplerType::MinP, SamplerType::TopK]),
+        None
+    );
+    assert_eq!(
+        with(&|q| q.samplers = vec![SamplerType::Temperature, SamplerType::TopK]),
+        None
+    );
+    assert_eq!(
+        with(&|q| {
+            q.xtc_probability = 0.5;
+            q.samplers = vec![SamplerType::Xtc, SamplerType::TopK];
+        }),
         None
     );
     // Penalties over an empty window change nothing either.
@@ -409,7 +420,9 @@ fn the_default_chain_leads_with_its_top_k() {
 /// `Chain::sample_sorted` from the k best candidates picks, draw for draw,
 /// what `Chain::sample` picks from the full logits, over a run of steps
 /// (the chains' random states move together), for chains that lead with
-/// their top-k: the default at a few temperatures and k.
+/// their top-k: the default at a few temperatures and k, and with the
+/// samplers after the top-k that count the candidates or draw (XTC,
+/// dynamic temperature, typical).
 #[test]
 fn sampling_the_top_k_alone_picks_what_the_full_logits_pick() {
     let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -420,11 +433,22 @@ fn sampling_the_top_k_alone_picks_what_the_full_logits_pick() {
         (state >> 40) as f32 / (1u64 << 24) as f32
     };
     let n_vocab = 3000;
-    for (temp, k) in [(0.8f32, 40i32), (1.5, 40), (2.0, 7), (1.0, 128)] {
+    let cases = [
+        (0.8f32, 40i32, 0.0f32, 0.0f32, 1.0f32),
+        (1.5, 40, 0.0, 0.0, 1.0),
+        (2.0, 7, 0.0, 0.0, 1.0),
+        (1.0, 128, 0.0, 0.0, 1.0),
+        (1.2, 40, 0.5, 0.0, 1.0),
+        (1.2, 40, 0.0, 0.5, 0.9),
+    ];
+    for (temp, k, xtc, dynatemp, typ_p) in cases {
         let p = SamplerParams {
             temp,
             top_k: k,
             seed: 1234,
+            xtc_probability: xtc,
+            dynatemp_range: dynatemp,
+            typ_p,
             ..Default::default()
         };
         let k = p.leading_top_k().unwrap();

@@ -584,6 +584,10 @@ impl Context {
             return Ok(None);
         }
         if let Some(row) = &self.out.host[r] {
+            // A NaN of either sign or +inf anywhere: the logits' check.
+            if row.iter().any(|v| v.is_nan() || *v == f32::INFINITY) {
+                return Ok(None);
+            }
             let mut c: Vec<(u32, f32)> = row
                 .iter()
                 .enumerate()
@@ -591,6 +595,7 @@ impl Context {
                 .collect();
             let k = k.min(c.len());
             c.select_nth_unstable_by(k - 1, cmp_desc);
+            c.truncate(k);
             self.out.top_k[r] = sorted_top_k(k, c).map(|c| (k, c));
         } else if k > glint_model::TOPK_MAX_K {
             return Ok(None);
@@ -997,12 +1002,16 @@ fn cmp_desc(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
 }
 
 /// Candidates `c` (at least the `k` best, any order) sorted and cut to
-/// `k`; `None` where a NaN or `+inf` is among them.
+/// `k`; `None` where a NaN or `+inf` is among them, before the cut (a
+/// negative NaN sorts last in `total_cmp`, but the device ranks every
+/// NaN first and so returns it).
 fn sorted_top_k(k: usize, mut c: Candidates) -> Option<Candidates> {
+    if c.iter().any(|(_, v)| v.is_nan() || *v == f32::INFINITY) {
+        return None;
+    }
     c.sort_unstable_by(cmp_desc);
     c.truncate(k);
-    let bad = c.iter().any(|(_, v)| v.is_nan() || *v == f32::INFINITY);
-    (c.len() == k && !bad).then_some(c)
+    (c.len() == k).then_some(c)
 }
 
 /// Backend::top_k of the first `count` pending output rows, run and read
