@@ -134,6 +134,11 @@ impl Chain {
             selected: None,
             sorted: true,
         })?;
+        self.accept_selected(&cur_p)
+    }
+
+    /// Accept and return the token `cur_p`'s selection names.
+    fn accept_selected(&mut self, cur_p: &TokenDataArray) -> Result<u32, SampleError> {
         let token = cur_p
             .selected_token()
             .ok_or_else(|| SampleError::NoSelection {
@@ -163,13 +168,7 @@ impl Chain {
     /// Sample one token and accept it: `llama_sampler_sample`.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32, SampleError> {
         let cur_p = self.apply_logits(logits)?;
-        let token = cur_p
-            .selected_token()
-            .ok_or_else(|| SampleError::NoSelection {
-                chain: self.describe(),
-            })?;
-        self.accept(token);
-        Ok(token)
+        self.accept_selected(&cur_p)
     }
 }
 
