@@ -16,6 +16,15 @@ fn wgpu_model(name: &str) -> Model {
     Model::load(common::model(name), &p).unwrap()
 }
 
+/// The `k` largest of `logits` as `(id, logit)`, in the samplers' order
+/// (descending logit, ascending id: `common::top_k`'s).
+fn host_top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    common::top_k(logits, k)
+        .into_iter()
+        .map(|i| (i as u32, logits[i]))
+        .collect()
+}
+
 /// `Context::top_k` after a decode: one dispatch and one row of candidates
 /// read back (2052 bytes, where the logits are 4 a token: 192 KiB for
 /// SmolLM2, 1 MiB for Gemma 3), and the candidates are the k largest
@@ -43,14 +52,7 @@ fn top_k_candidates_come_from_the_device_and_are_the_logits_own() {
         assert_eq!(ctx.top_k(last, 40).unwrap().unwrap(), &got[..]);
         assert_eq!(model.gpu_counters().unwrap().since(&before).dispatches, 0);
 
-        let logits = ctx.logits(last).unwrap().to_vec();
-        let mut want: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (i as u32, v))
-            .collect();
-        want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        want.truncate(40);
+        let want = host_top_k(ctx.logits(last).unwrap(), 40);
         assert_eq!(got.len(), 40, "{name}");
         for (g, w) in got.iter().zip(&want) {
             assert_eq!(
@@ -101,14 +103,7 @@ fn rows_of_one_step_asked_with_different_k_get_their_own_candidates() {
     let again_a = ctx.top_k(ia, 40).unwrap().unwrap().to_vec();
     assert_eq!(got_a, again_a);
     for (i, got) in [(ia, &got_a), (ib, &got_b)] {
-        let logits = ctx.logits(i).unwrap();
-        let mut want: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (i as u32, v))
-            .collect();
-        want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        want.truncate(got.len());
+        let want = host_top_k(ctx.logits(i).unwrap(), got.len());
         assert_eq!(got, &want, "row of token {i}");
     }
     assert_ne!(got_a[..10], got_b[..], "two prompts, two rows");
