@@ -188,13 +188,17 @@ impl GpuBackend {
             }
             let (run, ro) = (&ws[i..j], &outs[i..j]);
             let fused = run.len() >= 2 && ops::mul_mats(self, run, x, norm, add, ro)?;
+            // Refused with the add: added apart, then the run fused without
+            // it (refused without one, a second try would be refused too).
+            let mut retry = false;
             if let Some(a) = add.take() {
                 if !fused {
                     ops::rms_norm_add(self, a.y, a.w, a.eps, x, a.out)?;
+                    retry = run.len() >= 2;
                 }
                 x = a.out;
             }
-            let done = fused || (run.len() >= 2 && ops::mul_mats(self, run, x, norm, None, ro)?);
+            let done = fused || (retry && ops::mul_mats(self, run, x, norm, None, ro)?);
             if !done {
                 for (w, o) in run.iter().zip(ro) {
                     ops::mul_mat_normed(self, w, x, norm, o)?;
