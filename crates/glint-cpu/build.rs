@@ -1,12 +1,13 @@
 //! Tells the tests which x86_64 tiers of `qdot` this machine runs: cfg
 //! `host_avx2` (AVX2, FMA, F16C) and `host_vnni` (AVX-512 F, BW, VL, VNNI
-//! too), so that a test of a tier the cpu lacks is reported as ignored,
+//! too), `host_amx` (AMX-TILE and AMX-INT8 too), so that a test of a tier the cpu lacks is reported as ignored,
 //! with its reason, instead of passing without checking anything. The
 //! library itself detects the cpu at run time and does not read these.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(host_avx2)");
     println!("cargo::rustc-check-cfg=cfg(host_vnni)");
+    println!("cargo::rustc-check-cfg=cfg(host_amx)");
     println!("cargo::rerun-if-changed=build.rs");
     // Only when the tests run where they are built.
     if std::env::var("TARGET").ok() != std::env::var("HOST").ok() {
@@ -24,6 +25,12 @@ fn main() {
         }
         if vnni {
             println!("cargo::rustc-cfg=host_vnni");
+        }
+        // cpuid leaf 7: EDX bits 24 (AMX-TILE) and 25 (AMX-INT8); the
+        // AMX path's float steps need AVX-512 F, BW, VL too.
+        let l7 = std::arch::x86_64::__cpuid_count(7, 0);
+        if vnni && (l7.edx >> 24) & 3 == 3 {
+            println!("cargo::rustc-cfg=host_amx");
         }
     }
 }

@@ -5,7 +5,7 @@
 //! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m] [k] [n]
 //! [types] [fast]` (default 15 runs, m = 1, k = n = 4096, every type;
 //! median of the runs). `types`: names to time, comma-separated (`q5_0,q4_1`);
-//! `fast`: time only the fast kernels (a prefill's m = 512 takes the
+//! `fast`: time only the fast kernels (with and without AMX) (a prefill's m = 512 takes the
 //! reference loops minutes).
 
 use std::time::Instant;
@@ -30,6 +30,15 @@ fn weights(ty: T, k: usize, n: usize, rng: &mut Rng) -> (Vec<u8>, usize) {
     }
     (w, row_bytes)
 }
+
+/// The columns of the table, per pool: the reference loops, the plain
+/// kernels, the fast ones without the AMX tiles, the fast ones.
+const KERNELS: [Kernels; 4] = [
+    Kernels::Reference,
+    Kernels::Plain,
+    Kernels::NoAmx,
+    Kernels::Fast,
+];
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -57,8 +66,17 @@ fn main() {
     };
     println!("k = {k}, n = {n}, m = {m}, median of {runs} runs; {unit}");
     println!(
-        "{:6} {:>8} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | fast/ref",
-        "type", "MiB", "ref 1t", "plain 1t", "fast 1t", "ref 2t", "plain 2t", "fast 2t"
+        "{:6} {:>8} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | fast/ref",
+        "type",
+        "MiB",
+        "ref 1t",
+        "plain 1t",
+        "no-amx 1t",
+        "fast 1t",
+        "ref 2t",
+        "plain 2t",
+        "no-amx 2t",
+        "fast 2t"
     );
     let pools: Vec<rayon::ThreadPool> = [1, 2]
         .iter()
@@ -103,8 +121,8 @@ fn main() {
         };
         let mut row = Vec::new();
         for pool in &pools {
-            for kern in [Kernels::Reference, Kernels::Plain, Kernels::Fast] {
-                let timed = !fast_only || kern == Kernels::Fast;
+            for kern in KERNELS {
+                let timed = !fast_only || matches!(kern, Kernels::Fast | Kernels::NoAmx);
                 row.push(if timed {
                     gbs(pool, kern, &mut out)
                 } else {
@@ -113,7 +131,7 @@ fn main() {
             }
         }
         println!(
-            "{:6} {:8.2} | {:9.2} {:9.2} {:9.2} | {:9.2} {:9.2} {:9.2} | {:.1}x",
+            "{:6} {:8.2} | {:9.2} {:9.2} {:9.2} {:9.2} | {:9.2} {:9.2} {:9.2} {:9.2} | {:.1}x",
             ty.to_string(),
             bytes.len() as f64 / (1 << 20) as f64,
             row[0],
@@ -122,7 +140,9 @@ fn main() {
             row[3],
             row[4],
             row[5],
-            row[5] / row[3]
+            row[6],
+            row[7],
+            row[7] / row[4]
         );
     }
 }

@@ -16,6 +16,7 @@
 #![allow(clippy::manual_is_multiple_of)]
 
 pub mod act;
+pub mod amx;
 mod attention;
 pub mod conv;
 mod elementwise;
@@ -36,7 +37,8 @@ use glint_backend::{
 
 pub use attention::{attention_window, attention_with, Cache, Far};
 pub use matmul::{
-    mul_mat_ggml, mul_mat_ggml_with, thread_scratch_bytes, Kernels, WeightRows, DECODE_MAX_M,
+    mul_mat_ggml, mul_mat_ggml_with, thread_scratch_bytes, Kernels, WeightRows, AMX_MIN_M,
+    DECODE_MAX_M,
 };
 pub use rope::cos_sin as rope_cos_sin;
 pub use tensor::CpuTensor;

@@ -7,12 +7,16 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::act;
+use crate::amx;
 use crate::elementwise;
 use crate::qdot::{self, DotFn};
 use crate::weights::{dequant_row, dot, row_dot};
 
 /// Up to this many activation columns take the decode path.
 pub const DECODE_MAX_M: usize = 8;
+/// From this many activation columns the fast kernels take the AMX tiles
+/// ([`amx`]) where the cpu has them.
+pub const AMX_MIN_M: usize = 16;
 /// Weight rows per rayon task on the decode path.
 const DECODE_ROWS_PER_TASK: usize = 16;
 /// Weight rows dequantized together on the prefill path: `[k, PREFILL_ROWS]`
@@ -119,6 +123,12 @@ pub enum Kernels {
     Fast,
     /// [`qdot::plain_dot`], the portable twins.
     Plain,
+    /// [`Kernels::Fast`] without the AMX tiles (for tests and benchmarks).
+    NoAmx,
+    /// The AMX path at any column count, its tile products modelled in
+    /// plain Rust ([`amx::Unit::Model`]; any cpu, slow) where the type has
+    /// it; [`Kernels::Plain`] for the other types. For tests.
+    AmxModel,
     /// `glint_quant::vec_dot`, ggml's reference loops.
     Reference,
 }
@@ -162,8 +172,8 @@ pub(crate) fn mul_mat_ggml_par(
     }
     let act_bytes = check_rows(ty, w, row_bytes, k, n)?;
     let fast: Option<DotFn> = match kernels {
-        Kernels::Fast => qdot::fast_dot(ty),
-        Kernels::Plain => qdot::plain_dot(ty),
+        Kernels::Fast | Kernels::NoAmx => qdot::fast_dot(ty),
+        Kernels::Plain | Kernels::AmxModel => qdot::plain_dot(ty),
         Kernels::Reference => None,
     };
     if fast.is_none() {
@@ -178,7 +188,17 @@ pub(crate) fn mul_mat_ggml_par(
         // A few columns are quantized faster than the pool wakes.
         let par_quantize = par && k * m >= elementwise::ELEMS_PER_TASK;
         quantize_cols(par_quantize, vt, &x[..k * m], act_bytes, act)?;
-        let multi = kernels == Kernels::Fast; // multi-column and tile kernels
+        let unit = match kernels {
+            Kernels::Fast if m >= AMX_MIN_M && amx::available() => Some(amx::Unit::Amx),
+            Kernels::AmxModel => Some(amx::Unit::Model),
+            _ => None,
+        };
+        if let Some(unit) = unit.filter(|_| amx::supports(ty)) {
+            amx::mul_mat(unit, par, ty, w, row_bytes, n, act, act_bytes, m, out);
+            return Ok(());
+        }
+        // multi-column and tile kernels
+        let multi = matches!(kernels, Kernels::Fast | Kernels::NoAmx);
         let product = QProduct {
             par,
             ty,

@@ -5,7 +5,7 @@ mod common;
 
 use common::Rng;
 use glint_backend::GgmlType;
-use glint_cpu::{mul_mat_ggml_with, qdot, Kernels, WeightRows};
+use glint_cpu::{amx, mul_mat_ggml_with, qdot, Kernels, WeightRows, AMX_MIN_M};
 use glint_quant::{BlockQ2_K, BlockQ3_K, BlockQ5_K, QuantError};
 use half::f16;
 
@@ -336,7 +336,10 @@ const M_FEW: [usize; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 /// columns up (few-column and prefill paths): every column of such a
 /// product goes through the multi-column kernels (or the tiles, which equal
 /// them), none through the one-column kernel. So a sequence decoded in a
-/// batch of 2 gets the same numbers as in a batch of 3, 7 or 70.
+/// batch of 2 gets the same numbers as in a batch of 3, 7 or 70 — except
+/// that on a cpu with AMX, products of [`AMX_MIN_M`] columns or more take
+/// the AMX tiles, whose numbers are the reference loops' (held equal among
+/// themselves here, and to the reference in `amx_*` below).
 #[test]
 fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
     let m_prefill = 2 * 16 * rayon::current_num_threads() + 7;
@@ -357,14 +360,21 @@ fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
             n,
         };
         let x = rng.vec(k * m_prefill);
-        let run = |m: usize| {
+        let run = |kern, m: usize| {
             let mut out = vec![0f32; n * m];
-            mul_mat_ggml_with(Kernels::Fast, w, &x[..k * m], m, &mut out).unwrap();
+            mul_mat_ggml_with(kern, w, &x[..k * m], m, &mut out).unwrap();
             out
         };
-        let wide = run(m_prefill);
+        // The widest product of each path: the vector kernels (NoAmx), and
+        // on an AMX cpu the AMX tiles the fast kernels take from AMX_MIN_M.
+        let (vector, tiles) = (
+            run(Kernels::NoAmx, m_prefill),
+            run(Kernels::Fast, m_prefill),
+        );
         for m in M_FEW.into_iter().skip(1).chain([m_mid, m_lone]) {
-            for (i, (g, w)) in run(m).iter().zip(&wide).enumerate() {
+            let amx = amx::available() && amx::supports(ty) && m >= AMX_MIN_M;
+            let wide = if amx { &tiles } else { &vector };
+            for (i, (g, w)) in run(Kernels::Fast, m).iter().zip(wide).enumerate() {
                 assert_eq!(
                     g.to_bits(),
                     w.to_bits(),
@@ -736,4 +746,96 @@ fn narrow_multi_column_kernels_equal_the_four_column_ones_bit_for_bit() {
         }
     }
     assert_eq!(n, 3 * 7 * 12 * (2 * 2 + 2 * 3));
+}
+
+/// The types the AMX path takes.
+const AMX_TYPES: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
+/// `mul_mat_ggml` with `kern` at each of `ms` columns against ggml's
+/// reference loops, bit for bit, for every AMX type, at two row lengths
+/// (16 and 20 blocks) and row counts that leave a partial band of 16;
+/// column counts from `ms` leave a partial group of 16. Returns the
+/// number of outputs checked.
+fn check_amx_bit_for_bit(kern: Kernels, ms: &[usize]) -> usize {
+    let mut rng = Rng(79);
+    let mut n_checked = 0;
+    for ty in AMX_TYPES {
+        assert!(amx::supports(ty), "{ty}");
+        for k in [16 * 32, 20 * 32] {
+            for n in [1, 37, 203] {
+                let rows: Vec<u8> = (0..n).flat_map(|_| random_row(ty, k, &mut rng)).collect();
+                let w = WeightRows {
+                    ty,
+                    bytes: &rows,
+                    row_bytes: rows.len() / n,
+                    k,
+                    n,
+                };
+                for &m in ms {
+                    let x = rng.vec(k * m);
+                    let run = |kern| {
+                        let mut out = vec![0f32; n * m];
+                        mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
+                        out
+                    };
+                    let want = run(Kernels::Reference);
+                    assert!(
+                        want.iter().any(|&v| v != 0.0),
+                        "{ty} n={n} m={m}: degenerate"
+                    );
+                    for (i, (g, w)) in run(kern).iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            w.to_bits(),
+                            "{ty} {kern:?} k={k} n={n} m={m} out[{i}] (row {}, col {}): {g} vs {w}",
+                            i % n,
+                            i / n
+                        );
+                        n_checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    n_checked
+}
+
+/// The AMX path with its tile products modelled in plain Rust (any cpu):
+/// ggml's reference numbers bit for bit, from one column up (the fast
+/// kernels take it from `AMX_MIN_M` on an AMX cpu).
+#[test]
+fn amx_model_products_equal_the_reference_loops_bit_for_bit() {
+    let ms = [1, 2, 15, 16, 17, 40];
+    let n = check_amx_bit_for_bit(Kernels::AmxModel, &ms);
+    assert_eq!(
+        n,
+        AMX_TYPES.len() * 2 * (1 + 37 + 203) * ms.iter().sum::<usize>()
+    );
+}
+
+/// The real AMX tiles, as the fast kernels run them from `AMX_MIN_M`
+/// columns: ggml's reference numbers bit for bit (so the model above is
+/// their arithmetic), and the detection says yes where cpuid does.
+#[test]
+#[cfg_attr(
+    not(host_amx),
+    ignore = "this cpu lacks AMX-TILE, AMX-INT8 or AVX-512 F/BW/VL/VNNI"
+)]
+fn amx_products_equal_the_reference_loops_bit_for_bit() {
+    assert!(
+        amx::available(),
+        "cpuid reports AMX-INT8 but the OS did not grant the tile state"
+    );
+    let ms = [AMX_MIN_M, AMX_MIN_M + 1, 40, 70];
+    let n = check_amx_bit_for_bit(Kernels::Fast, &ms);
+    assert_eq!(
+        n,
+        AMX_TYPES.len() * 2 * (1 + 37 + 203) * ms.iter().sum::<usize>()
+    );
 }
