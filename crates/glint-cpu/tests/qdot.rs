@@ -38,6 +38,9 @@ fn tolerance(what: &str, ty: GgmlType) -> f64 {
     use GgmlType as T;
     match (what, ty) {
         ("plain", _) => 0.0,
+        // The AMX tiles (the fast kernels from AMX_MIN_M columns on an AMX
+        // cpu) sum Q5_K's super-blocks as the other K-quants': rounding.
+        ("fast", T::Q5_K) if amx::available() => LEGACY_AVX2_TOL,
         (_, T::Q2_K | T::Q3_K | T::Q5_K) => 0.0,
         (_, T::Q4_K | T::Q6_K) => LEGACY_AVX2_TOL,
         (_, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => LEGACY_AVX2_TOL,
@@ -748,32 +751,41 @@ fn narrow_multi_column_kernels_equal_the_four_column_ones_bit_for_bit() {
     assert_eq!(n, 3 * 7 * 12 * (2 * 2 + 2 * 3));
 }
 
-/// The types the AMX path takes.
-const AMX_TYPES: [GgmlType; 5] = [
+/// The types the AMX path takes: the 32-element block types, with the
+/// reference loops' numbers bit for bit, and the K-quants, within
+/// [`LEGACY_AVX2_TOL`] of them (ggml sums their lanes in f32).
+const AMX_TYPES: [GgmlType; 8] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
 ];
 
-/// `mul_mat_ggml` with `kern` at each of `ms` columns against ggml's
-/// reference loops, bit for bit, for every AMX type, at two row lengths
-/// (16 and 20 blocks) and row counts that leave a partial band of 16;
-/// column counts from `ms` leave a partial group of 16. Returns the
-/// number of outputs checked.
-fn check_amx_bit_for_bit(kern: Kernels, ms: &[usize]) -> usize {
+/// `mul_mat_ggml` with `kern` at each of `ms` columns, for every AMX type
+/// at two row lengths (16 and 24 blocks of 32, 2 and 3 super-blocks) and
+/// row counts that leave a partial band of 16 (the column counts in `ms`
+/// leave partial groups of 16): against ggml's reference loops (bit for
+/// bit for the 32-element types, within the tolerance for the K-quants),
+/// and, with `twin`, against `twin`'s run bit for bit. Returns the number
+/// of outputs checked.
+fn check_amx(kern: Kernels, twin: Option<Kernels>, ms: &[usize]) -> usize {
     let mut rng = Rng(79);
     let mut n_checked = 0;
     for ty in AMX_TYPES {
         assert!(amx::supports(ty), "{ty}");
-        for k in [16 * 32, 20 * 32] {
+        let exact = !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+        for k in [512, 768] {
             for n in [1, 37, 203] {
                 let rows: Vec<u8> = (0..n).flat_map(|_| random_row(ty, k, &mut rng)).collect();
+                let row_bytes = rows.len() / n;
                 let w = WeightRows {
                     ty,
                     bytes: &rows,
-                    row_bytes: rows.len() / n,
+                    row_bytes,
                     k,
                     n,
                 };
@@ -789,14 +801,27 @@ fn check_amx_bit_for_bit(kern: Kernels, ms: &[usize]) -> usize {
                         want.iter().any(|&v| v != 0.0),
                         "{ty} n={n} m={m}: degenerate"
                     );
-                    for (i, (g, w)) in run(kern).iter().zip(&want).enumerate() {
-                        assert_eq!(
-                            g.to_bits(),
-                            w.to_bits(),
-                            "{ty} {kern:?} k={k} n={n} m={m} out[{i}] (row {}, col {}): {g} vs {w}",
-                            i % n,
-                            i / n
-                        );
+                    let got = run(kern);
+                    let twin = twin.map(run);
+                    let vt = ty.vec_dot_type();
+                    let act_bytes = vt.bytes_for(k as u64).unwrap() as usize;
+                    let mut act = vec![0u8; act_bytes];
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let (r, c) = (i % n, i / n);
+                        let case =
+                            format!("{ty} {kern:?} k={k} n={n} m={m} out[{i}] (row {r}, col {c})");
+                        if exact {
+                            assert_eq!(g.to_bits(), w.to_bits(), "{case}: {g} vs {w}");
+                        } else {
+                            glint_cpu::act::quantize_row(vt, &x[c * k..(c + 1) * k], &mut act)
+                                .unwrap();
+                            let row = &rows[r * row_bytes..(r + 1) * row_bytes];
+                            let tol = LEGACY_AVX2_TOL * abs_terms(ty, row, &act, k);
+                            assert!(((g - w) as f64).abs() <= tol, "{case}: {g} vs {w}");
+                        }
+                        if let Some(t) = &twin {
+                            assert_eq!(g.to_bits(), t[i].to_bits(), "{case}: {g} vs twin {}", t[i]);
+                        }
                         n_checked += 1;
                     }
                 }
@@ -806,13 +831,14 @@ fn check_amx_bit_for_bit(kern: Kernels, ms: &[usize]) -> usize {
     n_checked
 }
 
-/// The AMX path with its tile products modelled in plain Rust (any cpu):
-/// ggml's reference numbers bit for bit, from one column up (the fast
-/// kernels take it from `AMX_MIN_M` on an AMX cpu).
+/// The AMX path with its tile products modelled in plain Rust (any cpu),
+/// from one column up (the fast kernels take it from `AMX_MIN_M` on an AMX
+/// cpu): the 32-element types equal ggml's reference loops bit for bit,
+/// the K-quants are within their tolerance.
 #[test]
-fn amx_model_products_equal_the_reference_loops_bit_for_bit() {
+fn amx_model_products_match_the_reference_loops() {
     let ms = [1, 2, 15, 16, 17, 40];
-    let n = check_amx_bit_for_bit(Kernels::AmxModel, &ms);
+    let n = check_amx(Kernels::AmxModel, None, &ms);
     assert_eq!(
         n,
         AMX_TYPES.len() * 2 * (1 + 37 + 203) * ms.iter().sum::<usize>()
@@ -820,20 +846,21 @@ fn amx_model_products_equal_the_reference_loops_bit_for_bit() {
 }
 
 /// The real AMX tiles, as the fast kernels run them from `AMX_MIN_M`
-/// columns: ggml's reference numbers bit for bit (so the model above is
-/// their arithmetic), and the detection says yes where cpuid does.
+/// columns: the model's numbers bit for bit (so the model is their
+/// arithmetic), hence the reference loops' for the 32-element types; and
+/// the detection says yes where cpuid does.
 #[test]
 #[cfg_attr(
     not(host_amx),
     ignore = "this cpu lacks AMX-TILE, AMX-INT8 or AVX-512 F/BW/VL/VNNI"
 )]
-fn amx_products_equal_the_reference_loops_bit_for_bit() {
+fn amx_products_equal_their_model_bit_for_bit() {
     assert!(
         amx::available(),
         "cpuid reports AMX-INT8 but the OS did not grant the tile state"
     );
     let ms = [AMX_MIN_M, AMX_MIN_M + 1, 40, 70];
-    let n = check_amx_bit_for_bit(Kernels::Fast, &ms);
+    let n = check_amx(Kernels::Fast, Some(Kernels::AmxModel), &ms);
     assert_eq!(
         n,
         AMX_TYPES.len() * 2 * (1 + 37 + 203) * ms.iter().sum::<usize>()
