@@ -271,10 +271,12 @@ impl Band {
                 } else {
                     (u.levels, u.scales, u.mins, u.d, u.m) = ([0; QK_K], [0; 16], [0; 8], 0.0, 0.0);
                 }
-                for (e4, four) in u.levels[..f.elems].chunks_exact(4).enumerate() {
-                    for (i, &v) in four.iter().enumerate() {
-                        blk[e4 * 4 * ROWS + r * 4 + i] = v;
-                    }
+                // Each 4 elements of the row to their 4 bytes of B's row e / 4.
+                for (dst, four) in blk[r * 4..]
+                    .chunks_mut(4 * ROWS)
+                    .zip(u.levels[..f.elems].chunks_exact(4))
+                {
+                    dst[..4].copy_from_slice(four);
                 }
                 self.d[b * ROWS + r] = u.d;
                 self.m[b * ROWS + r] = u.m;
