@@ -1,6 +1,6 @@
 //! Tells the tests which x86_64 tiers of `qdot` this machine runs: cfg
-//! `host_avx2` (AVX2, FMA, F16C) and `host_vnni` (AVX-512 F, BW, VL, VNNI
-//! too), `host_amx` (AMX-TILE and AMX-INT8 too), so that a test of a tier the cpu lacks is reported as ignored,
+//! `host_avx2` (AVX2, FMA, F16C), `host_vnni` (AVX-512 F, BW, VL, VNNI
+//! too) and `host_amx` (AMX-TILE and AMX-INT8 too, on Linux), so that a test of a tier the cpu lacks is reported as ignored,
 //! with its reason, instead of passing without checking anything. The
 //! library itself detects the cpu at run time and does not read these.
 
@@ -27,9 +27,12 @@ fn main() {
             println!("cargo::rustc-cfg=host_vnni");
         }
         // cpuid leaf 7: EDX bits 24 (AMX-TILE) and 25 (AMX-INT8); the
-        // AMX path's float steps need AVX-512 F, BW, VL too.
-        let l7 = std::arch::x86_64::__cpuid_count(7, 0);
-        if vnni && (l7.edx >> 24) & 3 == 3 {
+        // AMX path's vector steps need AVX-512 F, BW, VL, VNNI too, and only
+        // Linux grants the tile state (glint_cpu::amx::available).
+        // SAFETY: cpuid exists on every x86_64 cpu (a safe fn from 1.94).
+        #[allow(unused_unsafe)]
+        let l7 = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
+        if vnni && (l7.edx >> 24) & 3 == 3 && cfg!(target_os = "linux") {
             println!("cargo::rustc-cfg=host_amx");
         }
     }

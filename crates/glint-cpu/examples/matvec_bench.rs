@@ -1,12 +1,14 @@
 //! Matvec throughput of `mul_mat_ggml` per weight type, in GB/s of weight
 //! bytes (G multiply-adds/s for m > 1): ggml's reference dots (what the cpu backend used before
-//! `qdot`), the plain kernels, and the fast ones, side by side in one run.
+//! `qdot`), the plain kernels, the fast ones without AMX, and the fast ones
+//! (AMX tiles from `AMX_MIN_M` columns where the cpu has them), side by side
+//! in one run.
 //!
 //! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m] [k] [n]
 //! [types] [fast]` (default 15 runs, m = 1, k = n = 4096, every type;
 //! median of the runs). `types`: names to time, comma-separated (`q5_0,q4_1`);
-//! `fast`: time only the fast kernels (with and without AMX) (a prefill's m = 512 takes the
-//! reference loops minutes).
+//! `fast`: time only the fast kernels, with and without AMX (a prefill's
+//! m = 512 takes the reference loops minutes).
 
 use std::time::Instant;
 

@@ -398,7 +398,13 @@ pub(crate) fn mul_mat(
         unit == Unit::Model || available(),
         "amx::mul_mat: no AMX on this cpu"
     );
+    CALLS.with(|c| c.set(c.get() + 1));
     let nb = row_bytes / f.x_size;
+    if nb == 0 {
+        // k = 0: every dot is an empty sum.
+        out[..n * m].fill(0.0);
+        return;
+    }
     assert_eq!(row_bytes, nb * f.x_size, "amx::mul_mat: weight rows");
     assert_eq!(act_bytes, nb * f.y_size, "amx::mul_mat: act rows");
     assert!(w.len() >= n * row_bytes && act.len() >= m * act_bytes && out.len() >= n * m);
@@ -443,6 +449,20 @@ pub(crate) fn mul_mat(
     } else {
         (0..tasks).for_each(run);
     }
+}
+
+thread_local! {
+    /// Products [`mul_mat`] ran on this thread (its caller's), whatever
+    /// the unit: see [`calls_on_this_thread`].
+    static CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many products this thread has run through the AMX path (real or
+/// modelled) so far: lets a test see that the path it means to check ran,
+/// where its results alone could not tell (the 32-element types' equal the
+/// reference loops' either way).
+pub fn calls_on_this_thread() -> usize {
+    CALLS.with(|c| c.get())
 }
 
 /// One band's pass over every group of columns.
@@ -493,10 +513,10 @@ fn pass_model(job: &Job) {
         dst,
     } = *job;
     let n_sub = f.elems / f.sub;
-    let mut c = [[0i32; ROWS]; TOKENS];
+    let mut c = [[0i32; ROWS]; TOKENS]; // c: `[TOKENS][ROWS]` i32, one tile product
     for g in 0..acts.m.div_ceil(TOKENS) {
         let rows = acts.group(g);
-        let mut acc = [[0f32; ROWS]; TOKENS];
+        let mut acc = [[0f32; ROWS]; TOKENS]; // acc: `[TOKENS][ROWS]` f32
         for b in 0..nb {
             let s = (g * nb + b) * TOKENS;
             let (dy, sy) = (&acts.dy[s..s + TOKENS], &acts.sy[s..s + TOKENS]);
@@ -569,9 +589,12 @@ fn model_tile(sub: usize, a: &[u8], a_stride: usize, lv: &[i8], c: &mut [[i32; R
 }
 
 /// Whether this cpu and OS run the AMX path: AMX-TILE and AMX-INT8 (cpuid),
-/// AVX-512 F/BW/VL (the float steps), the OS enabling the tile state in
-/// XCR0, and Linux granting this process the tile data (`arch_prctl`).
-/// Detected once.
+/// AVX-512 F/BW/VL/VNNI (the vector steps), the OS enabling the tile state
+/// in XCR0, and Linux granting this process the tile data (`arch_prctl`).
+/// Detected once. The grant is for the whole process and enlarges its
+/// signal frames: from then on Linux refuses a `sigaltstack` smaller than
+/// the frame with the tile data (about 11 KiB; `MINSIGSTKSZ` of old is 2
+/// KiB).
 pub fn available() -> bool {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
@@ -594,7 +617,10 @@ mod x86 {
     #[cfg(target_os = "linux")]
     pub(super) fn detect() -> bool {
         // cpuid leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8; leaf 1: ECX bit 27 OSXSAVE.
-        let (l1, l7) = (__cpuid(1), __cpuid_count(7, 0));
+        // SAFETY: cpuid exists on every x86_64 cpu (a safe fn from Rust
+        // 1.94; the workspace builds from 1.89).
+        #[allow(unused_unsafe)]
+        let (l1, l7) = unsafe { (__cpuid(1), __cpuid_count(7, 0)) };
         let amx = (l7.edx >> 24) & 3 == 3;
         let osxsave = (l1.ecx >> 27) & 1 == 1;
         let avx512 = std::is_x86_feature_detected!("avx512f")
@@ -684,8 +710,12 @@ mod x86 {
     }
 
     /// Tiles: the configuration for `sub` loaded on this thread while it
-    /// lives; [`Tiles::product`] forms one block's sums.
-    struct Tiles;
+    /// lives (not `Send`: the configuration is the thread's);
+    /// [`Tiles::product`] forms one block's sums.
+    struct Tiles {
+        sub: usize,
+        _thread: std::marker::PhantomData<*const ()>,
+    }
 
     impl Tiles {
         /// # Safety
@@ -695,7 +725,10 @@ mod x86 {
             // SAFETY: the cpu has AMX and the process the tile state (the
             // caller's promise); the configuration is valid for palette 1.
             unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
-            Tiles
+            Tiles {
+                sub,
+                _thread: std::marker::PhantomData,
+            }
         }
 
         /// `c[t][r]` = the exact sums of the tile product of A (TOKENS rows
@@ -710,6 +743,13 @@ mod x86 {
             b: &[i8],
             c: &mut [[i32; ROWS]; TOKENS],
         ) {
+            // The tiles read as many bytes a row as the loaded configuration
+            // says: `self.sub`.
+            assert!(
+                sub == self.sub,
+                "tile product of K {sub} on tiles of K {}",
+                self.sub
+            );
             assert!(a.len() >= (TOKENS - 1) * a_stride + sub && b.len() >= sub * ROWS);
             // SAFETY: the configuration for `sub` is loaded on this thread
             // (`self`); the reads stay inside `a` and `b` (asserted), the
@@ -755,9 +795,13 @@ mod x86 {
             Order::SumiDx => pass_blocks::<0>(&tiles, job),
             Order::DxDy => pass_blocks::<1>(&tiles, job),
             Order::DxDyMin => pass_blocks::<2>(&tiles, job),
-            Order::K { min: true } => pass_k::<32, true>(&tiles, job),
-            Order::K { min: false } if job.f.sub == 32 => pass_k::<32, false>(&tiles, job),
-            Order::K { min: false } => pass_k::<16, false>(&tiles, job),
+            Order::K { min } => match (job.f.sub, min) {
+                (32, true) => pass_k::<32, true>(&tiles, job),
+                (32, false) => pass_k::<32, false>(&tiles, job),
+                (16, true) => pass_k::<16, true>(&tiles, job),
+                (16, false) => pass_k::<16, false>(&tiles, job),
+                (sub, _) => unreachable!("K-quant sub-blocks of {sub}: no tile pass"),
+            },
         }
     }
 
@@ -779,6 +823,7 @@ mod x86 {
         let mut c = [[[0i32; ROWS]; TOKENS]; 2];
         for g in 0..acts.m.div_ceil(TOKENS) {
             let rows = acts.group(g);
+            // acc: `[TOKENS]` × 16 lanes f32, column t's sums for the 16 rows.
             let mut acc = [_mm512_setzero_ps(); TOKENS];
             for b in 0..=nb {
                 if b < nb {
@@ -829,9 +874,12 @@ mod x86 {
         } = *job;
         let n_sub = f.elems / SUB;
         let steps = nb * n_sub;
+        // c: two sub-blocks' sums, `[2][TOKENS][ROWS]` i32.
         let mut c = [[[0i32; ROWS]; TOKENS]; 2];
         for g in 0..acts.m.div_ceil(TOKENS) {
             let rows = acts.group(g);
+            // acc: `[TOKENS]` × 16 lanes f32, column t's sums for the 16
+            // rows; isum: the same in i32, the current block's exact sum.
             let mut acc = [_mm512_setzero_ps(); TOKENS];
             let mut isum = [_mm512_setzero_si512(); TOKENS];
             // Step q: sub-block q % n_sub of block q / n_sub.
@@ -893,7 +941,7 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn put(acts: &Acts, g: usize, r0: usize, nr: usize, dst: Dst, acc: &[__m512; TOKENS]) {
-        let mut v = [0f32; ROWS];
+        let mut v = [0f32; ROWS]; // v: one column's 16 rows
         for (t, a) in acc.iter().enumerate().take(acts.m - g * TOKENS) {
             store_ps(&mut v, *a);
             dst.put(g * TOKENS + t, r0, &v[..nr]);

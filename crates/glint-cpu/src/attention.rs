@@ -49,7 +49,8 @@ impl Cache<'_> {
 /// rounded to f16 before weighting V when V is F16.
 ///
 /// Two implementations of one formula, picked by `kernels`. With
-/// [`Kernels::Fast`] (what the backend runs) on x86_64 with AVX2, FMA and
+/// [`Kernels::Fast`] (what the backend runs; [`Kernels::NoAmx`] alike, AMX
+/// being for the products) on x86_64 with AVX2, FMA and
 /// F16C (checked at run time): a prefill of at least [`TILED_MIN_TOKENS`]
 /// tokens (and one per thread) runs one task per block of tokens, each kv
 /// head's query heads of the whole block against [`TILE`]-row tiles of K
@@ -113,7 +114,10 @@ pub fn attention_with(
     #[cfg(target_arch = "x86_64")]
     let threads = if par { rayon::current_num_threads() } else { 1 };
     #[cfg(target_arch = "x86_64")]
-    if kernels == Kernels::Fast && crate::qdot::has_avx2() && m >= TILED_MIN_TOKENS.max(threads) {
+    if matches!(kernels, Kernels::Fast | Kernels::NoAmx)
+        && crate::qdot::has_avx2()
+        && m >= TILED_MIN_TOKENS.max(threads)
+    {
         // Prefill: blocks of tokens against tiles of K/V (`wide::block`).
         // Blocks of up to MAX_BLOCK tokens, small enough to leave about
         // four blocks per thread to balance the causal mask's uneven work.
@@ -139,7 +143,7 @@ pub fn attention_with(
     }
 
     #[cfg(target_arch = "x86_64")]
-    if kernels == Kernels::Fast && crate::qdot::has_avx2() {
+    if matches!(kernels, Kernels::Fast | Kernels::NoAmx) && crate::qdot::has_avx2() {
         // A task takes a whole group, unless that leaves threads idle (a
         // decode step of a model with one or two kv heads): then a head.
         // Either way each head's sums are the same.

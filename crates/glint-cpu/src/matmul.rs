@@ -15,8 +15,17 @@ use crate::weights::{dequant_row, dot, row_dot};
 /// Up to this many activation columns take the decode path.
 pub const DECODE_MAX_M: usize = 8;
 /// From this many activation columns the fast kernels take the AMX tiles
-/// ([`amx`]) where the cpu has them.
-pub const AMX_MIN_M: usize = 16;
+/// ([`amx`]) where the cpu has them: a prefill's worth. The tiles' numbers
+/// are ggml's reference loops', the vector kernels' differ from those by
+/// rounding, and with activations quantized again at every layer a rounding
+/// difference grows to the size of the quantization's own (SmolLM2, one
+/// prompt: logits 0.5 apart on average, KLD 0.004 between the two, as
+/// far from each other as each is from an f32 run). So below this, where
+/// sequences decode together (up to 63 a step), every column keeps the
+/// vector kernels' numbers whatever shares the step; a prompt's numbers
+/// depend on whether its micro-batch reached this many tokens, as
+/// llama.cpp's do on its own kernel switches.
+pub const AMX_MIN_M: usize = 64;
 /// Weight rows per rayon task on the decode path.
 const DECODE_ROWS_PER_TASK: usize = 16;
 /// Weight rows dequantized together on the prefill path: `[k, PREFILL_ROWS]`
@@ -119,7 +128,9 @@ pub fn mul_mat_ggml(w: WeightRows, x: &[f32], m: usize, out: &mut [f32]) -> Resu
 /// tolerance per type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
-    /// [`qdot::fast_dot`]: AVX2 where the cpu has it, else the plain kernels.
+    /// [`qdot::fast_dot`]: AVX2 where the cpu has it, else the plain
+    /// kernels; from [`AMX_MIN_M`] columns on a cpu with AMX-INT8
+    /// ([`amx::available`]), the AMX tiles for the types [`amx::supports`].
     Fast,
     /// [`qdot::plain_dot`], the portable twins.
     Plain,

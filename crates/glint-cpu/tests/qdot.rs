@@ -39,8 +39,11 @@ fn tolerance(what: &str, ty: GgmlType) -> f64 {
     match (what, ty) {
         ("plain", _) => 0.0,
         // The AMX tiles (the fast kernels from AMX_MIN_M columns on an AMX
-        // cpu) sum Q5_K's super-blocks as the other K-quants': rounding.
-        ("fast", T::Q5_K) if amx::available() => LEGACY_AVX2_TOL,
+        // cpu): the 32-element types' numbers are the reference's; the
+        // K-quants' super-block sums are exact where ggml adds eight f32
+        // lanes: rounding.
+        ("amx", T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => 0.0,
+        ("amx", T::Q4_K | T::Q5_K | T::Q6_K) => LEGACY_AVX2_TOL,
         (_, T::Q2_K | T::Q3_K | T::Q5_K) => 0.0,
         (_, T::Q4_K | T::Q6_K) => LEGACY_AVX2_TOL,
         (_, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => LEGACY_AVX2_TOL,
@@ -303,6 +306,14 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
                     "{ty} n={n} m={m}: degenerate"
                 );
                 for (kern, what) in [(Kernels::Plain, "plain"), (Kernels::Fast, "fast")] {
+                    // The fast kernels take the AMX tiles from AMX_MIN_M
+                    // columns where the cpu has them.
+                    let amx_taken = amx::available() && amx::supports(ty) && m >= AMX_MIN_M;
+                    let what = if kern == Kernels::Fast && amx_taken {
+                        "amx"
+                    } else {
+                        what
+                    };
                     let got = run(kern);
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         let (r, c) = (i % n, i / n);
@@ -341,8 +352,8 @@ const M_FEW: [usize; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 /// them), none through the one-column kernel. So a sequence decoded in a
 /// batch of 2 gets the same numbers as in a batch of 3, 7 or 70 — except
 /// that on a cpu with AMX, products of [`AMX_MIN_M`] columns or more take
-/// the AMX tiles, whose numbers are the reference loops' (held equal among
-/// themselves here, and to the reference in `amx_*` below).
+/// the AMX tiles, whose numbers differ from the vector kernels' by rounding
+/// (held equal among themselves here; to the reference in `amx_*` below).
 #[test]
 fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
     let m_prefill = 2 * 16 * rayon::current_num_threads() + 7;
@@ -765,20 +776,41 @@ const AMX_TYPES: [GgmlType; 8] = [
     GgmlType::Q6_K,
 ];
 
+/// Whether `ty` is one of the K-quants the AMX path takes (within
+/// rounding of the reference; the others bit for bit).
+fn is_k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+}
+
+/// Row lengths of the AMX checks: one block of 32, an odd count (17) and
+/// 24 blocks; the K-quants 2 and 3 super-blocks.
+fn amx_ks(ty: GgmlType) -> &'static [usize] {
+    if is_k_quant(ty) {
+        &[512, 768]
+    } else {
+        &[32, 544, 768]
+    }
+}
+
+/// Outputs [`check_amx`] checks for `ms` columns.
+fn amx_outputs(ms: &[usize]) -> usize {
+    let per_k = (1 + 37 + 203) * ms.iter().sum::<usize>();
+    AMX_TYPES.iter().map(|&ty| amx_ks(ty).len() * per_k).sum()
+}
+
 /// `mul_mat_ggml` with `kern` at each of `ms` columns, for every AMX type
-/// at two row lengths (16 and 24 blocks of 32, 2 and 3 super-blocks) and
-/// row counts that leave a partial band of 16 (the column counts in `ms`
-/// leave partial groups of 16): against ggml's reference loops (bit for
-/// bit for the 32-element types, within the tolerance for the K-quants),
-/// and, with `twin`, against `twin`'s run bit for bit. Returns the number
-/// of outputs checked.
+/// at the row lengths of [`amx_ks`] and row counts that leave a partial
+/// band of 16 (the column counts in `ms` leave partial groups of 16):
+/// against ggml's reference loops (bit for bit for the 32-element types,
+/// within the tolerance for the K-quants), and, with `twin`, against
+/// `twin`'s run bit for bit. Each run must go through the AMX path
+/// (`amx::calls_on_this_thread`). Returns the number of outputs checked.
 fn check_amx(kern: Kernels, twin: Option<Kernels>, ms: &[usize]) -> usize {
     let mut rng = Rng(79);
     let mut n_checked = 0;
     for ty in AMX_TYPES {
         assert!(amx::supports(ty), "{ty}");
-        let exact = !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
-        for k in [512, 768] {
+        for &k in amx_ks(ty) {
             for n in [1, 37, 203] {
                 let rows: Vec<u8> = (0..n).flat_map(|_| random_row(ty, k, &mut rng)).collect();
                 let row_bytes = rows.len() / n;
@@ -801,23 +833,38 @@ fn check_amx(kern: Kernels, twin: Option<Kernels>, ms: &[usize]) -> usize {
                         want.iter().any(|&v| v != 0.0),
                         "{ty} n={n} m={m}: degenerate"
                     );
+                    let calls = amx::calls_on_this_thread();
                     let got = run(kern);
                     let twin = twin.map(run);
-                    let vt = ty.vec_dot_type();
-                    let act_bytes = vt.bytes_for(k as u64).unwrap() as usize;
-                    let mut act = vec![0u8; act_bytes];
+                    assert_eq!(
+                        amx::calls_on_this_thread() - calls,
+                        1 + usize::from(twin.is_some()),
+                        "{ty} {kern:?} k={k} n={n} m={m}: not through the AMX path"
+                    );
+                    // terms[c * n + r]: sum |w| |x| of row r and column c,
+                    // the scale of the K-quants' tolerance.
+                    let mut terms = vec![0f64; if is_k_quant(ty) { n * m } else { 0 }];
+                    if is_k_quant(ty) {
+                        let vt = ty.vec_dot_type();
+                        let mut act = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+                        for c in 0..m {
+                            glint_cpu::act::quantize_row(vt, &x[c * k..(c + 1) * k], &mut act)
+                                .unwrap();
+                            for r in 0..n {
+                                let row = &rows[r * row_bytes..(r + 1) * row_bytes];
+                                terms[c * n + r] = abs_terms(ty, row, &act, k);
+                            }
+                        }
+                    }
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         let (r, c) = (i % n, i / n);
                         let case =
                             format!("{ty} {kern:?} k={k} n={n} m={m} out[{i}] (row {r}, col {c})");
-                        if exact {
-                            assert_eq!(g.to_bits(), w.to_bits(), "{case}: {g} vs {w}");
-                        } else {
-                            glint_cpu::act::quantize_row(vt, &x[c * k..(c + 1) * k], &mut act)
-                                .unwrap();
-                            let row = &rows[r * row_bytes..(r + 1) * row_bytes];
-                            let tol = LEGACY_AVX2_TOL * abs_terms(ty, row, &act, k);
+                        if is_k_quant(ty) {
+                            let tol = tolerance("amx", ty) * terms[i];
                             assert!(((g - w) as f64).abs() <= tol, "{case}: {g} vs {w}");
+                        } else {
+                            assert_eq!(g.to_bits(), w.to_bits(), "{case}: {g} vs {w}");
                         }
                         if let Some(t) = &twin {
                             assert_eq!(g.to_bits(), t[i].to_bits(), "{case}: {g} vs twin {}", t[i]);
@@ -839,10 +886,7 @@ fn check_amx(kern: Kernels, twin: Option<Kernels>, ms: &[usize]) -> usize {
 fn amx_model_products_match_the_reference_loops() {
     let ms = [1, 2, 15, 16, 17, 40];
     let n = check_amx(Kernels::AmxModel, None, &ms);
-    assert_eq!(
-        n,
-        AMX_TYPES.len() * 2 * (1 + 37 + 203) * ms.iter().sum::<usize>()
-    );
+    assert_eq!(n, amx_outputs(&ms));
 }
 
 /// The real AMX tiles, as the fast kernels run them from `AMX_MIN_M`
@@ -852,17 +896,31 @@ fn amx_model_products_match_the_reference_loops() {
 #[test]
 #[cfg_attr(
     not(host_amx),
-    ignore = "this cpu lacks AMX-TILE, AMX-INT8 or AVX-512 F/BW/VL/VNNI"
+    ignore = "this cpu lacks AMX-TILE, AMX-INT8 or AVX-512 F/BW/VL/VNNI, or is not on Linux"
 )]
 fn amx_products_equal_their_model_bit_for_bit() {
     assert!(
         amx::available(),
         "cpuid reports AMX-INT8 but the OS did not grant the tile state"
     );
-    let ms = [AMX_MIN_M, AMX_MIN_M + 1, 40, 70];
+    let ms = [AMX_MIN_M, AMX_MIN_M + 1, AMX_MIN_M + 17];
     let n = check_amx(Kernels::Fast, Some(Kernels::AmxModel), &ms);
-    assert_eq!(
-        n,
-        AMX_TYPES.len() * 2 * (1 + 37 + 203) * ms.iter().sum::<usize>()
-    );
+    assert_eq!(n, amx_outputs(&ms));
+}
+
+/// A product of rows of no elements through the AMX path: zeros, no panic.
+#[test]
+fn amx_product_of_empty_rows_is_zeros() {
+    for ty in AMX_TYPES {
+        let w = WeightRows {
+            ty,
+            bytes: &[],
+            row_bytes: 0,
+            k: 0,
+            n: 3,
+        };
+        let mut out = vec![1f32; 3 * 20];
+        mul_mat_ggml_with(Kernels::AmxModel, w, &[], 20, &mut out).unwrap();
+        assert!(out.iter().all(|&v| v == 0.0), "{ty}: {out:?}");
+    }
 }
