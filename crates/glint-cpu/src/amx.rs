@@ -33,17 +33,16 @@
 
 #![allow(unsafe_code)]
 
+use crate::qdot::f16_at;
 use glint_backend::GgmlType;
 use glint_quant::kquants::get_scale_min_k4;
-use half::f16;
+use glint_quant::QK_K;
 use rayon::prelude::*;
 
 /// Weight rows of one band: the columns of the tile product's B and C.
 pub const ROWS: usize = 16;
 /// Activation columns (tokens) of one group: the rows of A and C.
 pub const TOKENS: usize = 16;
-/// Elements of a K-quant super-block.
-const QK_K: usize = 256;
 
 /// Who forms each block's `[TOKENS][ROWS]` i32 sums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,10 +120,6 @@ fn facts(ty: GgmlType) -> Option<Facts> {
 /// Whether [`mul_mat`] takes weights of `ty`.
 pub fn supports(ty: GgmlType) -> bool {
     facts(ty).is_some()
-}
-
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 /// One weight block's unpacked form: its signed levels (what ggml's loop

@@ -165,8 +165,9 @@ pub fn avx2_dot(ty: GgmlType) -> Option<DotFn> {
     simd::dot(ty)
 }
 
+/// The little-endian f16 at `b[at..at + 2]`, as f32.
 #[inline(always)]
-fn f16_at(b: &[u8], at: usize) -> f32 {
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
