@@ -228,7 +228,20 @@ pub(crate) fn mul_mat_ggml_par(
             1
         };
         if m == 1 {
-            product.decode(&mut out[..n]);
+            match qdot::fast_dot_prepared(ty).filter(|_| multi) {
+                Some(row) => with_buffer(&PREP, |buf| {
+                    // prep: the column prepared for the VNNI row kernel.
+                    let prep = prepare_col(ty, act, k, buf);
+                    let product = QProduct {
+                        fast: Some(row),
+                        act: prep,
+                        act_bytes: prep.len(),
+                        ..product
+                    };
+                    product.decode(&mut out[..n]);
+                }),
+                None => product.decode(&mut out[..n]),
+            }
             return Ok(());
         }
         let tiles = qdot::fast_tile(ty).filter(|_| product.dot_cols.is_some());
@@ -262,7 +275,16 @@ pub(crate) fn mul_mats_decode(
     let mut plan: Vec<(DotFn, usize, usize)> = Vec::with_capacity(ws.len());
     // The distinct vec_dot_types, each quantized once: (type, offset, bytes).
     let mut quants: Vec<(GgmlType, usize, usize)> = Vec::with_capacity(2);
+    // The weight types with a VNNI row kernel, the column prepared once for
+    // each (from its quantized vec_dot_type at quants' offset):
+    // (type, offset, bytes, the quantized column's offset and bytes).
+    let mut preps: Vec<(GgmlType, usize, usize, usize, usize)> = Vec::with_capacity(2);
     let mut total = 0;
+    // The offset of `bytes` more in act.
+    let place = |total: &mut usize, bytes: usize| {
+        *total += bytes;
+        *total - bytes
+    };
     for w in ws {
         let vt = w.ty.vec_dot_type();
         if !matches!(vt, GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K) || w.k != x.len() {
@@ -275,17 +297,37 @@ pub(crate) fn mul_mats_decode(
         let at = match quants.iter().find(|q| q.0 == vt) {
             Some(q) => q.1,
             None => {
-                quants.push((vt, total, act_bytes));
-                total += act_bytes;
-                total - act_bytes
+                let at = place(&mut total, act_bytes);
+                quants.push((vt, at, act_bytes));
+                at
             }
         };
-        plan.push((f, at, act_bytes));
+        plan.push(match qdot::fast_dot_prepared(w.ty) {
+            Some(row) => {
+                let bytes = (w.k / 32) * qdot::TILE_BLOCK;
+                let p_at = match preps.iter().find(|p| p.0 == w.ty) {
+                    Some(p) => p.1,
+                    None => {
+                        let p_at = place(&mut total, bytes);
+                        preps.push((w.ty, p_at, bytes, at, act_bytes));
+                        p_at
+                    }
+                };
+                (row, p_at, bytes)
+            }
+            None => (f, at, act_bytes),
+        });
     }
     with_buffer(&ACT, |act| -> Result<bool> {
         act.resize(total.max(act.len()), 0);
         for &(vt, at, len) in &quants {
             act::quantize_row(vt, x, &mut act[at..at + len]).map_err(quant_err)?;
+        }
+        for &(ty, p_at, bytes, q_at, q_len) in &preps {
+            // Every prepared column is placed after the quantized one it
+            // reads (a weight's quantized column is placed before its own).
+            let (q, p) = act.split_at_mut(p_at);
+            qdot::prepare_tile_col(ty, &q[q_at..q_at + q_len], &mut p[..bytes]);
         }
         let act = &act[..total];
         // Tasks: (weight, first row, its outputs), rows_per_task rows each.
@@ -311,6 +353,17 @@ pub(crate) fn mul_mats_decode(
         }
         Ok(true)
     })
+}
+
+/// The quantized column `act` (`k` elements) prepared for `ty`'s VNNI row
+/// kernel ([`qdot::fast_dot_prepared`]) in `buf`: [`qdot::TILE_BLOCK`]
+/// bytes a block.
+fn prepare_col<'b>(ty: GgmlType, act: &[u8], k: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
+    let bytes = (k / 32) * qdot::TILE_BLOCK;
+    buf.resize(bytes.max(buf.len()), 0);
+    let prep = &mut buf[..bytes];
+    qdot::prepare_tile_col(ty, act, prep);
+    prep
 }
 
 /// `x` (`[k, m]` f32) quantized to `vt` a column at a time into `act`

@@ -265,13 +265,16 @@ fn mul_mats_equal_mul_mat_weight_by_weight() {
     let be = ggml_backend();
     let mut rng = Rng(0x5eed_0002);
     let k = 512;
+    // Q8_0 and Q5_0 share a vec_dot_type but not a prepared column (on a
+    // VNNI cpu each prepares its own: Gemma 3's Q/K/V).
     let tys = [
         GgmlType::Q4_1,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q8_0,
+        GgmlType::Q5_0,
     ];
-    let ns = [576usize, 192, 192, 1536];
+    let ns = [576usize, 192, 192, 1536, 256];
     let ws: Vec<_> = tys
         .iter()
         .zip(ns)

@@ -213,6 +213,17 @@ fn each_tier_is_handed_out_exactly_where_the_cpu_runs_it() {
         );
         assert_eq!(qdot::avx2_tile(ty).is_some(), avx2 && has_avx2_tile, "{ty}");
         assert_eq!(qdot::emulated::tile(ty).is_some(), avx2 && has_tile, "{ty}");
+        // The decode rows on prepared columns: the tile types, VNNI only.
+        assert_eq!(
+            qdot::fast_dot_prepared(ty).is_some(),
+            vnni && has_tile,
+            "{ty}"
+        );
+        assert_eq!(
+            qdot::emulated::dot_prepared(ty).is_some(),
+            avx2 && has_tile,
+            "{ty}"
+        );
     }
 }
 
@@ -663,6 +674,119 @@ fn avx2_tiles_equal_the_multi_column_kernels_bit_for_bit() {
             _ => panic!("{ty}: not an AVX2 tile type"),
         };
         assert_eq!(got[0][0], 3.0 * 32.0 * 0.5 * top * 127.0, "{ty}");
+    }
+}
+
+/// Weight rows of `ty` for the decode rows' checks, `blocks` blocks each:
+/// quantized from random data with outliers, and (Q8_0, whose quantizer
+/// never writes -128) one of random bytes with a sane scale, so every
+/// level, -128 among them, meets the unsigned offset trick.
+fn row_cases(ty: GgmlType, blocks: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
+    let k = blocks * 32;
+    let mut rows = vec![random_row(ty, k, rng), random_row(ty, k, rng)];
+    if ty == GgmlType::Q8_0 {
+        let mut raw: Vec<u8> = (0..ty.bytes_for(k as u64).unwrap())
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        for blk in raw.chunks_mut(34) {
+            blk[..2].copy_from_slice(&f16::from_f32(0.02).to_bits().to_le_bytes());
+        }
+        rows.push(raw);
+    }
+    rows
+}
+
+/// The decode rows (`row_of`, on columns from `prepare`) against the AVX2
+/// one-column kernels, bit for bit, for every tile type, on odd and even
+/// block counts (the pair loop and its odd last block) and activations
+/// whose levels reach ±127; returns how many results it compared.
+fn check_rows(
+    what: &str,
+    row_of: fn(GgmlType) -> Option<qdot::DotFn>,
+    prepare: fn(GgmlType, &[u8], &mut [u8]),
+) -> usize {
+    let mut n = 0;
+    for ty in TILE_TYPES {
+        let kernel = row_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no row kernel"));
+        let avx2 = qdot::avx2_dot(ty).expect("an AVX2 kernel");
+        let vt = ty.vec_dot_type();
+        for seed in 0..12 {
+            let mut rng = Rng(9000 + seed);
+            for blocks in [1, 2, 3, 16, 21] {
+                let k = blocks * 32;
+                let mut x = rng.vec(k);
+                x[rng.below(k)] = 40.0; // an outlier: ±127 at it
+                let mut act = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+                glint_cpu::act::quantize_row(vt, &x, &mut act).unwrap();
+                let mut prep = vec![0u8; blocks * qdot::TILE_BLOCK];
+                prepare(ty, &act, &mut prep);
+                for (i, row) in row_cases(ty, blocks, &mut rng).iter().enumerate() {
+                    let (got, want) = (kernel(row, &prep), avx2(row, &act));
+                    assert!(want != 0.0, "{what} {ty}: degenerate inputs");
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{what} {ty} k={k} seed {seed} row {i}: {got} vs {want}"
+                    );
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+/// Rows compared by [`check_rows`]: 5 types x 12 seeds x 5 lengths x 2
+/// rows, and Q8_0's raw-byte row.
+const ROW_CHECKS: usize = 5 * 12 * 5 * 2 + 12 * 5;
+
+/// The VNNI decode rows' arithmetic on any AVX2 cpu (`vpdpbusd` through
+/// its lane model, Q5_0's and Q5_1's fifth bits spread as AVX2 does),
+/// held bit for bit to the AVX2 one-column kernels.
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn emulated_vnni_rows_equal_the_avx2_kernels_bit_for_bit() {
+    let n = check_rows(
+        "emulated",
+        qdot::emulated::dot_prepared,
+        qdot::emulated::prepare_tile_col,
+    );
+    assert_eq!(n, ROW_CHECKS);
+}
+
+/// The real VNNI decode rows (`vpdpbusd`, and AVX-512 BW's masked add for
+/// the fifth bits): bit for bit the AVX2 one-column kernels; and
+/// `mul_mat_ggml`'s fast decode (m = 1, which takes them here) gives each
+/// row's AVX2 dot, bit for bit, for every fast type, with rows enough for
+/// several tasks.
+#[test]
+#[cfg_attr(not(host_vnni), ignore = "this cpu lacks AVX-512 F, BW, VL or VNNI")]
+fn vnni_rows_equal_the_avx2_kernels_bit_for_bit() {
+    let n = check_rows("vnni", qdot::fast_dot_prepared, qdot::prepare_tile_col);
+    assert_eq!(n, ROW_CHECKS);
+    let mut rng = Rng(0x0de_c0de);
+    for ty in FAST {
+        let (k, n) = (2 * 256, 300);
+        let rows: Vec<u8> = (0..n).flat_map(|_| random_row(ty, k, &mut rng)).collect();
+        let row_bytes = rows.len() / n;
+        let x = rng.vec(k);
+        let w = WeightRows {
+            ty,
+            bytes: &rows,
+            row_bytes,
+            k,
+            n,
+        };
+        let mut got = vec![0f32; n];
+        mul_mat_ggml_with(Kernels::Fast, w, &x, 1, &mut got).unwrap();
+        let vt = ty.vec_dot_type();
+        let mut act = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+        glint_cpu::act::quantize_row(vt, &x, &mut act).unwrap();
+        let avx2 = qdot::avx2_dot(ty).expect("an AVX2 kernel");
+        for (r, g) in got.iter().enumerate() {
+            let want = avx2(&rows[r * row_bytes..(r + 1) * row_bytes], &act);
+            assert_eq!(g.to_bits(), want.to_bits(), "{ty} row {r}: {g} vs {want}");
+        }
     }
 }
 

@@ -16,7 +16,7 @@ fn load16(b: &[u8], at: usize) -> __m128i {
 }
 
 /// How far ahead of the weight block being read to prefetch (bytes).
-const PREFETCH: usize = 1024;
+pub(super) const PREFETCH: usize = 1024;
 
 /// `dx * dy` from the f16 scales at the start of two blocks.
 #[inline]
@@ -443,7 +443,7 @@ fn col_blocks<const N: usize>(ys: [&[u8]; N], b: usize, size: usize) -> [&[u8]; 
 /// faults; past the end of the row it fetches the next row).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch(xb: &[u8]) {
+pub(super) fn prefetch(xb: &[u8]) {
     _mm_prefetch::<_MM_HINT_T0>(xb.as_ptr().wrapping_add(PREFETCH).cast());
 }
 

@@ -4,7 +4,7 @@
 
 #![allow(unsafe_code)]
 
-use super::avx2::{q4_k_cols_with, q6_k_cols_with};
+use super::avx2::{prefetch, q4_k_cols_with, q6_k_cols_with};
 use super::shared::*;
 use super::*;
 use std::arch::x86_64::*;
@@ -265,4 +265,136 @@ tile_kernels! {
     q5_0_tile, q5_0_tile_model: Q5_0, false, |xb| _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
     q5_1_tile, q5_1_tile_model: Q5_1, true, |xb| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
     q8_0_tile, q8_0_tile_model: Q8_0, false, |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128));
+}
+
+/// One weight block's lanes against a prepared activation block `yb`
+/// ([`TILE_BLOCK`] bytes): `dpbusd(init, levels, y)`, as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn block_lanes(
+    xu: __m256i,
+    yb: &[u8; TILE_BLOCK],
+    dpbusd: &impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> __m256 {
+    _mm256_cvtepi32_ps(dpbusd(load32(yb, 32), xu, load32(yb, 0)))
+}
+
+/// `[dx * dy, mx * sy]` of a weight block (f16 `d`, `m` at bytes 0..4)
+/// and a prepared activation block (f32 `dy`, `sy` at bytes 64..72): the
+/// f32 products of the AVX2 kernels' `_mm_mul_ps` of the blocks' pairs.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_scales(xb: &[u8], yb: &[u8; TILE_BLOCK]) -> __m128 {
+    let dys = _mm_castpd_ps(_mm_set_sd(f64::from_le_bytes(*arr(yb, 64))));
+    _mm_mul_ps(f16x2(xb, 0), dys)
+}
+
+/// `dx * dy` in lane 0, as [`row_scales`] (types without a min).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_scale(xb: &[u8], yb: &[u8; TILE_BLOCK]) -> __m128 {
+    _mm_mul_ss(f16x2(xb, 0), _mm_set_ss(f32_at(yb, 64)))
+}
+
+/// The one-column loop of the 32-element types (decode): one weight row
+/// (`x_size` bytes a block) against one column prepared by [`prepare`].
+/// Each block's lanes are `dpbusd(init, levels, y)`, the same exact
+/// integers as the AVX2 kernels' `maddubs` + `madd` of the signed levels,
+/// and the float steps after them are those kernels', in their order:
+/// without a min two blocks an iteration into two accumulators, an odd
+/// last block into the first (`avx2::pairs_i8`); with one, one
+/// accumulator and the `mx * sy` terms summed apart (`avx2::q4_1_q8_1`).
+/// So each result is the AVX2 kernel's, bit for bit, with a third of its
+/// integer instructions (no `sign` of the activations a row, no `madd`).
+/// `dpbusd(acc, u, s)` is `vpdpbusd` or its model.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row(
+    x: &[u8],
+    y: &[u8],
+    x_size: usize,
+    min: bool,
+    levels: impl Fn(&[u8]) -> __m256i,
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> f32 {
+    let nb = x.len() / x_size;
+    if min {
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0.0f32;
+        for b in 0..nb {
+            let xb = &x[b * x_size..(b + 1) * x_size];
+            let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
+            prefetch(xb);
+            let p = row_scales(xb, yb);
+            summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
+            let l = block_lanes(levels(xb), yb, &dpbusd);
+            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), l, acc);
+        }
+        return hsum_f32(acc) + summs;
+    }
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for p in 0..nb / 2 {
+        let (b0, b1) = (2 * p, 2 * p + 1);
+        let xb0 = &x[b0 * x_size..(b0 + 1) * x_size];
+        let xb1 = &x[b1 * x_size..(b1 + 1) * x_size];
+        let yb0: &[u8; TILE_BLOCK] = arr(y, b0 * TILE_BLOCK);
+        let yb1: &[u8; TILE_BLOCK] = arr(y, b1 * TILE_BLOCK);
+        prefetch(xb0);
+        let d0 = _mm256_broadcastss_ps(row_scale(xb0, yb0));
+        let d1 = _mm256_broadcastss_ps(row_scale(xb1, yb1));
+        acc0 = _mm256_fmadd_ps(d0, block_lanes(levels(xb0), yb0, &dpbusd), acc0);
+        acc1 = _mm256_fmadd_ps(d1, block_lanes(levels(xb1), yb1, &dpbusd), acc1);
+    }
+    if nb % 2 == 1 {
+        let b = nb - 1;
+        let xb = &x[b * x_size..(b + 1) * x_size];
+        let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
+        let d = _mm256_broadcastss_ps(row_scale(xb, yb));
+        acc0 = _mm256_fmadd_ps(d, block_lanes(levels(xb), yb, &dpbusd), acc0);
+    }
+    hsum_f32(_mm256_add_ps(acc0, acc1))
+}
+
+/// Q5_0's unsigned levels (`x + 16`: the nibble plus 16 where the block's
+/// fifth bit is set) with one masked add of AVX-512 BW, where the AVX2
+/// kernels spread the bits with a shuffle, an or and a compare.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn q5_levels_bw(xb: &[u8], nibbles_at: usize, bits_at: usize) -> __m256i {
+    let bits = u32::from_le_bytes(*arr(xb, bits_at));
+    let nib = nibbles(xb, nibbles_at);
+    _mm256_mask_add_epi8(nib, bits, nib, _mm256_set1_epi8(16))
+}
+
+/// Each one-column kernel twice: `$vnni` with `vpdpbusd` (and `$bw`'s
+/// levels, AVX-512 BW), `$model` with its lane model and `$levels` (AVX2
+/// only, for the tests); both read a column prepared by [`prepare`]
+/// (with [`prepare_model`] for the model: the same bytes).
+macro_rules! row_kernels {
+    ($($vnni:ident, $model:ident: $x_size:expr, $min:expr, |$xb:ident| $bw:expr, $levels:expr;)*) => {$(
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $vnni(x: &[u8], y: &[u8]) -> f32 {
+            let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
+            row(x, y, $x_size, $min, |$xb: &[u8]| $bw, dpbusd)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $model(x: &[u8], y: &[u8]) -> f32 {
+            row(x, y, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
+        }
+    )*};
+}
+
+row_kernels! {
+    q4_0_row, q4_0_row_model: Q4_0, false, |xb| nibbles(xb, 2), nibbles(xb, 2);
+    q4_1_row, q4_1_row_model: Q4_1, true, |xb| nibbles(xb, 4), nibbles(xb, 4);
+    q5_0_row, q5_0_row_model: Q5_0, false, |xb| q5_levels_bw(xb, 6, 2),
+        _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
+    q5_1_row, q5_1_row_model: Q5_1, true, |xb| q5_levels_bw(xb, 8, 4),
+        _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+    q8_0_row, q8_0_row_model: Q8_0, false,
+        |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128)),
+        _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128));
 }

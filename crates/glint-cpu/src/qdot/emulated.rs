@@ -8,7 +8,7 @@
 
 use glint_backend::GgmlType;
 
-use super::{DotCols, Tiles};
+use super::{DotCols, DotFn, Tiles};
 
 /// `vpdpbusd` on one 256-bit vector: each i32 lane `l` of `acc` plus the
 /// four products of unsigned `u` and signed `s` bytes `4l..4l + 4`,
@@ -45,6 +45,14 @@ pub fn tile(ty: GgmlType) -> Option<Tiles> {
 /// no kernel for `ty`.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     super::simd::prepare_tile_col_model(ty, act, out)
+}
+
+/// The one-column kernels of `ty` that [`super::fast_dot_prepared`] gives
+/// on a VNNI cpu, with `vpdpbusd` replaced by [`dpbusd`] (and Q5_0's and
+/// Q5_1's fifth bits spread as the AVX2 kernels do); they read a column
+/// prepared by [`prepare_tile_col`]. `None` without AVX2.
+pub fn dot_prepared(ty: GgmlType) -> Option<DotFn> {
+    super::simd::dot_prepared_model(ty)
 }
 
 /// The multi-column kernels of `ty` that [`super::fast_dot_cols`] gives on a

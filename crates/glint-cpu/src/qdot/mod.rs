@@ -23,7 +23,7 @@
 //! | `no_simd.rs` | `simd.rs` elsewhere: no tier, no kernel |
 //! | `shared.rs` | x86_64: vector helpers both tiers use (loads, nibbles, sums) |
 //! | `avx2.rs` | the AVX2 (+FMA, F16C) kernels: one column and [`COLS`] columns |
-//! | `avx512.rs` | the AVX-512 VNNI kernels: prefill tiles, `vpdpwssd` K-quants |
+//! | `avx512.rs` | the AVX-512 VNNI kernels: prefill tiles, decode rows, `vpdpwssd` K-quants |
 //! | `emulated.rs` | the VNNI tier on any AVX2 cpu: its instructions modelled |
 //!
 //! Callers guarantee that `x` and `y` hold the same number of whole blocks
@@ -130,6 +130,18 @@ pub fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
 /// kernel for `ty`; it does nothing otherwise.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     simd::prepare_tile_col(ty, act, out)
+}
+
+/// The one-column kernel of `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on a
+/// column prepared by [`prepare_tile_col`] (not the raw activation row),
+/// where the cpu has AVX-512 VNNI (with VL and BW); else `None`: use
+/// [`fast_dot`]. A decode step's products: each block's lanes come from
+/// one `vpdpbusd` of the unsigned weight levels and the column's `init`
+/// (see [`fast_tile`]), where the AVX2 kernel takes `sign`, `maddubs` and
+/// `madd`; the float steps are the AVX2 kernel's, so each result is
+/// [`avx2_dot`]'s, bit for bit (the tests hold them equal).
+pub fn fast_dot_prepared(ty: GgmlType) -> Option<DotFn> {
+    simd::dot_prepared(ty)
 }
 
 /// Whether this cpu has AVX2, FMA and F16C (detected once).

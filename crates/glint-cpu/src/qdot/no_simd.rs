@@ -40,3 +40,11 @@ pub(super) fn tile_avx2(_: GgmlType) -> Option<Tiles> {
 }
 
 pub(super) fn prepare_tile_col_avx2(_: GgmlType, _: &[u8], _: &mut [u8]) {}
+
+pub(super) fn dot_prepared(_: GgmlType) -> Option<DotFn> {
+    None
+}
+
+pub(super) fn dot_prepared_model(_: GgmlType) -> Option<DotFn> {
+    None
+}

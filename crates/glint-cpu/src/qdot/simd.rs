@@ -94,6 +94,9 @@ entries!("avx2,fma,f16c", avx512 {
 });
 
 vnni_entries! {
+    [fn(x: &[u8], y: &[u8]) -> f32]
+        (q4_0_row, q4_0_row_model), (q4_1_row, q4_1_row_model), (q5_0_row, q5_0_row_model),
+        (q5_1_row, q5_1_row_model), (q8_0_row, q8_0_row_model);
     [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         (q4_k_cols_vnni, q4_k_cols_model), (q6_k_cols_vnni, q6_k_cols_model);
     [<const N> fn(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
@@ -128,6 +131,9 @@ struct Kernels {
     /// AVX2: the prefill tile with `maddubs` + `madd` for `vpdpbusd`
     /// (Q4_0, Q5_0: see `avx512::avx2_tile_kernels`).
     tile_avx2: Option<Tiles>,
+    /// AVX-512 VNNI: the one-column kernel on a prepared column (decode),
+    /// and its lane model (AVX2 only).
+    row: Option<(DotFn, DotFn)>,
 }
 
 /// Every type with an x86 kernel, one row each.
@@ -135,23 +141,33 @@ struct Kernels {
 const KERNELS: [Kernels; 10] = [
     Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
               tile: Some((widths!(Tiles, q4_0_tile), widths!(Tiles, q4_0_tile_model))),
-              tile_avx2: Some(widths!(Tiles, q4_0_tile_avx2)) },
+              tile_avx2: Some(widths!(Tiles, q4_0_tile_avx2)),
+              row: Some((q4_0_row, q4_0_row_model)) },
     Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q4_1_tile), widths!(Tiles, q4_1_tile_model))), tile_avx2: None },
+              tile: Some((widths!(Tiles, q4_1_tile), widths!(Tiles, q4_1_tile_model))), tile_avx2: None,
+              row: Some((q4_1_row, q4_1_row_model)) },
     Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
               tile: Some((widths!(Tiles, q5_0_tile), widths!(Tiles, q5_0_tile_model))),
-              tile_avx2: Some(widths!(Tiles, q5_0_tile_avx2)) },
+              tile_avx2: Some(widths!(Tiles, q5_0_tile_avx2)),
+              row: Some((q5_0_row, q5_0_row_model)) },
     Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q5_1_tile), widths!(Tiles, q5_1_tile_model))), tile_avx2: None },
+              tile: Some((widths!(Tiles, q5_1_tile), widths!(Tiles, q5_1_tile_model))), tile_avx2: None,
+              row: Some((q5_1_row, q5_1_row_model)) },
     Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))), tile_avx2: None },
+              tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))), tile_avx2: None,
+              row: Some((q8_0_row, q8_0_row_model)) },
     Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(DotCols, q4_k_cols)),
-              cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None, tile_avx2: None },
-    Kernels { ty: GgmlType::Q2_K, dot: q2_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None },
-    Kernels { ty: GgmlType::Q3_K, dot: q3_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None },
-    Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None },
+              cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None, tile_avx2: None,
+              row: None },
+    Kernels { ty: GgmlType::Q2_K, dot: q2_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
+              row: None },
+    Kernels { ty: GgmlType::Q3_K, dot: q3_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
+              row: None },
+    Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
+              row: None },
     Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(widths!(DotCols, q6_k_cols)),
-              cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None, tile_avx2: None },
+              cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None, tile_avx2: None,
+              row: None },
 ];
 
 /// `ty`'s row of [`KERNELS`] where this cpu has `tier` (the AVX2 tier
@@ -183,6 +199,22 @@ pub(super) fn dot_cols_avx2(ty: GgmlType) -> Option<DotCols> {
 pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotCols> {
     let k = kernels(ty, has_avx2)?;
     k.cols_vnni.map(|(_, model)| model).or(k.cols)
+}
+
+/// The one-column kernels on a column prepared by [`prepare`] (VNNI:
+/// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0); `None` unless [`has_vnni`].
+pub(super) fn dot_prepared(ty: GgmlType) -> Option<DotFn> {
+    kernels(ty, has_vnni)
+        .and_then(|k| k.row)
+        .map(|(vnni, _)| vnni)
+}
+
+/// [`dot_prepared`] with `vpdpbusd` modelled (AVX2 only), on a column
+/// prepared by [`prepare_model`].
+pub(super) fn dot_prepared_model(ty: GgmlType) -> Option<DotFn> {
+    kernels(ty, has_avx2)
+        .and_then(|k| k.row)
+        .map(|(_, model)| model)
 }
 
 /// The VNNI tile kernels; `None` unless [`has_vnni`].
