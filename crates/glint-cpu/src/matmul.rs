@@ -128,7 +128,8 @@ pub fn mul_mat_ggml(w: WeightRows, x: &[f32], m: usize, out: &mut [f32]) -> Resu
 /// tolerance per type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
-    /// [`qdot::fast_dot`]: AVX2 where the cpu has it, else the plain
+    /// [`qdot::fast_dot`]: AVX2 where the cpu has it (decode on AVX-512
+    /// VNNI: [`qdot::fast_dot_prepared`], the same bits), else the plain
     /// kernels; from [`AMX_MIN_M`] columns on a cpu with AMX-INT8
     /// ([`amx::available`]), the AMX tiles for the types [`amx::supports`].
     Fast,
@@ -262,7 +263,8 @@ pub(crate) fn mul_mat_ggml_par(
 /// quantized once per `vec_dot_type` the weights need, and every weight's
 /// rows go to the pool as one job instead of one job (one wake-up of the
 /// pool) per weight. Each output element is the same dot `mul_mat_ggml`
-/// computes, so the same bits. Returns `Ok(false)`, having done nothing,
+/// computes, so the same bits (a weight with a VNNI row kernel reads the
+/// column prepared once for its type). Returns `Ok(false)`, having done nothing,
 /// where that does not apply (a weight without an integer dot or a fast
 /// kernel, rows that do not fit): the caller runs the weights one by one.
 pub(crate) fn mul_mats_decode(
@@ -441,7 +443,8 @@ struct QProduct<'a> {
     w: &'a [u8],
     row_bytes: usize,
     n: usize,
-    /// act: `[m]` rows of `act_bytes`, the quantized activation columns.
+    /// act: `[m]` rows of `act_bytes`, the quantized activation columns
+    /// (decode with a VNNI row kernel in `fast`: the one column prepared).
     act: &'a [u8],
     act_bytes: usize,
     m: usize,
@@ -721,7 +724,8 @@ fn with_buffer<R>(
 }
 
 thread_local! {
-    /// Activation columns prepared for the tile kernels ([`qdot::fast_tile`]).
+    /// Activation columns prepared for the tile kernels ([`qdot::fast_tile`])
+    /// and the decode column for the VNNI rows ([`qdot::fast_dot_prepared`]).
     static PREP: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
     /// Quantized activations of the current `mul_mat_ggml` call, reused
     /// across calls on the same thread: `[m]` rows of `vec_dot_type` bytes.

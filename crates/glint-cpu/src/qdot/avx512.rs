@@ -1,6 +1,8 @@
 //! The prefill tiles — with AVX-512 VNNI's `vpdpbusd`, and on AVX2 with
-//! `maddubs` + `madd` for the types whose levels cannot saturate it — and
-//! the `vpdpwssd` versions of the K-quant multi-column kernels.
+//! `maddubs` + `madd` for the types whose levels cannot saturate it — the
+//! decode rows (one weight row against one column prepared as the tiles'
+//! are, with `vpdpbusd`), and the `vpdpwssd` versions of the K-quant
+//! multi-column kernels.
 
 #![allow(unsafe_code)]
 
@@ -304,8 +306,9 @@ fn row_scale(xb: &[u8], yb: &[u8; TILE_BLOCK]) -> __m128 {
 /// without a min two blocks an iteration into two accumulators, an odd
 /// last block into the first (`avx2::pairs_i8`); with one, one
 /// accumulator and the `mx * sy` terms summed apart (`avx2::q4_1_q8_1`).
-/// So each result is the AVX2 kernel's, bit for bit, with a third of its
-/// integer instructions (no `sign` of the activations a row, no `madd`).
+/// So each result is the AVX2 kernel's, bit for bit, with fewer integer
+/// instructions a block (one `vpdpbusd` for `maddubs` + `madd`, and for
+/// the symmetric types for the two `sign`s as well).
 /// `dpbusd(acc, u, s)` is `vpdpbusd` or its model.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -14,6 +14,8 @@
 //! so they differ by rounding only. The tests hold every kernel to the
 //! reference with a tolerance named per type. [`fast_dot_cols`] is the
 //! multi-column variant: one weight row against several activation columns.
+//! [`fast_dot_prepared`] is the one-column dot of AVX-512 VNNI cpus, on a
+//! column prepared once ([`prepare_tile_col`]) for every row of a product.
 //!
 //! | file | what |
 //! | --- | --- |
@@ -28,15 +30,17 @@
 //!
 //! Callers guarantee that `x` and `y` hold the same number of whole blocks
 //! (`mul_mat_ggml` checks the row lengths once per call). A short row is
-//! never read out of bounds: the one-column kernels truncate it, the
-//! multi-column and tile kernels panic on the bounds-checked slice.
+//! never read out of bounds: the AVX2 and plain one-column kernels truncate
+//! it, the prepared one-column, multi-column and tile kernels panic on the
+//! bounds-checked slice.
 
 use glint_backend::GgmlType;
 use glint_quant::kquants::get_scale_min_k4;
 use half::f16;
 
 /// A dot of one weight row (`x`) with one activation row (`y`, the weight
-/// type's `vec_dot_type`).
+/// type's `vec_dot_type`; for the kernels of [`fast_dot_prepared`], that
+/// row prepared by [`prepare_tile_col`]).
 pub type DotFn = fn(&[u8], &[u8]) -> f32;
 
 /// One weight row dotted with `N` activation rows at once (prefill, and
@@ -126,8 +130,8 @@ pub fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
 
 /// One activation column (Q8_0 blocks for Q4_0/Q5_0/Q8_0 weights, Q8_1 for
 /// Q4_1/Q5_1) prepared for [`fast_tile`]'s kernel of `ty`: `out` is
-/// [`TILE_BLOCK`] bytes per block. Only call it where [`fast_tile`] gave a
-/// kernel for `ty`; it does nothing otherwise.
+/// [`TILE_BLOCK`] bytes per block. Only call it where [`fast_tile`] or
+/// [`fast_dot_prepared`] gave a kernel for `ty`; it does nothing otherwise.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     simd::prepare_tile_col(ty, act, out)
 }

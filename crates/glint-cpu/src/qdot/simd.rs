@@ -202,17 +202,21 @@ pub(super) fn dot_cols_model(ty: GgmlType) -> Option<DotCols> {
 }
 
 /// The one-column kernels on a column prepared by [`prepare`] (VNNI:
-/// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0); `None` unless [`has_vnni`].
+/// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0); `None` unless [`has_vnni`], and
+/// unless the type has the VNNI tile whose preparation they read.
 pub(super) fn dot_prepared(ty: GgmlType) -> Option<DotFn> {
     kernels(ty, has_vnni)
+        .filter(|k| k.tile.is_some())
         .and_then(|k| k.row)
         .map(|(vnni, _)| vnni)
 }
 
 /// [`dot_prepared`] with `vpdpbusd` modelled (AVX2 only), on a column
-/// prepared by [`prepare_model`].
+/// prepared by [`prepare_model`] (which [`prepare_tile_col_model`] runs
+/// for the types with a tile).
 pub(super) fn dot_prepared_model(ty: GgmlType) -> Option<DotFn> {
     kernels(ty, has_avx2)
+        .filter(|k| k.tile.is_some())
         .and_then(|k| k.row)
         .map(|(_, model)| model)
 }
