@@ -306,7 +306,7 @@ pub(crate) fn mul_mats_decode(
         };
         plan.push(match qdot::fast_dot_prepared(w.ty) {
             Some(row) => {
-                let bytes = (w.k / 32) * qdot::TILE_BLOCK;
+                let bytes = prepared_col_bytes(w.k);
                 let p_at = match preps.iter().find(|p| p.0 == w.ty) {
                     Some(p) => p.1,
                     None => {
@@ -357,11 +357,17 @@ pub(crate) fn mul_mats_decode(
     })
 }
 
+/// Bytes of one activation column of `k` elements prepared for the tile and
+/// row kernels ([`qdot::prepare_tile_col`]): [`qdot::TILE_BLOCK`] a block.
+fn prepared_col_bytes(k: usize) -> usize {
+    (k / 32) * qdot::TILE_BLOCK
+}
+
 /// The quantized column `act` (`k` elements) prepared for `ty`'s VNNI row
 /// kernel ([`qdot::fast_dot_prepared`]) in `buf`: [`qdot::TILE_BLOCK`]
 /// bytes a block.
 fn prepare_col<'b>(ty: GgmlType, act: &[u8], k: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
-    let bytes = (k / 32) * qdot::TILE_BLOCK;
+    let bytes = prepared_col_bytes(k);
     buf.resize(bytes.max(buf.len()), 0);
     let prep = &mut buf[..bytes];
     qdot::prepare_tile_col(ty, act, prep);
@@ -565,7 +571,7 @@ impl QProduct<'_> {
         buf: &'b mut Vec<u8>,
     ) -> Prepared<'b> {
         // prep: [m] columns of prep_bytes, for the tile kernel.
-        let prep_bytes = (k / 32) * qdot::TILE_BLOCK;
+        let prep_bytes = prepared_col_bytes(k);
         let n_bytes = if tiles.is_some() {
             prep_bytes * self.m
         } else {
