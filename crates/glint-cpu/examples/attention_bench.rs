@@ -5,8 +5,9 @@
 //! pool of `threads`.
 //!
 //! `cargo run --release -p glint-cpu --example attention_bench [runs] [m]
-//! [depth] [threads] [plain]` (default 5 runs, m = 512, depth = 4096, 2
-//! threads; `plain` = 1 also times the plain loops). Prints the median
+//! [depth] [threads] [plain] [avx2]` (default 5 runs, m = 512, depth =
+//! 4096, 2 threads; `plain` = 1 also times the plain loops, `avx2` = 1 the
+//! AVX2 tier, what a cpu without AVX-512 runs). Prints the median
 //! milliseconds of each path and GFLOP/s (one multiply-add of `Q·K` and one
 //! of `P·V` per element of a head per visible key).
 
@@ -25,8 +26,14 @@ fn arg(i: usize, default: usize) -> usize {
 }
 
 fn main() {
-    let (runs, m, depth, threads, plain) =
-        (arg(1, 5), arg(2, 512), arg(3, 4096), arg(4, 2), arg(5, 0));
+    let (runs, m, depth, threads, plain, avx2) = (
+        arg(1, 5),
+        arg(2, 512),
+        arg(3, 4096),
+        arg(4, 2),
+        arg(5, 0),
+        arg(6, 0),
+    );
     let (n_head, n_head_kv, hd) = (9, 3, 64);
     let n_kv = depth + m;
     let row = hd * n_head_kv;
@@ -88,6 +95,9 @@ fn main() {
         );
     };
     time(Kernels::Fast);
+    if avx2 != 0 {
+        time(Kernels::Avx2);
+    }
     if plain != 0 {
         time(Kernels::Plain);
     }

@@ -55,11 +55,14 @@ impl Cache<'_> {
 /// tokens (and one per thread) runs one task per block of tokens, each kv
 /// head's query heads of the whole block against [`TILE`]-row tiles of K
 /// and V widened to f32 once per tile, tiles the whole block masks skipped
-/// unread (`wide::block`); fewer tokens (decode) run one task per (token,
-/// kv head), every query head of the group against each K and V row as it
-/// is loaded (F16 rows widened in registers), with fused multiply-adds
-/// (`wide::group`). The two sum in the same order, so they give the same
-/// bits. Elsewhere, and
+/// unread, tiles every token sees with a zero bias scored without reading
+/// the mask (`wide::block`; on a cpu with AVX-512 F and DQ and heads of
+/// whole 16-lane registers, its 512-bit kernels, `wide512`, the same bits;
+/// [`Kernels::Avx2`] keeps to the AVX2 ones); fewer tokens (decode) run
+/// one task per (token, kv head), every query head of the group against
+/// each K and V row as it is loaded (F16 rows widened in registers), with
+/// fused multiply-adds (`wide::group`). The two sum in the same order, so
+/// they give the same bits. Elsewhere, and
 /// always with [`Kernels::Plain`] and [`Kernels::Reference`] (for tests and
 /// benchmarks): one task per (token, head) in plain loops (`Heads::head`).
 /// Each path computes a token the same way whatever else is in its batch,
@@ -109,32 +112,23 @@ pub fn attention_with(
         row,
         group,
         per_task: 1,
+        wide512: matches!(kernels, Kernels::Fast | Kernels::NoAmx)
+            && hd % 16 == 0
+            && crate::qdot::has_avx512(),
     };
 
     #[cfg(target_arch = "x86_64")]
     let threads = if par { rayon::current_num_threads() } else { 1 };
     #[cfg(target_arch = "x86_64")]
-    if matches!(kernels, Kernels::Fast | Kernels::NoAmx)
-        && crate::qdot::has_avx2()
-        && m >= TILED_MIN_TOKENS.max(threads)
-    {
+    let fast = matches!(kernels, Kernels::Fast | Kernels::NoAmx | Kernels::Avx2);
+    #[cfg(target_arch = "x86_64")]
+    if fast && crate::qdot::has_avx2() && m >= TILED_MIN_TOKENS.max(threads) {
         // Prefill: blocks of tokens against tiles of K/V (`wide::block`).
         // Blocks of up to MAX_BLOCK tokens, small enough to leave about
         // four blocks per thread to balance the causal mask's uneven work.
         let bsz = (m / (4 * threads)).clamp(1, MAX_BLOCK);
         let rows = bsz * group;
-        let init = || BlockScratch {
-            qr: vec![0f32; rows * hd],
-            scores: vec![0f32; rows * p.n_kv],
-            max: vec![0f32; rows],
-            sum: vec![0f32; rows],
-            acc: vec![0f32; rows * hd],
-            kt: vec![0f32; TILE * hd],
-            vt: vec![0f32; TILE * hd],
-            live: Vec::new(),
-            qr2: Vec::new(),
-            kt2: Vec::new(),
-        };
+        let init = || BlockScratch::new(rows, hd, p.n_kv, false);
         let w = bsz * hd * p.n_head;
         for_each_chunk(par, out, q, w, init, |s, ib, o, qb| {
             wide::block(&ctx, s, ib, o, qb, bsz)
@@ -143,7 +137,7 @@ pub fn attention_with(
     }
 
     #[cfg(target_arch = "x86_64")]
-    if matches!(kernels, Kernels::Fast | Kernels::NoAmx) && crate::qdot::has_avx2() {
+    if fast && crate::qdot::has_avx2() {
         // A task takes a whole group, unless that leaves threads idle (a
         // decode step of a model with one or two kv heads): then a head.
         // Either way each head's sums are the same.
@@ -243,6 +237,7 @@ pub fn attention_window(
         row: hd * p.n_head_kv,
         group: p.n_head / p.n_head_kv,
         per_task: 1,
+        wide512: false,
     };
     #[cfg(target_arch = "x86_64")]
     {
@@ -263,18 +258,7 @@ pub fn attention_window(
             let (hd, group) = (p.head_dim, p.n_head / p.n_head_kv);
             let bsz = (m / (4 * threads)).clamp(1, MAX_BLOCK);
             let rows = bsz * group;
-            let init = || BlockScratch {
-                qr: vec![0f32; rows * hd],
-                scores: vec![0f32; rows * p.n_kv],
-                max: vec![0f32; rows],
-                sum: vec![0f32; rows],
-                acc: vec![0f32; rows * hd],
-                kt: vec![0f32; TILE * hd],
-                vt: vec![0f32; TILE * hd],
-                live: Vec::new(),
-                qr2: vec![0f32; rows * hd],
-                kt2: vec![0f32; TILE * hd],
-            };
+            let init = || BlockScratch::new(rows, hd, p.n_kv, true);
             let w = bsz * hd * p.n_head;
             for_each_chunk(par, out, q, w, init, |s, ib, o, qb| {
                 wide::block(&ctx, s, ib, o, qb, bsz)
@@ -369,6 +353,10 @@ struct Heads<'a> {
     group: usize,
     /// Query heads per task of the grouped path: `group`, or 1.
     per_task: usize,
+    /// The blocked path may take the 512-bit kernels (`wide512`): the cpu
+    /// has them, the kernels asked for allow them, `head_dim` is whole
+    /// 16-element registers.
+    wide512: bool,
 }
 
 /// Per-task buffers of the grouped path. scores: `[group, n_kv]`; max,
@@ -405,9 +393,8 @@ pub const TILED_MIN_TOKENS: usize = 16;
 /// Per-task buffers of the blocked path, `rows` = tokens of a block times
 /// the heads of a group. qr: `[head_dim, rows]`; scores: `[n_kv, rows]`;
 /// max, sum: `[rows]`; acc: `[head_dim, rows]`; kt, vt: `[head_dim,
-/// TILE]`, one tile widened; live: `[n_kv / TILE]`, whether any token of
-/// the block sees a row of the tile through the near mask, and through
-/// the distant one of a SelfExtend window.
+/// TILE]`, one tile widened; live: `[n_kv / TILE]`, what the block's
+/// masks let through of each tile.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct BlockScratch {
     qr: Vec<f32>,
@@ -417,12 +404,51 @@ struct BlockScratch {
     acc: Vec<f32>,
     kt: Vec<f32>,
     vt: Vec<f32>,
-    live: Vec<(bool, bool)>,
+    live: Vec<TileLive>,
     /// Two-window SelfExtend only (empty otherwise): the distant queries
     /// `[head_dim, rows]` and one tile of the grouped keys `[head_dim,
     /// TILE]`.
     qr2: Vec<f32>,
     kt2: Vec<f32>,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl BlockScratch {
+    /// For blocks of `rows` query rows of `hd` over `n_kv` cache rows;
+    /// `far`: with a SelfExtend window's distant buffers.
+    fn new(rows: usize, hd: usize, n_kv: usize, far: bool) -> Self {
+        let if_far = |n: usize| if far { vec![0f32; n] } else { Vec::new() };
+        BlockScratch {
+            qr: vec![0f32; rows * hd],
+            scores: vec![0f32; rows * n_kv],
+            max: vec![0f32; rows],
+            sum: vec![0f32; rows],
+            acc: vec![0f32; rows * hd],
+            kt: vec![0f32; TILE * hd],
+            vt: vec![0f32; TILE * hd],
+            live: Vec::new(),
+            qr2: if_far(rows * hd),
+            kt2: if_far(TILE * hd),
+        }
+    }
+}
+
+/// What the masks of a block of tokens let through of one tile of cache
+/// rows.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct TileLive {
+    /// Some token of the block sees a row of the tile through the near
+    /// mask.
+    near: bool,
+    /// Some token sees a row through the distant mask of a SelfExtend
+    /// window.
+    far: bool,
+    /// Every token of the block sees every row of the tile through the
+    /// near mask with a bias of exactly +0 (a causal mask's rows well
+    /// behind the block), and there is no distant window: the scores need
+    /// no mask read.
+    clear: bool,
 }
 
 /// Per-task buffers of the plain path. scores: `[n_kv]`; kv: `[head_dim]`,
@@ -534,6 +560,9 @@ impl Heads<'_> {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod wide512;
+
+#[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod wide {
     use super::*;
@@ -604,6 +633,8 @@ mod wide {
             )
         });
         let n_tiles = n_kv.div_ceil(TILE);
+        // The 512-bit kernels, where allowed and there is no distant window.
+        let w512 = h.wide512 && far.is_none();
         let BlockScratch {
             qr,
             scores,
@@ -623,13 +654,22 @@ mod wide {
                     .any(|&x| x != f32::NEG_INFINITY)
             })
         };
-        // Whether some token of the block sees a row of the tile through
-        // the near mask, and through the distant one.
+        let all_clear = |j0: usize, j1: usize| {
+            (0..nb).all(|b| {
+                mask[b * n_kv + j0..b * n_kv + j1]
+                    .iter()
+                    .all(|&x| x.to_bits() == 0)
+            })
+        };
         live.clear();
         live.extend((0..n_tiles).map(|t| {
             let (j0, j1) = (t * TILE, ((t + 1) * TILE).min(n_kv));
-            let near = any_in(mask, j0, j1);
-            (near, far.is_some_and(|f| any_in(f.2, j0, j1)))
+            let clear = far.is_none() && all_clear(j0, j1);
+            TileLive {
+                near: clear || any_in(mask, j0, j1),
+                far: far.is_some_and(|f| any_in(f.2, j0, j1)),
+                clear,
+            }
         }));
         let round = |dst: &mut [f32], src: &[f32]| {
             if h.round_q {
@@ -656,7 +696,8 @@ mod wide {
             }
             max[..rows].fill(f32::NEG_INFINITY);
             // Scores: [n_kv, rows] (row r at scores[r * n_kv..]).
-            for (ti, &(near_live, far_live)) in live.iter().enumerate() {
+            for (ti, tl) in live.iter().enumerate() {
+                let (near_live, far_live) = (tl.near, tl.far);
                 let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));
                 if !(near_live || far_live) {
                     for r in 0..rows {
@@ -664,14 +705,27 @@ mod wide {
                     }
                     continue;
                 }
-                for jj in 0..tn {
-                    let at = (p.kv_start + j0 + jj) * h.row + at_head;
-                    if near_live {
-                        widen(h.k, at, &mut kt[jj * hd..(jj + 1) * hd]);
+                let at = (p.kv_start + j0) * h.row + at_head;
+                if w512 {
+                    let kt = &mut kt[..tn * hd];
+                    // SAFETY: `wide512` is set only where `has_avx512()`
+                    // confirmed AVX-512 F and DQ (with AVX2, FMA, F16C).
+                    unsafe {
+                        match h.k {
+                            Cache::F32(c) => wide512::widen_pairs(c, at, h.row, hd, kt),
+                            Cache::F16(c) => wide512::widen_pairs(c, at, h.row, hd, kt),
+                        };
+                        wide512::score_tile(
+                            p, qr, rows, g, kt, j0, tn, mask, tl.clear, scores, max,
+                        );
                     }
-                    if let Some((_, k2, _)) = far.filter(|_| far_live) {
-                        widen(k2, at, &mut kt2[jj * hd..(jj + 1) * hd]);
-                    }
+                    continue;
+                }
+                if near_live {
+                    widen_rows(h.k, at, h.row, hd, &mut kt[..tn * hd]);
+                }
+                if let Some((_, k2, _)) = far.filter(|_| far_live) {
+                    widen_rows(k2, at, h.row, hd, &mut kt2[..tn * hd]);
                 }
                 // Rows two at a time against the tile, 8 keys at a time
                 // (`score_rows`: each score as `score8` gives it, so as
@@ -696,10 +750,14 @@ mod wide {
                         };
                         for t in 0..nr {
                             let (r, b) = (r0 + t, (r0 + t) / g);
-                            let near_m = &mask[b * n_kv..(b + 1) * n_kv];
-                            let far_m = far.map(|f| &f.2[b * n_kv..(b + 1) * n_kv]);
                             let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
-                            let sc = finish8(p, [x[t], x2[t]], near_m, far_m, j0 + c, n, srow);
+                            let sc = if tl.clear && n == 8 {
+                                finish8_clear(p, x[t], j0 + c, srow)
+                            } else {
+                                let near_m = &mask[b * n_kv..(b + 1) * n_kv];
+                                let far_m = far.map(|f| &f.2[b * n_kv..(b + 1) * n_kv]);
+                                finish8(p, [x[t], x2[t]], near_m, far_m, j0 + c, n, srow)
+                            };
                             vmax[t] = _mm256_max_ps(vmax[t], sc);
                         }
                         c += n;
@@ -713,7 +771,13 @@ mod wide {
             // Softmax as `group` does it: masked weights 0, ggml's
             // normalize-then-round to f16 when asked.
             for r in 0..rows {
-                let total = exp_row(&mut scores[r * n_kv..(r + 1) * n_kv], max[r]);
+                let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
+                let total = if w512 {
+                    // SAFETY: as above.
+                    unsafe { wide512::exp_row(srow, max[r]) }
+                } else {
+                    exp_row(srow, max[r])
+                };
                 sum[r] = total;
                 if h.round_p && total > 0.0 {
                     round_weights(&mut scores[r * n_kv..(r + 1) * n_kv], 1.0 / total);
@@ -721,20 +785,31 @@ mod wide {
             }
             // acc: [hd, rows], the weighted V rows summed tile by tile.
             acc[..rows * hd].fill(0.0);
-            for (ti, &(near_live, far_live)) in live.iter().enumerate() {
-                if !(near_live || far_live) {
+            for (ti, tl) in live.iter().enumerate() {
+                if !(tl.near || tl.far) {
                     continue;
                 }
                 let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));
-                for jj in 0..tn {
-                    let at = (p.kv_start + j0 + jj) * h.row + at_head;
-                    widen(h.v, at, &mut vt[jj * hd..(jj + 1) * hd]);
-                }
+                let at = (p.kv_start + j0) * h.row + at_head;
+                widen_rows(h.v, at, h.row, hd, &mut vt[..tn * hd]);
                 let vt = &vt[..tn * hd];
                 let mut r0 = 0;
                 while r0 < rows {
                     let nr = (rows - r0).min(4);
                     let (oa, w) = (&mut acc[r0 * hd..], &scores[r0 * n_kv + j0..]);
+                    if w512 {
+                        // SAFETY: as above.
+                        unsafe {
+                            match nr {
+                                4 => wide512::weigh_tile::<4>(oa, w, n_kv, vt, hd),
+                                3 => wide512::weigh_tile::<3>(oa, w, n_kv, vt, hd),
+                                2 => wide512::weigh_tile::<2>(oa, w, n_kv, vt, hd),
+                                _ => wide512::weigh_tile::<1>(oa, w, n_kv, vt, hd),
+                            }
+                        }
+                        r0 += nr;
+                        continue;
+                    }
                     match nr {
                         4 => weigh_tile::<4>(oa, w, n_kv, vt, hd),
                         3 => weigh_tile::<3>(oa, w, n_kv, vt, hd),
@@ -767,7 +842,13 @@ mod wide {
     /// a 16-element chunk of each row's sum in registers across the tile.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn weigh_tile<const N: usize>(o: &mut [f32], w: &[f32], stride: usize, vt: &[f32], hd: usize) {
+    pub(super) fn weigh_tile<const N: usize>(
+        o: &mut [f32],
+        w: &[f32],
+        stride: usize,
+        vt: &[f32],
+        hd: usize,
+    ) {
         let tn = vt.len() / hd;
         assert!(
             N >= 1 && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
@@ -822,10 +903,18 @@ mod wide {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn exp_row(row: &mut [f32], max: f32) -> f32 {
+        exp_row_from(row, max, 0, _mm256_setzero_ps())
+    }
+
+    /// [`exp_row`] from element `j` on (a multiple of 8), the sum of the
+    /// elements before `j` in `acc`'s lanes (lane `l`: those `≡ l (mod
+    /// 8)`, in order).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn exp_row_from(row: &mut [f32], max: f32, j: usize, acc: __m256) -> f32 {
         let n = row.len();
         let (vmax, ninf) = (_mm256_set1_ps(max), _mm256_set1_ps(f32::NEG_INFINITY));
-        let mut acc = _mm256_setzero_ps();
-        let mut j = 0;
+        let (mut acc, mut j) = (acc, j);
         while j + 8 <= n {
             let x = f32::ld8(row, j);
             let dead = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, ninf);
@@ -888,27 +977,37 @@ mod wide {
         unsafe { exp_row(row, max) }
     }
 
+    /// [`exp8`]'s clamp of its argument.
+    pub(super) const EXP_HI: f32 = 88.376_26;
+    pub(super) const EXP_LO: f32 = -87.336_55;
+    /// ln 2 in two parts (the high one exact in f32 times any `n`).
+    pub(super) const LN2_HI: f32 = 0.693_359_4;
+    pub(super) const LN2_LO: f32 = -2.121_944_4e-4;
+    /// Cephes' `expf` polynomial, highest power first.
+    pub(super) const EXP_POLY: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ];
+
     /// `exp(x)` of 8 lanes (Cephes' `expf`); arguments below -87.3 give
     /// about 1e-38 rather than 0 (the caller zeroes masked lanes itself).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn exp8(x: __m256) -> __m256 {
-        let x = _mm256_min_ps(x, _mm256_set1_ps(88.376_26));
-        let x = _mm256_max_ps(x, _mm256_set1_ps(-87.336_55));
+        let x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI));
+        let x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
         // n = round(x / ln 2); r = x - n ln 2 in two steps (hi exact in f32).
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
         );
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut y = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            0.166_666_65,
-            0.5,
-        ] {
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+        let mut y = _mm256_set1_ps(EXP_POLY[0]);
+        for &c in &EXP_POLY[1..] {
             y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
         }
         let y = _mm256_fmadd_ps(
@@ -925,7 +1024,7 @@ mod wide {
     }
 
     /// A cache element type: 8 of them from `at`, or one, as f32.
-    trait Elem: Copy {
+    pub(super) trait Elem: Copy {
         fn ld8(s: &[Self], at: usize) -> __m256;
         /// 8 elements from `p` as f32.
         ///
@@ -996,7 +1095,7 @@ mod wide {
     /// Stores 8 floats into `s` at `at`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn st(s: &mut [f32], at: usize, v: __m256) {
+    pub(super) fn st(s: &mut [f32], at: usize, v: __m256) {
         let c: &mut [f32; 8] = (&mut s[at..at + 8]).try_into().expect("8 floats");
         // SAFETY: `c` is 8 writable floats; storeu has no alignment need.
         unsafe { _mm256_storeu_ps(c.as_mut_ptr(), v) }
@@ -1012,7 +1111,13 @@ mod wide {
     /// and no horizontal sum per key: the `Q·K` half of prefill at depth.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn score8<E: Elem>(q: &[f32], k: &[E], stride: usize, n: usize, hd: usize) -> __m256 {
+    pub(super) fn score8<E: Elem>(
+        q: &[f32],
+        k: &[E],
+        stride: usize,
+        n: usize,
+        hd: usize,
+    ) -> __m256 {
         assert!(
             (1..=8).contains(&n) && q.len() >= hd && k.len() >= (n - 1) * stride + hd,
             "score8: {n} keys of {hd} at stride {stride} in {} elements",
@@ -1145,6 +1250,48 @@ mod wide {
         }
     }
 
+    /// The `dst.len() / hd` cache rows from `at`, `stride` elements apart,
+    /// `hd` elements each, as f32 into `dst` (`[hd, rows]`): a tile of one
+    /// kv head's K or V, widened as [`widen`] widens.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn widen_rows(c: Cache, at: usize, stride: usize, hd: usize, dst: &mut [f32]) {
+        for (jj, d) in dst.chunks_exact_mut(hd).enumerate() {
+            widen(c, at + jj * stride, d);
+        }
+    }
+
+    /// Scores `j..j + 8` of a row from their dots where the tile is
+    /// [`TileLive::clear`]: [`finish8`]'s numbers for a bias of +0 (`x *
+    /// scale + 0`, the same bits) without reading the mask.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn finish8_clear(p: &AttnParams, x: __m256, j: usize, out: &mut [f32]) -> __m256 {
+        let x = softcap8(p, x);
+        let sc = _mm256_add_ps(
+            _mm256_mul_ps(x, _mm256_set1_ps(p.scale)),
+            _mm256_setzero_ps(),
+        );
+        st(out, j, sc);
+        sc
+    }
+
+    /// `softcap * tanh(x / softcap)` of each lane where the model caps its
+    /// scores (`p.softcap > 0`), else `x`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn softcap8(p: &AttnParams, x: __m256) -> __m256 {
+        if p.softcap <= 0.0 {
+            return x;
+        }
+        let mut t = [0f32; 8];
+        st(&mut t, 0, x);
+        for v in t.iter_mut() {
+            *v = p.softcap * (*v / p.softcap).tanh();
+        }
+        f32::ld8(&t, 0)
+    }
+
     /// Scores `j..j + n` of a row from their dots: the near pair's `x[0]`
     /// where `near` lets it through, else the distant pair's `x[1]` where
     /// `far` does; soft-capped, scaled, biased (`x * scale + bias`), -inf
@@ -1153,7 +1300,7 @@ mod wide {
     #[inline]
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn finish8(
+    pub(super) fn finish8(
         p: &AttnParams,
         [x, x2]: [__m256; 2],
         near: &[f32],
@@ -1170,14 +1317,7 @@ mod wide {
             x = _mm256_blendv_ps(x, x2, hidden);
             bias = _mm256_blendv_ps(bias, ld_pad(fm, j, n), hidden);
         }
-        if p.softcap > 0.0 {
-            let mut t = [0f32; 8];
-            st(&mut t, 0, x);
-            for v in t.iter_mut() {
-                *v = p.softcap * (*v / p.softcap).tanh();
-            }
-            x = f32::ld8(&t, 0);
-        }
+        let x = softcap8(p, x);
         let sc = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(p.scale)), bias);
         let sc = _mm256_blendv_ps(sc, ninf, _mm256_cmp_ps::<_CMP_EQ_OQ>(bias, ninf));
         if n == 8 {
@@ -1205,7 +1345,7 @@ mod wide {
     /// The largest of 8 lanes.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn hmax8(v: __m256) -> f32 {
+    pub(super) fn hmax8(v: __m256) -> f32 {
         let h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         let h = _mm_max_ss(h, _mm_shuffle_ps::<1>(h, h));
@@ -1518,5 +1658,34 @@ mod tests {
         }
         let total: f32 = want.iter().sum();
         assert!((sum - total).abs() <= 1e-5 * total, "sum {sum} vs {total}");
+    }
+
+    /// The 512-bit `exp_row` gives the AVX2 one's bits, each value and the
+    /// sum, over rows with a whole number of 16-lane steps, an 8-lane step
+    /// left over, and a tail.
+    #[test]
+    #[cfg_attr(not(host_avx512), ignore = "this cpu lacks AVX-512 F or DQ")]
+    fn exp_row_512_equals_the_avx2_one() {
+        for n in [64usize, 72, 75, 1003] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| {
+                    if i % 5 == 2 {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.7 - i as f32 * 0.113
+                    }
+                })
+                .collect();
+            let (mut a, mut b) = (row.clone(), row);
+            let sa = super::wide::exp_row_for_test(&mut a, 0.7);
+            // SAFETY: host_avx512: this cpu has AVX-512 F and DQ.
+            #[allow(unsafe_code)]
+            let sb = unsafe { super::wide512::exp_row(&mut b, 0.7) };
+            assert_eq!(sa.to_bits(), sb.to_bits(), "sum of {n}");
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "row of {n}"
+            );
+        }
     }
 }

@@ -137,6 +137,11 @@ pub enum Kernels {
     Plain,
     /// [`Kernels::Fast`] without the AMX tiles (for tests and benchmarks).
     NoAmx,
+    /// [`Kernels::Fast`] held to the AVX2 tier: no AVX-512 kernel and no
+    /// AMX tile, what a cpu with AVX2 but without AVX-512 runs (for tests
+    /// and benchmarks on cpus that have more); [`Kernels::Plain`]'s loops
+    /// where the cpu lacks AVX2 too.
+    Avx2,
     /// The AMX path at any column count, its tile products modelled in
     /// plain Rust ([`amx::Unit::Model`]; any cpu, slow) where the type has
     /// it; [`Kernels::Plain`] for the other types. For tests.
@@ -185,6 +190,7 @@ pub(crate) fn mul_mat_ggml_par(
     let act_bytes = check_rows(ty, w, row_bytes, k, n)?;
     let fast: Option<DotFn> = match kernels {
         Kernels::Fast | Kernels::NoAmx => qdot::fast_dot(ty),
+        Kernels::Avx2 => qdot::avx2_dot(ty).or_else(|| qdot::plain_dot(ty)),
         Kernels::Plain | Kernels::AmxModel => qdot::plain_dot(ty),
         Kernels::Reference => None,
     };
@@ -211,11 +217,17 @@ pub(crate) fn mul_mat_ggml_par(
         }
         // multi-column and tile kernels
         let multi = matches!(kernels, Kernels::Fast | Kernels::NoAmx);
+        let avx2 = kernels == Kernels::Avx2;
+        let dot_cols = if avx2 {
+            qdot::avx2_dot_cols(ty)
+        } else {
+            qdot::fast_dot_cols(ty).filter(|_| multi)
+        };
         let product = QProduct {
             par,
             ty,
             fast,
-            dot_cols: qdot::fast_dot_cols(ty).filter(|_| multi),
+            dot_cols,
             w,
             row_bytes,
             n,
@@ -245,9 +257,14 @@ pub(crate) fn mul_mat_ggml_par(
             }
             return Ok(());
         }
-        let tiles = qdot::fast_tile(ty).filter(|_| product.dot_cols.is_some());
+        let (tiles, prepare): (_, PrepareFn) = if avx2 {
+            (qdot::avx2_tile(ty), qdot::prepare_tile_col_avx2)
+        } else {
+            (qdot::fast_tile(ty), qdot::prepare_tile_col)
+        };
+        let tiles = tiles.filter(|_| product.dot_cols.is_some());
         with_buffer(&PREP, |prep| {
-            let prep = product.prepare(tiles, k, prep);
+            let prep = product.prepare(tiles, prepare, k, prep);
             if m >= 2 * threads * MIN_COL_BLOCK {
                 product.prefill(&prep, threads, out);
             } else {
@@ -438,6 +455,9 @@ fn check_rows(ty: GgmlType, w: &[u8], row_bytes: usize, k: usize, n: usize) -> R
 
 /// One integer-dot product, its activations quantized: what its three
 /// paths (decode, prefill, a few columns) share.
+/// [`qdot::prepare_tile_col`] or its AVX2 twin (the same bytes).
+type PrepareFn = fn(GgmlType, &[u8], &mut [u8]);
+
 struct QProduct<'a> {
     par: bool,
     ty: GgmlType,
@@ -567,6 +587,7 @@ impl QProduct<'_> {
     fn prepare<'b>(
         &self,
         tiles: Option<qdot::Tiles>,
+        prepare: PrepareFn,
         k: usize,
         buf: &'b mut Vec<u8>,
     ) -> Prepared<'b> {
@@ -583,7 +604,7 @@ impl QProduct<'_> {
             // A few columns are prepared faster than the pool wakes.
             let par = self.par && self.m * k >= elementwise::ELEMS_PER_TASK;
             elementwise::rows(par, cols, prep_bytes, |c, p| {
-                qdot::prepare_tile_col(self.ty, self.act_col(c), p)
+                prepare(self.ty, self.act_col(c), p)
             });
         }
         Prepared {

@@ -357,12 +357,13 @@ fn sliding(n_kv: usize, m: usize, w: usize) -> Vec<f32> {
 /// causal and sliding-window masks (whole tiles masked), soft-capping.
 #[test]
 fn prefill_at_depth_blocks_and_tiles() {
-    let cases: [(usize, usize, usize, usize, usize, f32); 4] = [
+    let cases: [(usize, usize, usize, usize, usize, f32); 5] = [
         // (n_head, n_head_kv, head_dim, n_kv, m, softcap)
         (9, 3, 64, 64 * 3 + 17, 37, 0.0),
         (4, 4, 32, 64 * 4, 70, 0.0),
         (8, 2, 40, 64 * 2 + 5, 21, 2.5),
         (4, 1, 136, 150, 17, 0.0),
+        (6, 2, 48, 64 * 2 + 11, 19, 2.5),
     ];
     for (n, &(nh, nkv, hd, n_kv, m, cap)) in cases.iter().enumerate() {
         for ty in [GgmlType::F32, GgmlType::F16] {
@@ -390,7 +391,8 @@ fn prefill_at_depth_blocks_and_tiles() {
 
 /// `attention_with(Fast)` of `c.m` tokens equals, bit for bit, each token
 /// alone (one query, its mask row), with and without ggml's f16 rounding,
-/// on one thread and on the pool.
+/// on one thread and on the pool; and so does the AVX2 tier's batch
+/// ([`Kernels::Avx2`], the blocked path without the 512-bit kernels).
 fn batch_equals_tokens(name: &str, c: &Case, seed: u64) {
     let mut rng = Rng(seed);
     let p = &c.p;
@@ -417,24 +419,93 @@ fn batch_equals_tokens(name: &str, c: &Case, seed: u64) {
             let (q_i, o_i) = (&qv[i * w..(i + 1) * w], &mut one[i * w..(i + 1) * w]);
             glint_cpu::attention_with(Kernels::Fast, false, q_i, kc, vc, mask_i, p, o_i, ggml_f16);
         }
-        for par in [false, true] {
+        for (kernels, par) in [
+            (Kernels::Fast, false),
+            (Kernels::Fast, true),
+            (Kernels::Avx2, true),
+        ] {
             let mut batch = vec![7f32; w * c.m];
-            glint_cpu::attention_with(
-                Kernels::Fast,
-                par,
-                &qv,
-                kc,
-                vc,
-                &c.mask,
-                p,
-                &mut batch,
-                ggml_f16,
-            );
+            glint_cpu::attention_with(kernels, par, &qv, kc, vc, &c.mask, p, &mut batch, ggml_f16);
             assert!(
                 batch == one,
-                "{name}: batch of {} vs one at a time, f16 rounding {ggml_f16}, par {par}",
+                "{name}: {kernels:?} batch of {} vs one at a time, f16 rounding {ggml_f16}, par {par}",
                 c.m
             );
         }
     }
+}
+
+/// The blocked prefill path's 512-bit kernels (what [`Kernels::Fast`] runs
+/// on a cpu with AVX-512 F and DQ, for heads of whole 16-element
+/// registers) against the AVX2 tier ([`Kernels::Avx2`]), bit for bit:
+/// heads of 48 (one 16-element register step at a time), 64, 128 and 256
+/// (four at a time); tiles of 64 keys, a partial one and a tail of keys
+/// short of a group of 8; 1 to 4 rows at a time; causal, sliding-window
+/// and finite-bias masks; soft-capping; F32 and F16 caches; with and
+/// without ggml's f16 rounding; on one thread and on the pool.
+#[test]
+#[cfg_attr(not(host_avx512), ignore = "this cpu lacks AVX-512 F or DQ")]
+fn avx512_blocks_equal_the_avx2_tier_bit_for_bit() {
+    let cases: [(usize, usize, usize, usize, usize, f32); 5] = [
+        // (n_head, n_head_kv, head_dim, n_kv, m, softcap)
+        (9, 3, 64, 64 * 3 + 21, 37, 0.0),
+        (6, 2, 48, 64 * 2 + 11, 19, 2.5),
+        (4, 1, 256, 150, 17, 0.0),
+        (8, 8, 128, 64 * 2, 40, 0.0),
+        (2, 1, 64, 64 + 5, 33, 30.0),
+    ];
+    let mut checks = 0;
+    for (n, &(nh, nkv, hd, n_kv, m, cap)) in cases.iter().enumerate() {
+        // A finite bias on every other key (ALiBi-like): no tile is clear.
+        let mut biased = causal(n_kv, m);
+        for (i, x) in biased.iter_mut().enumerate() {
+            if *x == 0.0 && i % 2 == 1 {
+                *x = -0.25 * (i % 7) as f32;
+            }
+        }
+        for (mname, mask) in [
+            ("causal", causal(n_kv, m)),
+            ("sliding", sliding(n_kv, m, 70)),
+            ("biased", biased),
+        ] {
+            let mut p = params(nh, nkv, hd, n_kv);
+            p.kv_start = 3;
+            p.softcap = cap;
+            p.scale = 0.5 / (hd as f32).sqrt();
+            let mut rng = Rng(300 + n as u64);
+            let row = hd * nkv;
+            let qv: Vec<f32> = rng.vec(hd * nh * m).iter().map(|x| x * 2.0).collect();
+            let (kv, vv) = (rng.vec(row * (n_kv + 3)), rng.vec(row * (n_kv + 3)));
+            let kh: Vec<f16> = kv.iter().map(|&x| f16::from_f32(x)).collect();
+            let vh: Vec<f16> = vv.iter().map(|&x| f16::from_f32(x)).collect();
+            for (ty, kc, vc) in [
+                ("f32", Cache::F32(&kv), Cache::F32(&vv)),
+                ("f16", Cache::F16(&kh), Cache::F16(&vh)),
+            ] {
+                for ggml_f16 in [false, true] {
+                    for par in [false, true] {
+                        let [wide, avx2] = [Kernels::Fast, Kernels::Avx2].map(|kernels| {
+                            let mut o = vec![7f32; hd * nh * m];
+                            glint_cpu::attention_with(
+                                kernels, par, &qv, kc, vc, &mask, &p, &mut o, ggml_f16,
+                            );
+                            o
+                        });
+                        assert!(wide.iter().all(|x| x.is_finite()));
+                        let same = wide
+                            .iter()
+                            .zip(&avx2)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{nh}/{nkv} hd {hd} n_kv {n_kv} m {m} cap {cap} {mname} {ty} \
+                             f16 rounding {ggml_f16} par {par}: the 512-bit tier differs"
+                        );
+                        checks += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checks, 5 * 3 * 2 * 2 * 2);
 }

@@ -356,6 +356,45 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
 /// (a batch of 2, 3, 5, 6 or 7 sequences decoding together).
 const M_FEW: [usize; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 
+/// [`Kernels::Avx2`] (what a cpu without AVX-512 runs: the AVX2 one-column,
+/// multi-column and tile kernels, no VNNI row, no AMX) equals the vector
+/// kernels this cpu picks ([`Kernels::NoAmx`]: VNNI where it has it), bit
+/// for bit, for every fast type at one column (decode), a few columns and
+/// a prefill's width. On an AVX2-only cpu the two are the same kernels;
+/// the VNNI tiers are held to the AVX2 ones kernel by kernel above, their
+/// emulation included.
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
+    let m_prefill = 2 * 16 * rayon::current_num_threads() + 7;
+    let mut rng = Rng(0xa5f2);
+    let (k, n) = (2 * 256, 133);
+    let mut n_checked = 0;
+    for ty in FAST {
+        let rows: Vec<u8> = (0..n).flat_map(|_| random_row(ty, k, &mut rng)).collect();
+        let w = WeightRows {
+            ty,
+            bytes: &rows,
+            row_bytes: rows.len() / n,
+            k,
+            n,
+        };
+        for m in [1, 3, 9, m_prefill] {
+            let x = rng.vec(k * m);
+            let [avx2, fast] = [Kernels::Avx2, Kernels::NoAmx].map(|kern| {
+                let mut out = vec![0f32; n * m];
+                mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
+                out
+            });
+            for (i, (a, f)) in avx2.iter().zip(&fast).enumerate() {
+                assert_eq!(a.to_bits(), f.to_bits(), "{ty} m={m} out[{i}]: {a} vs {f}");
+                n_checked += 1;
+            }
+        }
+    }
+    assert_eq!(n_checked, FAST.len() * n * (1 + 3 + 9 + m_prefill));
+}
+
 /// A column's result from `mul_mat_ggml` (fast kernels) does not depend
 /// on how many other columns share the product, bit for bit, from two
 /// columns up (few-column and prefill paths): every column of such a

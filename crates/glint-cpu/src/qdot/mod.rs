@@ -153,6 +153,12 @@ pub(crate) fn has_avx2() -> bool {
     simd::has_avx2()
 }
 
+/// Whether this cpu has the AVX2 tier and AVX-512 F and DQ (detected once):
+/// the 512-bit float kernels of attention.
+pub(crate) fn has_avx512() -> bool {
+    simd::has_avx512()
+}
+
 /// The fastest dot for `ty` on this cpu, or `None`: use `glint_quant::vec_dot`.
 pub fn fast_dot(ty: GgmlType) -> Option<DotFn> {
     avx2_dot(ty).or_else(|| plain_dot(ty))

@@ -7,6 +7,10 @@ pub(super) fn has_avx2() -> bool {
     false
 }
 
+pub(super) fn has_avx512() -> bool {
+    false
+}
+
 pub(super) fn dot(_: GgmlType) -> Option<DotFn> {
     None
 }

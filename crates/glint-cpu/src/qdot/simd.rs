@@ -21,6 +21,17 @@ pub(super) fn has_avx2() -> bool {
     })
 }
 
+/// Whether this cpu has the AVX2 tier and AVX-512 F and DQ (the float
+/// kernels' 512-bit tier: attention).
+pub(super) fn has_avx512() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        has_avx2()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512dq")
+    })
+}
+
 /// Whether this cpu has the AVX2 tier and AVX-512 F, BW, VL and VNNI.
 pub(super) fn has_vnni() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();

@@ -1,0 +1,324 @@
+//! The 512-bit tier of the blocked prefill path (`wide::block`), for cpus
+//! with AVX-512 F and DQ: the same numbers as the AVX2 kernels, bit for
+//! bit, in half the instructions.
+//!
+//! - `Q·K`: a score is [`wide::score8`]'s sum — lane `l` of a key's
+//!   accumulator takes the elements `d ≡ l (mod 8)` in order, then a fixed
+//!   tree folds the 8 lanes. Here one 512-bit register holds two keys' 8
+//!   lanes (key `p` and key `p + 4` of a group of 8, the tile widened in
+//!   that paired order by [`widen_pairs`]), so each fused multiply-add
+//!   advances two keys, and the fold is the AVX2 tree's additions done
+//!   with 512-bit shuffles.
+//! - `P·V`: each output element sums its weighted V rows in key order
+//!   with fused multiply-adds, as [`wide::weigh_tile`] does, 16 elements a
+//!   register instead of 8.
+//! - `exp`: [`wide::exp8`]'s operations on 16 lanes; the row's sum is
+//!   taken 8 lanes at a time in [`wide::exp_row`]'s order.
+//!
+//! The tests hold this tier to the AVX2 one ([`Kernels::Avx2`]) and to
+//! the per-token path, bit for bit.
+//!
+//! [`Kernels::Avx2`]: crate::Kernels::Avx2
+
+#![allow(unsafe_code)]
+
+use super::wide::{self, Elem};
+use super::AttnParams;
+use std::arch::x86_64::*;
+
+/// `hadd` of two registers within each 128-bit lane, as `_mm256_hadd_ps`
+/// per lane: `[a0 + a1, a2 + a3, b0 + b1, b2 + b3]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+fn hadd(a: __m512, b: __m512) -> __m512 {
+    _mm512_add_ps(
+        _mm512_shuffle_ps::<0x88>(a, b),
+        _mm512_shuffle_ps::<0xDD>(a, b),
+    )
+}
+
+/// Rows `r0..r0 + R` of `q` (`[hd, rows]`) against one group of 8 keys
+/// widened by [`widen_pairs`] (`kp`: `8 * hd` floats), the scores in the
+/// lanes of each result: [`wide::score8`]'s bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+fn score_pairs<const R: usize>(q: &[f32], r0: usize, kp: &[f32], hd: usize) -> [__m256; R] {
+    assert!(
+        hd % 8 == 0 && q.len() >= (r0 + R) * hd && kp.len() >= 8 * hd,
+        "score_pairs: {R} rows of {hd} from {r0} against {} floats",
+        kp.len()
+    );
+    let chunks = hd / 8;
+    // acc[r][p]: row r against keys p (low half) and p + 4 (high half).
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let (qp, kpp) = (q.as_ptr(), kp.as_ptr());
+    for c in 0..chunks {
+        // SAFETY: (r0 + r) * hd + 8c + 8 <= (r0 + R) * hd <= q.len(), and
+        // (p * chunks + c) * 16 + 16 <= 4 * chunks * 16 = 8 * hd <=
+        // kp.len() (asserted above).
+        unsafe {
+            let qb: [__m512; R] = std::array::from_fn(|r| {
+                _mm512_broadcast_f32x8(_mm256_loadu_ps(qp.add((r0 + r) * hd + 8 * c)))
+            });
+            for (p, _) in acc[0].into_iter().enumerate() {
+                let kv = _mm512_loadu_ps(kpp.add((p * chunks + c) * 16));
+                for r in 0..R {
+                    acc[r][p] = _mm512_fmadd_ps(qb[r], kv, acc[r][p]);
+                }
+            }
+        }
+    }
+    // score8's tree: pairs of lanes, then pairs of pairs, then the halves.
+    // Per 128-bit lane L of u: L0 keys 0-3's lanes 0-3 summed, L1 their
+    // lanes 4-7, L2 and L3 the same of keys 4-7.
+    std::array::from_fn(|r| {
+        let a = acc[r];
+        let u = hadd(hadd(a[0], a[1]), hadd(a[2], a[3]));
+        let lo = _mm512_castps512_ps256(_mm512_shuffle_f32x4::<0x88>(u, u));
+        let hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4::<0xDD>(u, u));
+        _mm256_add_ps(lo, hi)
+    })
+}
+
+/// The tile's `dst.len() / hd` cache rows from `at`, `stride` elements
+/// apart, as f32 (exact), each whole group of 8 in the order
+/// [`score_pairs`] reads (for `p < 4` and each 8-element chunk `c`: key `p`'s
+/// chunk, then key `p + 4`'s), the rows after the last whole group as
+/// rows (`[hd, rest]`). Returns the whole groups.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+pub(super) fn widen_pairs<E: Elem>(
+    c: &[E],
+    at: usize,
+    stride: usize,
+    hd: usize,
+    dst: &mut [f32],
+) -> usize {
+    let tn = dst.len() / hd;
+    let groups = tn / 8;
+    let chunks = hd / 8;
+    for g in 0..groups {
+        let out = &mut dst[g * 8 * hd..(g + 1) * 8 * hd];
+        for p in 0..4 {
+            let (a, b) = (at + (8 * g + p) * stride, at + (8 * g + p + 4) * stride);
+            for ch in 0..chunks {
+                let o = (p * chunks + ch) * 16;
+                wide::st(out, o, E::ld8(c, a + 8 * ch));
+                wide::st(out, o + 8, E::ld8(c, b + 8 * ch));
+            }
+        }
+    }
+    for (jj, row) in dst[groups * 8 * hd..].chunks_exact_mut(hd).enumerate() {
+        let from = at + (groups * 8 + jj) * stride;
+        for (ch, d) in row.chunks_exact_mut(8).enumerate() {
+            wide::st(d, 0, E::ld8(c, from + 8 * ch));
+        }
+    }
+    groups
+}
+
+/// Scores of rows `0..rows` of `q` (`[hd, rows]`, row `r` of token `r /
+/// g`) against one tile (`kt` widened by [`widen_pairs`], `tn` keys from
+/// cache row `j0`), into `scores` (row `r` at `scores[r * n_kv..]`), each
+/// row's largest score folded into `max`: what `wide::block`'s AVX2 loop
+/// stores, bit for bit. `mask`: `[n_kv, tokens]`; `clear`: the tile's
+/// mask is +0 for every token (not read).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+pub(super) fn score_tile(
+    p: &AttnParams,
+    q: &[f32],
+    rows: usize,
+    g: usize,
+    kt: &[f32],
+    j0: usize,
+    tn: usize,
+    mask: &[f32],
+    clear: bool,
+    scores: &mut [f32],
+    max: &mut [f32],
+) {
+    let (hd, n_kv) = (p.head_dim, p.n_kv);
+    let groups = tn / 8;
+    let tail = tn - 8 * groups;
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = (rows - r0).min(4);
+        let mut vmax = [_mm256_set1_ps(f32::NEG_INFINITY); 4];
+        let mut finish = |t: usize, x: __m256, c: usize, n: usize| {
+            let r = r0 + t;
+            let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
+            let sc = if clear && n == 8 {
+                wide::finish8_clear(p, x, j0 + c, srow)
+            } else {
+                let b = r / g;
+                let near = &mask[b * n_kv..(b + 1) * n_kv];
+                wide::finish8(p, [x, x], near, None, j0 + c, n, srow)
+            };
+            vmax[t] = _mm256_max_ps(vmax[t], sc);
+        };
+        for gi in 0..groups {
+            let kp = &kt[gi * 8 * hd..(gi + 1) * 8 * hd];
+            let x: [__m256; 4] = match nr {
+                4 => score_pairs::<4>(q, r0, kp, hd),
+                3 => pad(score_pairs::<3>(q, r0, kp, hd)),
+                2 => pad(score_pairs::<2>(q, r0, kp, hd)),
+                _ => pad(score_pairs::<1>(q, r0, kp, hd)),
+            };
+            for (t, &x) in x.iter().enumerate().take(nr) {
+                finish(t, x, 8 * gi, 8);
+            }
+        }
+        if tail > 0 {
+            let k = &kt[groups * 8 * hd..tn * hd];
+            for t in 0..nr {
+                let qr = &q[(r0 + t) * hd..(r0 + t + 1) * hd];
+                finish(t, wide::score8(qr, k, hd, tail, hd), 8 * groups, tail);
+            }
+        }
+        for t in 0..nr {
+            max[r0 + t] = max[r0 + t].max(wide::hmax8(vmax[t]));
+        }
+        r0 += nr;
+    }
+}
+
+/// `N` results in an array of 4 (the rest zeros).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+fn pad<const N: usize>(x: [__m256; N]) -> [__m256; 4] {
+    std::array::from_fn(|t| if t < N { x[t] } else { _mm256_setzero_ps() })
+}
+
+/// [`wide::weigh_tile`]'s sums, 16 elements a register: `o[t] += sum_jj
+/// w[t * stride + jj] * vt[jj]` for `N` rows over the tile's rows, each
+/// element summed over the rows in order with fused multiply-adds.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+pub(super) fn weigh_tile<const N: usize>(
+    o: &mut [f32],
+    w: &[f32],
+    stride: usize,
+    vt: &[f32],
+    hd: usize,
+) {
+    let tn = vt.len() / hd;
+    assert!(
+        N >= 1 && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
+        "weigh_tile: {N} rows of {hd} over {tn} keys"
+    );
+    let mut d = 0;
+    while d + 64 <= hd {
+        weigh_chunks::<N, 4>(o, w, stride, vt, hd, d);
+        d += 64;
+    }
+    while d + 16 <= hd {
+        weigh_chunks::<N, 1>(o, w, stride, vt, hd, d);
+        d += 16;
+    }
+    for t in 0..N {
+        for e in d..hd {
+            let mut x = o[t * hd + e];
+            for jj in 0..tn {
+                x += w[t * stride + jj] * vt[jj * hd + e];
+            }
+            o[t * hd + e] = x;
+        }
+    }
+}
+
+/// Elements `d..d + 16 * C` of [`weigh_tile`]'s `N` rows, in registers
+/// across the tile.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+fn weigh_chunks<const N: usize, const C: usize>(
+    o: &mut [f32],
+    w: &[f32],
+    stride: usize,
+    vt: &[f32],
+    hd: usize,
+    d: usize,
+) {
+    let tn = vt.len() / hd;
+    assert!(
+        d + 16 * C <= hd && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
+        "weigh_chunks: {C} chunks from {d} of {N} rows of {hd}"
+    );
+    let (op, vp, wp) = (o.as_mut_ptr(), vt.as_ptr(), w.as_ptr());
+    // SAFETY: t * hd + d + 16c + 16 <= (N - 1) * hd + hd <= o.len(); jj *
+    // hd + d + 16c + 16 <= tn * hd <= vt.len(); t * stride + jj < (N - 1)
+    // * stride + tn <= w.len() (asserted above).
+    unsafe {
+        let mut a: [[__m512; C]; N] = std::array::from_fn(|t| {
+            std::array::from_fn(|c| _mm512_loadu_ps(op.add(t * hd + d + 16 * c)))
+        });
+        for jj in 0..tn {
+            let v: [__m512; C] =
+                std::array::from_fn(|c| _mm512_loadu_ps(vp.add(jj * hd + d + 16 * c)));
+            for (t, at) in a.iter_mut().enumerate() {
+                let wj = _mm512_set1_ps(*wp.add(t * stride + jj));
+                for c in 0..C {
+                    at[c] = _mm512_fmadd_ps(wj, v[c], at[c]);
+                }
+            }
+        }
+        for (t, at) in a.iter().enumerate() {
+            for (c, &x) in at.iter().enumerate() {
+                _mm512_storeu_ps(op.add(t * hd + d + 16 * c), x);
+            }
+        }
+    }
+}
+
+/// [`wide::exp8`] on 16 lanes: the same operations, so the same bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+fn exp16(x: __m512) -> __m512 {
+    let x = _mm512_min_ps(x, _mm512_set1_ps(wide::EXP_HI));
+    let x = _mm512_max_ps(x, _mm512_set1_ps(wide::EXP_LO));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(wide::LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(wide::LN2_LO), r);
+    let mut y = _mm512_set1_ps(wide::EXP_POLY[0]);
+    for &c in &wide::EXP_POLY[1..] {
+        y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(c));
+    }
+    let y = _mm512_fmadd_ps(
+        y,
+        _mm512_mul_ps(r, r),
+        _mm512_add_ps(r, _mm512_set1_ps(1.0)),
+    );
+    let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+        _mm512_cvtps_epi32(n),
+        _mm512_set1_epi32(127),
+    ));
+    _mm512_mul_ps(y, _mm512_castsi512_ps(e))
+}
+
+/// [`wide::exp_row`], 16 lanes a step: each `exp` the same bits, the sum
+/// taken 8 lanes at a time in the same order (low half, then high half).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+pub(super) fn exp_row(row: &mut [f32], max: f32) -> f32 {
+    let n = row.len();
+    let (vmax, ninf) = (_mm512_set1_ps(max), _mm512_set1_ps(f32::NEG_INFINITY));
+    let mut acc = _mm256_setzero_ps();
+    let mut j = 0;
+    let p = row.as_mut_ptr();
+    while j + 16 <= n {
+        // SAFETY: j + 16 <= n = row.len().
+        unsafe {
+            let x = _mm512_loadu_ps(p.add(j));
+            let live = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(x, ninf);
+            // x - max on the live lanes, 0 on the masked ones (as
+            // `wide::live_diff`: no subnormal from exp(-inf)), and those
+            // lanes' results 0.
+            let e = _mm512_maskz_mov_ps(live, exp16(_mm512_maskz_sub_ps(live, x, vmax)));
+            _mm512_storeu_ps(p.add(j), e);
+            acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+            acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps::<1>(e));
+        }
+        j += 16;
+    }
+    wide::exp_row_from(row, max, j, acc)
+}
