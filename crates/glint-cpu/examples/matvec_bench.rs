@@ -34,10 +34,12 @@ fn weights(ty: T, k: usize, n: usize, rng: &mut Rng) -> (Vec<u8>, usize) {
 }
 
 /// The columns of the table, per pool: the reference loops, the plain
-/// kernels, the fast ones without the AMX tiles, the fast ones.
-const KERNELS: [Kernels; 4] = [
+/// kernels, the AVX2 tier (what a cpu without AVX-512 runs), the fast ones
+/// without the AMX tiles, the fast ones.
+const KERNELS: [Kernels; 5] = [
     Kernels::Reference,
     Kernels::Plain,
+    Kernels::Avx2,
     Kernels::NoAmx,
     Kernels::Fast,
 ];

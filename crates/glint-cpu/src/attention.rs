@@ -393,8 +393,9 @@ pub const TILED_MIN_TOKENS: usize = 16;
 /// Per-task buffers of the blocked path, `rows` = tokens of a block times
 /// the heads of a group. qr: `[head_dim, rows]`; scores: `[n_kv, rows]`;
 /// max, sum: `[rows]`; acc: `[head_dim, rows]`; kt, vt: `[head_dim,
-/// TILE]`, one tile widened; live: `[n_kv / TILE]`, what the block's
-/// masks let through of each tile.
+/// TILE]`, one tile widened (K in `wide512::widen_pairs`' order on the
+/// 512-bit path); live: `[n_kv.div_ceil(TILE)]`, what the block's masks
+/// let through of each tile.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct BlockScratch {
     qr: Vec<f32>,
@@ -633,7 +634,8 @@ mod wide {
             )
         });
         let n_tiles = n_kv.div_ceil(TILE);
-        // The 512-bit kernels, where allowed and there is no distant window.
+        // The 512-bit kernels, where allowed and there is no distant window
+        // (attention_window never allows them; this keeps it so).
         let w512 = h.wide512 && far.is_none();
         let BlockScratch {
             qr,
@@ -714,7 +716,7 @@ mod wide {
                         match h.k {
                             Cache::F32(c) => wide512::widen_pairs(c, at, h.row, hd, kt),
                             Cache::F16(c) => wide512::widen_pairs(c, at, h.row, hd, kt),
-                        };
+                        }
                         wide512::score_tile(
                             p, qr, rows, g, kt, j0, tn, mask, tl.clear, scores, max,
                         );
@@ -911,10 +913,9 @@ mod wide {
     /// 8)`, in order).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn exp_row_from(row: &mut [f32], max: f32, j: usize, acc: __m256) -> f32 {
+    pub(super) fn exp_row_from(row: &mut [f32], max: f32, mut j: usize, mut acc: __m256) -> f32 {
         let n = row.len();
         let (vmax, ninf) = (_mm256_set1_ps(max), _mm256_set1_ps(f32::NEG_INFINITY));
-        let (mut acc, mut j) = (acc, j);
         while j + 8 <= n {
             let x = f32::ld8(row, j);
             let dead = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, ninf);
@@ -970,10 +971,11 @@ mod wide {
         }
     }
 
-    /// [`exp_row`] for the unit test (the caller checked AVX2).
+    /// [`exp_row`] for the unit tests.
     #[cfg(test)]
     pub(super) fn exp_row_for_test(row: &mut [f32], max: f32) -> f32 {
-        // SAFETY: the test calls this only after `has_avx2()`.
+        assert!(crate::qdot::has_avx2(), "exp_row needs AVX2, FMA and F16C");
+        // SAFETY: AVX2, FMA and F16C confirmed just above.
         unsafe { exp_row(row, max) }
     }
 
@@ -1059,7 +1061,8 @@ mod wide {
         fn ld8(s: &[f32], at: usize) -> __m256 {
             let c: &[f32; 8] = s[at..at + 8].try_into().expect("8 floats");
             // SAFETY: `c` is 8 readable floats; loadu has no alignment need;
-            // reached only from `group`, after `has_avx2()`.
+            // reached only from `group` and `block` (and `wide512`), after
+            // `has_avx2()`.
             unsafe { _mm256_loadu_ps(c.as_ptr()) }
         }
     }
@@ -1678,7 +1681,10 @@ mod tests {
                 .collect();
             let (mut a, mut b) = (row.clone(), row);
             let sa = super::wide::exp_row_for_test(&mut a, 0.7);
-            // SAFETY: host_avx512: this cpu has AVX-512 F and DQ.
+            // A binary built where AVX-512 ran, run where it does not: say
+            // so rather than fault.
+            assert!(crate::qdot::has_avx512(), "this cpu lacks AVX-512 F or DQ");
+            // SAFETY: AVX-512 F and DQ (and AVX2) confirmed just above.
             #[allow(unsafe_code)]
             let sb = unsafe { super::wide512::exp_row(&mut b, 0.7) };
             assert_eq!(sa.to_bits(), sb.to_bits(), "sum of {n}");

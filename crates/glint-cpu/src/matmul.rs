@@ -190,6 +190,8 @@ pub(crate) fn mul_mat_ggml_par(
     let act_bytes = check_rows(ty, w, row_bytes, k, n)?;
     let fast: Option<DotFn> = match kernels {
         Kernels::Fast | Kernels::NoAmx => qdot::fast_dot(ty),
+        // fast_dot, never anything but AVX2 or plain: spelled out so that
+        // stays true of this tier if fast_dot gains one.
         Kernels::Avx2 => qdot::avx2_dot(ty).or_else(|| qdot::plain_dot(ty)),
         Kernels::Plain | Kernels::AmxModel => qdot::plain_dot(ty),
         Kernels::Reference => None,
@@ -453,17 +455,18 @@ fn check_rows(ty: GgmlType, w: &[u8], row_bytes: usize, k: usize, n: usize) -> R
     Ok(act_bytes)
 }
 
-/// One integer-dot product, its activations quantized: what its three
-/// paths (decode, prefill, a few columns) share.
 /// [`qdot::prepare_tile_col`] or its AVX2 twin (the same bytes).
 type PrepareFn = fn(GgmlType, &[u8], &mut [u8]);
 
+/// One integer-dot product, its activations quantized: what its three
+/// paths (decode, prefill, a few columns) share.
 struct QProduct<'a> {
     par: bool,
     ty: GgmlType,
     /// The one-column dot; `None`: ggml's reference loop.
     fast: Option<DotFn>,
-    /// The multi-column dots, for [`Kernels::Fast`] where the cpu has them.
+    /// The multi-column dots, for [`Kernels::Fast`] (and the AVX2 ones for
+    /// [`Kernels::Avx2`]) where the cpu has them.
     dot_cols: Option<qdot::DotCols>,
     /// w: `n` rows of `row_bytes`.
     w: &'a [u8],
@@ -582,8 +585,8 @@ impl QProduct<'_> {
         });
     }
 
-    /// The activation columns prepared for `tiles` (AVX-512 VNNI), each
-    /// once (`k` elements), into `buf`; nothing without a tile kernel.
+    /// The activation columns prepared for `tiles` by `prepare`, each once
+    /// (`k` elements), into `buf`; nothing without a tile kernel.
     fn prepare<'b>(
         &self,
         tiles: Option<qdot::Tiles>,

@@ -422,6 +422,7 @@ fn batch_equals_tokens(name: &str, c: &Case, seed: u64) {
         for (kernels, par) in [
             (Kernels::Fast, false),
             (Kernels::Fast, true),
+            (Kernels::Avx2, false),
             (Kernels::Avx2, true),
         ] {
             let mut batch = vec![7f32; w * c.m];

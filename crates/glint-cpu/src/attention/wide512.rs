@@ -60,10 +60,11 @@ fn score_pairs<const R: usize>(q: &[f32], r0: usize, kp: &[f32], hd: usize) -> [
             let qb: [__m512; R] = std::array::from_fn(|r| {
                 _mm512_broadcast_f32x8(_mm256_loadu_ps(qp.add((r0 + r) * hd + 8 * c)))
             });
-            for (p, _) in acc[0].into_iter().enumerate() {
-                let kv = _mm512_loadu_ps(kpp.add((p * chunks + c) * 16));
-                for r in 0..R {
-                    acc[r][p] = _mm512_fmadd_ps(qb[r], kv, acc[r][p]);
+            let kv: [__m512; 4] =
+                std::array::from_fn(|p| _mm512_loadu_ps(kpp.add((p * chunks + c) * 16)));
+            for (ar, &qr) in acc.iter_mut().zip(&qb) {
+                for (a, &k) in ar.iter_mut().zip(&kv) {
+                    *a = _mm512_fmadd_ps(qr, k, *a);
                 }
             }
         }
@@ -84,16 +85,14 @@ fn score_pairs<const R: usize>(q: &[f32], r0: usize, kp: &[f32], hd: usize) -> [
 /// apart, as f32 (exact), each whole group of 8 in the order
 /// [`score_pairs`] reads (for `p < 4` and each 8-element chunk `c`: key `p`'s
 /// chunk, then key `p + 4`'s), the rows after the last whole group as
-/// rows (`[hd, rest]`). Returns the whole groups.
+/// rows (`[hd, rest]`). `hd` a multiple of 8.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
-pub(super) fn widen_pairs<E: Elem>(
-    c: &[E],
-    at: usize,
-    stride: usize,
-    hd: usize,
-    dst: &mut [f32],
-) -> usize {
+pub(super) fn widen_pairs<E: Elem>(c: &[E], at: usize, stride: usize, hd: usize, dst: &mut [f32]) {
+    assert!(
+        hd % 8 == 0,
+        "widen_pairs: heads of {hd}, not whole 8-lane steps"
+    );
     let tn = dst.len() / hd;
     let groups = tn / 8;
     let chunks = hd / 8;
@@ -114,7 +113,6 @@ pub(super) fn widen_pairs<E: Elem>(
             wide::st(d, 0, E::ld8(c, from + 8 * ch));
         }
     }
-    groups
 }
 
 /// Scores of rows `0..rows` of `q` (`[hd, rows]`, row `r` of token `r /
