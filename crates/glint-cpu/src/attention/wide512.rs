@@ -190,7 +190,9 @@ fn pad<const N: usize>(x: [__m256; N]) -> [__m256; 4] {
 
 /// [`wide::weigh_tile`]'s sums, 16 elements a register: `o[t] += sum_jj
 /// w[t * stride + jj] * vt[jj]` for `N` rows over the tile's rows, each
-/// element summed over the rows in order with fused multiply-adds.
+/// element summed over the rows in order with fused multiply-adds. `hd` a
+/// multiple of 16 (the only heads this tier takes), so there is no
+/// scalar tail.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
 pub(super) fn weigh_tile<const N: usize>(
     o: &mut [f32],
@@ -201,7 +203,7 @@ pub(super) fn weigh_tile<const N: usize>(
 ) {
     let tn = vt.len() / hd;
     assert!(
-        N >= 1 && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
+        N >= 1 && hd % 16 == 0 && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
         "weigh_tile: {N} rows of {hd} over {tn} keys"
     );
     let mut d = 0;
@@ -209,18 +211,9 @@ pub(super) fn weigh_tile<const N: usize>(
         weigh_chunks::<N, 4>(o, w, stride, vt, hd, d);
         d += 64;
     }
-    while d + 16 <= hd {
+    while d < hd {
         weigh_chunks::<N, 1>(o, w, stride, vt, hd, d);
         d += 16;
-    }
-    for t in 0..N {
-        for e in d..hd {
-            let mut x = o[t * hd + e];
-            for jj in 0..tn {
-                x += w[t * stride + jj] * vt[jj * hd + e];
-            }
-            o[t * hd + e] = x;
-        }
     }
 }
 
