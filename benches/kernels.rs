@@ -148,10 +148,23 @@ struct Args {
     mode: Mode,
     backends: Vec<Which>,
     types: Vec<GgmlType>,
+    /// `--matvec KxN`: the matvec's weight shape instead of the mode's
+    /// (a weight larger than the GPU's last-level cache reads from memory).
+    matvec_kn: Option<(usize, usize)>,
+}
+
+impl Args {
+    fn sizes(&self, w: Which) -> Sizes {
+        let sz = w.sizes(self.mode);
+        Sizes {
+            matvec_kn: self.matvec_kn.unwrap_or(sz.matvec_kn),
+            ..sz
+        }
+    }
 }
 
 const USAGE: &str = "usage: cargo bench --bench kernels -- [--quick] \
-[--backend cpu|cpu-f32|wgpu|all[,..]] [--types Q4_0,Q8_0,..]";
+[--backend cpu|cpu-f32|wgpu|all[,..]] [--types Q4_0,Q8_0,..] [--matvec KxN]";
 
 fn parse_args() -> Res<Args> {
     let mut bench = false;
@@ -162,10 +175,20 @@ fn parse_args() -> Res<Args> {
         .filter(|r| r.support == Support::Compute)
         .map(|r| r.ty)
         .collect();
+    let mut matvec_kn = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--bench" => bench = true,
+            "--matvec" => {
+                let v = it.next().ok_or(USAGE)?;
+                let kn = v
+                    .split_once('x')
+                    .and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))
+                    .filter(|&(k, n): &(usize, usize)| k > 0 && n > 0 && k % 256 == 0)
+                    .ok_or_else(|| format!("--matvec takes KxN, K a multiple of 256: `{v}`"))?;
+                matvec_kn = Some(kn);
+            }
             "--quick" => quick = true,
             "--backend" => {
                 let v = it.next().ok_or(USAGE)?;
@@ -206,6 +229,7 @@ fn parse_args() -> Res<Args> {
         mode,
         backends,
         types,
+        matvec_kn,
     })
 }
 
@@ -635,7 +659,7 @@ fn run_cpu(precision: Precision, args: &Args, rows: &mut Vec<Row>) -> Res<()> {
         Precision::Ggml => format!("cpu ggml, {} thr", b.n_threads()),
         Precision::F32 => format!("cpu f32, {} thr", b.n_threads()),
     };
-    let sz = Which::Cpu.sizes(args.mode);
+    let sz = args.sizes(Which::Cpu);
     eprintln!("{label}: bandwidth");
     let mut bw = CpuBandwidth::new(b.n_threads(), sz.bw_bytes);
     let read = time_self(sz.bw_runs, || Ok(bw.read()))?;
@@ -663,7 +687,7 @@ fn run_wgpu(b: &GpuBackend, args: &Args, rows: &mut Vec<Row>) -> Res<()> {
     // `llvmpipe (LLVM 15.0.6, 256 bits)` -> `llvmpipe`: the table stays narrow.
     let name = info.name.split(" (").next().unwrap_or(&info.name);
     let label = format!("wgpu {name} ({:?})", info.backend);
-    let sz = Which::Wgpu.sizes(args.mode);
+    let sz = args.sizes(Which::Wgpu);
     eprintln!("{label}: copy bandwidth");
     let probe = b.copy_probe(sz.bw_bytes as u64)?;
     let copy = time_self(sz.bw_runs, || Ok(probe.time_batch(sz.batch)?))?;
@@ -684,7 +708,7 @@ fn main() -> Res<()> {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for &w in &args.backends {
-        let sz = w.sizes(args.mode);
+        let sz = args.sizes(w);
         let (mk, mn) = sz.matmul_kn;
         notes.push(format!(
             "{w:?}: bandwidth buffers {} MiB × {} runs; matvec {}×{} (k×n), m=1, {} runs; \
