@@ -167,6 +167,55 @@ fn ring_refuses_what_it_cannot_hold() {
     assert!(d <= RING_VS_FULL, "after a cut and a re-decode: {d}");
 }
 
+/// Four sequences prefilled one after another in one unified cache, each
+/// longer than the window plus a micro-batch: the ring (4 × 512 + 128
+/// cells, padded to 2304) holds them only if the sequences a micro-batch
+/// leaves out are trimmed to their window too (llama.cpp's iSWA rule;
+/// before, each finished prompt kept 639 cells and the fourth sequence's
+/// fifth micro-batch found 3 free). The last sequence's logits are those
+/// of the same prompt alone in a full-size cache.
+#[test]
+fn sequences_filled_one_after_another_fit_the_ring() {
+    let m = model();
+    let ids = long_prompt(&m)[..700].to_vec();
+    let p = |swa_full, n_seq_max| ContextParams {
+        n_ctx: 4 * 1024,
+        n_batch: 1024,
+        n_ubatch: 128,
+        n_seq_max,
+        kv_unified: true,
+        swa_full,
+        ..Default::default()
+    };
+    let mut c = Context::new(&m, p(false, 4)).unwrap();
+    for seq in 0..4 {
+        // One batch a sequence: 700 tokens, six micro-batches.
+        let mut b = Batch::new();
+        for (i, &t) in ids.iter().enumerate() {
+            b.add(t, i as i32, &[seq], i + 1 == ids.len());
+        }
+        c.decode(&b)
+            .unwrap_or_else(|e| panic!("sequence {seq}: {e}"));
+    }
+    let got = c.logits(ids.len() - 1).unwrap().to_vec();
+    for seq in 0..4 {
+        assert_eq!(c.seq_pos_max(seq).unwrap(), ids.len() as i32 - 1);
+    }
+    let mut f = Context::new(&m, p(true, 1)).unwrap();
+    let mut b = Batch::new();
+    for (i, &t) in ids.iter().enumerate() {
+        b.add(t, i as i32, &[0], i + 1 == ids.len());
+    }
+    f.decode(&b).unwrap();
+    let want = f.logits(ids.len() - 1).unwrap();
+    let d = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(d <= RING_VS_FULL, "sequence 3 vs alone: max |diff| {d}");
+}
+
 fn run(e: &Engine, prompt: &[u32], n: usize) -> (Vec<u32>, usize) {
     let mut r = Request::new(prompt.to_vec());
     r.sampling.temp = 0.0;

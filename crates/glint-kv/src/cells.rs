@@ -931,6 +931,24 @@ impl KvCells {
     /// another shape is refused too (else error, nothing changed). Sequence
     /// operations since `apply` on other cells stay.
     pub fn rollback(&mut self, log: CellLog) -> Result<()> {
+        self.undo(log, false)
+    }
+
+    /// [`KvCells::rollback`] for a cache whose cells the batch's own decode
+    /// may have trimmed since `apply`: a sliding-window ring drops the
+    /// cells a sequence has moved past before each micro-batch, which can
+    /// be cells an earlier micro-batch of the same decode wrote. A cell of
+    /// the log that has since lost sequences to `seq_rm` (the same
+    /// position, no pending shift, its sequences a subset of those written,
+    /// maybe none) is accepted and emptied. Roll logs back newest first:
+    /// a trimmed cell a later micro-batch took again is then empty when the
+    /// earlier log comes to it. Any other change is refused as by
+    /// `rollback` (error, nothing changed).
+    pub fn rollback_trimmed(&mut self, log: CellLog) -> Result<()> {
+        self.undo(log, true)
+    }
+
+    fn undo(&mut self, log: CellLog, trimmed: bool) -> Result<()> {
         if let Some(e) = self.other_shape("log", log.kv_size, log.n_stream) {
             return Err(KvError::StaleLog(e));
         }
@@ -941,7 +959,16 @@ impl KvCells {
                 seqs: p.seqs,
             };
             let now = self.cell(p.stream, p.cell);
-            if now != Some(wrote) {
+            let ok = match now {
+                Some(c) if c == wrote => true,
+                // Emptied since (an empty cell is `pos -1`).
+                Some(c) if trimmed && c.pos == -1 => true,
+                Some(c) if trimmed => {
+                    c.pos == p.pos && c.shift == 0 && c.seqs.iter().all(|q| p.seqs.contains(q))
+                }
+                _ => false,
+            };
+            if !ok {
                 return Err(KvError::StaleLog(format!(
                     "token {k}: cell {} of stream {} holds {now:?}, the batch wrote {wrote:?}",
                     p.cell, p.stream

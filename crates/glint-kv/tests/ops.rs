@@ -629,3 +629,72 @@ fn rollback_refuses_a_stale_log_and_changes_nothing() {
     let e = unchanged(&mut c, "other shape", |c| c.rollback(log)).unwrap_err();
     assert!(matches!(e, KvError::StaleLog(_)), "{e}");
 }
+
+#[test]
+fn rollback_trimmed_takes_back_cells_the_decode_trimmed_since() {
+    // A ring's decode of two micro-batches: the first writes positions 0..4
+    // of sequence 0, position 0 shared with sequence 1; before the second,
+    // the window moves on (positions 0 and 1 of sequence 0 dropped: the
+    // shared cell keeps sequence 1 only, the other is emptied), and the
+    // second takes cells of its own, one of them the emptied cell.
+    let mut c = unified(7, 2);
+    decode(&mut c, 1, 7, 1); // another sequence's cell, untouched throughout
+    let before = c.clone();
+    let b1 = [
+        TokenMeta {
+            pos: 0,
+            seq_ids: vec![0, 1],
+        },
+        TokenMeta::new(1, 0),
+        TokenMeta::new(2, 0),
+        TokenMeta::new(3, 0),
+    ];
+    let log1 = c.apply(&c.find_cells(&b1).unwrap()).unwrap();
+    c.seq_rm(0, 0, 2).unwrap();
+    // Three cells of the four free (2, 5, 6): the emptied one among them.
+    let b2 = [
+        TokenMeta::new(4, 0),
+        TokenMeta::new(5, 0),
+        TokenMeta::new(6, 0),
+    ];
+    let plan2 = c.find_cells(&b2).unwrap();
+    let log2 = c.apply(&plan2).unwrap();
+    assert!(
+        plan2.cells().iter().any(|p| p.cell == 2),
+        "the second micro-batch takes the emptied cell again: {plan2:?}"
+    );
+    // The plain rollback refuses the first log once the second is undone.
+    let mut plain = c.clone();
+    plain.rollback(log2.clone()).unwrap();
+    let e = unchanged(&mut plain, "trimmed", |c| c.rollback(log1.clone())).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
+    // Newest first, trimmed: everything the decode took is given back.
+    c.rollback_trimmed(log2).unwrap();
+    c.rollback_trimmed(log1).unwrap();
+    assert_eq!(c, before);
+    assert_eq!(c.used(0), 1);
+    assert_eq!(
+        (c.seq_pos_max(0).unwrap(), c.seq_pos_max(1).unwrap()),
+        (-1, 7)
+    );
+}
+
+#[test]
+fn rollback_trimmed_still_refuses_what_a_trim_cannot_do() {
+    let mut c = unified(4, 2);
+    decode(&mut c, 0, 0, 1);
+    let batch = [TokenMeta::new(1, 0), TokenMeta::new(2, 0)];
+    let log = c.apply(&c.find_cells(&batch).unwrap()).unwrap();
+    // Moved, not trimmed: a K-shift is pending on the batch's cells.
+    c.seq_add(0, 1, 3, 1).unwrap();
+    let e = unchanged(&mut c, "moved", |c| c.rollback_trimmed(log)).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
+    // A cell that gained a sequence is not a trim either.
+    let mut c = unified(4, 2);
+    let log = c
+        .apply(&c.find_cells(&[TokenMeta::new(0, 0)]).unwrap())
+        .unwrap();
+    c.seq_cp(0, 1, -1, -1).unwrap();
+    let e = unchanged(&mut c, "grown", |c| c.rollback_trimmed(log)).unwrap_err();
+    assert!(matches!(e, KvError::StaleLog(_)), "{e}");
+}

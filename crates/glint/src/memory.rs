@@ -454,8 +454,10 @@ pub(crate) struct Ring<B: Backend> {
     n_swa: i32,
     /// This decode's cell logs, one per micro-batch, for a rollback.
     logs: Vec<CellLog>,
-    /// Sequences whose old cells this decode dropped (a rollback cannot
-    /// bring them back).
+    /// Sequences in this decode's micro-batches so far.
+    touched: Vec<i32>,
+    /// Sequences of this decode whose old cells it dropped (a rollback
+    /// cannot bring them back).
     pruned: Vec<i32>,
 }
 
@@ -498,6 +500,7 @@ impl<B: Backend> Memory<B> {
                     cache: KvCache::new(be, hp, &rp, layers)?,
                     n_swa: hp.n_swa as i32,
                     logs: Vec::new(),
+                    touched: Vec::new(),
                     pruned: Vec::new(),
                 })
             }
@@ -567,6 +570,18 @@ impl<B: Backend> Memory<B> {
     /// Before a micro-batch: the ring drops what no token of it (or later)
     /// can see, then takes cells for it. Returns its rows, or `None`
     /// without a ring.
+    ///
+    /// Every sequence of the ring is trimmed, not only the micro-batch's. A
+    /// sequence of the micro-batch whose first token there is at `q` keeps
+    /// positions from `q - n_swa + 1` (what that token sees); any other
+    /// keeps its last `n_swa` positions (what its next token sees, and the
+    /// one before, so that cutting its last token off and decoding it
+    /// again still finds its window). The ring's size, `n_swa` a sequence
+    /// plus one micro-batch (llama.cpp's iSWA size, whose cache frees a
+    /// cell once it is outside its sequence's window), counts on that:
+    /// trimmed only when in a micro-batch, a sequence left as its prompt
+    /// ended held `n_swa - 1 + n_ubatch` cells, and with several sequences
+    /// filled one after another the ring ran out of room.
     pub(crate) fn ring_begin(
         &mut self,
         be: &B,
@@ -585,12 +600,28 @@ impl<B: Backend> Memory<B> {
                 }
             }
         }
-        for (s, p) in first {
-            let cut = p - r.n_swa + 1;
+        for &(s, _) in &first {
+            if !r.touched.contains(&s) {
+                r.touched.push(s);
+            }
+        }
+        for s in 0..r.cache.cells.params().n_seq_max as i32 {
             let min = r.cache.seq_pos_min(s)?;
-            if cut > 0 && min >= 0 && min < cut {
+            if min < 0 {
+                continue;
+            }
+            let cut = match first.iter().find(|(q, _)| *q == s) {
+                Some(&(_, p)) => p - r.n_swa + 1,
+                None => r.cache.seq_pos_max(s)? - r.n_swa + 1,
+            };
+            if cut > 0 && min < cut {
                 r.cache.seq_rm(s, 0, cut)?;
-                r.pruned.push(s);
+                // A sequence this decode has not touched keeps what its
+                // next token needs; one it has may lose cells a rollback
+                // would need.
+                if r.touched.contains(&s) && !r.pruned.contains(&s) {
+                    r.pruned.push(s);
+                }
             }
         }
         let (Undo(log, _), plan) = r.cache.begin(be, ubatch)?;
@@ -602,6 +633,7 @@ impl<B: Backend> Memory<B> {
     pub(crate) fn commit(&mut self) {
         if let Some(r) = self.swa.as_mut() {
             r.logs.clear();
+            r.touched.clear();
             r.pruned.clear();
         }
     }
@@ -841,8 +873,10 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
         let Undo(log, rec) = undo;
         self.kv.rollback(be, Undo(log, None))?;
         if let Some(r) = self.swa.as_mut() {
+            // Newest first; a later micro-batch's window may have trimmed
+            // cells an earlier one wrote (`rollback_trimmed`).
             while let Some(l) = r.logs.pop() {
-                r.cache.rollback(be, Undo(l, None))?;
+                r.cache.cells.rollback_trimmed(l)?;
             }
             // Cells dropped as the window moved on cannot come back: those
             // sequences are dropped whole, in every cache, rather than
