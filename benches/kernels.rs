@@ -17,7 +17,9 @@
 //! Why these numbers: a matvec reads every weight byte once and does little
 //! arithmetic per byte, so its bound is memory bandwidth; its weight bytes
 //! per second are quoted as a share of the device's own bandwidth (cpu: a
-//! multi-threaded f32 sum; wgpu: `copy_buffer_to_buffer`). That baseline is
+//! multi-threaded f32 sum; wgpu: the faster of `copy_buffer_to_buffer` and a
+//! copy kernel, `shaders/copy.wgsl`: an H200's Vulkan copy engine moved
+//! about 0.8 TB/s, less than the matvecs read). That baseline is
 //! measured at the start (its own rows) and again interleaved run by run
 //! with each matvec (baseline, kernel, baseline, kernel, ...), and the share
 //! is of the interleaved median: on a shared machine the load changes over
@@ -690,16 +692,35 @@ fn run_wgpu(b: &GpuBackend, args: &Args, rows: &mut Vec<Row>) -> Res<()> {
     let sz = args.sizes(Which::Wgpu);
     eprintln!("{label}: copy bandwidth");
     let probe = b.copy_probe(sz.bw_bytes as u64)?;
-    let copy = time_self(sz.bw_runs, || Ok(probe.time_batch(sz.batch)?))?;
+    let engine = time_self(sz.bw_runs, || Ok(probe.time_batch(sz.batch)?))?;
+    let kernel = time_self(sz.bw_runs, || Ok(probe.time_kernel_batch(sz.batch)?))?;
     let moved = 2.0 * sz.bw_bytes as f64;
+    let moved_k = 2.0 * probe.kernel_bytes() as f64;
     rows.push(baseline_row(
         &label,
         "copy (2×bytes)",
         sz.bw_bytes,
         moved,
-        copy,
+        engine,
     ));
-    let mut base = || Ok(probe.time_batch(sz.batch)?);
+    rows.push(baseline_row(
+        &label,
+        "copy kernel (2×bytes)",
+        probe.kernel_bytes() as usize,
+        moved_k,
+        kernel,
+    ));
+    // The matvecs' share is of the faster way to move memory, timed
+    // between their runs.
+    let use_kernel = gbps(moved_k, kernel.median) > gbps(moved, engine.median);
+    let mut base = || {
+        Ok(if use_kernel {
+            probe.time_kernel_batch(sz.batch)?
+        } else {
+            probe.time_batch(sz.batch)?
+        })
+    };
+    let moved = if use_kernel { moved_k } else { moved };
     bench_types(b, &label, sz, &args.types, &mut base, moved, rows)
 }
 
@@ -739,7 +760,7 @@ fn main() -> Res<()> {
     }
     println!(
         "- matvec rate: weight bytes / median time. % of bw: of the same device's \
-         cpu read (f32 sum) or wgpu copy (2×bytes / t) bandwidth in GB/s, median of \
+         cpu read (f32 sum) or the faster wgpu copy, engine or kernel (2×bytes / t), in GB/s, median of \
          runs interleaved with the matvec's. matmul rate: 2·k·n·m / median time."
     );
     println!();

@@ -295,7 +295,7 @@ impl GpuBackend {
 
     /// Copy `out.len()` bytes (multiple of 4) at `offset` (multiple of 4)
     /// out of `buf`, after all recorded work.
-    fn read_raw(&self, buf: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn read_raw(&self, buf: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
         let size = out.len() as u64;
         Work::add(&self.work.readbacks, 1);
         Work::add(&self.work.readback_bytes, size);

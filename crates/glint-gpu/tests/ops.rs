@@ -744,10 +744,25 @@ fn copy_probe_times_copies_and_rejects_bad_sizes() {
         per > std::time::Duration::ZERO && per < one * 4,
         "{per:?} vs {one:?}"
     );
+    // The copy kernel: the same bytes (a pattern over the whole MiB), and
+    // a per-dispatch time like the copy engine's.
+    assert_eq!(p.kernel_bytes(), 1 << 20);
+    p.check_kernel().unwrap();
+    let k = (0..3)
+        .map(|_| p.time_kernel_batch(8).unwrap())
+        .min()
+        .unwrap();
+    assert!(k > std::time::Duration::ZERO, "{k:?}");
+    // A size not a multiple of 16: the kernel copies the whole 16-byte
+    // words.
+    let odd = g.copy_probe((1 << 16) + 4).unwrap();
+    assert_eq!(odd.kernel_bytes(), 1 << 16);
+    odd.check_kernel().unwrap();
     // copy_bandwidth rounds an odd size down to a copyable one.
     let bw = g.copy_bandwidth((1 << 20) + 3, 2).unwrap();
     assert!(bw.is_finite() && bw > 0.0, "{bw}");
-    for bad in [0, 6, g.limits().max_buffer_size.saturating_add(4)] {
+    // 8 bytes hold no 16-byte word for the kernel.
+    for bad in [0, 6, 8, g.limits().max_buffer_size.saturating_add(4)] {
         let e = g.copy_probe(bad).err().expect("a bad size is an error");
         assert!(e.to_string().contains("copy_probe"), "{e}");
     }
