@@ -4,17 +4,19 @@
 //!
 //! A GGUF file carries the vocabulary (`tokenizer.ggml.*`) but not the
 //! program that uses it: that is llama.cpp's `llama-vocab.cpp`. glint must
-//! give the same ids, or the model sees a different prompt. The splitting
-//! and merging are done by Hugging Face's `tokenizers` crate (pure-Rust
-//! build: `fancy-regex`, no `onig`, no `esaxx_fast`), set up to follow
-//! llama.cpp:
+//! give the same ids, or the model sees a different prompt.
 //!
-//! - **gpt2** (byte-level BPE): the file's merges, and the pre-tokenizer
-//!   regexes llama.cpp picks for `tokenizer.ggml.pre` (see [`pre_tokenizer_names`]).
-//! - **llama** (SentencePiece): llama.cpp's SPM merges, highest score first,
-//!   are a BPE whose merges are every split of every token into two tokens,
-//!   ranked by the whole token's score; spaces become `▁`, characters not in
-//!   the vocabulary fall back to `<0xXX>` byte tokens.
+//! - **gpt2** (byte-level BPE): Hugging Face's `tokenizers` crate (pure-Rust
+//!   build: `fancy-regex`, no `onig`, no `esaxx_fast`) with the file's
+//!   merges and the pre-tokenizer regexes llama.cpp picks for
+//!   `tokenizer.ggml.pre` (see [`pre_tokenizer_names`]).
+//! - **llama** (SentencePiece): llama.cpp's own algorithm, written here
+//!   (`spm.rs`): adjacent symbols whose concatenation is a token merged by
+//!   that token's score, highest first, equal scores leftmost first; spaces
+//!   become `▁`, characters left that are not tokens fall back to `<0xXX>`
+//!   byte tokens. It indexes the vocabulary's texts in place (2 MiB for
+//!   Gemma 3's 262,144 tokens, where a `tokenizers` BPE built from derived
+//!   merges held about 50 MiB and took 0.6–0.85 s to build).
 //!
 //! What `tokenizers` would do differently from llama.cpp is done here:
 //! splitting out special tokens (llama.cpp's `tokenizer_st_partition`:
@@ -27,24 +29,17 @@
 //!
 //! None of these occur in the reference corpus (every id matches):
 //!
-//! - SentencePiece: tokens of *equal* score merge in id order here, in
-//!   position order in llama.cpp (in Gemma 3 only control/user-defined
-//!   tokens at -1000 and byte tokens at 0 share scores); and llama.cpp can
-//!   merge a character that is not itself a token into a longer token.
 //! - Per-token lstrip/rstrip (llama.cpp sets them for a few models by name:
 //!   Phi-3, Jina, ModernBERT) are not applied.
 //! - Decoding does not apply llama.cpp's `clean_spaces`, so that
 //!   `decode(encode(x)) == x`.
 //! - gpt2 merges whose parts or result are not tokens are dropped.
-//!
-//! Building Gemma 3's tokenizer (262144 tokens, ~515k derived merges) takes
-//! 0.6–0.85 s on a loaded 2-core machine; about half of it is
-//! `tokenizers`' own `BpeBuilder`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod error;
 mod pre;
+mod spm;
 mod vocab;
 
 use std::borrow::Cow;
@@ -53,7 +48,6 @@ use ahash::AHashMap;
 use aho_corasick::AhoCorasick;
 use glint_gguf::GgufFile;
 use tokenizers::models::bpe::BPE;
-use tokenizers::normalizers::replace::Replace;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
@@ -67,7 +61,7 @@ use pre::PreTokenizerRow;
 use vocab::{attr, Vocab};
 
 /// SentencePiece's visible space, U+2581.
-const SPM_SPACE: &str = "\u{2581}";
+pub(crate) const SPM_SPACE: &str = "\u{2581}";
 
 /// Every `tokenizer.ggml.pre` value glint supports for gpt2 vocabularies.
 pub fn pre_tokenizer_names() -> Vec<&'static str> {
@@ -89,8 +83,10 @@ pub enum VocabKind {
 /// A tokenizer for one model's vocabulary.
 pub struct Tokenizer {
     kind: VocabKind,
-    /// The `tokenizers` pipeline that splits and merges plain text.
-    inner: tokenizers::Tokenizer,
+    /// gpt2: the `tokenizers` pipeline that splits and merges plain text.
+    inner: Option<tokenizers::Tokenizer>,
+    /// llama: the SentencePiece merger.
+    spm: Option<spm::Spm>,
     vocab: Vocab,
     add_bos: bool,
     add_eos: bool,
@@ -216,23 +212,6 @@ fn bpe_tokenizer(
     Ok(t)
 }
 
-/// SentencePiece as BPE: merges rebuilt from the scores, byte fallback,
-/// spaces written as `▁`.
-fn spm_tokenizer(vocab: &Vocab) -> Result<tokenizers::Tokenizer> {
-    let hf_vocab = hf_vocab(vocab);
-    let merges = spm_merges(&vocab.texts, &vocab.scores, &hf_vocab);
-    let bpe = BPE::builder()
-        .vocab_and_merges(hf_vocab, merges)
-        .byte_fallback(true)
-        .build()
-        .map_err(backend("building the SentencePiece model"))?;
-    let mut t = tokenizers::Tokenizer::new(bpe);
-    t.with_normalizer(Some(
-        Replace::new(" ", SPM_SPACE).map_err(backend("building the ▁ normalizer"))?,
-    ));
-    Ok(t)
-}
-
 /// Control, user-defined and unknown tokens, longest text first (the order
 /// llama.cpp splits them out of the input), and a finder over their texts.
 fn special_tokens(vocab: &Vocab) -> Result<(Vec<u32>, Option<AhoCorasick>)> {
@@ -282,14 +261,15 @@ impl Tokenizer {
         };
         let vocab = Vocab::read(gguf, default_bos, default_eos)?;
         let (add_bos, add_eos, add_space_prefix) = read_add_flags(gguf, pre_row, &vocab)?;
-        let inner = match pre_row {
-            Some(row) => bpe_tokenizer(gguf, &vocab, row)?,
-            None => spm_tokenizer(&vocab)?,
+        let (inner, spm) = match pre_row {
+            Some(row) => (Some(bpe_tokenizer(gguf, &vocab, row)?), None),
+            None => (None, Some(spm::Spm::new(&vocab))),
         };
         let (special, special_finder) = special_tokens(&vocab)?;
         Ok(Tokenizer {
             kind,
             inner,
+            spm,
             vocab,
             add_bos,
             add_eos,
@@ -336,10 +316,16 @@ impl Tokenizer {
         Ok(out)
     }
 
-    /// Runs the `tokenizers` pipeline over text holding no special tokens.
+    /// Encodes text holding no special tokens: SentencePiece's merger, or
+    /// the `tokenizers` pipeline.
     fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        let enc = self
-            .inner
+        if let Some(spm) = &self.spm {
+            return spm.encode(&self.vocab, text, out);
+        }
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        let enc = inner
             .encode_fast(text, false)
             .map_err(backend("encoding text"))?;
         out.extend_from_slice(enc.get_ids());
@@ -568,9 +554,10 @@ impl Tokenizer {
     }
 
     /// The `tokenizers` pipeline used for plain text (no special tokens,
-    /// no BOS/EOS, no SentencePiece space prefix).
-    pub fn inner(&self) -> &tokenizers::Tokenizer {
-        &self.inner
+    /// no BOS/EOS) of a gpt2 vocabulary; `None` for SentencePiece, which
+    /// glint merges itself.
+    pub fn inner(&self) -> Option<&tokenizers::Tokenizer> {
+        self.inner.as_ref()
     }
 }
 
@@ -717,33 +704,4 @@ fn gpt2_merges(lines: &[String], vocab: &AHashMap<String, u32>) -> Vec<(String, 
         }
     }
     merges
-}
-
-/// SentencePiece scores as BPE merges: every split of every token into two
-/// tokens, ranked by the token's score, highest first (ties: lower id,
-/// then earlier split). llama.cpp merges the adjacent pair whose
-/// concatenation is the highest-scoring token, leftmost first — the same
-/// order BPE applies ranks in.
-fn spm_merges(
-    texts: &[String],
-    scores: &[f32],
-    vocab: &AHashMap<String, u32>,
-) -> Vec<(String, String)> {
-    // (score, token id, left id, right id)
-    let mut cands: Vec<(f32, u32, u32, u32)> = Vec::with_capacity(2 * texts.len());
-    for (id, text) in texts.iter().enumerate() {
-        for (pos, _) in text.char_indices().skip(1) {
-            let (a, b) = text.split_at(pos);
-            let Some(&l) = vocab.get(a) else { continue };
-            if let Some(&r) = vocab.get(b) {
-                // `+ 0.0` folds -0.0 into 0.0: llama.cpp compares them equal.
-                cands.push((scores[id] + 0.0, id as u32, l, r));
-            }
-        }
-    }
-    cands.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-    cands
-        .into_iter()
-        .map(|(_, _, l, r)| (texts[l as usize].clone(), texts[r as usize].clone()))
-        .collect()
 }
