@@ -163,3 +163,31 @@ fn tiny_spm_merges_by_score_and_falls_back_to_bytes() {
     assert_eq!(tok.decode(&[1, 3, 10, 11], true).unwrap(), "é");
     assert_eq!(tok.decode(&[4, 3, 10, 11], true).unwrap(), "a é");
 }
+
+/// llama.cpp's SentencePiece order where a BPE of derived merges differed:
+/// pairs of equal score merge leftmost first (not in token-id order), and a
+/// character that is not a token still merges into a longer token.
+#[test]
+fn tiny_spm_ties_go_leftmost_and_non_token_characters_merge() {
+    // "ba" has the lower id, "ab" the same score.
+    let tokens = ["<unk>", "<s>", "</s>", "a", "b", "ba", "ab", "xa", "<0x78>"];
+    let scores = vec![0.0, 0.0, 0.0, -5.0, -5.0, -1.0, -1.0, -2.0, 0.0];
+    let types = vec![2, 3, 3, 1, 1, 1, 1, 1, 6];
+    let g = llama(
+        &tokens,
+        vec![
+            ("tokenizer.ggml.scores", Value::Array(Array::F32(scores))),
+            ("tokenizer.ggml.token_type", Value::Array(Array::I32(types))),
+            ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
+        ],
+    );
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    // a b a: (a,b) and (b,a) tie at -1; the leftmost, ab, goes first.
+    assert_eq!(tok.encode("aba", false, false).unwrap(), [6, 3]);
+    // b a b: ba (leftmost) first, then nothing: ba b.
+    assert_eq!(tok.encode("bab", false, false).unwrap(), [5, 4]);
+    // x is not a token, xa is: x a merges into xa.
+    assert_eq!(tok.encode("xa", false, false).unwrap(), [7]);
+    // x alone falls back to its byte.
+    assert_eq!(tok.encode("x", false, false).unwrap(), [8]);
+}
