@@ -211,18 +211,7 @@ impl CopyProbe<'_> {
             };
             enc.copy_buffer_to_buffer(a, 0, b, 0, self.bytes);
         }
-        let cmd = enc.finish();
-        let t0 = Instant::now();
-        let index = ctx.queue.submit([cmd]);
-        ctx.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
-                timeout: None,
-            })
-            .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
-        let t = t0.elapsed();
-        ctx.take_error()?;
-        Ok(t / n as u32)
+        self.submit_timed(enc, n)
     }
 
     /// Bytes one copy of the copy kernel moves each way:
@@ -280,6 +269,14 @@ impl CopyProbe<'_> {
                 pass.dispatch_workgroups(k.n_workgroups, 1, 1);
             }
         }
+        self.submit_timed(enc, n)
+    }
+}
+
+impl CopyProbe<'_> {
+    /// Submit `enc` alone and wait for it: the wall time over `n` ops.
+    fn submit_timed(&self, enc: wgpu::CommandEncoder, n: usize) -> Result<Duration> {
+        let ctx = &self.backend.ctx;
         let cmd = enc.finish();
         let t0 = Instant::now();
         let index = ctx.queue.submit([cmd]);
