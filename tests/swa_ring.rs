@@ -171,9 +171,10 @@ fn ring_refuses_what_it_cannot_hold() {
 /// longer than the window plus a micro-batch: the ring (4 × 512 + 128
 /// cells, padded to 2304) holds them only if the sequences a micro-batch
 /// leaves out are trimmed to their window too (llama.cpp's iSWA rule;
-/// before, each finished prompt kept 639 cells and the fourth sequence's
-/// fifth micro-batch found 3 free). The last sequence's logits are those
-/// of the same prompt alone in a full-size cache.
+/// before, each finished prompt kept its last micro-batch's window, 571
+/// cells, and the fourth sequence's fifth micro-batch found 80 free of the
+/// 128 it needed). The last sequence's logits are those of the same prompt
+/// alone in a full-size cache.
 #[test]
 fn sequences_filled_one_after_another_fit_the_ring() {
     let m = model();

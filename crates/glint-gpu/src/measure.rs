@@ -25,7 +25,7 @@ use crate::GpuBackend;
 const COPY_WG: u64 = 256;
 
 /// Copies per submit when [`GpuBackend::copy_bandwidth`] times the copy
-/// engine: enough that one submit's fixed cost is a few percent of the
+/// engine and the copy kernel: enough that one submit's fixed cost is a few percent of the
 /// batch on a fast GPU, few enough that lavapipe's copies stay short.
 pub const COPY_BATCH: usize = 8;
 
@@ -55,11 +55,13 @@ struct KernelCopy {
 }
 
 impl GpuBackend {
-    /// Allocate two buffers of `bytes` bytes and copy once, untimed (that
-    /// also pays for their lazy zeroing). Ops still pending are run first.
+    /// Allocate two buffers of `bytes` bytes, make the copy kernel's
+    /// pipeline, and copy once each way, untimed (that also pays for their
+    /// lazy zeroing). Ops still pending are run first.
     ///
-    /// Errors: `bytes` zero, not a multiple of 4 (`COPY_BUFFER_ALIGNMENT`) or
-    /// over the device's max buffer size; device errors.
+    /// Errors: `bytes` zero, not a multiple of 4 (`COPY_BUFFER_ALIGNMENT`),
+    /// under 16 (the copy kernel's word) or over the device's max buffer
+    /// size; device errors.
     pub fn copy_probe(&self, bytes: u64) -> Result<CopyProbe<'_>> {
         let max = self.ctx.limits.max_buffer_size;
         if bytes == 0 || !bytes.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) || bytes > max {

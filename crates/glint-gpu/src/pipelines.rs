@@ -74,7 +74,8 @@ impl PipelineCache {
         // is that no loop of the module runs forever. The modules are
         // `shaders/`' own: every loop there is bounded by a constant or a
         // uniform parameter and steps by a nonzero constant (or the
-        // subgroup size, at least 1), or halves a nonzero constant. Bounds
+        // subgroup size, at least 1, or a uniform stride held to at least
+        // 1: copy.wgsl), or halves a nonzero constant. Bounds
         // checks and integer-division checks stay.
         unsafe { device.create_shader_module_trusted(desc, checks) }
     }

@@ -438,9 +438,10 @@ pub(crate) struct Memory<B: Backend> {
     /// The attention layers' cells and K/V rows (the full-attention ones
     /// only when `swa` is there).
     pub(crate) kv: KvCache<B>,
-    /// The sliding-window layers' own cache: a ring of `n_swa + n_ubatch`
-    /// cells per stream, whose cells older than the window are dropped
-    /// before each micro-batch (llama.cpp's iSWA cache; `None` with
+    /// The sliding-window layers' own cache: a ring of `n_swa` cells for
+    /// each sequence sharing a stream plus `n_ubatch` (padded to 256),
+    /// whose cells older than the window are dropped before each
+    /// micro-batch (llama.cpp's iSWA cache; `None` with
     /// `--swa-full`, without such layers, or when it would not be smaller).
     pub(crate) swa: Option<Ring<B>>,
     /// The short-convolution layers' states (inactive without them).
@@ -456,6 +457,8 @@ pub(crate) struct Ring<B: Backend> {
     logs: Vec<CellLog>,
     /// Sequences in this decode's micro-batches so far.
     touched: Vec<i32>,
+    /// Each sequence of this decode's batch and its first position there.
+    decode_first: Vec<(i32, i32)>,
     /// Sequences of this decode whose old cells it dropped (a rollback
     /// cannot bring them back).
     pruned: Vec<i32>,
@@ -476,6 +479,20 @@ fn ring_size(hp: &HParams, p: &KvCacheParams) -> Option<u32> {
     let want = (hp.n_swa as u64) * seqs as u64 + p.n_ubatch as u64;
     let padded = want.div_ceil(256) * 256;
     (padded < p.cells.kv_size as u64).then_some(padded as u32)
+}
+
+/// Each sequence of `tokens` and its first (smallest) position there.
+fn first_positions(tokens: &[TokenMeta]) -> Vec<(i32, i32)> {
+    let mut first: Vec<(i32, i32)> = Vec::new();
+    for t in tokens {
+        for &s in &t.seq_ids {
+            match first.iter_mut().find(|(q, _)| *q == s) {
+                Some(e) => e.1 = e.1.min(t.pos),
+                None => first.push((s, t.pos)),
+            }
+        }
+    }
+    first
 }
 
 impl<B: Backend> Memory<B> {
@@ -501,6 +518,7 @@ impl<B: Backend> Memory<B> {
                     n_swa: hp.n_swa as i32,
                     logs: Vec::new(),
                     touched: Vec::new(),
+                    decode_first: Vec::new(),
                     pruned: Vec::new(),
                 })
             }
@@ -574,9 +592,11 @@ impl<B: Backend> Memory<B> {
     /// Every sequence of the ring is trimmed, not only the micro-batch's. A
     /// sequence of the micro-batch whose first token there is at `q` keeps
     /// positions from `q - n_swa + 1` (what that token sees); any other
-    /// keeps its last `n_swa` positions (what its next token sees, and the
-    /// one before, so that cutting its last token off and decoding it
-    /// again still finds its window). The ring's size, `n_swa` a sequence
+    /// keeps the `n_swa` positions before its next token (what that token
+    /// sees, and one more, so that cutting its last token off and decoding
+    /// it again still finds its window). Its next token is the one after
+    /// its last cell, or its first in a later micro-batch of this decode
+    /// where that is not after it (a batch need not continue a sequence). The ring's size, `n_swa` a sequence
     /// plus one micro-batch (llama.cpp's iSWA size, whose cache frees a
     /// cell once it is outside its sequence's window), counts on that:
     /// trimmed only when in a micro-batch, a sequence left as its prompt
@@ -590,16 +610,7 @@ impl<B: Backend> Memory<B> {
         let Some(r) = self.swa.as_mut() else {
             return Ok(None);
         };
-        // First position of each sequence in the micro-batch.
-        let mut first: Vec<(i32, i32)> = Vec::new();
-        for t in ubatch {
-            for &s in &t.seq_ids {
-                match first.iter_mut().find(|(q, _)| *q == s) {
-                    Some(e) => e.1 = e.1.min(t.pos),
-                    None => first.push((s, t.pos)),
-                }
-            }
-        }
+        let first = first_positions(ubatch);
         for &(s, _) in &first {
             if !r.touched.contains(&s) {
                 r.touched.push(s);
@@ -612,7 +623,18 @@ impl<B: Backend> Memory<B> {
             }
             let cut = match first.iter().find(|(q, _)| *q == s) {
                 Some(&(_, p)) => p - r.n_swa + 1,
-                None => r.cache.seq_pos_max(s)? - r.n_swa + 1,
+                None => {
+                    // Its next token: after its last cell, or, where a
+                    // later micro-batch of this decode holds it first at a
+                    // position not after that (a batch need not continue a
+                    // sequence), there.
+                    let last = r.cache.seq_pos_max(s)?;
+                    let later = match r.decode_first.iter().find(|(q, _)| *q == s) {
+                        Some(&(_, p)) if !r.touched.contains(&s) => p,
+                        _ => last + 1,
+                    };
+                    later.min(last + 1) - r.n_swa
+                }
             };
             if cut > 0 && min < cut {
                 r.cache.seq_rm(s, 0, cut)?;
@@ -634,6 +656,7 @@ impl<B: Backend> Memory<B> {
         if let Some(r) = self.swa.as_mut() {
             r.logs.clear();
             r.touched.clear();
+            r.decode_first.clear();
             r.pruned.clear();
         }
     }
@@ -856,6 +879,9 @@ impl<B: Backend> SeqMemory<B> for Memory<B> {
 
     fn begin(&mut self, be: &B, batch: &[TokenMeta]) -> Result<(Undo, CellPlan), Error> {
         self.commit();
+        if let Some(r) = self.swa.as_mut() {
+            r.decode_first = first_positions(batch);
+        }
         if !self.rec.is_active() {
             return self.kv.begin(be, batch);
         }
