@@ -83,10 +83,8 @@ pub enum VocabKind {
 /// A tokenizer for one model's vocabulary.
 pub struct Tokenizer {
     kind: VocabKind,
-    /// gpt2: the `tokenizers` pipeline that splits and merges plain text.
-    inner: Option<tokenizers::Tokenizer>,
-    /// llama: the SentencePiece merger.
-    spm: Option<spm::Spm>,
+    /// What splits and merges plain text.
+    merger: Merger,
     vocab: Vocab,
     add_bos: bool,
     add_eos: bool,
@@ -110,6 +108,14 @@ impl std::fmt::Debug for Tokenizer {
             .field("add_space_prefix", &self.add_space_prefix)
             .finish_non_exhaustive()
     }
+}
+
+/// The algorithm that splits and merges plain text, by vocabulary kind.
+enum Merger {
+    /// gpt2: the `tokenizers` pipeline.
+    Bpe(Box<tokenizers::Tokenizer>),
+    /// llama: SentencePiece, merged here (`spm.rs`).
+    Spm(Box<spm::Spm>),
 }
 
 /// A piece of input after special tokens are split out.
@@ -261,15 +267,14 @@ impl Tokenizer {
         };
         let vocab = Vocab::read(gguf, default_bos, default_eos)?;
         let (add_bos, add_eos, add_space_prefix) = read_add_flags(gguf, pre_row, &vocab)?;
-        let (inner, spm) = match pre_row {
-            Some(row) => (Some(bpe_tokenizer(gguf, &vocab, row)?), None),
-            None => (None, Some(spm::Spm::new(&vocab))),
+        let merger = match pre_row {
+            Some(row) => Merger::Bpe(Box::new(bpe_tokenizer(gguf, &vocab, row)?)),
+            None => Merger::Spm(Box::new(spm::Spm::new(&vocab))),
         };
         let (special, special_finder) = special_tokens(&vocab)?;
         Ok(Tokenizer {
             kind,
-            inner,
-            spm,
+            merger,
             vocab,
             add_bos,
             add_eos,
@@ -319,11 +324,9 @@ impl Tokenizer {
     /// Encodes text holding no special tokens: SentencePiece's merger, or
     /// the `tokenizers` pipeline.
     fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        if let Some(spm) = &self.spm {
-            return spm.encode(&self.vocab, text, out);
-        }
-        let Some(inner) = &self.inner else {
-            return Ok(());
+        let inner = match &self.merger {
+            Merger::Spm(spm) => return spm.encode(&self.vocab, text, out),
+            Merger::Bpe(inner) => inner,
         };
         let enc = inner
             .encode_fast(text, false)
@@ -557,7 +560,10 @@ impl Tokenizer {
     /// no BOS/EOS) of a gpt2 vocabulary; `None` for SentencePiece, which
     /// glint merges itself.
     pub fn inner(&self) -> Option<&tokenizers::Tokenizer> {
-        self.inner.as_ref()
+        match &self.merger {
+            Merger::Bpe(t) => Some(&**t),
+            Merger::Spm(_) => None,
+        }
     }
 }
 
