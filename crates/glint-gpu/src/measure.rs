@@ -25,8 +25,9 @@ use crate::GpuBackend;
 const COPY_WG: u64 = 256;
 
 /// Copies per submit when [`GpuBackend::copy_bandwidth`] times the copy
-/// engine and the copy kernel: enough that one submit's fixed cost is a few percent of the
-/// batch on a fast GPU, few enough that lavapipe's copies stay short.
+/// engine and the copy kernel: enough that one submit's fixed cost is a few
+/// percent of the batch on a fast GPU, few enough that lavapipe's copies
+/// stay short.
 pub const COPY_BATCH: usize = 8;
 
 /// Two device buffers of `bytes` bytes to time copies between; see

@@ -596,9 +596,10 @@ impl<B: Backend> Memory<B> {
     /// sees, and one more, so that cutting its last token off and decoding
     /// it again still finds its window). Its next token is the one after
     /// its last cell, or its first in a later micro-batch of this decode
-    /// where that is not after it (a batch need not continue a sequence). The ring's size, `n_swa` a sequence
-    /// plus one micro-batch (llama.cpp's iSWA size, whose cache frees a
-    /// cell once it is outside its sequence's window), counts on that:
+    /// where that is not after it (a batch need not continue a sequence).
+    /// The ring's size, `n_swa` a sequence plus one micro-batch (llama.cpp's
+    /// iSWA size, whose cache frees a cell once it is outside its
+    /// sequence's window), counts on that:
     /// trimmed only when in a micro-batch, a sequence left as its prompt
     /// ended held `n_swa - 1 + n_ubatch` cells, and with several sequences
     /// filled one after another the ring ran out of room.
@@ -628,12 +629,12 @@ impl<B: Backend> Memory<B> {
                     // later micro-batch of this decode holds it first at a
                     // position not after that (a batch need not continue a
                     // sequence), there.
-                    let last = r.cache.seq_pos_max(s)?;
-                    let later = match r.decode_first.iter().find(|(q, _)| *q == s) {
-                        Some(&(_, p)) if !r.touched.contains(&s) => p,
-                        _ => last + 1,
+                    let after = r.cache.seq_pos_max(s)? + 1;
+                    let next = match r.decode_first.iter().find(|(q, _)| *q == s) {
+                        Some(&(_, p)) if !r.touched.contains(&s) => p.min(after),
+                        _ => after,
                     };
-                    later.min(last + 1) - r.n_swa
+                    next - r.n_swa
                 }
             };
             if cut > 0 && min < cut {
