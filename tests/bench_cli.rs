@@ -214,6 +214,61 @@ fn counters_give_the_steps_work_and_read_ratios() {
     assert_eq!(npl, [1, 1, 4, 4]);
 }
 
+/// `--profile` on wgpu: each kernel's device time over the measured runs,
+/// most first, then the time between dispatches; the bytes the kernels
+/// read add up to the step's modeled reads (`--counters`) once a token.
+#[test]
+fn profile_gives_each_kernels_time_and_reads() {
+    let m = common::model("smollm2");
+    let (text, err) = common::success(common::glint(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--backend",
+        "wgpu",
+        "--counters",
+        "--profile",
+        "-o",
+        "json",
+    ]));
+    let rows: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let r = &rows.as_array().unwrap()[0];
+    let p = r["profile"].as_array().unwrap_or_else(|| panic!("{r}"));
+    let names: Vec<&str> = p.iter().map(|k| k["kernel"].as_str().unwrap()).collect();
+    assert_eq!(names.last(), Some(&"(between dispatches)"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("attention:main")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("matvec_fused:glu Q4_1")),
+        "{names:?}"
+    );
+    let us: Vec<f64> = p.iter().map(|k| k["us"].as_f64().unwrap()).collect();
+    assert!(
+        us[..us.len() - 1].windows(2).all(|w| w[0] >= w[1]),
+        "{us:?}"
+    );
+    assert!(us.iter().all(|&t| t > 0.0), "{us:?}");
+    // Two tokens a run, each a step of the counted dispatches.
+    let c = &r["counters"];
+    let calls: f64 = p[..p.len() - 1]
+        .iter()
+        .map(|k| k["calls"].as_f64().unwrap())
+        .sum();
+    assert_eq!(calls, 2.0 * c["dispatches"].as_f64().unwrap(), "{p:?} {c}");
+    let bytes: f64 = p.iter().map(|k| k["bytes"].as_f64().unwrap()).sum();
+    let step = c["weight_bytes_read"].as_f64().unwrap();
+    assert!((bytes / step - 2.0).abs() < 0.01, "{bytes} {step}");
+}
+
 /// `-npl`: every test at each parallel level, its sequences decoded
 /// together; t/s counts the tokens of all of them, and the bytes a step
 /// must read count the weights once and each sequence's K/V.

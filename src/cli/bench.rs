@@ -101,6 +101,12 @@ pub const FLAGS: &[Flag] = &[
         "wgpu: the work of one decode step per row (dispatches, passes, submits, creations, readbacks)"
     ),
     flag!(
+        "profile",
+        [],
+        None,
+        "wgpu: device time of each kernel over the measured runs (timestamp queries; every submit waits, so t/s drops)"
+    ),
+    flag!(
         "output",
         ["-o"],
         Some("md|json|csv"),
@@ -169,6 +175,7 @@ struct Config {
     adapter: Option<usize>,
     format: Format,
     counters: bool,
+    profile: bool,
     /// `--grp-attn-mode window`: two-window SelfExtend attention.
     window: Option<glint::SelfExtendWindow>,
 }
@@ -329,6 +336,7 @@ fn config(p: &Parsed) -> Result<Config, String> {
         adapter: p.parse("adapter")?,
         format,
         counters: p.has("counters"),
+        profile: p.has("profile"),
         window: super::options::self_extend_window(p)?,
     })
 }
@@ -390,6 +398,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                     backend,
                     adapter: c.adapter,
                     n_threads,
+                    gpu_profile: c.profile && backend != BackendKind::Cpu,
                     ..Default::default()
                 };
                 let model = Model::load(path, &mp).map_err(|e| e.to_string())?;
@@ -463,6 +472,8 @@ struct Measured {
     peak_rss: Option<u64>,
     /// With `--counters` on wgpu: the work of one decode step.
     counters: Option<glint::GpuCounters>,
+    /// With `--profile` on wgpu: each kernel's device time over the runs.
+    profile: Option<Vec<glint::KernelTime>>,
 }
 
 fn run_test(
@@ -481,6 +492,8 @@ fn run_test(
         eprintln!();
     }
     bench::warm_up(&mut ctx, test, &mut rng)?;
+    // The warm-up's kernels are not the runs'.
+    model.take_gpu_profile()?;
     let mut seconds = Vec::with_capacity(reps);
     for r in 0..reps {
         let s = bench::run_once(&mut ctx, test, &mut rng)?;
@@ -499,6 +512,7 @@ fn run_test(
     if tty {
         eprintln!();
     }
+    let profile = model.take_gpu_profile()?;
     let counters = if counters {
         // A step at the test's depth: prompt and depth tokens in the cache.
         bench::step_counters(
@@ -515,6 +529,7 @@ fn run_test(
         memory: model.memory(),
         peak_rss: bench::peak_rss_bytes(),
         counters,
+        profile,
     })
 }
 
@@ -592,6 +607,18 @@ fn row(
             o.insert("weight_bytes_ratio".into(), ratio(c.weight_bytes_read, w));
             o.insert("kv_bytes_ratio".into(), ratio(c.kv_bytes_read, kv));
             o
+        }),
+        // Per run (a test's tokens), over the measured runs.
+        "profile": r.profile.as_ref().map(|p| {
+            let runs = r.seconds.len().max(1) as f64;
+            p.iter()
+                .map(|k| json!({
+                    "kernel": k.label,
+                    "calls": k.calls as f64 / runs,
+                    "us": k.ns / runs / 1e3,
+                    "bytes": k.bytes as f64 / runs,
+                }))
+                .collect::<Vec<_>>()
         }),
     })
 }
@@ -703,6 +730,52 @@ fn markdown(rows: &[Json]) -> String {
         bench::BYTES_FORMULA
     ));
     s.push_str(&counters_markdown(rows));
+    s.push_str(&profile_markdown(rows));
+    s
+}
+
+/// With `--profile`: each row's kernels, by device time per run.
+fn profile_markdown(rows: &[Json]) -> String {
+    let mut s = String::new();
+    for r in rows {
+        let Some(kernels) = r["profile"].as_array() else {
+            continue;
+        };
+        // A generation test's run is n_gen decode steps: shown per step.
+        // (A run at a depth also fills the depth: shown per run.)
+        let steps = match (
+            r["n_prompt"].as_u64(),
+            r["n_depth"].as_u64(),
+            r["n_gen"].as_u64(),
+        ) {
+            (Some(0), Some(0), Some(n)) if n > 0 => n as f64,
+            _ => 1.0,
+        };
+        let per = if steps > 1.0 { "decode step" } else { "run" };
+        let us = |k: &Json| k["us"].as_f64().unwrap_or(0.0) / steps;
+        let total: f64 = kernels.iter().map(us).sum();
+        s.push_str(&format!(
+            "\ndevice time of {} {} (npl {}), per {per}, {:.1} us in all:\n\n| kernel | calls | us | % | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n",
+            r["model"].as_str().unwrap_or(""),
+            r["test"].as_str().unwrap_or(""),
+            r["n_parallel"],
+            total
+        ));
+        for k in kernels {
+            let bytes = k["bytes"].as_f64().unwrap_or(0.0) / steps;
+            let gbs = match bytes > 0.0 && us(k) > 0.0 {
+                true => format!("{:.1}", bytes / (us(k) * 1e3)),
+                false => "-".into(),
+            };
+            s.push_str(&format!(
+                "| {} | {:.0} | {:.1} | {:.1}% | {gbs} |\n",
+                k["kernel"].as_str().unwrap_or(""),
+                k["calls"].as_f64().unwrap_or(0.0) / steps,
+                us(k),
+                100.0 * us(k) / total.max(1e-9),
+            ));
+        }
+    }
     s
 }
 

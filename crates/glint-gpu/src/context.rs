@@ -29,6 +29,13 @@ pub struct GpuOptions {
     /// unrolling the kernels' small fixed loops. Also on when the
     /// environment has `GLINT_WGPU_LOOP_BOUNDING` (to compare the two).
     pub loop_bounding: bool,
+    /// Time every dispatch on the device ([`GpuBackend::take_profile`]):
+    /// needs the adapter's `TIMESTAMP_QUERY_INSIDE_PASSES`, and makes each
+    /// submit wait for its work. Also on when the environment has
+    /// `GLINT_GPU_PROFILE`.
+    ///
+    /// [`GpuBackend::take_profile`]: crate::GpuBackend::take_profile
+    pub profile: bool,
 }
 
 /// One adapter, as `--list-adapters` shows it.
@@ -119,6 +126,16 @@ impl Context {
         }
         if opts.disable_subgroups {
             wanted.remove(wgpu::Features::SUBGROUP);
+        }
+        if opts.profile {
+            let need = crate::profile::Profiler::features();
+            if !adapter.features().contains(need) {
+                return Err(BackendError::Device(format!(
+                    "profiling needs {need:?}, which {} lacks",
+                    info.name
+                )));
+            }
+            wanted |= need;
         }
         let features = adapter.features() & wanted;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {

@@ -34,6 +34,7 @@ mod few;
 mod measure;
 mod ops;
 mod pipelines;
+mod profile;
 mod shaders;
 mod submit;
 mod tensor;
@@ -50,6 +51,7 @@ use glint_backend::{
 };
 pub use measure::{CopyProbe, COPY_BATCH};
 use pipelines::PipelineCache;
+pub use profile::{KernelTime, GAPS};
 use submit::Pending;
 pub use submit::MAX_PENDING_OPS;
 use tensor::Counters;
@@ -88,12 +90,18 @@ pub struct GpuBackend {
     /// Split-KV attention's partials ([`ops::attention`]): grown to the
     /// largest split dispatch so far, counted as scratch.
     attn_partials: Mutex<Option<GpuTensor>>,
+    /// Per-dispatch device time, when [`GpuOptions::profile`] asked for it.
+    profiler: Option<profile::Profiler>,
 }
 
 impl GpuBackend {
     /// Open the adapter `opts` picks and a device with its limits.
-    pub fn new(opts: GpuOptions) -> Result<Self> {
+    pub fn new(mut opts: GpuOptions) -> Result<Self> {
+        opts.profile |= std::env::var_os("GLINT_GPU_PROFILE").is_some();
         let ctx = Context::new(&opts)?;
+        let profiler = opts
+            .profile
+            .then(|| profile::Profiler::new(&ctx.device, &ctx.queue));
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
         let params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -116,7 +124,21 @@ impl GpuBackend {
             work: counters::Work::default(),
             max_binding_bytes: opts.max_binding_bytes,
             attn_partials: Mutex::new(None),
+            profiler,
         })
+    }
+
+    /// With [`GpuOptions::profile`]: the device time of every kernel
+    /// variant since the last call (pending work is run first), most
+    /// time first, and last the time between dispatches ([`GAPS`]).
+    /// `None` without profiling.
+    pub fn take_profile(&self) -> Result<Option<Vec<KernelTime>>> {
+        let Some(prof) = &self.profiler else {
+            return Ok(None);
+        };
+        self.flush();
+        self.wait()?;
+        Ok(Some(prof.take()))
     }
 
     /// The work counters so far: read before and after a step, the

@@ -38,6 +38,9 @@ pub(crate) struct Pending {
     /// them must wait for the ops (it would land before them); a write to
     /// any other buffer need not submit them.
     bound: std::collections::HashSet<wgpu::Buffer>,
+    /// Profiling: the kernel (the profiler's index) of each dispatch
+    /// recorded, in order; dispatch n's timestamps are queries 2n, 2n + 1.
+    profiled: Vec<usize>,
 }
 
 impl Pending {
@@ -48,6 +51,7 @@ impl Pending {
             n_ops: 0,
             params: Vec::new(),
             bound: std::collections::HashSet::new(),
+            profiled: Vec::new(),
         }
     }
 }
@@ -61,7 +65,11 @@ impl GpuBackend {
 
     fn submit(&self, p: &mut Pending) {
         p.pass = None;
-        if let Some(enc) = p.encoder.take() {
+        let profiled = std::mem::take(&mut p.profiled);
+        if let Some(mut enc) = p.encoder.take() {
+            if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
+                prof.resolve(&mut enc, profiled.len());
+            }
             if !p.params.is_empty() {
                 Work::add(&self.work.queue_writes, 1);
                 Work::add(&self.work.queue_write_bytes, p.params.len() as u64);
@@ -69,6 +77,11 @@ impl GpuBackend {
             }
             self.ctx.queue.submit([enc.finish()]);
             Work::add(&self.work.submits, 1);
+            if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
+                // A lost reading is a hole in the profile, not an error of
+                // the ops: device errors surface at the next read or sync.
+                let _ = prof.collect(&self.ctx.device, &profiled);
+            }
         }
         p.params.clear();
         p.n_ops = 0;
@@ -229,10 +242,23 @@ impl GpuBackend {
             p.pass = Some(pass);
             Work::add(&self.work.passes, 1);
         }
+        let n = p.profiled.len();
+        if let Some(prof) = &self.profiler {
+            let bytes =
+                self.work.weight_bytes_read.load(Relaxed) + self.work.kv_bytes_read.load(Relaxed);
+            let k = prof.kernel(&key, bytes);
+            p.profiled.push(k);
+        }
         let pass = p.pass.as_mut().expect("a pass was just opened");
         pass.set_pipeline(&pipe.pipeline);
         pass.set_bind_group(0, &bg, &[offset as u32]);
+        if let Some(prof) = &self.profiler {
+            prof.stamp(pass, n, false);
+        }
         pass.dispatch_workgroups(x as u32, y as u32, 1);
+        if let Some(prof) = &self.profiler {
+            prof.stamp(pass, n, true);
+        }
         Ok(())
     }
 

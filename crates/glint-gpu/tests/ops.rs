@@ -806,3 +806,71 @@ fn a_tensor_of_another_backend_is_an_error() {
     assert_eq!(read_f32(&ta), vec![1.0; 8]);
     let _ = a;
 }
+
+/// With profiling on (lavapipe has `TIMESTAMP_QUERY_INSIDE_PASSES`): each
+/// dispatch is timed once under its kernel variant's label, with the
+/// weight bytes the work counters model for it; the time between
+/// dispatches is its own last row; a reading starts the next from zero.
+#[test]
+fn profile_times_each_dispatch_under_its_kernel() {
+    let be = GpuBackend::new(GpuOptions {
+        profile: true,
+        ..Default::default()
+    })
+    .expect("a wgpu adapter with timestamps inside passes");
+    // 37 rows: not a whole number of any matvec workgroup's rows.
+    let (k, n) = (256, 37);
+    let mut r = Rng(seed());
+    let rb = GgmlType::Q8_0.bytes_for(k as u64).unwrap() as usize;
+    let vals = r.vec_scaled(k * n, 1.0);
+    let mut bytes = vec![0u8; rb * n];
+    for (row, out) in vals.chunks(k).zip(bytes.chunks_mut(rb)) {
+        glint_quant::quantize_row(GgmlType::Q8_0, row, out).unwrap();
+    }
+    let w = be
+        .weight(
+            common::desc(GgmlType::Q8_0, [k, n, 1, 1], Usage::Weights),
+            SharedBytes::from_vec(bytes),
+        )
+        .unwrap();
+    let buf = |ne: [usize; 4]| be.alloc(common::desc(F32, ne, Usage::Scratch)).unwrap();
+    let (x, o1, o2, sum) = (
+        buf([k, 1, 1, 1]),
+        buf([n, 1, 1, 1]),
+        buf([n, 1, 1, 1]),
+        buf([n, 1, 1, 1]),
+    );
+    be.write(&x, 0, bytemuck::cast_slice(&r.vec_scaled(k, 1.0)))
+        .unwrap();
+    assert!(be.take_profile().unwrap().is_some());
+    let before = be.work_counters();
+    be.mul_mat(&w, &x, &o1).unwrap();
+    be.mul_mat(&w, &x, &o2).unwrap();
+    be.add(&o1, &o2, &sum).unwrap();
+    be.sync().unwrap();
+    let c = be.work_counters().since(&before);
+    let p = be.take_profile().unwrap().unwrap();
+    let labels: Vec<&str> = p.iter().map(|k| k.label.as_str()).collect();
+    assert_eq!(labels.len(), 3, "{labels:?}");
+    assert_eq!(labels[2], glint_gpu::GAPS);
+    let mv = p
+        .iter()
+        .find(|k| k.label.starts_with("mul_mat:matvec Q8_0 ["))
+        .unwrap_or_else(|| panic!("{labels:?}"));
+    assert_eq!((mv.calls, mv.bytes), (2, 2 * (n * rb) as u64), "{mv:?}");
+    let add = p
+        .iter()
+        .find(|k| k.label.starts_with("binary:main"))
+        .unwrap_or_else(|| panic!("{labels:?}"));
+    assert_eq!((add.calls, add.bytes), (1, 0), "{add:?}");
+    assert!(p[..2].iter().all(|k| k.ns > 0.0), "{p:?}");
+    assert!(p[0].ns >= p[1].ns, "most time first: {p:?}");
+    assert_eq!(mv.calls + add.calls, c.dispatches);
+    // One submit: a gap between each dispatch and the next.
+    assert_eq!((c.submits, p[2].calls), (1, 2), "{c:?} {p:?}");
+    let again = be.take_profile().unwrap().unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].calls, again[0].ns), (0, 0.0));
+    // Without profiling, nothing to take.
+    assert!(gpu().take_profile().unwrap().is_none());
+}

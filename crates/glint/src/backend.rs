@@ -91,6 +91,7 @@ impl LoadedBackend {
             let gpu = || {
                 GpuBackend::new(glint_gpu::GpuOptions {
                     adapter_index: params.adapter,
+                    profile: params.gpu_profile,
                     ..Default::default()
                 })
             };

@@ -61,7 +61,7 @@ pub use glint_backend::MemoryReport;
 pub use glint_cpu::Precision as CpuPrecision;
 pub use glint_gguf as gguf;
 #[cfg(feature = "wgpu")]
-pub use glint_gpu::GpuCounters;
+pub use glint_gpu::{GpuCounters, KernelTime};
 pub use glint_grammar as grammar;
 pub use glint_kv as kv;
 pub use glint_model::{HParams, RopeOverrides, RopeScaling};

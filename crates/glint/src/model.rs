@@ -125,6 +125,18 @@ impl Model {
         }
     }
 
+    /// Loaded with [`ModelParams::gpu_profile`] on wgpu: each kernel
+    /// variant's device time since the last call, most first, then the
+    /// time between dispatches; `None` otherwise.
+    #[cfg(feature = "wgpu")]
+    pub fn take_gpu_profile(&self) -> Result<Option<Vec<glint_gpu::KernelTime>>, Error> {
+        match &self.inner.backend {
+            LoadedBackend::Gpu(l) => Ok(l.be.take_profile()?),
+            #[allow(unreachable_patterns)]
+            _ => Ok(None),
+        }
+    }
+
     pub(crate) fn backend(&self) -> &LoadedBackend {
         &self.inner.backend
     }

@@ -43,6 +43,10 @@ pub struct ModelParams {
     /// Overrides of the file's RoPE settings (`--rope-scaling yarn
     /// --rope-scale 4`, ...), for contexts beyond the trained one.
     pub rope: glint_model::RopeOverrides,
+    /// wgpu: time every kernel on the device (`glint bench --profile`;
+    /// see [`Model::take_gpu_profile`](crate::Model::take_gpu_profile)).
+    /// Ignored by the cpu backend.
+    pub gpu_profile: bool,
     /// cpu numerics: ggml's (default; follows llama.cpp) or plain f32 (what
     /// the WGSL kernels compute).
     #[cfg(feature = "cpu")]
