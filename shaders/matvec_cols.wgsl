@@ -19,6 +19,32 @@
 // Columns one dispatch takes: ops/mul_mat.rs's MATVEC_MAX_M.
 const MAX_COLS: u32 = 8u;
 
+// Flag SGROW (with USE_SUBGROUPS; ops/mul_mat.rs's matvec_key sets it where
+// the device has subgroups): a row is one subgroup's, not the workgroup's.
+// Workgroup i takes rows i * RPW .. + RPW (RPW: the launcher's, WG over
+// the adapter's smallest subgroup size), subgroup s of it rows s, s +
+// n_sg, ...; its lanes stride the row and one subgroupAdd sums a column,
+// with no barrier and no workgroup memory. Without: one row a workgroup,
+// WG lanes, reduce.wgsl's wg_sum.
+override RPW: u32 = 1u;
+
+// A row's column sum of every lane's `v` (in the row's control flow).
+fn row_sum(ln: Lane, v: f32) -> f32 {
+#ifdef SGROW
+    return subgroupAdd(v);
+#else
+    return wg_sum(ln, v);
+#endif
+}
+
+// The entry points take their rows as
+//     for (var r = first; r < end; r += step)
+// with a row's lanes `lane` of `lanes`, set under #ifdef SGROW from the
+// subgroup builtins (rows group * RPW + sg_id, + n_sg, ... below the
+// group's end; lane sg_inv of sg_size), else from the workgroup (its one
+// row; lane lid of WG: bounds uniform across the workgroup, so the loop
+// may hold wg_sum's barriers).
+
 // Flag NORM: the matvec of RMSNorm(x) * nw (the including shader binds
 // `nw`, the norm's weights, typed as x, and has `p.eps`). Each lane dots
 // its weights with x * nw and sums the squares of the x it reads, so the
@@ -30,7 +56,7 @@ var<private> ssq: array<f32, MAX_COLS>;
 
 // 1 / RMS of x's column c, from every lane's ssq[c] (after partials).
 fn inv_rms(ln: Lane, c: u32) -> f32 {
-    return 1.0 / sqrt(wg_sum(ln, ssq[c]) / f32(p.k) + p.eps);
+    return 1.0 / sqrt(row_sum(ln, ssq[c]) / f32(p.k) + p.eps);
 }
 #endif
 
@@ -112,20 +138,20 @@ fn pair_dot(w: array<vec4<f32>, 2>, c: u32, e: u32) -> f32 {
 // a lane takes 4 bytes of a block's quants and both their nibbles), the
 // lanes of a step on adjacent pairs, UNROLL steps' weights loaded before
 // they are used.
-fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
+fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
     var s: array<f32, MAX_COLS>;
 #ifdef NORM
     ssq = array<f32, MAX_COLS>();
 #endif
     let k8 = p.k / 8u;
-    var g = lid;
-    for (; g + (UNROLL - 1u) * WG < k8; g += UNROLL * WG) {
+    var g = lane;
+    for (; g + (UNROLL - 1u) * lanes < k8; g += UNROLL * lanes) {
         var w: array<array<vec4<f32>, 2>, UNROLL>;
         for (var u = 0u; u < UNROLL; u++) {
-            w[u] = dequant_pair(rb, g + u * WG);
+            w[u] = dequant_pair(rb, g + u * lanes);
         }
         for (var u = 0u; u < UNROLL; u++) {
-            let e = pair_at(g + u * WG);
+            let e = pair_at(g + u * lanes);
             for (var c = 0u; c < COLS; c++) {
                 if (c < p.m) {
                     s[c] += pair_dot(w[u], c, e);
@@ -133,7 +159,7 @@ fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
             }
         }
     }
-    for (; g < k8; g += WG) {
+    for (; g < k8; g += lanes) {
         let w = dequant_pair(rb, g);
         let e = pair_at(g);
         for (var c = 0u; c < COLS; c++) {
@@ -143,7 +169,7 @@ fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
         }
     }
     // k % 8 == 4 (plain floats only; P8 holds k % 4 == 0): the last 4.
-    if (k8 * 8u < p.k && lid == 0u) {
+    if (k8 * 8u < p.k && lane == 0u) {
         let e = k8 * 8u;
         let w = dequant4(rb, e);
         for (var c = 0u; c < COLS; c++) {
@@ -184,13 +210,13 @@ fn dot1(w: f32, c: u32, e: u32) -> f32 {
 #endif
 }
 
-fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
+fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
     var s: array<f32, MAX_COLS>;
 #ifdef NORM
     ssq = array<f32, MAX_COLS>();
 #endif
     let k4 = p.k / 4u;
-    for (var q = lid; q < k4; q += WG) {
+    for (var q = lane; q < k4; q += lanes) {
         let e = q * 4u;
         let w = dequant4(rb, e);
         for (var c = 0u; c < COLS; c++) {
@@ -199,7 +225,7 @@ fn partials(lid: u32, rb: u32) -> array<f32, MAX_COLS> {
             }
         }
     }
-    for (var e = k4 * 4u + lid; e < p.k; e += WG) {
+    for (var e = k4 * 4u + lane; e < p.k; e += lanes) {
         let w = dequant1(rb, e);
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {

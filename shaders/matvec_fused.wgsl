@@ -17,8 +17,8 @@
 //   or (GLU) out [n0, m]: entry `glu`, out = act(W_0 . x) * (W_1 . x) with
 //             act silu (OP 2) or gelu (OP 3), as binary.wgsl's glu (n1 = n0)
 //   last: params, uniform Params
-// One workgroup per row (of all the parts), every column (m <= MAX_COLS), as
-// the matvec: the sums are matvec_cols.wgsl's.
+// One workgroup (SGROW: subgroup) per row (of all the parts), every column
+// (m <= MAX_COLS), as the matvec: the sums are matvec_cols.wgsl's.
 #include "index.wgsl"
 #include "common.wgsl"
 #include "TYPE_FILE"
@@ -119,33 +119,45 @@ const WG: u32 = 64u;
 #ifdef GLU
 @compute @workgroup_size(WG)
 fn glu(inv: Inv, ln: Lane) {
-    let r = group_index(inv);
-    if (r >= p.n0) {
-        return;
-    }
 #ifdef POST
-    post_begin(ln, inv.lid.x, r == 0u);
+    post_begin(ln, inv.lid.x, group_index(inv) == 0u);
 #endif
-    let sg = partials(inv.lid.x, p.wb0 + r * p.row_bytes);
-    let su = partials(inv.lid.x, p.wb1 + r * p.row_bytes);
-    for (var c = 0u; c < COLS; c++) {
-        if (c < p.m) {
-            var gate = wg_sum(ln, sg[c]);
-            var up = wg_sum(ln, su[c]);
+#ifdef SGROW
+    let r0 = group_index(inv) * RPW;
+    let first = r0 + ln.sg_id;
+    let end = min(r0 + RPW, p.n0);
+    let step = ln.n_sg;
+    let lane = ln.sg_inv;
+    let lanes = ln.sg_size;
+#else
+    let first = group_index(inv);
+    let end = min(first + 1u, p.n0);
+    let step = 1u;
+    let lane = inv.lid.x;
+    let lanes = WG;
+#endif
+    for (var r = first; r < end; r += step) {
+        let sg = partials(lane, lanes, p.wb0 + r * p.row_bytes);
+        let su = partials(lane, lanes, p.wb1 + r * p.row_bytes);
+        for (var c = 0u; c < COLS; c++) {
+            if (c < p.m) {
+                var gate = row_sum(ln, sg[c]);
+                var up = row_sum(ln, su[c]);
 #ifdef NORM
-            // ssq: from su's partials, the squares sg's summed too.
-            let ir = inv_rms(ln, c);
-            gate *= ir;
-            up *= ir;
+                // ssq: from su's partials, the squares sg's summed too.
+                let ir = inv_rms(ln, c);
+                gate *= ir;
+                up *= ir;
 #endif
-            if (inv.lid.x == 0u) {
-                var a: f32;
-                if (OP == 2u) {
-                    a = silu(gate);
-                } else {
-                    a = gelu(gate);
+                if (lane == 0u) {
+                    var a: f32;
+                    if (OP == 2u) {
+                        a = silu(gate);
+                    } else {
+                        a = gelu(gate);
+                    }
+                    out[c * p.n0 + r] = a * up;
                 }
-                out[c * p.n0 + r] = a * up;
             }
         }
     }
@@ -154,41 +166,53 @@ fn glu(inv: Inv, ln: Lane) {
 @compute @workgroup_size(WG)
 fn multi(inv: Inv, ln: Lane) {
     // Rows of every part: part 0's rows, then part 1's, then part 2's.
-    let row = group_index(inv);
-    if (row >= p.n0 + p.n1 + p.n2) {
-        return;
-    }
 #ifdef POST
-    post_begin(ln, inv.lid.x, row == 0u);
+    post_begin(ln, inv.lid.x, group_index(inv) == 0u);
 #endif
-    var part = 0u;
-    var r = row;
-    var wb = p.wb0;
-    if (row >= p.n0 + p.n1) {
-        part = 2u;
-        r = row - p.n0 - p.n1;
-        wb = p.wb2;
-    } else if (row >= p.n0) {
-        part = 1u;
-        r = row - p.n0;
-        wb = p.wb1;
-    }
-    let s = partials(inv.lid.x, wb + r * p.row_bytes);
-    for (var c = 0u; c < COLS; c++) {
-        if (c < p.m) {
-            var total = wg_sum(ln, s[c]);
+#ifdef SGROW
+    let r0 = group_index(inv) * RPW;
+    let first = r0 + ln.sg_id;
+    let end = min(r0 + RPW, p.n0 + p.n1 + p.n2);
+    let step = ln.n_sg;
+    let lane = ln.sg_inv;
+    let lanes = ln.sg_size;
+#else
+    let first = group_index(inv);
+    let end = min(first + 1u, p.n0 + p.n1 + p.n2);
+    let step = 1u;
+    let lane = inv.lid.x;
+    let lanes = WG;
+#endif
+    for (var row = first; row < end; row += step) {
+        var part = 0u;
+        var r = row;
+        var wb = p.wb0;
+        if (row >= p.n0 + p.n1) {
+            part = 2u;
+            r = row - p.n0 - p.n1;
+            wb = p.wb2;
+        } else if (row >= p.n0) {
+            part = 1u;
+            r = row - p.n0;
+            wb = p.wb1;
+        }
+        let s = partials(lane, lanes, wb + r * p.row_bytes);
+        for (var c = 0u; c < COLS; c++) {
+            if (c < p.m) {
+                var total = row_sum(ln, s[c]);
 #ifdef NORM
-            total *= inv_rms(ln, c);
+                total *= inv_rms(ln, c);
 #endif
-            if (inv.lid.x == 0u) {
-                if (part == 0u) {
-                    out0[c * p.n0 + r] = total;
-                } else if (part == 1u) {
-                    out1[c * p.n1 + r] = total;
-                } else {
+                if (lane == 0u) {
+                    if (part == 0u) {
+                        out0[c * p.n0 + r] = total;
+                    } else if (part == 1u) {
+                        out1[c * p.n1 + r] = total;
+                    } else {
 #ifdef THREE
-                    out2[c * p.n2 + r] = total;
+                        out2[c * p.n2 + r] = total;
 #endif
+                    }
                 }
             }
         }

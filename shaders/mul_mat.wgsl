@@ -71,27 +71,40 @@ struct Params {
 const WG: u32 = 64u; // matvec
 #include "matvec_cols.wgsl"
 
-// One workgroup per row of the window, every column (m <= MAX_COLS).
+// One workgroup (SGROW: subgroup) per row of the window, every column
+// (m <= MAX_COLS).
 @compute @workgroup_size(WG)
 fn matvec(inv: Inv, ln: Lane) {
-    let r = group_index(inv);
-    if (r >= p.n_local) {
-        return;
-    }
-    let s = partials(inv.lid.x, r * p.row_bytes);
-    for (var c = 0u; c < COLS; c++) {
-        if (c < p.m) {
-            var total = wg_sum(ln, s[c]);
-#ifdef NORM
-            total *= inv_rms(ln, c);
-#endif
-            if (inv.lid.x == 0u) {
-                let o = c * p.n + p.row0 + r;
-#ifdef ADD
-                out[o] = res[o] + total;
+#ifdef SGROW
+    let r0 = group_index(inv) * RPW;
+    let first = r0 + ln.sg_id;
+    let end = min(r0 + RPW, p.n_local);
+    let step = ln.n_sg;
+    let lane = ln.sg_inv;
+    let lanes = ln.sg_size;
 #else
-                out[o] = total;
+    let first = group_index(inv);
+    let end = min(first + 1u, p.n_local);
+    let step = 1u;
+    let lane = inv.lid.x;
+    let lanes = WG;
 #endif
+    for (var r = first; r < end; r += step) {
+        let s = partials(lane, lanes, r * p.row_bytes);
+        for (var c = 0u; c < COLS; c++) {
+            if (c < p.m) {
+                var total = row_sum(ln, s[c]);
+#ifdef NORM
+                total *= inv_rms(ln, c);
+#endif
+                if (lane == 0u) {
+                    let o = c * p.n + p.row0 + r;
+#ifdef ADD
+                    out[o] = res[o] + total;
+#else
+                    out[o] = total;
+#endif
+                }
             }
         }
     }

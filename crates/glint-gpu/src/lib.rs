@@ -92,6 +92,10 @@ pub struct GpuBackend {
     attn_partials: Mutex<Option<GpuTensor>>,
     /// Per-dispatch device time, when [`GpuOptions::profile`] asked for it.
     profiler: Option<profile::Profiler>,
+    /// Matvecs take a row a subgroup (flag `SGROW`) where the device has
+    /// subgroups; off when the environment has `GLINT_MATVEC_WG_ROWS` (a
+    /// row a workgroup, as before: to compare the two on a device).
+    matvec_sgrow: bool,
 }
 
 impl GpuBackend {
@@ -125,6 +129,7 @@ impl GpuBackend {
             max_binding_bytes: opts.max_binding_bytes,
             attn_partials: Mutex::new(None),
             profiler,
+            matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
         })
     }
 

@@ -297,11 +297,13 @@ mod tests {
     /// are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
-        const OWN: [&str; 7] = ["ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST"];
+        const OWN: [&str; 8] = [
+            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW",
+        ];
         // Flags that are only ever asked for with others (a variant
         // without them is never made: POST's shader refuses to compile
-        // without P8).
-        const NEEDS: [(&str, [&str; 2]); 1] = [("POST", ["NORM", "P8"])];
+        // without P8; SGROW's subgroup rows need subgroups).
+        const NEEDS: [(&str, &[&str]); 2] = [("POST", &["NORM", "P8"]), ("SGROW", &[SUBGROUPS])];
         let mut seen = std::collections::HashSet::new();
         let mut failed = Vec::new();
         for (path, text) in SOURCES {

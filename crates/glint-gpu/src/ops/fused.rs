@@ -9,7 +9,7 @@
 use glint_backend::{check, GgmlType, Glu, PostAdd, Result};
 
 // Columns a fused matvec takes: `mul_mat`'s matvec range.
-use super::mul_mat::{matvec_key, Norm, MATVEC_MAX_M as MAX_M};
+use super::mul_mat::{matvec_groups, matvec_key, Norm, MATVEC_MAX_M as MAX_M};
 use super::{f32_bits, T};
 use crate::pipelines::{Flags, PipelineKey};
 use crate::tensor::Bind;
@@ -184,7 +184,8 @@ pub(crate) fn mul_mats(
     let (po, n_po) = post_out(&post, outs[0]);
     os[outs.len()] = po;
     let n_os = outs.len() + n_po;
-    be.dispatch(k, &ins.binds[..ins.n_in], &os[..n_os], p, rows)?;
+    let n_wg = matvec_groups(be, rows);
+    be.dispatch(k, &ins.binds[..ins.n_in], &os[..n_os], p, n_wg)?;
     Ok(true)
 }
 
@@ -214,7 +215,7 @@ pub(crate) fn mul_mats_glu(
     };
     // Each workgroup reads a gate row and an up row, for every column.
     be.weight_read(wg, (2 * p[3] as usize * p[2] as usize) as u64);
-    let n_wg = p[3] as usize;
+    let n_wg = matvec_groups(be, p[3] as usize);
     let (k, ins, p) = key(
         be,
         "glu",

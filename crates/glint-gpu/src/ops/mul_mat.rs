@@ -31,6 +31,8 @@ pub(crate) fn cols(m: usize) -> f64 {
 /// `glint bench --synthetic llama2-7b:q4_0` tg128 99.4 -> 135.6 t/s, four
 /// sequences 197.7 -> 283.1. Unrolling by 1 or 2 instead of 4, and
 /// `u32_at` without its branch, were within the noise.
+///
+/// With subgroups, also `SGROW` and its `RPW` ([`matvec_rows_per_group`]).
 pub(crate) fn matvec_key(
     be: &GpuBackend,
     key: PipelineKey,
@@ -43,9 +45,44 @@ pub(crate) fn matvec_key(
         flags.push("P8");
     }
     flags.extend_from_slice(extra);
-    key.with_type(ty)
+    let rpw = matvec_rows_per_group(be);
+    if rpw > 0 {
+        flags.push("SGROW");
+    }
+    let key = key
+        .with_type(ty)
         .with_flags(flags)
-        .with_constant("COLS", cols(m))
+        .with_constant("COLS", cols(m));
+    match rpw {
+        0 => key,
+        n => key.with_constant("RPW", n as f64),
+    }
+}
+
+/// Lanes of a matvec workgroup (`WG` in mul_mat.wgsl and matvec_fused.wgsl).
+const MATVEC_WG: usize = 64;
+
+/// Rows a matvec workgroup takes with flag `SGROW` (one a subgroup: 64
+/// lanes over the adapter's smallest subgroup size, at least 1), or 0
+/// where the device has no subgroups or [`GpuBackend::matvec_sgrow`] is
+/// off: one row a workgroup, its 64 lanes summing through workgroup
+/// memory.
+///
+/// lavapipe (subgroups of 8, 2 cores), `glint bench -p 0 -n 16 -r 3`, a
+/// row a workgroup -> a row a subgroup: SmolLM2 tg16 0.61 -> 4.36 t/s,
+/// Gemma 3 270M 0.20 -> 1.50 (its barriers are costly). Not yet measured
+/// on a GPU: `GLINT_MATVEC_WG_ROWS=1` gives the old path to compare.
+pub(crate) fn matvec_rows_per_group(be: &GpuBackend) -> usize {
+    if !be.features_used().subgroups || !be.matvec_sgrow {
+        return 0;
+    }
+    let min = be.ctx.info.subgroup_min_size.max(1) as usize;
+    (MATVEC_WG / min).max(1)
+}
+
+/// Workgroups a matvec of `rows` rows takes.
+pub(crate) fn matvec_groups(be: &GpuBackend, rows: usize) -> usize {
+    rows.div_ceil(matvec_rows_per_group(be).max(1))
 }
 
 /// w: [k, n] any weight format; x: [k, m] f32; out: [n, m] f32.
@@ -87,7 +124,7 @@ pub(crate) fn mul_mat_normed(be: &GpuBackend, w: &T, x: &T, norm: Norm, out: &T)
     };
     for win in be.windows(op, w)?.iter() {
         let n_wg = if matvec {
-            win.n_rows
+            matvec_groups(be, win.n_rows)
         } else {
             win.n_rows.div_ceil(64) * m.div_ceil(64)
         };
@@ -146,6 +183,7 @@ pub(crate) fn mul_mat_add(be: &GpuBackend, w: &T, x: &T, res: &T, out: &T) -> Re
     ];
     be.weight_read(w, win.n_rows as u64 * w.desc.row_bytes() as u64);
     let ins = [Bind::window(w, win), Bind::whole(x), Bind::whole(res)];
-    be.dispatch(key, &ins, &[Bind::whole(out)], &params, win.n_rows)?;
+    let n_wg = matvec_groups(be, win.n_rows);
+    be.dispatch(key, &ins, &[Bind::whole(out)], &params, n_wg)?;
     Ok(true)
 }
