@@ -242,19 +242,19 @@ pub struct Scratch<T> {
     q: T,        // [n_head * head_dim, T] f32
     k: T,        // [n_embd_kv, T] f32
     v: T,        // [n_embd_kv, T] f32
-    qb: T,       // [n_head * head_dim, T] f32 (bias or norm output)
-    kb: T,       // [n_embd_kv, T] f32
-    vb: T,       // [n_embd_kv, T] f32
+    qb: T,       // [n_head * head_dim, T] f32 (bias or QK-norm output; else [1])
+    kb: T,       // [n_embd_kv, T] f32 (the same)
+    vb: T,       // [n_embd_kv, T] f32 (bias output; else [1])
     qr: T,       // [head_dim, n_head, T] f32, roped
     kr: T,       // [head_dim, n_head_kv, T] f32, roped
     attn: T,     // [n_head * head_dim, T] f32
     o: T,        // [n_embd, T] f32
-    o2: T,       // [n_embd, T] f32, PostAdd::tmp
+    o2: T,       // [n_embd, T] f32, PostAdd::tmp (post-norm models; else [1])
     gate: T,     // [n_ff, T] f32
     up: T,       // [n_ff, T] f32
     act: T,      // [n_ff, T] f32
-    xo: T,       // [n_embd, T] f32, rows that want logits
-    xn: T,       // [n_embd, T] f32, normed
+    xo: T,       // [n_embd, n_out_cap] f32, rows that want logits: grown with logits
+    xn: T,       // [n_embd, n_out_cap] f32, normed
     logits: T,   // [n_vocab, n_out_cap] f32: grown on demand ([`Scratch::reserve_outputs`])
     argmax: T,   // [T] i32
     topk: T,     // [1 + 2 TOPK_CAP, n_out_cap] i32: Backend::top_k's candidates
@@ -301,6 +301,11 @@ impl<T: glint_backend::Tensor> Scratch<T> {
         let i = GgmlType::I32;
         let (n_embd, n_q, n_kv, n_ff) =
             (hp.n_embd, hp.n_head * hp.head_dim, hp.n_embd_kv(), hp.n_ff);
+        // Buffers only some architectures write: [1] elsewhere.
+        let arch = hp.arch;
+        let only = |yes: bool, n: usize| if yes { n } else { 1 };
+        let biased_or_normed = arch.qkv_bias || arch.qk_norm;
+        let n_out = t.min(OUTPUTS_AT_FIRST);
         Ok(Scratch {
             n_tokens_max: t,
             n_kv_max,
@@ -332,29 +337,30 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             q: a(f, n_q * t, "q")?,
             k: a(f, n_kv * t, "k")?,
             v: a(f, n_kv * t, "v")?,
-            qb: a(f, n_q * t, "qb")?,
-            kb: a(f, n_kv * t, "kb")?,
-            vb: a(f, n_kv * t, "vb")?,
+            qb: a(f, only(biased_or_normed, n_q * t), "qb")?,
+            kb: a(f, only(biased_or_normed, n_kv * t), "kb")?,
+            vb: a(f, only(arch.qkv_bias, n_kv * t), "vb")?,
             qr: a(f, n_q * t, "q_rope")?,
             kr: a(f, n_kv * t, "k_rope")?,
             attn: a(f, n_q * t, "attn_out")?,
             o: a(f, n_embd * t, "o")?,
-            o2: a(f, n_embd * t, "o2")?,
+            o2: a(f, only(arch.post_norms, n_embd * t), "o2")?,
             gate: a(f, n_ff * t, "ffn_gate")?,
             up: a(f, n_ff * t, "ffn_up")?,
             act: a(f, n_ff * t, "ffn_act")?,
-            xo: a(f, n_embd * t, "x_out")?,
-            xn: a(f, n_embd * t, "x_out_norm")?,
-            logits: a(f, hp.n_vocab * t.min(OUTPUTS_AT_FIRST), "logits")?,
+            xo: a(f, n_embd * n_out, "x_out")?,
+            xn: a(f, n_embd * n_out, "x_out_norm")?,
+            logits: a(f, hp.n_vocab * n_out, "logits")?,
             argmax: a(i, t, "argmax")?,
-            topk: a(i, (1 + 2 * TOPK_CAP) * t.min(OUTPUTS_AT_FIRST), "top_k")?,
-            n_out_cap: t.min(OUTPUTS_AT_FIRST),
+            topk: a(i, (1 + 2 * TOPK_CAP) * n_out, "top_k")?,
+            n_out_cap: n_out,
         })
     }
 
-    /// Make room for `n_out` logits rows (at most `n_tokens_max`): a new,
-    /// larger buffer when needed (twice the old, or `n_out`). An [`Output`]
-    /// of an earlier pass keeps the old buffer alive until it is dropped.
+    /// Make room for `n_out` logits rows (at most `n_tokens_max`): new,
+    /// larger buffers when needed (twice the old, or `n_out`; the rows of
+    /// the output head's input grow with them). An [`Output`] of an
+    /// earlier pass keeps the old buffers alive until it is dropped.
     pub fn reserve_outputs<B: Backend<Tensor = T>>(
         &mut self,
         backend: &B,
@@ -371,6 +377,16 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             )));
         }
         let cap = n_out.max(2 * self.n_out_cap).min(self.n_tokens_max);
+        let rows = |label: &'static str| {
+            backend.alloc(TensorDesc {
+                ty: GgmlType::F32,
+                ne: [hp.n_embd * cap, 1, 1, 1],
+                label: label.into(),
+                usage: Usage::Scratch,
+            })
+        };
+        self.xo = rows("x_out")?;
+        self.xn = rows("x_out_norm")?;
         self.logits = backend.alloc(TensorDesc {
             ty: GgmlType::F32,
             ne: [hp.n_vocab * cap, 1, 1, 1],
@@ -711,18 +727,18 @@ impl<T: glint_backend::Tensor> Inputs<T> {
 
 /// Views of the scratch at the micro-batch's size that every layer reuses.
 struct Buffers<T> {
-    h: T,    // [n_embd, T], normed input of a block
-    q: T,    // [n_q, T]
-    k: T,    // [n_embd_kv, T]
-    v: T,    // [n_embd_kv, T]
-    qr: T,   // [head_dim, n_head, T], roped
-    kr: T,   // [head_dim, n_head_kv, T], roped
-    attn: T, // [n_q, T]
-    o: T,    // [n_embd, T], a block's output
-    o2: T,   // [n_embd, T], scratch of a pending post-norm's add (PostAdd::tmp)
-    gate: T, // [n_ff, T]
-    up: T,   // [n_ff, T]
-    act: T,  // [n_ff, T]
+    h: T,          // [n_embd, T], normed input of a block
+    q: T,          // [n_q, T]
+    k: T,          // [n_embd_kv, T]
+    v: T,          // [n_embd_kv, T]
+    qr: T,         // [head_dim, n_head, T], roped
+    kr: T,         // [head_dim, n_head_kv, T], roped
+    attn: T,       // [n_q, T]
+    o: T,          // [n_embd, T], a block's output
+    o2: Option<T>, // [n_embd, T], scratch of a pending post-norm's add (PostAdd::tmp): post-norm models
+    gate: T,       // [n_ff, T]
+    up: T,         // [n_ff, T]
+    act: T,        // [n_ff, T]
 }
 
 impl<T: glint_backend::Tensor> Buffers<T> {
@@ -743,7 +759,10 @@ impl<T: glint_backend::Tensor> Buffers<T> {
             kr: view(b, &s.kr, &[hd, nkv, t])?,
             attn: view(b, &s.attn, &[n_q, t])?,
             o: view(b, &s.o, &[n_embd, t])?,
-            o2: view(b, &s.o2, &[n_embd, t])?,
+            o2: match hp.arch.post_norms {
+                true => Some(view(b, &s.o2, &[n_embd, t])?),
+                false => None,
+            },
             gate: view(b, &s.gate, &[hp.n_ff, t])?,
             up: view(b, &s.up, &[hp.n_ff, t])?,
             act: view(b, &s.act, &[hp.n_ff, t])?,
@@ -780,11 +799,13 @@ impl<B: Backend> Layer<'_, B> {
         post: Option<&'t B::Tensor>,
         x2: &'t B::Tensor,
     ) -> Option<PostAdd<'t, B::Tensor>> {
-        post.map(|w| PostAdd {
+        // o2 is there whenever a post-norm is: post-norm weights load only
+        // for the architectures the scratch makes o2 for.
+        post.zip(self.bufs.o2.as_ref()).map(|(w, tmp)| PostAdd {
             y: &self.bufs.o,
             w,
             eps: self.hp.rms_eps,
-            tmp: &self.bufs.o2,
+            tmp,
             out: x2,
         })
     }
