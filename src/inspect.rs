@@ -161,7 +161,10 @@ fn array_json(a: &Array, head: Option<usize>) -> Json {
         Array::I32(v) => take(v, head),
         Array::F32(v) => take(v, head),
         Array::Bool(v) => take(v, head),
-        Array::String(v) => take(v, head),
+        Array::String(v) => {
+            let n = head.unwrap_or(v.len()).min(v.len());
+            Json::Array(v.iter().take(n).map(|s| json!(s)).collect())
+        }
         Array::Array(v) => {
             let n = head.unwrap_or(v.len()).min(v.len());
             Json::Array(v[..n].iter().map(|x| array_json(x, head)).collect())

@@ -413,11 +413,11 @@ impl Preset {
         w.add_kv("tokenizer.ggml.pre", Value::String("default".into()))?;
         w.add_kv(
             "tokenizer.ggml.tokens",
-            Value::Array(Array::String(vocab(self.n_vocab))),
+            Value::Array(Array::String(vocab(self.n_vocab).into())),
         )?;
         w.add_kv(
             "tokenizer.ggml.merges",
-            Value::Array(Array::String(Vec::new())),
+            Value::Array(Array::String(glint::gguf::StrArray::new())),
         )?;
         w.add_kv("tokenizer.ggml.bos_token_id", Value::U32(0))?;
         w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(0))?;

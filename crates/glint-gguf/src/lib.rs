@@ -48,5 +48,5 @@ pub use reader::{
     GgufFile, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC, KEY_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS,
     MAX_KEY_LEN, MAX_KV, MAX_STRING_LEN, MAX_TENSORS, MAX_TENSOR_NAME_LEN,
 };
-pub use value::{Array, Value, ValueType};
+pub use value::{Array, StrArray, Value, ValueType};
 pub use writer::{GgufWriter, TensorWriteFn};

@@ -169,7 +169,7 @@ getters! {
     get_array, require_array, arch_array, require_arch_array,
         &Array, "array", Value::Array(a) => a;
     get_str_array, require_str_array, arch_str_array, require_arch_str_array,
-        &[String], "array of string", Value::Array(Array::String(a)) => a.as_slice();
+        &crate::StrArray, "array of string", Value::Array(Array::String(a)) => a;
     get_f32_array, require_f32_array, arch_f32_array, require_arch_f32_array,
         &[f32], "array of f32", Value::Array(Array::F32(a)) => a.as_slice();
     get_i32_array, require_i32_array, arch_i32_array, require_arch_i32_array,

@@ -384,6 +384,12 @@ impl<'a> Parser<'a> {
     /// A `u64` length + UTF-8 string, the length checked against `max` and
     /// against the bytes left before anything is allocated.
     fn string(&mut self, max: u64, what: &dyn Fn() -> String) -> Result<String> {
+        self.str(max, what).map(str::to_owned)
+    }
+
+    /// A string (u64 length, UTF-8 bytes) of at most `max` bytes, borrowed
+    /// from the buffer.
+    fn str(&mut self, max: u64, what: &dyn Fn() -> String) -> Result<&'a str> {
         let len = self.u64(&|| format!("length of {}", what()))?;
         if len > max {
             return Err(GgufError::OverCap {
@@ -394,7 +400,7 @@ impl<'a> Parser<'a> {
         }
         let offset = self.pos as u64;
         let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::InvalidUtf8 {
+        std::str::from_utf8(bytes).map_err(|_| GgufError::InvalidUtf8 {
             what: what(),
             offset,
         })
@@ -476,11 +482,10 @@ impl<'a> Parser<'a> {
                 Array::Bool(out)
             }
             ValueType::String => {
-                let mut out = Vec::with_capacity(n);
+                let mut out = crate::StrArray::with_capacity(n, 0);
                 for i in 0..n {
-                    out.push(
-                        self.string(MAX_STRING_LEN, &|| format!("string #{i} in key '{key}'"))?,
-                    );
+                    let s = self.str(MAX_STRING_LEN, &|| format!("string #{i} in key '{key}'"))?;
+                    out.push(s);
                 }
                 Array::String(out)
             }

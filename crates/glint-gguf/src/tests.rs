@@ -130,7 +130,7 @@ fn sample_metadata() -> Vec<(&'static str, Value)> {
         ),
         (
             "t.a_str",
-            Value::Array(Array::String(vec!["a".into(), String::new(), "ü🦙".into()])),
+            Value::Array(Array::String(["a", "", "ü🦙"].into())),
         ),
         ("t.a_u64", Value::Array(Array::U64(vec![u64::MAX, 0]))),
         (
@@ -144,7 +144,7 @@ fn sample_metadata() -> Vec<(&'static str, Value)> {
             "t.a_nested",
             Value::Array(Array::Array(vec![
                 Array::I32(vec![1, 2]),
-                Array::String(vec!["x".into()]),
+                Array::String(["x"].into()),
                 Array::Array(vec![Array::Array(vec![Array::Bool(vec![false])])]),
             ])),
         ),

@@ -185,7 +185,7 @@ fn hf_vocab(vocab: &Vocab) -> AHashMap<String, u32> {
         .texts
         .iter()
         .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
+        .map(|(i, t)| (t.to_owned(), i as u32))
         .collect()
 }
 
@@ -231,12 +231,12 @@ fn special_tokens(vocab: &Vocab) -> Result<(Vec<u32>, Option<AhoCorasick>)> {
         None
     } else {
         Some(
-            AhoCorasick::new(special.iter().map(|&i| vocab.texts[i as usize].as_str())).map_err(
-                |e| TokenizerError::Backend {
+            AhoCorasick::new(special.iter().map(|&i| &vocab.texts[i as usize])).map_err(|e| {
+                TokenizerError::Backend {
                     what: "indexing special tokens",
                     message: e.to_string(),
-                },
-            )?,
+                }
+            })?,
         )
     };
     Ok((special, special_finder))
@@ -363,7 +363,7 @@ impl Tokenizer {
             if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
                 continue;
             }
-            let needle = self.vocab.texts[id as usize].as_str();
+            let needle = &self.vocab.texts[id as usize];
             let mut next = Vec::with_capacity(frags.len() + 2);
             for frag in frags {
                 match frag {
@@ -394,7 +394,7 @@ impl Tokenizer {
     pub fn token_to_piece(&self, id: u32, special: bool) -> Result<Cow<'_, [u8]>> {
         let i = self.check_id(id)?;
         let a = self.vocab.attrs[i];
-        let text = self.vocab.texts[i].as_str();
+        let text = &self.vocab.texts[i];
         if a & (attr::CONTROL | attr::UNKNOWN) != 0 {
             return Ok(if special {
                 Cow::Borrowed(text.as_bytes())
@@ -497,7 +497,7 @@ impl Tokenizer {
     /// The token's text as stored in the vocabulary (`Ġ`/`▁` and all), or
     /// `None` out of range.
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.vocab.texts.get(id as usize).map(String::as_str)
+        self.vocab.texts.get(id as usize)
     }
 
     /// The token's stored type, or `None` out of range.
@@ -693,10 +693,13 @@ fn byte_level_decode(text: &str) -> Vec<u8> {
 /// Duplicates keep their first rank, as llama.cpp's map does; merges whose
 /// parts or result are not tokens are dropped (llama.cpp would merge and
 /// then emit the pieces byte by byte; `tokenizers` refuses them).
-fn gpt2_merges(lines: &[String], vocab: &AHashMap<String, u32>) -> Vec<(String, String)> {
+fn gpt2_merges(
+    lines: &glint_gguf::StrArray,
+    vocab: &AHashMap<String, u32>,
+) -> Vec<(String, String)> {
     let mut seen: ahash::AHashSet<(&str, &str)> = ahash::AHashSet::with_capacity(lines.len());
     let mut merges = Vec::with_capacity(lines.len());
-    for line in lines {
+    for line in lines.iter() {
         let Some(pos) = line.bytes().skip(1).position(|b| b == b' ') else {
             continue;
         };

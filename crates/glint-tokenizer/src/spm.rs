@@ -12,6 +12,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use glint_gguf::StrArray;
+
 use crate::error::{Result, TokenizerError};
 use crate::vocab::Vocab;
 use crate::SPM_SPACE;
@@ -28,7 +30,7 @@ struct TextIndex {
 }
 
 impl TextIndex {
-    fn new(texts: &[String]) -> TextIndex {
+    fn new(texts: &StrArray) -> TextIndex {
         let cap = (texts.len() * 2).next_power_of_two().max(16);
         let mut ix = TextIndex {
             slots: vec![EMPTY; cap],
@@ -50,7 +52,7 @@ impl TextIndex {
         self.hasher.hash_one(text) as usize & (self.slots.len() - 1)
     }
 
-    fn get(&self, texts: &[String], text: &str) -> Option<u32> {
+    fn get(&self, texts: &StrArray, text: &str) -> Option<u32> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(text);
         loop {
@@ -58,7 +60,7 @@ impl TextIndex {
             if id == EMPTY {
                 return None;
             }
-            if texts[id as usize] == text {
+            if &texts[id as usize] == text {
                 return Some(id);
             }
             i = (i + 1) & mask;

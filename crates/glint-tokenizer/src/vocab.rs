@@ -2,7 +2,7 @@
 //! special ids and the end-of-generation set (`llama_vocab::impl::load`).
 
 use ahash::AHashMap;
-use glint_gguf::{Array, GgufFile, Value};
+use glint_gguf::{Array, GgufFile, StrArray, Value};
 
 use crate::error::{Result, TokenizerError};
 
@@ -208,7 +208,7 @@ const EOG_NAMES: &[&str] = &[
 /// Token data and special ids, read from GGUF the way llama.cpp reads them.
 pub(crate) struct Vocab {
     /// Token texts, by id; empty texts replaced by `[EMPTY_<id>]` as llama.cpp does.
-    pub texts: Vec<String>,
+    pub texts: StrArray,
     /// Scores, by id (0 where the file has none).
     pub scores: Vec<f32>,
     /// Stored types, by id.
@@ -233,14 +233,17 @@ impl Vocab {
         default_bos: Option<u32>,
         default_eos: Option<u32>,
     ) -> Result<Vocab> {
-        let mut texts: Vec<String> = gguf.require_str_array(KEY_TOKENS)?.to_vec();
-        let n_vocab = texts.len();
+        let stored = gguf.require_str_array(KEY_TOKENS)?;
+        let n_vocab = stored.len();
         if n_vocab == 0 {
             return Err(TokenizerError::EmptyVocab);
         }
-        for (i, t) in texts.iter_mut().enumerate() {
+        let mut texts = StrArray::with_capacity(n_vocab, stored.text_bytes());
+        for (i, t) in stored.iter().enumerate() {
             if t.is_empty() {
-                *t = format!("[EMPTY_{i}]");
+                texts.push(&format!("[EMPTY_{i}]"));
+            } else {
+                texts.push(t);
             }
         }
 
@@ -395,12 +398,12 @@ fn eog_workarounds(by_text: &AHashMap<&str, u32>, eog: &mut Vec<u32>, attrs: &mu
 }
 
 /// Map from text to id; duplicate texts are an error, as in llama.cpp.
-pub(crate) fn index_texts(texts: &[String]) -> Result<AHashMap<&str, u32>> {
+pub(crate) fn index_texts(texts: &StrArray) -> Result<AHashMap<&str, u32>> {
     let mut m: AHashMap<&str, u32> = AHashMap::with_capacity(texts.len());
     for (i, t) in texts.iter().enumerate() {
-        if let Some(first) = m.insert(t.as_str(), i as u32) {
+        if let Some(first) = m.insert(t, i as u32) {
             return Err(TokenizerError::DuplicateToken {
-                text: t.clone(),
+                text: t.to_owned(),
                 first,
                 second: i as u32,
             });

@@ -6,7 +6,7 @@ use glint_gguf::{Array, GgufFile, GgufWriter, Value};
 use glint_tokenizer::{Tokenizer, TokenizerError};
 
 fn strings(v: &[&str]) -> Value {
-    Value::Array(Array::String(v.iter().map(|s| s.to_string()).collect()))
+    Value::Array(Array::String(v.iter().collect()))
 }
 
 fn gguf(kvs: Vec<(&str, Value)>) -> GgufFile {
