@@ -668,7 +668,11 @@ fn run(
             match m {
                 Msg::Job(req, sink) => sched.push(Job { req: *req, sink }),
                 Msg::Slot(id, action, reply) => {
-                    let _ = reply.send(sched.slot_action(&mut ctx, id, action));
+                    let done = sched.slot_action(&mut ctx, id, action);
+                    // The board (GET /slots) shows what the action did
+                    // before its caller hears back, not after the next step.
+                    sched.publish();
+                    let _ = reply.send(done);
                 }
                 Msg::Embed(inputs, pooling, reply) => {
                     let _ = reply.send(sched.embed(&mut ctx, &inputs, pooling));
