@@ -39,9 +39,10 @@ fn row_sum(ln: Lane, v: f32) -> f32 {
 
 // The entry points take their rows as
 //     for (var r = first; r < end; r += step)
-// with a row's lanes `lane` of `lanes`, set under #ifdef SGROW from the
-// subgroup builtins (rows group * RPW + sg_id, + n_sg, ... below the
-// group's end; lane sg_inv of sg_size), else from the workgroup (its one
+// with a row's lanes `lane` of `lanes`, set under flag SGROW from the
+// subgroup (rows group * RPW + sg_id, + n_sg, ... below the group's end;
+// lanes counted among the subgroup's active invocations, at entry, where
+// all are active), else from the workgroup (its one
 // row; lane lid of WG: bounds uniform across the workgroup, so the loop
 // may hold wg_sum's barriers).
 

@@ -127,8 +127,10 @@ fn glu(inv: Inv, ln: Lane) {
     let first = r0 + ln.sg_id;
     let end = min(r0 + RPW, p.n0);
     let step = ln.n_sg;
-    let lane = ln.sg_inv;
-    let lanes = ln.sg_size;
+    // The subgroup's active lanes, counted: a driver may run the 64
+    // lanes in a larger subgroup (sg_size 128, lanes 64..127 inactive).
+    let lane = subgroupExclusiveAdd(1u);
+    let lanes = subgroupAdd(1u);
 #else
     let first = group_index(inv);
     let end = min(first + 1u, p.n0);
@@ -174,8 +176,10 @@ fn multi(inv: Inv, ln: Lane) {
     let first = r0 + ln.sg_id;
     let end = min(r0 + RPW, p.n0 + p.n1 + p.n2);
     let step = ln.n_sg;
-    let lane = ln.sg_inv;
-    let lanes = ln.sg_size;
+    // The subgroup's active lanes, counted: a driver may run the 64
+    // lanes in a larger subgroup (sg_size 128, lanes 64..127 inactive).
+    let lane = subgroupExclusiveAdd(1u);
+    let lanes = subgroupAdd(1u);
 #else
     let first = group_index(inv);
     let end = min(first + 1u, p.n0 + p.n1 + p.n2);

@@ -48,6 +48,9 @@ pub(crate) struct Profiler {
     /// Nanoseconds a tick.
     period_ns: f64,
     totals: Mutex<Totals>,
+    /// A reading failed and the readback buffer may still be mapped: no
+    /// submit resolves into it again (the profile stops; the ops go on).
+    broken: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -80,6 +83,7 @@ impl Profiler {
             readback: buffer("profile readback", U::MAP_READ | U::COPY_DST),
             period_ns: f64::from(queue.get_timestamp_period()),
             totals: Mutex::default(),
+            broken: Default::default(),
         }
     }
 
@@ -116,16 +120,30 @@ impl Profiler {
     }
 
     /// Copy the `n` dispatches' timestamps to the readback buffer (after the
-    /// pass has ended).
-    pub(crate) fn resolve(&self, enc: &mut wgpu::CommandEncoder, n: usize) {
+    /// pass has ended); false, recording nothing, once a reading failed.
+    pub(crate) fn resolve(&self, enc: &mut wgpu::CommandEncoder, n: usize) -> bool {
+        if self.broken.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
         let q = 2 * n as u32;
         enc.resolve_query_set(&self.queries, 0..q, &self.resolve, 0);
         enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, u64::from(q) * 8);
+        true
     }
 
     /// After the submit holding `kernels` (the totals' index of each
     /// dispatch, in order) is done: read its timestamps and add them up.
+    /// A failed reading stops the profile ([`Profiler::resolve`]).
     pub(crate) fn collect(&self, device: &wgpu::Device, kernels: &[usize]) -> Result<()> {
+        let r = self.read(device, kernels);
+        if r.is_err() {
+            self.broken
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn read(&self, device: &wgpu::Device, kernels: &[usize]) -> Result<()> {
         let bytes = kernels.len() as u64 * 16;
         let slice = self.readback.slice(..bytes);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -143,11 +161,12 @@ impl Profiler {
             Ok(Err(e)) => return Err(BackendError::Device(format!("profile map: {e}"))),
             Err(_) => return Err(BackendError::Device("profile map: no callback".into())),
         }
-        let ticks: Vec<u64> = {
-            let view = slice
-                .get_mapped_range()
-                .map_err(|e| BackendError::Device(format!("profile map: {e}")))?;
-            bytemuck::pod_collect_to_vec(&view[..])
+        let ticks: Vec<u64> = match slice.get_mapped_range() {
+            Ok(view) => bytemuck::pod_collect_to_vec(&view[..]),
+            Err(e) => {
+                self.readback.unmap();
+                return Err(BackendError::Device(format!("profile map: {e}")));
+            }
         };
         self.readback.unmap();
         let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
@@ -168,16 +187,15 @@ impl Profiler {
     /// then the gaps' row), and start again from zero.
     pub(crate) fn take(&self) -> Vec<KernelTime> {
         let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<KernelTime> = t
-            .kernels
-            .iter_mut()
-            .filter(|k| k.calls > 0)
-            .map(|k| {
-                let row = k.clone();
-                (k.calls, k.ns, k.bytes) = (0, 0.0, 0);
-                row
-            })
-            .collect();
+        let mut out = Vec::new();
+        for k in t.kernels.iter_mut() {
+            if k.calls > 0 {
+                out.push(k.clone());
+            }
+            // Every row from zero: bytes of a dispatch whose timing was
+            // lost do not carry over.
+            (k.calls, k.ns, k.bytes) = (0, 0.0, 0);
+        }
         out.sort_by(|a, b| b.ns.total_cmp(&a.ns));
         let gaps = std::mem::take(&mut t.gaps);
         out.push(KernelTime {

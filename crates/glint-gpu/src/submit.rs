@@ -65,10 +65,12 @@ impl GpuBackend {
 
     fn submit(&self, p: &mut Pending) {
         p.pass = None;
-        let profiled = std::mem::take(&mut p.profiled);
+        let mut profiled = std::mem::take(&mut p.profiled);
         if let Some(mut enc) = p.encoder.take() {
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
-                prof.resolve(&mut enc, profiled.len());
+                if !prof.resolve(&mut enc, profiled.len()) {
+                    profiled.clear();
+                }
             }
             if !p.params.is_empty() {
                 Work::add(&self.work.queue_writes, 1);

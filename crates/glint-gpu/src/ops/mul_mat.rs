@@ -63,7 +63,8 @@ pub(crate) fn matvec_key(
 const MATVEC_WG: usize = 64;
 
 /// Rows a matvec workgroup takes with flag `SGROW` (one a subgroup: 64
-/// lanes over the adapter's smallest subgroup size, at least 1), or 0
+/// lanes over the adapter's smallest subgroup size, 1 to 8: where the
+/// driver picks larger subgroups, each takes several rows in turn), or 0
 /// where the device has no subgroups or [`GpuBackend::matvec_sgrow`] is
 /// off: one row a workgroup, its 64 lanes summing through workgroup
 /// memory.
@@ -77,7 +78,7 @@ pub(crate) fn matvec_rows_per_group(be: &GpuBackend) -> usize {
         return 0;
     }
     let min = be.ctx.info.subgroup_min_size.max(1) as usize;
-    (MATVEC_WG / min).max(1)
+    (MATVEC_WG / min).clamp(1, 8)
 }
 
 /// Workgroups a matvec of `rows` rows takes.
