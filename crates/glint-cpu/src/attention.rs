@@ -58,11 +58,14 @@ impl Cache<'_> {
 /// unread, tiles every token sees with a zero bias scored without reading
 /// the mask (`wide::block`; on a cpu with AVX-512 F and DQ and heads of
 /// whole 16-lane registers, its 512-bit kernels, `wide512`, the same bits;
-/// [`Kernels::Avx2`] keeps to the AVX2 ones); fewer tokens (decode) run
-/// one task per (token, kv head), every query head of the group against
+/// [`Kernels::Avx2`] keeps to the AVX2 ones); fewer tokens (decode) over
+/// a window of at least `split::SPLIT_MIN_KV` rows run the blocked path's
+/// kernels in three passes split along the window and along the cache
+/// row, K and V read from the cache (`split`); over a shorter window, one
+/// task per (token, kv head), every query head of the group against
 /// each K and V row as it is loaded (F16 rows widened in registers), with
-/// fused multiply-adds (`wide::group`). The two sum in the same order, so
-/// they give the same bits. Elsewhere, and
+/// fused multiply-adds (`wide::group`). The three sum in the same order,
+/// so they give the same bits. Elsewhere, and
 /// always with [`Kernels::Plain`] and [`Kernels::Reference`] (for tests and
 /// benchmarks): one task per (token, head) in plain loops (`Heads::head`).
 /// Each path computes a token the same way whatever else is in its batch,
@@ -136,6 +139,13 @@ pub fn attention_with(
         return;
     }
 
+    #[cfg(target_arch = "x86_64")]
+    if fast && crate::qdot::has_avx2() && p.n_kv >= split::SPLIT_MIN_KV {
+        // Decode at depth: passes split along the cache and the head
+        // (`split`), the blocked path's bits.
+        split::attend(&ctx, par, threads, m, out, q);
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if fast && crate::qdot::has_avx2() {
         // A task takes a whole group, unless that leaves threads idle (a
@@ -434,6 +444,44 @@ impl BlockScratch {
     }
 }
 
+/// A tile of V rows for `weigh_tile`: `rows` rows `stride` apart in `v`,
+/// of which the weighting reads the first `width` elements (a slice of a
+/// wider tile, or of the cache's rows, from where `v` starts); widened to
+/// f32, or the cache's own elements widened in registers.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct VTile<'a, E> {
+    v: &'a [E],
+    stride: usize,
+    rows: usize,
+    width: usize,
+}
+
+impl<E> Clone for VTile<'_, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for VTile<'_, E> {}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl<E> VTile<'_, E> {
+    /// Panics unless `n` output rows `os` apart (`o_len` floats) and their
+    /// weights `ws` apart (`w_len` floats) fit this tile.
+    fn check(&self, n: usize, o_len: usize, os: usize, w_len: usize, ws: usize) {
+        let fits = n >= 1
+            && self.width <= os.min(self.stride)
+            && o_len >= (n - 1) * os + self.width
+            && w_len >= (n - 1) * ws + self.rows
+            && (self.rows == 0 || self.v.len() >= (self.rows - 1) * self.stride + self.width);
+        assert!(
+            fits,
+            "weigh_tile: {n} rows of {} over {} keys at stride {}",
+            self.width, self.rows, self.stride
+        );
+    }
+}
+
 /// What the masks of a block of tokens let through of one tile of cache
 /// rows.
 #[derive(Clone, Copy)]
@@ -560,6 +608,8 @@ impl Heads<'_> {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod split;
 #[cfg(target_arch = "x86_64")]
 mod wide512;
 
@@ -717,8 +767,9 @@ mod wide {
                             Cache::F32(c) => wide512::widen_pairs(c, at, h.row, hd, kt),
                             Cache::F16(c) => wide512::widen_pairs(c, at, h.row, hd, kt),
                         }
+                        let keys = wide512::Widened { kt, hd };
                         wide512::score_tile(
-                            p, qr, rows, g, kt, j0, tn, mask, tl.clear, scores, max,
+                            p, qr, rows, g, keys, j0, tn, mask, tl.clear, scores, max,
                         );
                     }
                     continue;
@@ -726,49 +777,17 @@ mod wide {
                 if near_live {
                     widen_rows(h.k, at, h.row, hd, &mut kt[..tn * hd]);
                 }
-                if let Some((_, k2, _)) = far.filter(|_| far_live) {
-                    widen_rows(k2, at, h.row, hd, &mut kt2[..tn * hd]);
-                }
-                // Rows two at a time against the tile, 8 keys at a time
-                // (`score_rows`: each score as `score8` gives it, so as
-                // `group` scores it).
-                let zero = [_mm256_setzero_ps(); 2];
-                let mut r0 = 0;
-                while r0 < rows {
-                    let nr = (rows - r0).min(2);
-                    let mut vmax = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
-                    let mut c = 0;
-                    while c < tn {
-                        let n = (tn - c).min(8);
-                        let x = if near_live {
-                            score_rows(qr, r0, nr, &kt[c * hd..tn * hd], n, hd)
-                        } else {
-                            zero
-                        };
-                        let x2 = if far_live {
-                            score_rows(qr2, r0, nr, &kt2[c * hd..tn * hd], n, hd)
-                        } else {
-                            zero
-                        };
-                        for t in 0..nr {
-                            let (r, b) = (r0 + t, (r0 + t) / g);
-                            let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
-                            let sc = if tl.clear && n == 8 {
-                                finish8_clear(p, x[t], j0 + c, srow)
-                            } else {
-                                let near_m = &mask[b * n_kv..(b + 1) * n_kv];
-                                let far_m = far.map(|f| &f.2[b * n_kv..(b + 1) * n_kv]);
-                                finish8(p, [x[t], x2[t]], near_m, far_m, j0 + c, n, srow)
-                            };
-                            vmax[t] = _mm256_max_ps(vmax[t], sc);
-                        }
-                        c += n;
+                let far_tile = match far {
+                    Some((_, k2, fm)) if far_live => {
+                        widen_rows(k2, at, h.row, hd, &mut kt2[..tn * hd]);
+                        Some((&qr2[..], &kt2[..tn * hd], fm))
                     }
-                    for t in 0..nr {
-                        max[r0 + t] = max[r0 + t].max(hmax8(vmax[t]));
-                    }
-                    r0 += nr;
-                }
+                    _ => None,
+                };
+                let near_tile = near_live.then_some(&kt[..tn * hd]);
+                score_tile(
+                    p, g, qr, rows, near_tile, far_tile, j0, tn, mask, tl.clear, scores, max,
+                );
             }
             // Softmax as `group` does it: masked weights 0, ggml's
             // normalize-then-round to f16 when asked.
@@ -794,7 +813,12 @@ mod wide {
                 let (j0, tn) = (ti * TILE, TILE.min(n_kv - ti * TILE));
                 let at = (p.kv_start + j0) * h.row + at_head;
                 widen_rows(h.v, at, h.row, hd, &mut vt[..tn * hd]);
-                let vt = &vt[..tn * hd];
+                let vt = VTile {
+                    v: &vt[..tn * hd],
+                    stride: hd,
+                    rows: tn,
+                    width: hd,
+                };
                 let mut r0 = 0;
                 while r0 < rows {
                     let nr = (rows - r0).min(4);
@@ -803,20 +827,20 @@ mod wide {
                         // SAFETY: as above.
                         unsafe {
                             match nr {
-                                4 => wide512::weigh_tile::<4>(oa, w, n_kv, vt, hd),
-                                3 => wide512::weigh_tile::<3>(oa, w, n_kv, vt, hd),
-                                2 => wide512::weigh_tile::<2>(oa, w, n_kv, vt, hd),
-                                _ => wide512::weigh_tile::<1>(oa, w, n_kv, vt, hd),
+                                4 => wide512::weigh_tile::<_, 4>(oa, hd, w, n_kv, vt),
+                                3 => wide512::weigh_tile::<_, 3>(oa, hd, w, n_kv, vt),
+                                2 => wide512::weigh_tile::<_, 2>(oa, hd, w, n_kv, vt),
+                                _ => wide512::weigh_tile::<_, 1>(oa, hd, w, n_kv, vt),
                             }
                         }
                         r0 += nr;
                         continue;
                     }
                     match nr {
-                        4 => weigh_tile::<4>(oa, w, n_kv, vt, hd),
-                        3 => weigh_tile::<3>(oa, w, n_kv, vt, hd),
-                        2 => weigh_tile::<2>(oa, w, n_kv, vt, hd),
-                        _ => weigh_tile::<1>(oa, w, n_kv, vt, hd),
+                        4 => weigh_tile::<_, 4>(oa, hd, w, n_kv, vt),
+                        3 => weigh_tile::<_, 3>(oa, hd, w, n_kv, vt),
+                        2 => weigh_tile::<_, 2>(oa, hd, w, n_kv, vt),
+                        _ => weigh_tile::<_, 1>(oa, hd, w, n_kv, vt),
                     }
                     r0 += nr;
                 }
@@ -839,59 +863,125 @@ mod wide {
         }
     }
 
-    /// `o[t] += sum_jj w[t * stride + jj] * vt[jj]` for `N` rows (`o[t *
-    /// hd..]`) over the `vt.len() / hd` rows of a tile (`vt[jj * hd..][..hd]`),
-    /// a 16-element chunk of each row's sum in registers across the tile.
+    /// Rows `0..rows` of `qr` (`[hd, rows]`, row `r` of token `r / g`)
+    /// against one tile of `tn` keys from cache row `j0`, two rows and 8
+    /// keys at a time ([`score_rows`]: each score as [`score8`] gives it):
+    /// `near`, the tile widened, where some pair of it uses the near keys;
+    /// `far`, a SelfExtend window's distant queries, its tile of grouped
+    /// keys and its mask (`[n_kv, tokens]`), where some pair uses those.
+    /// Scores into `scores` (row `r` at `scores[r * p.n_kv..]`), each row's
+    /// largest folded into `max`. `mask`: `[n_kv, tokens]`; `clear`: the
+    /// tile's mask is +0 for every token (not read).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn weigh_tile<const N: usize>(
-        o: &mut [f32],
-        w: &[f32],
-        stride: usize,
-        vt: &[f32],
-        hd: usize,
+    pub(super) fn score_tile(
+        p: &AttnParams,
+        g: usize,
+        qr: &[f32],
+        rows: usize,
+        near: Option<&[f32]>,
+        far: Option<(&[f32], &[f32], &[f32])>,
+        j0: usize,
+        tn: usize,
+        mask: &[f32],
+        clear: bool,
+        scores: &mut [f32],
+        max: &mut [f32],
     ) {
-        let tn = vt.len() / hd;
-        assert!(
-            N >= 1 && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
-            "weigh_tile: {N} rows of {hd} over {tn} keys"
-        );
+        let (hd, n_kv) = (p.head_dim, p.n_kv);
+        let zero = [_mm256_setzero_ps(); 2];
+        let mut r0 = 0;
+        while r0 < rows {
+            let nr = (rows - r0).min(2);
+            let mut vmax = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+            let mut c = 0;
+            while c < tn {
+                let n = (tn - c).min(8);
+                let x = match near {
+                    Some(kt) => score_rows(qr, r0, nr, &kt[c * hd..], n, hd),
+                    None => zero,
+                };
+                let x2 = match far {
+                    Some((qr2, kt2, _)) => score_rows(qr2, r0, nr, &kt2[c * hd..], n, hd),
+                    None => zero,
+                };
+                for t in 0..nr {
+                    let (r, b) = (r0 + t, (r0 + t) / g);
+                    let srow = &mut scores[r * n_kv..(r + 1) * n_kv];
+                    let sc = if clear && n == 8 {
+                        finish8_clear(p, x[t], j0 + c, srow)
+                    } else {
+                        let near_m = &mask[b * n_kv..(b + 1) * n_kv];
+                        let far_m = far.map(|f| &f.2[b * n_kv..(b + 1) * n_kv]);
+                        finish8(p, [x[t], x2[t]], near_m, far_m, j0 + c, n, srow)
+                    };
+                    vmax[t] = _mm256_max_ps(vmax[t], sc);
+                }
+                c += n;
+            }
+            for t in 0..nr {
+                max[r0 + t] = max[r0 + t].max(hmax8(vmax[t]));
+            }
+            r0 += nr;
+        }
+    }
+
+    /// `o[t] += sum_jj w[t * ws + jj] * V[jj]` for `N` rows (`o[t *
+    /// os..][..vt.width]`) over the rows `V[jj]` of a tile, a 16-element
+    /// chunk of each row's sum in registers across the tile.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn weigh_tile<E: Elem, const N: usize>(
+        o: &mut [f32],
+        os: usize,
+        w: &[f32],
+        ws: usize,
+        vt: VTile<E>,
+    ) {
+        let VTile {
+            v,
+            stride,
+            rows: tn,
+            width,
+        } = vt;
+        vt.check(N, o.len(), os, w.len(), ws);
         let mut d = 0;
-        while d + 16 <= hd {
+        while d + 16 <= width {
             let mut a0 = [_mm256_setzero_ps(); N];
             let mut a1 = [_mm256_setzero_ps(); N];
             for t in 0..N {
-                a0[t] = f32::ld8(o, t * hd + d);
-                a1[t] = f32::ld8(o, t * hd + d + 8);
+                a0[t] = f32::ld8(o, t * os + d);
+                a1[t] = f32::ld8(o, t * os + d + 8);
             }
-            let (vp, wp) = (vt.as_ptr(), w.as_ptr());
+            let (vp, wp) = (v.as_ptr(), w.as_ptr());
             for jj in 0..tn {
-                // SAFETY: jj * hd + d + 16 <= tn * hd <= vt.len(), and
-                // t * stride + jj < (N - 1) * stride + tn <= w.len()
-                // (asserted above).
+                // SAFETY: jj * stride + d + 16 <= (tn - 1) * stride +
+                // width <= v.len(), and t * ws + jj < (N - 1) * ws + tn
+                // <= w.len() (`check`).
                 unsafe {
-                    let v0 = _mm256_loadu_ps(vp.add(jj * hd + d));
-                    let v1 = _mm256_loadu_ps(vp.add(jj * hd + d + 8));
+                    let v0 = E::ld8p(vp.add(jj * stride + d));
+                    let v1 = E::ld8p(vp.add(jj * stride + d + 8));
                     for t in 0..N {
-                        let wj = _mm256_broadcast_ss(&*wp.add(t * stride + jj));
+                        let wj = _mm256_broadcast_ss(&*wp.add(t * ws + jj));
                         a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
                         a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
                     }
                 }
             }
             for t in 0..N {
-                st(o, t * hd + d, a0[t]);
-                st(o, t * hd + d + 8, a1[t]);
+                st(o, t * os + d, a0[t]);
+                st(o, t * os + d + 8, a1[t]);
             }
             d += 16;
         }
         for t in 0..N {
-            for e in d..hd {
-                let mut x = o[t * hd + e];
+            for e in d..width {
+                let mut x = o[t * os + e];
                 for jj in 0..tn {
-                    x += w[t * stride + jj] * vt[jj * hd + e];
+                    x += w[t * ws + jj] * E::get(v, jj * stride + e);
                 }
-                o[t * hd + e] = x;
+                o[t * os + e] = x;
             }
         }
     }
@@ -904,7 +994,7 @@ mod wide {
     /// paths use it, so they agree bit for bit.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn exp_row(row: &mut [f32], max: f32) -> f32 {
+    pub(super) fn exp_row(row: &mut [f32], max: f32) -> f32 {
         exp_row_from(row, max, 0, _mm256_setzero_ps())
     }
 
@@ -958,7 +1048,7 @@ mod wide {
     /// nearest even, as `f16::from_f32` does: the same bits).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn round_weights(row: &mut [f32], inv: f32) {
+    pub(super) fn round_weights(row: &mut [f32], inv: f32) {
         let vinv = _mm256_set1_ps(inv);
         let mut chunks = row.chunks_exact_mut(8);
         for c in &mut chunks {
@@ -1172,7 +1262,14 @@ mod wide {
     /// loads each key once for both rows; the rest through `score8`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn score_rows(q: &[f32], r0: usize, nr: usize, k: &[f32], n: usize, hd: usize) -> [__m256; 2] {
+    pub(super) fn score_rows(
+        q: &[f32],
+        r0: usize,
+        nr: usize,
+        k: &[f32],
+        n: usize,
+        hd: usize,
+    ) -> [__m256; 2] {
         let row = |r: usize| &q[r * hd..(r + 1) * hd];
         if nr == 2 && n == 8 && hd % 8 == 0 {
             return score2x8(row(r0), row(r0 + 1), k, hd);
@@ -1258,7 +1355,7 @@ mod wide {
     /// kv head's K or V, widened as [`widen`] widens.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn widen_rows(c: Cache, at: usize, stride: usize, hd: usize, dst: &mut [f32]) {
+    pub(super) fn widen_rows(c: Cache, at: usize, stride: usize, hd: usize, dst: &mut [f32]) {
         for (jj, d) in dst.chunks_exact_mut(hd).enumerate() {
             widen(c, at + jj * stride, d);
         }

@@ -349,6 +349,60 @@ fn sliding(n_kv: usize, m: usize, w: usize) -> Vec<f32> {
     mask
 }
 
+/// A causal mask with a finite bias (ALiBi-like) on every `every`-th
+/// element it lets through: no tile is clear.
+fn biased(n_kv: usize, m: usize, every: usize) -> Vec<f32> {
+    let mut mask = causal(n_kv, m);
+    for (i, x) in mask.iter_mut().enumerate() {
+        if *x == 0.0 && i % every == 1 {
+            *x = -0.25 * (i % 7) as f32;
+        }
+    }
+    mask
+}
+
+/// Seeded inputs of a case at depth: params (`kv_start` rows before the
+/// window, logits of order 1), queries `[hd, n_head, m]`, and K and V of
+/// `kv_start + n_kv` rows as f32 and as f16.
+struct DepthInputs {
+    p: AttnParams,
+    qv: Vec<f32>,
+    kv: Vec<f32>,
+    vv: Vec<f32>,
+    kh: Vec<f16>,
+    vh: Vec<f16>,
+}
+
+fn depth_inputs(
+    (nh, nkv, hd, n_kv): (usize, usize, usize, usize),
+    m: usize,
+    softcap: f32,
+    kv_start: usize,
+    seed: u64,
+) -> DepthInputs {
+    let mut p = params(nh, nkv, hd, n_kv);
+    p.kv_start = kv_start;
+    p.softcap = softcap;
+    p.scale = 0.5 / (hd as f32).sqrt();
+    let mut rng = Rng(seed);
+    let row = hd * nkv;
+    let qv: Vec<f32> = rng.vec(hd * nh * m).iter().map(|x| x * 2.0).collect();
+    let (kv, vv) = (
+        rng.vec(row * (n_kv + kv_start)),
+        rng.vec(row * (n_kv + kv_start)),
+    );
+    let kh = kv.iter().map(|&x| f16::from_f32(x)).collect();
+    let vh = vv.iter().map(|&x| f16::from_f32(x)).collect();
+    DepthInputs {
+        p,
+        qv,
+        kv,
+        vv,
+        kh,
+        vh,
+    }
+}
+
 /// Prefill at depth (the blocked path: windows of several 64-row tiles and
 /// a partial one, blocks of tokens and a partial last block): against f64
 /// and the plain loops (`run`), and, bit for bit, against the same tokens
@@ -457,28 +511,19 @@ fn avx512_blocks_equal_the_avx2_tier_bit_for_bit() {
     ];
     let mut checks = 0;
     for (n, &(nh, nkv, hd, n_kv, m, cap)) in cases.iter().enumerate() {
-        // A finite bias on every other key (ALiBi-like): no tile is clear.
-        let mut biased = causal(n_kv, m);
-        for (i, x) in biased.iter_mut().enumerate() {
-            if *x == 0.0 && i % 2 == 1 {
-                *x = -0.25 * (i % 7) as f32;
-            }
-        }
         for (mname, mask) in [
             ("causal", causal(n_kv, m)),
             ("sliding", sliding(n_kv, m, 70)),
-            ("biased", biased),
+            ("biased", biased(n_kv, m, 2)),
         ] {
-            let mut p = params(nh, nkv, hd, n_kv);
-            p.kv_start = 3;
-            p.softcap = cap;
-            p.scale = 0.5 / (hd as f32).sqrt();
-            let mut rng = Rng(300 + n as u64);
-            let row = hd * nkv;
-            let qv: Vec<f32> = rng.vec(hd * nh * m).iter().map(|x| x * 2.0).collect();
-            let (kv, vv) = (rng.vec(row * (n_kv + 3)), rng.vec(row * (n_kv + 3)));
-            let kh: Vec<f16> = kv.iter().map(|&x| f16::from_f32(x)).collect();
-            let vh: Vec<f16> = vv.iter().map(|&x| f16::from_f32(x)).collect();
+            let DepthInputs {
+                p,
+                qv,
+                kv,
+                vv,
+                kh,
+                vh,
+            } = depth_inputs((nh, nkv, hd, n_kv), m, cap, 3, 300 + n as u64);
             for (ty, kc, vc) in [
                 ("f32", Cache::F32(&kv), Cache::F32(&vv)),
                 ("f16", Cache::F16(&kh), Cache::F16(&vh)),
@@ -509,4 +554,124 @@ fn avx512_blocks_equal_the_avx2_tier_bit_for_bit() {
         }
     }
     assert_eq!(checks, 5 * 3 * 2 * 2 * 2);
+}
+
+/// Decode at depth (a window of at least 512 rows: the split path, whose
+/// passes divide the window among threads by chunks of tiles and the
+/// cache rows by spans of elements): one token at a time and three at a
+/// time give, bit for bit, what the same tokens give in a prefill block
+/// (18 tokens: the blocked path), on both tiers ([`Kernels::Fast`] and
+/// [`Kernels::Avx2`]), on one thread and on the pool, with and without
+/// ggml's f16 rounding; and held to f64. Heads of 64 over 3 kv heads
+/// (spans across kv heads), 256 over 1 (Gemma 3), 40 (whole heads a
+/// span, an AVX2 tail), 48 (16-element quanta); causal, sliding-window,
+/// biased and two-streams masks (whole tiles masked in the middle); F32
+/// and F16 caches; soft-capping.
+#[test]
+fn decode_at_depth_splits_the_window_with_the_block_bits() {
+    let cases: [(usize, usize, usize, usize, f32); 4] = [
+        // (n_head, n_head_kv, head_dim, n_kv, softcap)
+        (9, 3, 64, 64 * 9 + 17, 0.0),
+        (4, 1, 256, 1100, 0.0),
+        (8, 2, 40, 700, 2.5),
+        (6, 2, 48, 64 * 10 + 5, 0.0),
+    ];
+    let m = 18;
+    let mut checks = 0;
+    for (n, &(nh, nkv, hd, n_kv, cap)) in cases.iter().enumerate() {
+        // Two streams of 128-row runs: each token sees its stream's runs
+        // (up to itself), whole tiles of the other's masked.
+        let mut streams = causal(n_kv, m);
+        for i in 0..m {
+            for j in 0..n_kv {
+                if (j / 128) % 2 != i % 2 {
+                    streams[i * n_kv + j] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        for (mname, mask) in [
+            ("causal", causal(n_kv, m)),
+            ("sliding", sliding(n_kv, m, 300)),
+            ("biased", biased(n_kv, m, 3)),
+            ("streams", streams),
+        ] {
+            let DepthInputs {
+                p,
+                qv,
+                kv,
+                vv,
+                kh,
+                vh,
+            } = depth_inputs((nh, nkv, hd, n_kv), m, cap, 5, 500 + n as u64);
+            let w = hd * nh;
+            for (ty, kc, vc) in [
+                ("f32", Cache::F32(&kv), Cache::F32(&vv)),
+                ("f16", Cache::F16(&kh), Cache::F16(&vh)),
+            ] {
+                for ggml_f16 in [false, true] {
+                    let mut block = vec![7f32; w * m];
+                    glint_cpu::attention_with(
+                        Kernels::Fast,
+                        true,
+                        &qv,
+                        kc,
+                        vc,
+                        &mask,
+                        &p,
+                        &mut block,
+                        ggml_f16,
+                    );
+                    assert!(block.iter().all(|x| x.is_finite()));
+                    for kernels in [Kernels::Fast, Kernels::Avx2] {
+                        for par in [false, true] {
+                            for step in [1usize, 3] {
+                                let mut got = vec![7f32; w * m];
+                                for i0 in (0..m).step_by(step) {
+                                    let r = i0..i0 + step;
+                                    glint_cpu::attention_with(
+                                        kernels,
+                                        par,
+                                        &qv[r.start * w..r.end * w],
+                                        kc,
+                                        vc,
+                                        &mask[r.start * n_kv..r.end * n_kv],
+                                        &p,
+                                        &mut got[r.start * w..r.end * w],
+                                        ggml_f16,
+                                    );
+                                }
+                                let same = got
+                                    .iter()
+                                    .zip(&block)
+                                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                                assert!(
+                                    same,
+                                    "{nh}/{nkv} hd {hd} n_kv {n_kv} cap {cap} {mname} {ty} \
+                                     f16 rounding {ggml_f16} {kernels:?} par {par}: {step} \
+                                     at a time differ from the block"
+                                );
+                                checks += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            // And the formula, through the backend (one token and three).
+            for dm in [1usize, 3] {
+                let c = Case {
+                    p,
+                    m: dm,
+                    n_rows: n_kv + 5,
+                    cache_ty: GgmlType::F16,
+                    mask: mask[(m - dm) * n_kv..].to_vec(),
+                };
+                run(
+                    &format!("decode {nh}/{nkv} hd {hd} {mname} m {dm}"),
+                    &c,
+                    600 + n as u64,
+                );
+            }
+        }
+    }
+    assert_eq!(checks, 4 * 4 * 2 * 2 * 2 * 2 * 2);
 }

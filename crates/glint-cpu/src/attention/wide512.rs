@@ -23,7 +23,7 @@
 #![allow(unsafe_code)]
 
 use super::wide::{self, Elem};
-use super::AttnParams;
+use super::{AttnParams, VTile};
 use std::arch::x86_64::*;
 
 /// `hadd` of two registers within each 128-bit lane, as `_mm256_hadd_ps`
@@ -37,31 +37,137 @@ fn hadd(a: __m512, b: __m512) -> __m512 {
     )
 }
 
-/// Rows `r0..r0 + R` of `q` (`[hd, rows]`) against one group of 8 keys
-/// widened by [`widen_pairs`] (`kp`: `8 * hd` floats), the scores in the
-/// lanes of each result: [`wide::score8`]'s bits.
+/// 16 elements from `p` as f32 (an F16 cache's widened in registers).
+pub(super) trait Lanes16: Elem {
+    /// # Safety
+    /// `p..p + 16` readable; AVX-512 F (and F16C) present.
+    unsafe fn ld16p(p: *const Self) -> __m512;
+}
+
+impl Lanes16 for f32 {
+    #[inline(always)]
+    unsafe fn ld16p(p: *const f32) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+}
+
+impl Lanes16 for half::f16 {
+    #[inline(always)]
+    unsafe fn ld16p(p: *const half::f16) -> __m512 {
+        // SAFETY: the caller's contract (32 bytes from `p`).
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+}
+
+/// Where [`score_tile`] reads a tile's keys: a copy widened by
+/// [`widen_pairs`] (a prefill block's many query rows share it), or the
+/// cache rows themselves, widened in registers (a decode step's few do
+/// not repay a copy).
+pub(super) trait Keys: Copy {
+    /// Elements `8c..8c + 8` of keys `8gi + p` (low half) and `8gi + p +
+    /// 4` (high half), `p < 4`.
+    ///
+    /// # Safety
+    /// Group `gi` whole in the tile, `8c + 8 <= hd`; AVX-512 F and DQ.
+    unsafe fn pair(self, gi: usize, p: usize, c: usize) -> __m512;
+    /// `q · k` of the `n < 8` keys from `8gi` ([`wide::score8`]'s bits).
+    fn tail(self, q: &[f32], gi: usize, n: usize) -> __m256;
+    /// The tile holds `tn` keys.
+    fn holds(self, tn: usize) -> bool;
+}
+
+/// A tile widened by [`widen_pairs`]: `[hd, tn]` floats.
+#[derive(Clone, Copy)]
+pub(super) struct Widened<'a> {
+    pub(super) kt: &'a [f32],
+    pub(super) hd: usize,
+}
+
+impl Keys for Widened<'_> {
+    #[inline(always)]
+    unsafe fn pair(self, gi: usize, p: usize, c: usize) -> __m512 {
+        let chunks = self.hd / 8;
+        // SAFETY: the caller's contract; group gi's 8 * hd floats are in
+        // `kt` (`holds`), and (p * chunks + c) * 16 + 16 <= 8 * hd.
+        unsafe {
+            _mm512_loadu_ps(
+                self.kt
+                    .as_ptr()
+                    .add(gi * 8 * self.hd + (p * chunks + c) * 16),
+            )
+        }
+    }
+
+    fn tail(self, q: &[f32], gi: usize, n: usize) -> __m256 {
+        // SAFETY: reached from `score_tile`, after `has_avx512()`.
+        unsafe { wide::score8(q, &self.kt[gi * 8 * self.hd..], self.hd, n, self.hd) }
+    }
+
+    fn holds(self, tn: usize) -> bool {
+        self.kt.len() >= tn * self.hd
+    }
+}
+
+/// A tile read from the cache: key `j` at `k[j * stride..][..hd]`.
+#[derive(Clone, Copy)]
+pub(super) struct Direct<'a, E> {
+    pub(super) k: &'a [E],
+    pub(super) stride: usize,
+    pub(super) hd: usize,
+}
+
+impl<E: Elem> Keys for Direct<'_, E> {
+    #[inline(always)]
+    unsafe fn pair(self, gi: usize, p: usize, c: usize) -> __m512 {
+        // SAFETY: the caller's contract; keys 8gi + p and 8gi + p + 4 are
+        // in `k` (`holds`), 8c + 8 <= hd.
+        unsafe {
+            let at = self.k.as_ptr().add((8 * gi + p) * self.stride + 8 * c);
+            let lo = _mm512_castps256_ps512(E::ld8p(at));
+            _mm512_insertf32x8::<1>(lo, E::ld8p(at.add(4 * self.stride)))
+        }
+    }
+
+    fn tail(self, q: &[f32], gi: usize, n: usize) -> __m256 {
+        // SAFETY: reached from `score_tile`, after `has_avx512()`.
+        unsafe { wide::score8(q, &self.k[gi * 8 * self.stride..], self.stride, n, self.hd) }
+    }
+
+    fn holds(self, tn: usize) -> bool {
+        tn == 0 || self.k.len() >= (tn - 1) * self.stride + self.hd
+    }
+}
+
+/// Rows `r0..r0 + R` of `q` (`[hd, rows]`) against group `gi` of 8 keys
+/// of a tile, the scores in the lanes of each result: [`wide::score8`]'s
+/// bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
-fn score_pairs<const R: usize>(q: &[f32], r0: usize, kp: &[f32], hd: usize) -> [__m256; R] {
+fn score_pairs<const R: usize, K: Keys>(
+    q: &[f32],
+    r0: usize,
+    keys: K,
+    gi: usize,
+    hd: usize,
+) -> [__m256; R] {
     assert!(
-        hd % 8 == 0 && q.len() >= (r0 + R) * hd && kp.len() >= 8 * hd,
-        "score_pairs: {R} rows of {hd} from {r0} against {} floats",
-        kp.len()
+        hd % 8 == 0 && q.len() >= (r0 + R) * hd,
+        "score_pairs: {R} rows of {hd} from {r0} in {} floats",
+        q.len()
     );
     let chunks = hd / 8;
     // acc[r][p]: row r against keys p (low half) and p + 4 (high half).
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    let (qp, kpp) = (q.as_ptr(), kp.as_ptr());
+    let qp = q.as_ptr();
     for c in 0..chunks {
-        // SAFETY: (r0 + r) * hd + 8c + 8 <= (r0 + R) * hd <= q.len(), and
-        // (p * chunks + c) * 16 + 16 <= 4 * chunks * 16 = 8 * hd <=
-        // kp.len() (asserted above).
+        // SAFETY: (r0 + r) * hd + 8c + 8 <= (r0 + R) * hd <= q.len()
+        // (asserted above); group gi is whole in the tile (the caller's).
         unsafe {
             let qb: [__m512; R] = std::array::from_fn(|r| {
                 _mm512_broadcast_f32x8(_mm256_loadu_ps(qp.add((r0 + r) * hd + 8 * c)))
             });
-            let kv: [__m512; 4] =
-                std::array::from_fn(|p| _mm512_loadu_ps(kpp.add((p * chunks + c) * 16)));
+            let kv: [__m512; 4] = std::array::from_fn(|p| keys.pair(gi, p, c));
             for (ar, &qr) in acc.iter_mut().zip(&qb) {
                 for (a, &k) in ar.iter_mut().zip(&kv) {
                     *a = _mm512_fmadd_ps(qr, k, *a);
@@ -123,12 +229,12 @@ pub(super) fn widen_pairs<E: Elem>(c: &[E], at: usize, stride: usize, hd: usize,
 /// mask is +0 for every token (not read).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
-pub(super) fn score_tile(
+pub(super) fn score_tile<K: Keys>(
     p: &AttnParams,
     q: &[f32],
     rows: usize,
     g: usize,
-    kt: &[f32],
+    keys: K,
     j0: usize,
     tn: usize,
     mask: &[f32],
@@ -137,6 +243,7 @@ pub(super) fn score_tile(
     max: &mut [f32],
 ) {
     let (hd, n_kv) = (p.head_dim, p.n_kv);
+    assert!(keys.holds(tn), "score_tile: a tile short of {tn} keys");
     let groups = tn / 8;
     let tail = tn - 8 * groups;
     let mut r0 = 0;
@@ -156,22 +263,20 @@ pub(super) fn score_tile(
             vmax[t] = _mm256_max_ps(vmax[t], sc);
         };
         for gi in 0..groups {
-            let kp = &kt[gi * 8 * hd..(gi + 1) * 8 * hd];
             let x: [__m256; 4] = match nr {
-                4 => score_pairs::<4>(q, r0, kp, hd),
-                3 => pad(score_pairs::<3>(q, r0, kp, hd)),
-                2 => pad(score_pairs::<2>(q, r0, kp, hd)),
-                _ => pad(score_pairs::<1>(q, r0, kp, hd)),
+                4 => score_pairs::<4, K>(q, r0, keys, gi, hd),
+                3 => pad(score_pairs::<3, K>(q, r0, keys, gi, hd)),
+                2 => pad(score_pairs::<2, K>(q, r0, keys, gi, hd)),
+                _ => pad(score_pairs::<1, K>(q, r0, keys, gi, hd)),
             };
             for (t, &x) in x.iter().enumerate().take(nr) {
                 finish(t, x, 8 * gi, 8);
             }
         }
         if tail > 0 {
-            let k = &kt[groups * 8 * hd..tn * hd];
             for t in 0..nr {
                 let qr = &q[(r0 + t) * hd..(r0 + t + 1) * hd];
-                finish(t, wide::score8(qr, k, hd, tail, hd), 8 * groups, tail);
+                finish(t, keys.tail(qr, groups, tail), 8 * groups, tail);
             }
         }
         for t in 0..nr {
@@ -188,31 +293,32 @@ fn pad<const N: usize>(x: [__m256; N]) -> [__m256; 4] {
     std::array::from_fn(|t| if t < N { x[t] } else { _mm256_setzero_ps() })
 }
 
-/// [`wide::weigh_tile`]'s sums, 16 elements a register: `o[t] += sum_jj
-/// w[t * stride + jj] * vt[jj]` for `N` rows over the tile's rows, each
-/// element summed over the rows in order with fused multiply-adds. `hd` a
-/// multiple of 16 (the only heads this tier takes), so there is no
-/// scalar tail.
+/// [`wide::weigh_tile`]'s sums, 16 elements a register: `o[t * os..] +=
+/// sum_jj w[t * ws + jj] * V[jj]` for `N` rows over the tile's rows, each
+/// element summed over the rows in order with fused multiply-adds.
+/// `vt.width` a multiple of 16 (this tier takes heads of whole registers
+/// only), so there is no scalar tail.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
-pub(super) fn weigh_tile<const N: usize>(
+pub(super) fn weigh_tile<E: Lanes16, const N: usize>(
     o: &mut [f32],
+    os: usize,
     w: &[f32],
-    stride: usize,
-    vt: &[f32],
-    hd: usize,
+    ws: usize,
+    vt: VTile<E>,
 ) {
-    let tn = vt.len() / hd;
+    vt.check(N, o.len(), os, w.len(), ws);
     assert!(
-        N >= 1 && hd % 16 == 0 && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
-        "weigh_tile: {N} rows of {hd} over {tn} keys"
+        vt.width % 16 == 0,
+        "weigh_tile: {} elements, not whole 16-lane registers",
+        vt.width
     );
     let mut d = 0;
-    while d + 64 <= hd {
-        weigh_chunks::<N, 4>(o, w, stride, vt, hd, d);
+    while d + 64 <= vt.width {
+        weigh_chunks::<E, N, 4>(o, os, w, ws, vt, d);
         d += 64;
     }
-    while d < hd {
-        weigh_chunks::<N, 1>(o, w, stride, vt, hd, d);
+    while d < vt.width {
+        weigh_chunks::<E, N, 1>(o, os, w, ws, vt, d);
         d += 16;
     }
 }
@@ -221,32 +327,33 @@ pub(super) fn weigh_tile<const N: usize>(
 /// across the tile.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
-fn weigh_chunks<const N: usize, const C: usize>(
+fn weigh_chunks<E: Lanes16, const N: usize, const C: usize>(
     o: &mut [f32],
+    os: usize,
     w: &[f32],
-    stride: usize,
-    vt: &[f32],
-    hd: usize,
+    ws: usize,
+    vt: VTile<E>,
     d: usize,
 ) {
-    let tn = vt.len() / hd;
+    vt.check(N, o.len(), os, w.len(), ws);
     assert!(
-        d + 16 * C <= hd && w.len() >= (N - 1) * stride + tn && o.len() >= N * hd,
-        "weigh_chunks: {C} chunks from {d} of {N} rows of {hd}"
+        d + 16 * C <= vt.width,
+        "weigh_chunks: {C} chunks from {d} of {}",
+        vt.width
     );
-    let (op, vp, wp) = (o.as_mut_ptr(), vt.as_ptr(), w.as_ptr());
-    // SAFETY: t * hd + d + 16c + 16 <= (N - 1) * hd + hd <= o.len(); jj *
-    // hd + d + 16c + 16 <= tn * hd <= vt.len(); t * stride + jj < (N - 1)
-    // * stride + tn <= w.len() (asserted above).
+    let (op, vp, wp) = (o.as_mut_ptr(), vt.v.as_ptr(), w.as_ptr());
+    // SAFETY: t * os + d + 16c + 16 <= (N - 1) * os + width <= o.len();
+    // jj * stride + d + 16c + 16 <= (rows - 1) * stride + width <=
+    // v.len(); t * ws + jj < (N - 1) * ws + rows <= w.len() (`check`).
     unsafe {
         let mut a: [[__m512; C]; N] = std::array::from_fn(|t| {
-            std::array::from_fn(|c| _mm512_loadu_ps(op.add(t * hd + d + 16 * c)))
+            std::array::from_fn(|c| _mm512_loadu_ps(op.add(t * os + d + 16 * c)))
         });
-        for jj in 0..tn {
+        for jj in 0..vt.rows {
             let v: [__m512; C] =
-                std::array::from_fn(|c| _mm512_loadu_ps(vp.add(jj * hd + d + 16 * c)));
+                std::array::from_fn(|c| E::ld16p(vp.add(jj * vt.stride + d + 16 * c)));
             for (t, at) in a.iter_mut().enumerate() {
-                let wj = _mm512_set1_ps(*wp.add(t * stride + jj));
+                let wj = _mm512_set1_ps(*wp.add(t * ws + jj));
                 for c in 0..C {
                     at[c] = _mm512_fmadd_ps(wj, v[c], at[c]);
                 }
@@ -254,7 +361,7 @@ fn weigh_chunks<const N: usize, const C: usize>(
         }
         for (t, at) in a.iter().enumerate() {
             for (c, &x) in at.iter().enumerate() {
-                _mm512_storeu_ps(op.add(t * hd + d + 16 * c), x);
+                _mm512_storeu_ps(op.add(t * os + d + 16 * c), x);
             }
         }
     }
