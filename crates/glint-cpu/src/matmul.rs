@@ -537,18 +537,6 @@ impl QProduct<'_> {
         width: usize,
         mut put: impl FnMut(usize, usize, f32),
     ) {
-        /// One tile's results, `out[j][i]`: row `r + j`, column `c + i`.
-        fn put_tile<const N: usize>(
-            out: [[f32; N]; qdot::TILE],
-            r: usize,
-            put: &mut impl FnMut(usize, usize, f32),
-        ) {
-            for (j, v) in out.into_iter().enumerate() {
-                for (i, v) in v.into_iter().enumerate() {
-                    put(r + j, i, v);
-                }
-            }
-        }
         let mut r = rs.start;
         if let Some(t) = prep.tiles {
             while r + qdot::TILE <= rs.end {
@@ -631,6 +619,9 @@ impl QProduct<'_> {
     fn prefill_task(&self, prep: &Prepared, c0: usize, o: &mut [f32]) {
         let n = self.n;
         let mc = o.len() / n;
+        if let Some(t) = prep.tiles {
+            return with_buffer(&UNPACKED, |buf| self.prefill_unpacked(t, prep, c0, o, buf));
+        }
         let tile = tile_rows(self.row_bytes);
         for r0 in (0..n).step_by(tile) {
             let rs = r0..(r0 + tile).min(n);
@@ -638,6 +629,61 @@ impl QProduct<'_> {
                 self.dot_rows(prep, rs.clone(), c0 + c, width, |r, i, v| {
                     o[(c + i) * n + r] = v
                 });
+            }
+        }
+    }
+
+    /// [`Self::prefill_task`] with tile kernels: each tile of weight rows
+    /// unpacked once into `buf` (`Tiles::unpack`), then every column group
+    /// of the task passes over it (`Tiles::pre_*`, the tiles' bits); the
+    /// rows short of a whole tile at the end as [`Self::dot_rows`] does
+    /// them.
+    fn prefill_unpacked(
+        &self,
+        t: qdot::Tiles,
+        prep: &Prepared,
+        c0: usize,
+        o: &mut [f32],
+        buf: &mut Vec<u8>,
+    ) {
+        let n = self.n;
+        let mc = o.len() / n;
+        // One TILE-row subtile unpacked: [PRE_BLOCK, nb].
+        let sub = prep.bytes / qdot::TILE_BLOCK * qdot::PRE_BLOCK;
+        let tile = unpacked_tile_rows(sub);
+        if buf.len() < tile / qdot::TILE * sub {
+            buf.resize(tile / qdot::TILE * sub, 0);
+        }
+        let mut outs = [0f32; qdot::COLS];
+        for r0 in (0..n).step_by(tile) {
+            let rs = r0..(r0 + tile).min(n);
+            let subs = rs.len() / qdot::TILE;
+            for (s, xp) in buf.chunks_exact_mut(sub).take(subs).enumerate() {
+                let r = r0 + s * qdot::TILE;
+                (t.unpack)(std::array::from_fn(|j| self.w_row(r + j)), xp);
+            }
+            for (c, width) in col_groups(mc) {
+                let mut put = |r: usize, i: usize, v: f32| o[(c + i) * n + r] = v;
+                for (s, xp) in buf.chunks_exact(sub).take(subs).enumerate() {
+                    let r = r0 + s * qdot::TILE;
+                    let cc = c0 + c;
+                    match width {
+                        qdot::TILE => put_tile((t.pre_four)(xp, prep.cols_of(cc)), r, &mut put),
+                        3 => put_tile((t.pre_three)(xp, prep.cols_of(cc)), r, &mut put),
+                        2 => put_tile((t.pre_two)(xp, prep.cols_of(cc)), r, &mut put),
+                        _ => {
+                            let out = (t.pre_two)(xp, [prep.col(cc); 2]);
+                            put_tile(out.map(|[v, _]| [v]), r, &mut put)
+                        }
+                    }
+                }
+                let outs = &mut outs[..width];
+                for r in r0 + subs * qdot::TILE..rs.end {
+                    self.dot_group(r, c0 + c, outs);
+                    for (i, &v) in outs.iter().enumerate() {
+                        put(r, i, v);
+                    }
+                }
             }
         }
     }
@@ -665,6 +711,19 @@ impl QProduct<'_> {
                 *o = by_row[r * m + c];
             }
         });
+    }
+}
+
+/// One tile's results, `out[j][i]`: row `r + j`, column `c + i`.
+fn put_tile<const N: usize>(
+    out: [[f32; N]; qdot::TILE],
+    r: usize,
+    put: &mut impl FnMut(usize, usize, f32),
+) {
+    for (j, v) in out.into_iter().enumerate() {
+        for (i, v) in v.into_iter().enumerate() {
+            put(r + j, i, v);
+        }
     }
 }
 
@@ -706,7 +765,8 @@ impl Prepared<'_> {
     }
 }
 
-/// Bytes held by every thread's cached buffers ([`ACT`], [`PREP`]) in this
+/// Bytes held by every thread's cached buffers ([`ACT`], [`PREP`],
+/// [`UNPACKED`]) in this
 /// process: they outlive the op that grew them, so the memory report counts
 /// them ([`thread_scratch_bytes`]).
 static THREAD_SCRATCH: AtomicUsize = AtomicUsize::new(0);
@@ -757,6 +817,9 @@ thread_local! {
     /// Activation columns prepared for the tile kernels ([`qdot::fast_tile`])
     /// and the decode column for the VNNI rows ([`qdot::fast_dot_prepared`]).
     static PREP: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
+    /// A prefill task's tile of weight rows unpacked for the tile kernels
+    /// (`qdot::Tiles::unpack`).
+    static UNPACKED: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
     /// Quantized activations of the current `mul_mat_ggml` call, reused
     /// across calls on the same thread: `[m]` rows of `vec_dot_type` bytes.
     static ACT: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
@@ -787,6 +850,14 @@ fn col_block(m: usize, threads: usize) -> usize {
 fn tile_rows(row_bytes: usize) -> usize {
     let rows = ((16 << 10) / row_bytes.max(1)).clamp(qdot::TILE, 64);
     rows / qdot::TILE * qdot::TILE
+}
+
+/// Weight rows per prefill tile when the tile is unpacked first
+/// ([`qdot::PRE_BLOCK`] bytes a block of [`qdot::TILE`] rows; `sub` bytes
+/// such a subtile): ~16 KiB unpacked, as [`tile_rows`] keeps the packed
+/// rows.
+fn unpacked_tile_rows(sub: usize) -> usize {
+    ((16 << 10) / sub.max(1)).clamp(1, 16) * qdot::TILE
 }
 
 /// `out[:, i] = dequantize(table[:, ids[i]])`; an id outside the table gives zeros.

@@ -487,7 +487,8 @@ const AVX2_TILE_TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q5_0];
 
 /// Holds `tiles` (with their column preparation `prepare`) to the AVX2
 /// multi-column kernel bit for bit: each result of the full tile (TILE x
-/// TILE) and of the two- and three-column ones equals it for the same row
+/// TILE) and of the two- and three-column ones, on the rows as stored and
+/// unpacked once (`unpack`, `pre_*`), equals it for the same row
 /// and column (the lanes hold the same exact integers;
 /// the float steps are the same), on rows whose levels reach their
 /// extremes. Returns the prepared columns of every call, for comparing two
@@ -541,6 +542,21 @@ fn check_tile(
             let out = (tiles.two)(xs, std::array::from_fn(ys(c0)));
             got.extend(tile_results(c0, out));
         }
+        // The same on the rows unpacked once (what a prefill task runs).
+        let mut xp = vec![0u8; k / 32 * qdot::PRE_BLOCK];
+        (tiles.unpack)(xs, &mut xp);
+        got.extend(tile_results(
+            0,
+            (tiles.pre_four)(&xp, std::array::from_fn(ys(0))),
+        ));
+        for c0 in [0, qdot::TILE - 3] {
+            let out = (tiles.pre_three)(&xp, std::array::from_fn(ys(c0)));
+            got.extend(tile_results(c0, out));
+        }
+        for c0 in [0, qdot::TILE - 2] {
+            let out = (tiles.pre_two)(&xp, std::array::from_fn(ys(c0)));
+            got.extend(tile_results(c0, out));
+        }
         let want: Vec<[f32; qdot::COLS]> = rows
             .iter()
             .map(|row| (cols.four)(row, std::array::from_fn(|c| &acts[c][..])))
@@ -585,10 +601,11 @@ fn check_tiles(
         preps.push(prep);
         n += m;
     }
-    // Per seed: the full tile and two of each narrow one, TILE rows each.
+    // Per seed: the full tile and two of each narrow one, TILE rows each,
+    // packed and unpacked.
     assert_eq!(
         n,
-        types.len() * 20 * qdot::TILE * (qdot::TILE + 2 * 3 + 2 * 2)
+        types.len() * 20 * qdot::TILE * (qdot::TILE + 2 * 3 + 2 * 2) * 2
     );
     preps
 }

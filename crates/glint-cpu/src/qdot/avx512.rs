@@ -152,46 +152,29 @@ fn _mm256_extract_epi32_dyn(v: __m256i, l: usize) -> i32 {
 }
 
 /// The tile loop, [`TILE`] weight rows against `N` prepared columns:
-/// `levels(block)` gives a weight block's unsigned
-/// levels (`x + off`); `x_size` bytes a weight block; with `min`,
-/// the weight's `m` (f16 at bytes 2..4) meets the column's `sy`;
-/// `dpbusd(acc, u, s)` is `vpdpbusd` or its model. Compiled for AVX2 so
-/// the model's kernels run without VNNI; inlined into the VNNI kernels, it
-/// is compiled with their features.
+/// `block(b, xu, dx, mx)` gives block `b` of each row — its unsigned
+/// levels (`x + off`), its `d` broadcast and, with `min`, its `m` (which
+/// meets the column's `sy`); `dpbusd(acc, u, s)` is `vpdpbusd` or its
+/// model. Compiled for AVX2 so the model's kernels run without VNNI;
+/// inlined into the VNNI kernels, it is compiled with their features.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile<const N: usize>(
-    xs: [&[u8]; TILE],
+fn tile_core<const N: usize>(
+    nb: usize,
     ys: [&[u8]; N],
-    x_size: usize,
     min: bool,
-    levels: impl Fn(&[u8]) -> __m256i,
+    block: impl Fn(usize, &mut [__m256i; TILE], &mut [__m256; TILE], &mut [f32; TILE]),
     dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
 ) -> [[f32; N]; TILE] {
-    // No closures or `array::from_fn` in here: they would not inherit
-    // the target features, stay out of line and spill the tile.
-    let nb = xs[0].len() / x_size;
-    // The next tile's rows follow these in a weight matrix: a tile ahead.
-    let ahead = TILE * xs[0].len();
+    // No `array::from_fn` in here: it would stay out of line and spill
+    // the tile.
     let mut acc = [[_mm256_setzero_ps(); N]; TILE];
     let mut summs = [[0.0f32; N]; TILE];
     let mut xu = [_mm256_setzero_si256(); TILE];
     let mut dx = [_mm256_setzero_ps(); TILE];
     let mut mx = [0.0f32; TILE];
     for b in 0..nb {
-        for r in 0..TILE {
-            let xb = &xs[r][b * x_size..(b + 1) * x_size];
-            // A hint to fetch the same block of the next tile's rows (never
-            // faults); without it the tiles wait on memory once the weights
-            // are out of cache.
-            _mm_prefetch::<_MM_HINT_T0>(xb.as_ptr().wrapping_add(ahead).cast());
-            xu[r] = levels(xb);
-            let dm = f16x2(xb, 0); // [d, m]
-            dx[r] = _mm256_broadcastss_ps(dm);
-            if min {
-                mx[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-            }
-        }
+        block(b, &mut xu, &mut dx, &mut mx);
         for c in 0..N {
             let yb: &[u8; TILE_BLOCK] = arr(ys[c], b * TILE_BLOCK);
             let y = load32(yb, 0);
@@ -217,11 +200,101 @@ fn tile<const N: usize>(
     out
 }
 
+/// [`tile_core`] on the weight rows `xs` as stored: `levels(block)` gives
+/// a block's unsigned levels; `x_size` bytes a block; with `min`, the
+/// weight's `m` (f16 at bytes 2..4) meets the column's `sy`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile<const N: usize>(
+    xs: [&[u8]; TILE],
+    ys: [&[u8]; N],
+    x_size: usize,
+    min: bool,
+    levels: impl Fn(&[u8]) -> __m256i,
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> [[f32; N]; TILE] {
+    let nb = xs[0].len() / x_size;
+    // The next tile's rows follow these in a weight matrix: a tile ahead.
+    let ahead = TILE * xs[0].len();
+    let block =
+        |b: usize, xu: &mut [__m256i; TILE], dx: &mut [__m256; TILE], mx: &mut [f32; TILE]| {
+            for r in 0..TILE {
+                let xb = &xs[r][b * x_size..(b + 1) * x_size];
+                // A hint to fetch the same block of the next tile's rows (never
+                // faults); without it the tiles wait on memory once the weights
+                // are out of cache.
+                _mm_prefetch::<_MM_HINT_T0>(xb.as_ptr().wrapping_add(ahead).cast());
+                xu[r] = levels(xb);
+                let dm = f16x2(xb, 0); // [d, m]
+                dx[r] = _mm256_broadcastss_ps(dm);
+                if min {
+                    mx[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+                }
+            }
+        };
+    tile_core(nb, ys, min, block, dpbusd)
+}
+
+/// [`TILE`] weight rows unpacked by [`unpack`]: block `b` at `xp[b *
+/// PRE_BLOCK..]`, the rows' levels (32 bytes each), then their `d`, then
+/// their `m`, as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_pre<const N: usize>(
+    xp: &[u8],
+    ys: [&[u8]; N],
+    min: bool,
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> [[f32; N]; TILE] {
+    let nb = xp.len() / PRE_BLOCK;
+    let block =
+        |b: usize, xu: &mut [__m256i; TILE], dx: &mut [__m256; TILE], mx: &mut [f32; TILE]| {
+            let pb: &[u8; PRE_BLOCK] = arr(xp, b * PRE_BLOCK);
+            for r in 0..TILE {
+                xu[r] = load32(pb, 32 * r);
+                dx[r] = _mm256_set1_ps(f32_at(pb, 32 * TILE + 4 * r));
+                if min {
+                    mx[r] = f32_at(pb, 36 * TILE + 4 * r);
+                }
+            }
+        };
+    tile_core(nb, ys, min, block, dpbusd)
+}
+
+/// [`TILE`] weight rows `xs` unpacked for [`tile_pre`] into `out`
+/// ([`PRE_BLOCK`] bytes a block): what [`tile`] computes of each block
+/// before it meets the columns (`levels`, `d` and `m` widened from f16:
+/// exact), so the two give the same bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack(xs: [&[u8]; TILE], x_size: usize, levels: impl Fn(&[u8]) -> __m256i, out: &mut [u8]) {
+    let nb = xs[0].len() / x_size;
+    assert!(
+        out.len() >= nb * PRE_BLOCK,
+        "unpack: {nb} blocks into {} bytes",
+        out.len()
+    );
+    for (b, pb) in out.chunks_exact_mut(PRE_BLOCK).take(nb).enumerate() {
+        for r in 0..TILE {
+            let xb = &xs[r][b * x_size..(b + 1) * x_size];
+            let lv: &mut [u8; 32] = (&mut pb[32 * r..32 * (r + 1)]).try_into().expect("32");
+            // SAFETY: `lv` is 32 writable bytes; storeu has no alignment need.
+            unsafe { _mm256_storeu_si256(lv.as_mut_ptr().cast(), levels(xb)) };
+            let dm = f16x2(xb, 0); // [d, m]
+            let (d, m) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+            pb[32 * TILE + 4 * r..][..4].copy_from_slice(&d.to_le_bytes());
+            pb[36 * TILE + 4 * r..][..4].copy_from_slice(&m.to_le_bytes());
+        }
+    }
+}
+
 /// Each tile kernel twice: `$vnni` with `vpdpbusd`, `$model` with its lane
-/// model (AVX2 only, for the tests); `$levels` gives a weight block's
-/// levels made unsigned (`x + off`, see [`tile_params`]).
+/// model (AVX2 only, for the tests); `$pre`, `$pre_model` the same on rows
+/// unpacked by `$unpack`; `$levels` gives a weight block's levels made
+/// unsigned (`x + off`, see [`tile_params`]).
 macro_rules! tile_kernels {
-    ($($vnni:ident, $model:ident: $x_size:expr, $min:expr, |$xb:ident| $levels:expr;)*) => {$(
+    ($($vnni:ident, $model:ident, $pre:ident, $pre_model:ident, $unpack:ident:
+        $x_size:expr, $min:expr, |$xb:ident| $levels:expr;)*) => {$(
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $vnni<const N: usize>(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
@@ -234,39 +307,71 @@ macro_rules! tile_kernels {
         pub(super) fn $model<const N: usize>(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
             tile(xs, ys, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
         }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $pre<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
+            let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
+            tile_pre(xp, ys, $min, dpbusd)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $pre_model<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
+            tile_pre(xp, ys, $min, dpbusd_model)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $unpack(xs: [&[u8]; TILE], out: &mut [u8]) {
+            unpack(xs, $x_size, |$xb: &[u8]| $levels, out)
+        }
     )*};
 }
 
 /// The AVX2 tile kernels: [`tile`] with `vpdpbusd` as [`dpbusd_avx2`],
 /// so each result is the VNNI tile's (and the multi-column kernel's), bit
-/// for bit. Only Q4_0 and Q5_0: measured on an AVX2 EPYC (Zen 3, one
+/// for bit; `$pre` the same on rows unpacked by the VNNI tile's `unpack`.
+/// Only Q4_0 and Q5_0: measured on an AVX2 EPYC (Zen 3, one
 /// thread, `matvec_bench 5 512 1024 1024`), G multiply-adds/s from the
 /// multi-column kernel to the tile: Q4_0 22.4 -> 26.7, Q5_0 20.6 -> 25.8
 /// (4 alternating runs each); Q4_1 25.1 -> 20.7 and Q5_1 21.4 -> 17.3
 /// (medians of 6) lose — their multi-column kernels need no sign step and
 /// the tile's min term is scalar — so they keep the multi-column kernels.
 macro_rules! avx2_tile_kernels {
-    ($($name:ident: $x_size:expr, |$xb:ident| $levels:expr;)*) => {$(
+    ($($name:ident, $pre:ident: $x_size:expr, |$xb:ident| $levels:expr;)*) => {$(
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $name<const N: usize>(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
             let dpbusd = |acc, u, s| dpbusd_avx2(acc, u, s);
             tile(xs, ys, $x_size, false, |$xb: &[u8]| $levels, dpbusd)
         }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $pre<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; N]; TILE] {
+            let dpbusd = |acc, u, s| dpbusd_avx2(acc, u, s);
+            tile_pre(xp, ys, false, dpbusd)
+        }
     )*};
 }
 
 avx2_tile_kernels! {
-    q4_0_tile_avx2: Q4_0, |xb| nibbles(xb, 2);
-    q5_0_tile_avx2: Q5_0, |xb| _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
+    q4_0_tile_avx2, q4_0_tile_avx2_pre: Q4_0, |xb| nibbles(xb, 2);
+    q5_0_tile_avx2, q5_0_tile_avx2_pre: Q5_0, |xb| _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
 }
 
 tile_kernels! {
-    q4_0_tile, q4_0_tile_model: Q4_0, false, |xb| nibbles(xb, 2);
-    q4_1_tile, q4_1_tile_model: Q4_1, true, |xb| nibbles(xb, 4);
-    q5_0_tile, q5_0_tile_model: Q5_0, false, |xb| _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
-    q5_1_tile, q5_1_tile_model: Q5_1, true, |xb| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
-    q8_0_tile, q8_0_tile_model: Q8_0, false, |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128));
+    q4_0_tile, q4_0_tile_model, q4_0_tile_pre, q4_0_tile_pre_model, q4_0_unpack:
+        Q4_0, false, |xb| nibbles(xb, 2);
+    q4_1_tile, q4_1_tile_model, q4_1_tile_pre, q4_1_tile_pre_model, q4_1_unpack:
+        Q4_1, true, |xb| nibbles(xb, 4);
+    q5_0_tile, q5_0_tile_model, q5_0_tile_pre, q5_0_tile_pre_model, q5_0_unpack:
+        Q5_0, false, |xb| _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
+    q5_1_tile, q5_1_tile_model, q5_1_tile_pre, q5_1_tile_pre_model, q5_1_unpack:
+        Q5_1, true, |xb| _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
+    q8_0_tile, q8_0_tile_model, q8_0_tile_pre, q8_0_tile_pre_model, q8_0_unpack:
+        Q8_0, false, |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128));
 }
 
 /// One weight block's lanes against a prepared activation block `yb`

@@ -88,13 +88,29 @@ pub const TILE_BLOCK: usize = 72;
 /// `out[r][c]`. Each result is bit-identical to [`fast_dot_cols`]'s.
 pub type TileFn<const N: usize = TILE> = fn([&[u8]; TILE], [&[u8]; N]) -> [[f32; N]; TILE];
 
+/// Bytes of one block of [`TILE`] weight rows unpacked by a [`Tiles`]'
+/// `unpack`: each row's unsigned levels (`[u8; 32]`), then each row's `d`,
+/// then each row's `m` (f32).
+pub const PRE_BLOCK: usize = TILE * 40;
+
+/// [`TileFn`] on [`TILE`] weight rows unpacked once by `unpack`
+/// ([`PRE_BLOCK`] bytes a block): the same results, bit for bit.
+pub type PreTileFn<const N: usize = TILE> = fn(&[u8], [&[u8]; N]) -> [[f32; N]; TILE];
+
 /// One type's tile kernel at each column count, as [`DotCols`]: [`TILE`]
-/// columns, and two or three for the columns left over.
+/// columns, and two or three for the columns left over; and the same on
+/// rows unpacked once (`unpack`, then `pre_*`), so that a prefill's many
+/// column groups pass over a tile without unpacking its blocks again.
 #[derive(Clone, Copy, Debug)]
 pub struct Tiles {
     pub two: TileFn<2>,
     pub three: TileFn<3>,
     pub four: TileFn<TILE>,
+    /// [`TILE`] rows into [`PRE_BLOCK`] bytes a block.
+    pub unpack: fn([&[u8]; TILE], &mut [u8]),
+    pub pre_two: PreTileFn<2>,
+    pub pre_three: PreTileFn<3>,
+    pub pre_four: PreTileFn<TILE>,
 }
 
 /// The tile kernels for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the

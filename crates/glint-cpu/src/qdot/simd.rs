@@ -101,6 +101,10 @@ entries!("avx2,fma,f16c", avx2 {
 entries!("avx2,fma,f16c", avx512 {
     [<const N> fn(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
         q4_0_tile_avx2, q5_0_tile_avx2;
+    [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
+        q4_0_tile_avx2_pre, q5_0_tile_avx2_pre;
+    [fn(xs: [&[u8]; TILE], out: &mut [u8])]
+        q4_0_unpack, q4_1_unpack, q5_0_unpack, q5_1_unpack, q8_0_unpack;
     [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] prepare_avx2;
 });
 
@@ -114,6 +118,10 @@ vnni_entries! {
         (q4_0_tile, q4_0_tile_model), (q4_1_tile, q4_1_tile_model),
         (q5_0_tile, q5_0_tile_model), (q5_1_tile, q5_1_tile_model),
         (q8_0_tile, q8_0_tile_model);
+    [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
+        (q4_0_tile_pre, q4_0_tile_pre_model), (q4_1_tile_pre, q4_1_tile_pre_model),
+        (q5_0_tile_pre, q5_0_tile_pre_model), (q5_1_tile_pre, q5_1_tile_pre_model),
+        (q8_0_tile_pre, q8_0_tile_pre_model);
     [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] (prepare, prepare_model);
 }
 
@@ -125,6 +133,22 @@ macro_rules! widths {
             two: $kernel::<2>,
             three: $kernel::<3>,
             four: $kernel::<4>,
+        }
+    };
+}
+
+/// [`Tiles`] of the tile kernel `$tile` and its unpacked twin `$pre`
+/// (rows unpacked by `$unpack`).
+macro_rules! tiles {
+    ($tile:ident, $pre:ident, $unpack:ident) => {
+        Tiles {
+            two: $tile::<2>,
+            three: $tile::<3>,
+            four: $tile::<4>,
+            unpack: $unpack,
+            pre_two: $pre::<2>,
+            pre_three: $pre::<3>,
+            pre_four: $pre::<4>,
         }
     };
 }
@@ -151,21 +175,26 @@ struct Kernels {
 #[rustfmt::skip]
 const KERNELS: [Kernels; 10] = [
     Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q4_0_tile), widths!(Tiles, q4_0_tile_model))),
-              tile_avx2: Some(widths!(Tiles, q4_0_tile_avx2)),
+              tile: Some((tiles!(q4_0_tile, q4_0_tile_pre, q4_0_unpack),
+                          tiles!(q4_0_tile_model, q4_0_tile_pre_model, q4_0_unpack))),
+              tile_avx2: Some(tiles!(q4_0_tile_avx2, q4_0_tile_avx2_pre, q4_0_unpack)),
               row: Some((q4_0_row, q4_0_row_model)) },
     Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q4_1_tile), widths!(Tiles, q4_1_tile_model))), tile_avx2: None,
+              tile: Some((tiles!(q4_1_tile, q4_1_tile_pre, q4_1_unpack),
+                          tiles!(q4_1_tile_model, q4_1_tile_pre_model, q4_1_unpack))), tile_avx2: None,
               row: Some((q4_1_row, q4_1_row_model)) },
     Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q5_0_tile), widths!(Tiles, q5_0_tile_model))),
-              tile_avx2: Some(widths!(Tiles, q5_0_tile_avx2)),
+              tile: Some((tiles!(q5_0_tile, q5_0_tile_pre, q5_0_unpack),
+                          tiles!(q5_0_tile_model, q5_0_tile_pre_model, q5_0_unpack))),
+              tile_avx2: Some(tiles!(q5_0_tile_avx2, q5_0_tile_avx2_pre, q5_0_unpack)),
               row: Some((q5_0_row, q5_0_row_model)) },
     Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q5_1_tile), widths!(Tiles, q5_1_tile_model))), tile_avx2: None,
+              tile: Some((tiles!(q5_1_tile, q5_1_tile_pre, q5_1_unpack),
+                          tiles!(q5_1_tile_model, q5_1_tile_pre_model, q5_1_unpack))), tile_avx2: None,
               row: Some((q5_1_row, q5_1_row_model)) },
     Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
-              tile: Some((widths!(Tiles, q8_0_tile), widths!(Tiles, q8_0_tile_model))), tile_avx2: None,
+              tile: Some((tiles!(q8_0_tile, q8_0_tile_pre, q8_0_unpack),
+                          tiles!(q8_0_tile_model, q8_0_tile_pre_model, q8_0_unpack))), tile_avx2: None,
               row: Some((q8_0_row, q8_0_row_model)) },
     Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(DotCols, q4_k_cols)),
               cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None, tile_avx2: None,
