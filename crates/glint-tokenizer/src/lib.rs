@@ -6,10 +6,11 @@
 //! program that uses it: that is llama.cpp's `llama-vocab.cpp`. glint must
 //! give the same ids, or the model sees a different prompt.
 //!
-//! - **gpt2** (byte-level BPE): Hugging Face's `tokenizers` crate (pure-Rust
-//!   build: `fancy-regex`, no `onig`, no `esaxx_fast`) with the file's
-//!   merges and the pre-tokenizer regexes llama.cpp picks for
-//!   `tokenizer.ggml.pre` (see [`pre_tokenizer_names`]).
+//! - **gpt2** (byte-level BPE): written here (`bpe.rs`), the file's merges
+//!   ranked in order and the pre-tokenizer regexes llama.cpp picks for
+//!   `tokenizer.ggml.pre` (see [`pre_tokenizer_names`]; `fancy-regex`, pure
+//!   Rust), as Hugging Face's `tokenizers` pipeline gave them before (15
+//!   MiB for SmolLM2's vocabulary, against about 3 MiB here).
 //! - **llama** (SentencePiece): llama.cpp's own algorithm, written here
 //!   (`spm.rs`): adjacent symbols whose concatenation is a token merged by
 //!   that token's score, highest first, equal scores leftmost first; spaces
@@ -18,7 +19,7 @@
 //!   Gemma 3's 262,144 tokens, where a `tokenizers` BPE built from derived
 //!   merges held about 50 MiB and took 0.6–0.85 s to build).
 //!
-//! What `tokenizers` would do differently from llama.cpp is done here:
+//! What a `tokenizers` pipeline would do differently from llama.cpp is done here:
 //! splitting out special tokens (llama.cpp's `tokenizer_st_partition`:
 //! longest token text first, user-defined tokens always, control tokens only
 //! when parsing special), SentencePiece's space prefix after each special
@@ -37,22 +38,17 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bpe;
 mod error;
+mod index;
 mod pre;
 mod spm;
 mod vocab;
 
 use std::borrow::Cow;
 
-use ahash::AHashMap;
 use aho_corasick::AhoCorasick;
 use glint_gguf::GgufFile;
-use tokenizers::models::bpe::BPE;
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::SplitDelimiterBehavior;
 
 pub use error::{Result, TokenizerError};
 pub use vocab::TokenType;
@@ -112,8 +108,8 @@ impl std::fmt::Debug for Tokenizer {
 
 /// The algorithm that splits and merges plain text, by vocabulary kind.
 enum Merger {
-    /// gpt2: the `tokenizers` pipeline.
-    Bpe(Box<tokenizers::Tokenizer>),
+    /// gpt2: byte-level BPE, merged here (`bpe.rs`).
+    Bpe(Box<bpe::Bpe>),
     /// llama: SentencePiece, merged here (`spm.rs`).
     Spm(Box<spm::Spm>),
 }
@@ -122,15 +118,6 @@ enum Merger {
 enum Fragment<'a> {
     Text(&'a str),
     Token(u32),
-}
-
-fn backend(
-    what: &'static str,
-) -> impl Fn(Box<dyn std::error::Error + Send + Sync>) -> TokenizerError {
-    move |e| TokenizerError::Backend {
-        what,
-        message: e.to_string(),
-    }
 }
 
 /// The BPE pre-tokenizer `tokenizer.ggml.pre` names (`default` when absent).
@@ -177,45 +164,6 @@ fn read_add_flags(
         });
     }
     Ok((add_bos, add_eos, add_space_prefix))
-}
-
-/// Token text -> id, the vocabulary as the `tokenizers` models take it.
-fn hf_vocab(vocab: &Vocab) -> AHashMap<String, u32> {
-    vocab
-        .texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.to_owned(), i as u32))
-        .collect()
-}
-
-/// GPT-2 style BPE: the file's merges, the row's regexes, then byte-level.
-fn bpe_tokenizer(
-    gguf: &GgufFile,
-    vocab: &Vocab,
-    row: &PreTokenizerRow,
-) -> Result<tokenizers::Tokenizer> {
-    let hf_vocab = hf_vocab(vocab);
-    let merges = gpt2_merges(gguf.require_str_array(vocab::KEY_MERGES)?, &hf_vocab);
-    let bpe = BPE::builder()
-        .vocab_and_merges(hf_vocab, merges)
-        .ignore_merges(row.ignore_merges)
-        .build()
-        .map_err(backend("building the BPE model"))?;
-    let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
-    for re in row.regexes {
-        let split = Split::new(
-            SplitPattern::Regex((*re).to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(backend("compiling a pre-tokenizer regex"))?;
-        steps.push(split.into());
-    }
-    steps.push(ByteLevel::new(false, false, false).into());
-    let mut t = tokenizers::Tokenizer::new(bpe);
-    t.with_pre_tokenizer(Some(Sequence::new(steps)));
-    Ok(t)
 }
 
 /// Control, user-defined and unknown tokens, longest text first (the order
@@ -268,7 +216,10 @@ impl Tokenizer {
         let vocab = Vocab::read(gguf, default_bos, default_eos)?;
         let (add_bos, add_eos, add_space_prefix) = read_add_flags(gguf, pre_row, &vocab)?;
         let merger = match pre_row {
-            Some(row) => Merger::Bpe(Box::new(bpe_tokenizer(gguf, &vocab, row)?)),
+            Some(row) => {
+                let merges = gguf.require_str_array(vocab::KEY_MERGES)?;
+                Merger::Bpe(Box::new(bpe::Bpe::new(&vocab, merges, row)?))
+            }
             None => Merger::Spm(Box::new(spm::Spm::new(&vocab))),
         };
         let (special, special_finder) = special_tokens(&vocab)?;
@@ -321,18 +272,12 @@ impl Tokenizer {
         Ok(out)
     }
 
-    /// Encodes text holding no special tokens: SentencePiece's merger, or
-    /// the `tokenizers` pipeline.
+    /// Encodes text holding no special tokens with the vocabulary's merger.
     fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        let inner = match &self.merger {
-            Merger::Spm(spm) => return spm.encode(&self.vocab, text, out),
-            Merger::Bpe(inner) => inner,
-        };
-        let enc = inner
-            .encode_fast(text, false)
-            .map_err(backend("encoding text"))?;
-        out.extend_from_slice(enc.get_ids());
-        Ok(())
+        match &self.merger {
+            Merger::Spm(spm) => spm.encode(&self.vocab, text, out),
+            Merger::Bpe(bpe) => bpe.encode(&self.vocab, text, out),
+        }
     }
 
     /// Splits special tokens out of `text` like llama.cpp's
@@ -555,16 +500,6 @@ impl Tokenizer {
     pub fn add_eos(&self) -> bool {
         self.add_eos
     }
-
-    /// The `tokenizers` pipeline used for plain text (no special tokens,
-    /// no BOS/EOS) of a gpt2 vocabulary; `None` for SentencePiece, which
-    /// glint merges itself.
-    pub fn inner(&self) -> Option<&tokenizers::Tokenizer> {
-        match &self.merger {
-            Merger::Bpe(t) => Some(&**t),
-            Merger::Spm(_) => None,
-        }
-    }
 }
 
 /// Detokenizes one token at a time.
@@ -655,29 +590,12 @@ fn parse_byte_token(text: &str) -> Option<u8> {
     u8::from_str_radix(hex, 16).ok()
 }
 
-/// The bytes GPT-2's byte-to-unicode table does not map to themselves, in
-/// order: byte `NON_PRINTABLE[n]` is written as char `256 + n`.
-fn byte_level_char_to_byte(c: char) -> Option<u8> {
-    let c = c as u32;
-    let printable = |b: u32| {
-        (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
-    };
-    if c < 256 {
-        return printable(c).then_some(c as u8);
-    }
-    let n = c - 256;
-    (0u32..256)
-        .filter(|&b| !printable(b))
-        .nth(n as usize)
-        .map(|b| b as u8)
-}
-
 /// A byte-level BPE token's bytes; characters outside the table (only in
 /// malformed vocabularies) are kept as their UTF-8.
 fn byte_level_decode(text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len());
     for c in text.chars() {
-        match byte_level_char_to_byte(c) {
+        match bpe::char_byte(c) {
             Some(b) => out.push(b),
             None => {
                 let mut buf = [0u8; 4];
@@ -686,31 +604,4 @@ fn byte_level_decode(text: &str) -> Vec<u8> {
         }
     }
     out
-}
-
-/// The file's merges as `(left, right)` pairs in rank order, split as
-/// llama.cpp splits them (at the first space after the first byte).
-/// Duplicates keep their first rank, as llama.cpp's map does; merges whose
-/// parts or result are not tokens are dropped (llama.cpp would merge and
-/// then emit the pieces byte by byte; `tokenizers` refuses them).
-fn gpt2_merges(
-    lines: &glint_gguf::StrArray,
-    vocab: &AHashMap<String, u32>,
-) -> Vec<(String, String)> {
-    let mut seen: ahash::AHashSet<(&str, &str)> = ahash::AHashSet::with_capacity(lines.len());
-    let mut merges = Vec::with_capacity(lines.len());
-    for line in lines.iter() {
-        let Some(pos) = line.bytes().skip(1).position(|b| b == b' ') else {
-            continue;
-        };
-        let (a, b) = (&line[..pos + 1], &line[pos + 2..]);
-        if !seen.insert((a, b)) {
-            continue;
-        }
-        if vocab.contains_key(a) && vocab.contains_key(b) && vocab.contains_key(&format!("{a}{b}"))
-        {
-            merges.push((a.to_string(), b.to_string()));
-        }
-    }
-    merges
 }
