@@ -6,15 +6,18 @@
 #   - pp512 and tg32 at the depths in DEPTHS for the first model (prefill and
 #     decode as the context fills: attention's share grows with depth);
 #   - ROUNDS rounds, each running glint then llama.cpp on every model and
-#     test, one repetition a run, so load from other processes hits both
-#     alike; the table gives medians over the rounds and glint / llama.cpp;
+#     test, REPS repetitions a run (DEPTH_REPS for the depth rows, whose
+#     every repetition fills the context again), so load from other
+#     processes hits both alike; each run gives the median of its
+#     repetitions, the table the median over the rounds and glint / llama.cpp;
 #   - peak RSS of each engine (the largest of its runs, from wait4) and the
 #     machine's CPU model and SIMD flags.
 #
 #   scripts/bench-vs-llama.sh [MODEL.gguf ...]
 #   env: LLAMA_BENCH (default /tmp/oracle/llama.cpp/build/bin/llama-bench),
 #        GLINT (default: target/release/glint under $CARGO_TARGET_DIR or ./target),
-#        THREADS (2), ROUNDS (3), DEPTHS ("4096,8192"; "" for none), OUT (bench_out),
+#        THREADS (2), ROUNDS (3), REPS (3), DEPTH_REPS (2),
+#        DEPTHS ("4096,8192"; "" for none), OUT (bench_out),
 #        LLAMA_ARGS (extra llama-bench flags, e.g. "--repack 0": on CPUs that
 #        advertise AMX inside a VM, llama.cpp's AMX buffer type can segfault;
 #        --repack 0 turns extra buffer types, AMX and CPU repacking, off).
@@ -25,6 +28,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 export LLAMA_BENCH="${LLAMA_BENCH:-/tmp/oracle/llama.cpp/build/bin/llama-bench}"
 export GLINT="${GLINT:-${CARGO_TARGET_DIR:-$here/target}/release/glint}"
 export THREADS="${THREADS:-2}" ROUNDS="${ROUNDS:-3}" OUT="${OUT:-bench_out}"
+export REPS="${REPS:-3}" DEPTH_REPS="${DEPTH_REPS:-2}"
 export DEPTHS="${DEPTHS-4096,8192}" LLAMA_ARGS="${LLAMA_ARGS:-}"
 
 if [[ ! -x "$LLAMA_BENCH" ]]; then
@@ -90,7 +94,8 @@ for rnd in range(rounds):
     for i, m in enumerate(models):
         stem = os.path.basename(m).removesuffix(".gguf")
         for label, p, n, d in tests(i):
-            common = ["-m", m, "-p", str(p), "-n", str(n), "-d", str(d), "-t", threads, "-r", "1"]
+            reps = env["DEPTH_REPS"] if d else env["REPS"]
+            common = ["-m", m, "-p", str(p), "-n", str(n), "-d", str(d), "-t", threads, "-r", reps]
             g = [env["GLINT"], "bench", *common, "--backend", "cpu", "-o", "json"]
             l = [env["LLAMA_BENCH"], *common, *shlex.split(env["LLAMA_ARGS"]), "-o", "json"]
             for eng, cmd, pick in (("glint", g, glint_ts), ("llama.cpp", l, llama_ts)):
@@ -126,7 +131,8 @@ for i, m in enumerate(models):
         l = statistics.median(ts[(stem, label, "llama.cpp")])
         print(f"| {stem} | {label} | {g:.2f} | {l:.2f} | {g / l:.2f} |")
 print()
-print(f"medians of {rounds} alternating rounds, {threads} threads, glint --backend cpu; "
+print(f"medians of {rounds} alternating rounds of {env['REPS']} repetitions "
+      f"({env['DEPTH_REPS']} at depth), {threads} threads, glint --backend cpu; "
       f"llama-bench {env['LLAMA_ARGS'] or '(defaults)'}")
 print(f"peak RSS: glint {rss['glint']:.0f} MiB, llama.cpp {rss['llama.cpp']:.0f} MiB")
 print(f"cpu: {cpu}; {os.cpu_count()} logical cpus; flags: {' '.join(simd) or 'none of note'}")
