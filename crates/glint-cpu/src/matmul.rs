@@ -781,11 +781,18 @@ pub fn thread_scratch_bytes() -> usize {
 /// A thread's cached buffer, its capacity counted in [`THREAD_SCRATCH`]
 /// while the thread lives.
 #[derive(Default)]
-struct Cached(Vec<u8>);
+pub(crate) struct Cached<T = u8>(Vec<T>);
 
-impl Drop for Cached {
+impl<T> Cached<T> {
+    pub(crate) const fn new() -> Self {
+        Cached(Vec::new())
+    }
+}
+
+impl<T> Drop for Cached<T> {
     fn drop(&mut self) {
-        THREAD_SCRATCH.fetch_sub(self.0.capacity(), Ordering::Relaxed);
+        let bytes = self.0.capacity() * std::mem::size_of::<T>();
+        THREAD_SCRATCH.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
@@ -793,15 +800,16 @@ impl Drop for Cached {
 /// the cached one is in use (a worker waiting inside one product can steal
 /// the start of another: two contexts sharing a backend). The cached one's
 /// growth is counted in [`THREAD_SCRATCH`]; a fresh one is freed on return.
-fn with_buffer<R>(
-    key: &'static std::thread::LocalKey<RefCell<Cached>>,
-    f: impl FnOnce(&mut Vec<u8>) -> R,
+pub(crate) fn with_buffer<T, R>(
+    key: &'static std::thread::LocalKey<RefCell<Cached<T>>>,
+    f: impl FnOnce(&mut Vec<T>) -> R,
 ) -> R {
     key.with(|cell| match cell.try_borrow_mut() {
         Ok(mut cached) => {
-            let before = cached.0.capacity();
+            let size = std::mem::size_of::<T>();
+            let before = cached.0.capacity() * size;
             let r = f(&mut cached.0);
-            let after = cached.0.capacity();
+            let after = cached.0.capacity() * size;
             if after >= before {
                 THREAD_SCRATCH.fetch_add(after - before, Ordering::Relaxed);
             } else {
@@ -816,13 +824,13 @@ fn with_buffer<R>(
 thread_local! {
     /// Activation columns prepared for the tile kernels ([`qdot::fast_tile`])
     /// and the decode column for the VNNI rows ([`qdot::fast_dot_prepared`]).
-    static PREP: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
+    static PREP: RefCell<Cached> = const { RefCell::new(Cached::new()) };
     /// A prefill task's tile of weight rows unpacked for the tile kernels
     /// (`qdot::Tiles::unpack`).
-    static UNPACKED: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
+    static UNPACKED: RefCell<Cached> = const { RefCell::new(Cached::new()) };
     /// Quantized activations of the current `mul_mat_ggml` call, reused
     /// across calls on the same thread: `[m]` rows of `vec_dot_type` bytes.
-    static ACT: RefCell<Cached> = const { RefCell::new(Cached(Vec::new())) };
+    static ACT: RefCell<Cached> = const { RefCell::new(Cached::new()) };
 }
 
 /// Weight rows per rayon task: at least 64 rows or 32 KiB of weights so

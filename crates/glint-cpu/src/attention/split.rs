@@ -31,9 +31,11 @@
 
 use super::wide;
 use super::{wide512, Cache, Heads, VTile, TILE};
+use crate::matmul::{with_buffer, Cached};
 use glint_backend::AttnParams;
 use half::f16;
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// Fewest cache rows a decode step's tokens attend for this path: below
 /// it the three passes' pool hand-offs cost what the grouped path's
@@ -144,22 +146,61 @@ fn tile_live(mask: &[f32], j: usize, tn: usize) -> (bool, bool) {
     (clear || t.iter().any(|&x| x != f32::NEG_INFINITY), clear)
 }
 
+thread_local! {
+    /// The scores pass's output and the softmax pass's weights, kept by
+    /// the calling thread between calls (every element is written before
+    /// it is read, so they are not cleared; counted in the thread scratch).
+    static SCORES: RefCell<Cached<f32>> = const { RefCell::new(Cached::new()) };
+    static WEIGHTS: RefCell<Cached<f32>> = const { RefCell::new(Cached::new()) };
+}
+
+/// `buf`'s first `n` elements, grown to hold them.
+fn first(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if buf.len() < n {
+        buf.resize(n, 0.0);
+    }
+    &mut buf[..n]
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn attend_body(h: &Heads, par: bool, threads: usize, m: usize, o: &mut [f32], q: &[f32]) {
+    let plan = Plan::new(h.p, m, threads);
+    with_buffer(&SCORES, |seg| {
+        with_buffer(&WEIGHTS, |w| {
+            let seg = first(seg, m * plan.n_ch * h.p.n_head * plan.clen);
+            let w = first(w, m * h.p.n_head * h.p.n_kv);
+            passes(h, par, &plan, m, o, q, seg, w)
+        })
+    })
+}
+
+/// The three passes into `o`; `seg`: `[clen, n_head]` a (token, chunk),
+/// the chunk's rows at a stride of its length; `w`: `[n_kv, n_head, m]`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn passes(
+    h: &Heads,
+    par: bool,
+    plan: &Plan,
+    m: usize,
+    o: &mut [f32],
+    q: &[f32],
+    seg: &mut [f32],
+    w: &mut [f32],
+) {
     let p = h.p;
     let (hd, n_kv, nh, g) = (p.head_dim, p.n_kv, p.n_head, h.group);
-    let plan = Plan::new(p, m, threads);
+    let plan = *plan;
     let Plan { clen, n_ch, .. } = plan;
     let mask = |i: usize| &h.mask[i * n_kv..(i + 1) * n_kv];
 
-    // 1. Scores. seg: [clen, n_head] a (token, chunk), the chunk's rows at
-    // a stride of its length; cmax: [n_head] a (token, chunk).
-    let mut seg = vec![0f32; m * n_ch * nh * clen];
+    // 1. Scores into seg; cmax: [n_head] a (token, chunk), each row's
+    // largest.
     let mut cmax = vec![f32::NEG_INFINITY; m * n_ch * nh];
     let init = || (vec![0f32; nh * hd], vec![0f32; TILE * hd]);
     each(
         par,
-        (&mut seg, nh * clen),
+        (&mut *seg, nh * clen),
         (&mut cmax, nh),
         init,
         |(qr, kt), ti, sg, mx| {
@@ -223,13 +264,13 @@ fn attend_body(h: &Heads, par: bool, threads: usize, m: usize, o: &mut [f32], q:
         },
     );
 
-    // 2. Softmax. w: [n_kv, n_head, m], a query head's weights; stats:
-    // [2, n_head, m], its largest score and the sum of its exps.
-    let mut w = vec![0f32; m * nh * n_kv];
+    // 2. Softmax. w: a query head's weights; stats: [2, n_head, m], its
+    // largest score and the sum of its exps.
+    let seg = &*seg;
     let mut stats = vec![0f32; m * nh * 2];
     each(
         par,
-        (&mut w, n_kv),
+        (&mut *w, n_kv),
         (&mut stats, 2),
         || (),
         |_, rr, row, st| {
