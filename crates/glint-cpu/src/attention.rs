@@ -140,7 +140,7 @@ pub fn attention_with(
     }
 
     #[cfg(target_arch = "x86_64")]
-    if fast && crate::qdot::has_avx2() && p.n_kv >= split::SPLIT_MIN_KV {
+    if fast && crate::qdot::has_avx2() && m > 0 && p.n_kv >= split::SPLIT_MIN_KV {
         // Decode at depth: passes split along the cache and the head
         // (`split`), the blocked path's bits.
         split::attend(&ctx, par, threads, m, out, q);

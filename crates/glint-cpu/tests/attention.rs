@@ -314,7 +314,8 @@ fn scattered_sequences_in_one_window() {
 }
 
 /// Called directly with an empty window at the end of the cache, or heads
-/// that do not group over the kv heads: zeros on both paths, no panic.
+/// that do not group over the kv heads: zeros on both paths, no panic;
+/// and with no query tokens over a long window: nothing, no panic.
 #[test]
 fn empty_windows_and_ungrouped_heads_give_zeros() {
     let (hd, rows) = (16usize, 5usize);
@@ -332,6 +333,17 @@ fn empty_windows_and_ungrouped_heads_give_zeros() {
         let mask = [0.0f32; 2];
         glint_cpu::attention_with(kernels, false, &q, c, c, &mask, &p, &mut out, false);
         assert!(out.iter().all(|&x| x == 0.0), "{kernels:?} 4 heads over 3");
+    }
+    // No query tokens against a window long enough for the split decode
+    // path: nothing to do, no panic.
+    let rows = 300;
+    let kv = vec![0.5f32; hd * rows];
+    let c = Cache::F32(&kv);
+    for (kernels, par) in [(Kernels::Fast, false), (Kernels::Fast, true)] {
+        let p = params(4, 1, hd, rows);
+        let mut out: Vec<f32> = Vec::new();
+        glint_cpu::attention_with(kernels, par, &[], c, c, &[], &p, &mut out, false);
+        assert!(out.is_empty());
     }
 }
 

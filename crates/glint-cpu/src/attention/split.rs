@@ -25,7 +25,10 @@
 //! sum are one call over the row; each output element's sum runs over the
 //! rows in order, whole 16-lane registers of a head, or whole heads), so a
 //! token gives the bits it gives in a prefill block, and a batch gives its
-//! tokens' bits.
+//! tokens' bits. One caveat, as the grouped path's: a tile this token
+//! masks whole is skipped, where a block another token of which sees the
+//! tile adds its rows with weight +0 — the same unless a masked V row
+//! holds an infinity or a NaN.
 
 #![allow(unsafe_code)]
 
@@ -162,13 +165,23 @@ fn first(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut buf[..n]
 }
 
+/// The most floats of scores and weights a thread keeps between calls
+/// (16 MiB): a larger call (many tokens over a long window) takes fresh
+/// buffers, freed on return.
+const KEEP_MAX: usize = 4 << 20;
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn attend_body(h: &Heads, par: bool, threads: usize, m: usize, o: &mut [f32], q: &[f32]) {
     let plan = Plan::new(h.p, m, threads);
+    let n_seg = m * plan.n_ch * h.p.n_head * plan.clen;
+    let n_w = m * h.p.n_head * h.p.n_kv;
+    if n_seg + n_w > KEEP_MAX {
+        let (mut seg, mut w) = (vec![0f32; n_seg], vec![0f32; n_w]);
+        return passes(h, par, &plan, m, o, q, &mut seg, &mut w);
+    }
     with_buffer(&SCORES, |seg| {
         with_buffer(&WEIGHTS, |w| {
-            let seg = first(seg, m * plan.n_ch * h.p.n_head * plan.clen);
-            let w = first(w, m * h.p.n_head * h.p.n_kv);
+            let (seg, w) = (first(seg, n_seg), first(w, n_w));
             passes(h, par, &plan, m, o, q, seg, w)
         })
     })

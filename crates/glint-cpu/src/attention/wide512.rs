@@ -64,7 +64,12 @@ impl Lanes16 for half::f16 {
 /// [`widen_pairs`] (a prefill block's many query rows share it), or the
 /// cache rows themselves, widened in registers (a decode step's few do
 /// not repay a copy).
-pub(super) trait Keys: Copy {
+///
+/// # Safety
+/// `holds(tn)` must be true only where every read `pair` and `tail` make
+/// for a tile of `tn` keys is in bounds: `score_tile` checks it once and
+/// then reads unchecked.
+pub(super) unsafe trait Keys: Copy {
     /// Elements `8c..8c + 8` of keys `8gi + p` (low half) and `8gi + p +
     /// 4` (high half), `p < 4`.
     ///
@@ -84,7 +89,8 @@ pub(super) struct Widened<'a> {
     pub(super) hd: usize,
 }
 
-impl Keys for Widened<'_> {
+// SAFETY: `holds` checks the `8 * hd` floats a group reads, every group.
+unsafe impl Keys for Widened<'_> {
     #[inline(always)]
     unsafe fn pair(self, gi: usize, p: usize, c: usize) -> __m512 {
         let chunks = self.hd / 8;
@@ -117,7 +123,9 @@ pub(super) struct Direct<'a, E> {
     pub(super) hd: usize,
 }
 
-impl<E: Elem> Keys for Direct<'_, E> {
+// SAFETY: `holds` checks the last key's row, the furthest any read
+// reaches.
+unsafe impl<E: Elem> Keys for Direct<'_, E> {
     #[inline(always)]
     unsafe fn pair(self, gi: usize, p: usize, c: usize) -> __m512 {
         // SAFETY: the caller's contract; keys 8gi + p and 8gi + p + 4 are
