@@ -393,7 +393,8 @@ const TILE: usize = 64;
 const MAX_BLOCK: usize = 16;
 
 /// Fewest tokens that take the blocked path; fewer (a decode step) take
-/// the per-token grouped one, which splits a group across threads. A
+/// the per-token paths: the split one over a long window (`split`), the
+/// grouped one, which splits a group across threads, over a short one. A
 /// server's decode step holds one token per slot, often of sequences in
 /// different streams: no tile is masked for all of them, so a block would
 /// score every tile for every token; below a block's worth of tokens the

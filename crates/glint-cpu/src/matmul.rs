@@ -541,15 +541,8 @@ impl QProduct<'_> {
         if let Some(t) = prep.tiles {
             while r + qdot::TILE <= rs.end {
                 let xs = std::array::from_fn(|j| self.w_row(r + j));
-                match width {
-                    qdot::TILE => put_tile((t.four)(xs, prep.cols_of(c)), r, &mut put),
-                    3 => put_tile((t.three)(xs, prep.cols_of(c)), r, &mut put),
-                    2 => put_tile((t.two)(xs, prep.cols_of(c)), r, &mut put),
-                    _ => {
-                        let out = (t.two)(xs, [prep.col(c); 2]);
-                        put_tile(out.map(|[v, _]| [v]), r, &mut put)
-                    }
-                }
+                let kernels = (t.four, t.three, t.two);
+                tile_width(kernels, xs, prep, c, width, r, &mut put);
                 r += qdot::TILE;
             }
         }
@@ -654,7 +647,6 @@ impl QProduct<'_> {
         if buf.len() < tile / qdot::TILE * sub {
             buf.resize(tile / qdot::TILE * sub, 0);
         }
-        let mut outs = [0f32; qdot::COLS];
         for r0 in (0..n).step_by(tile) {
             let rs = r0..(r0 + tile).min(n);
             let subs = rs.len() / qdot::TILE;
@@ -666,24 +658,12 @@ impl QProduct<'_> {
                 let mut put = |r: usize, i: usize, v: f32| o[(c + i) * n + r] = v;
                 for (s, xp) in buf.chunks_exact(sub).take(subs).enumerate() {
                     let r = r0 + s * qdot::TILE;
-                    let cc = c0 + c;
-                    match width {
-                        qdot::TILE => put_tile((t.pre_four)(xp, prep.cols_of(cc)), r, &mut put),
-                        3 => put_tile((t.pre_three)(xp, prep.cols_of(cc)), r, &mut put),
-                        2 => put_tile((t.pre_two)(xp, prep.cols_of(cc)), r, &mut put),
-                        _ => {
-                            let out = (t.pre_two)(xp, [prep.col(cc); 2]);
-                            put_tile(out.map(|[v, _]| [v]), r, &mut put)
-                        }
-                    }
+                    let kernels = (t.pre_four, t.pre_three, t.pre_two);
+                    tile_width(kernels, xp, prep, c0 + c, width, r, &mut put);
                 }
-                let outs = &mut outs[..width];
-                for r in r0 + subs * qdot::TILE..rs.end {
-                    self.dot_group(r, c0 + c, outs);
-                    for (i, &v) in outs.iter().enumerate() {
-                        put(r, i, v);
-                    }
-                }
+                // The rows short of a tile: the multi-column kernels.
+                let rest = r0 + subs * qdot::TILE..rs.end;
+                self.dot_rows(prep, rest, c0 + c, width, &mut put);
             }
         }
     }
@@ -711,6 +691,32 @@ impl QProduct<'_> {
                 *o = by_row[r * m + c];
             }
         });
+    }
+}
+
+/// One tile's `width` columns from `c` (one column as two of the same)
+/// through `kernels`' kernel of that width (four, three, two columns; `x`:
+/// the tile's rows as they take them), each result to `put`.
+#[allow(clippy::type_complexity)]
+fn tile_width<X: Copy>(
+    kernels: (
+        fn(X, [&[u8]; qdot::TILE]) -> [[f32; qdot::TILE]; qdot::TILE],
+        fn(X, [&[u8]; 3]) -> [[f32; 3]; qdot::TILE],
+        fn(X, [&[u8]; 2]) -> [[f32; 2]; qdot::TILE],
+    ),
+    x: X,
+    prep: &Prepared,
+    c: usize,
+    width: usize,
+    r: usize,
+    put: &mut impl FnMut(usize, usize, f32),
+) {
+    let (four, three, two) = kernels;
+    match width {
+        qdot::TILE => put_tile(four(x, prep.cols_of(c)), r, put),
+        3 => put_tile(three(x, prep.cols_of(c)), r, put),
+        2 => put_tile(two(x, prep.cols_of(c)), r, put),
+        _ => put_tile(two(x, [prep.col(c); 2]).map(|[v, _]| [v]), r, put),
     }
 }
 
