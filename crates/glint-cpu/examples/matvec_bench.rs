@@ -7,7 +7,7 @@
 //! `cargo run --release -p glint-cpu --example matvec_bench [runs] [m] [k] [n]
 //! [types] [fast]` (default 15 runs, m = 1, k = n = 4096, every type;
 //! median of the runs). `types`: names to time, comma-separated (`q5_0,q4_1`);
-//! `fast`: time only the fast kernels, with and without AMX (a prefill's
+//! `fast`: time only the vector kernels: the AVX2 tier, and the fast ones with and without AMX (a prefill's
 //! m = 512 takes the reference loops minutes).
 
 use std::time::Instant;
@@ -70,15 +70,17 @@ fn main() {
     };
     println!("k = {k}, n = {n}, m = {m}, median of {runs} runs; {unit}");
     println!(
-        "{:6} {:>8} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | fast/ref",
+        "{:6} {:>8} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} {:>9} | fast/ref",
         "type",
         "MiB",
         "ref 1t",
         "plain 1t",
+        "avx2 1t",
         "no-amx 1t",
         "fast 1t",
         "ref 2t",
         "plain 2t",
+        "avx2 2t",
         "no-amx 2t",
         "fast 2t"
     );
@@ -126,7 +128,8 @@ fn main() {
         let mut row = Vec::new();
         for pool in &pools {
             for kern in KERNELS {
-                let timed = !fast_only || matches!(kern, Kernels::Fast | Kernels::NoAmx);
+                let timed =
+                    !fast_only || matches!(kern, Kernels::Fast | Kernels::NoAmx | Kernels::Avx2);
                 row.push(if timed {
                     gbs(pool, kern, &mut out)
                 } else {
@@ -135,7 +138,7 @@ fn main() {
             }
         }
         println!(
-            "{:6} {:8.2} | {:9.2} {:9.2} {:9.2} {:9.2} | {:9.2} {:9.2} {:9.2} {:9.2} | {:.1}x",
+            "{:6} {:8.2} | {:9.2} {:9.2} {:9.2} {:9.2} {:9.2} | {:9.2} {:9.2} {:9.2} {:9.2} {:9.2} | {:.1}x",
             ty.to_string(),
             bytes.len() as f64 / (1 << 20) as f64,
             row[0],
@@ -146,7 +149,9 @@ fn main() {
             row[5],
             row[6],
             row[7],
-            row[7] / row[4]
+            row[8],
+            row[9],
+            row[9] / row[5]
         );
     }
 }

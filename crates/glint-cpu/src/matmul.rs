@@ -259,14 +259,24 @@ pub(crate) fn mul_mat_ggml_par(
             }
             return Ok(());
         }
+        // From two columns up: the lane kernels where the type has them
+        // (the plain kernels' numbers), else the tiles (the multi-column
+        // kernels' numbers), else the multi-column kernels.
+        let lanes = match kernels {
+            Kernels::Fast | Kernels::NoAmx => qdot::fast_lanes(ty),
+            Kernels::Avx2 => qdot::avx2_lanes(ty),
+            _ => None,
+        };
         let (tiles, prepare): (_, PrepareFn) = if avx2 {
             (qdot::avx2_tile(ty), qdot::prepare_tile_col_avx2)
+        } else if lanes.is_some() {
+            (None, qdot::prepare_lane_col)
         } else {
             (qdot::fast_tile(ty), qdot::prepare_tile_col)
         };
-        let tiles = tiles.filter(|_| product.dot_cols.is_some());
+        let tiles = tiles.filter(|_| product.dot_cols.is_some() && lanes.is_none());
         with_buffer(&PREP, |prep| {
-            let prep = product.prepare(tiles, prepare, k, prep);
+            let prep = product.prepare(tiles, lanes, prepare, k, prep);
             if m >= 2 * threads * MIN_COL_BLOCK {
                 product.prefill(&prep, threads, out);
             } else {
@@ -566,25 +576,23 @@ impl QProduct<'_> {
         });
     }
 
-    /// The activation columns prepared for `tiles` by `prepare`, each once
-    /// (`k` elements), into `buf`; nothing without a tile kernel.
+    /// The activation columns prepared for `tiles` or `lanes` by `prepare`,
+    /// each once (`k` elements), into `buf`; nothing without either.
     fn prepare<'b>(
         &self,
         tiles: Option<qdot::Tiles>,
+        lanes: Option<qdot::Lanes>,
         prepare: PrepareFn,
         k: usize,
         buf: &'b mut Vec<u8>,
     ) -> Prepared<'b> {
-        // prep: [m] columns of prep_bytes, for the tile kernel.
+        // prep: [m] columns of prep_bytes, for the tile or lane kernels.
         let prep_bytes = prepared_col_bytes(k);
-        let n_bytes = if tiles.is_some() {
-            prep_bytes * self.m
-        } else {
-            0
-        };
+        let on = tiles.is_some() || lanes.is_some();
+        let n_bytes = if on { prep_bytes * self.m } else { 0 };
         buf.resize(n_bytes.max(buf.len()), 0);
         let cols = &mut buf[..n_bytes];
-        if tiles.is_some() {
+        if on {
             // A few columns are prepared faster than the pool wakes.
             let par = self.par && self.m * k >= elementwise::ELEMS_PER_TASK;
             elementwise::rows(par, cols, prep_bytes, |c, p| {
@@ -593,6 +601,7 @@ impl QProduct<'_> {
         }
         Prepared {
             tiles,
+            lanes,
             bytes: prep_bytes,
             cols,
         }
@@ -612,6 +621,12 @@ impl QProduct<'_> {
     fn prefill_task(&self, prep: &Prepared, c0: usize, o: &mut [f32]) {
         let n = self.n;
         let mc = o.len() / n;
+        if let Some(l) = prep.lanes {
+            let put = |r: usize, j: usize, v: f32| o[j * n + r] = v;
+            return with_buffer(&UNPACKED, |buf| {
+                self.lane_rows(l, prep, 0..n, c0, mc, buf, put)
+            });
+        }
         if let Some(t) = prep.tiles {
             return with_buffer(&UNPACKED, |buf| self.prefill_unpacked(t, prep, c0, o, buf));
         }
@@ -668,16 +683,79 @@ impl QProduct<'_> {
         }
     }
 
+    /// Weight rows `rs` · activation columns `c0..c0 + mc` through the
+    /// lane kernels: a tile of [`qdot::LANES`]-row groups (~16 KiB) unpacked
+    /// once into `buf` (`Lanes::unpack`), then every column group passes
+    /// over it; the rows short of a group at the end through the plain
+    /// kernel, whose numbers the lane kernels' are. `put(r, j, v)` takes row
+    /// `r`'s dot with column `c0 + j`.
+    #[allow(clippy::too_many_arguments)]
+    fn lane_rows(
+        &self,
+        l: qdot::Lanes,
+        prep: &Prepared,
+        rs: std::ops::Range<usize>,
+        c0: usize,
+        mc: usize,
+        buf: &mut Vec<u8>,
+        mut put: impl FnMut(usize, usize, f32),
+    ) {
+        const L: usize = qdot::LANES;
+        // One group of LANES rows unpacked: [LANE_BLOCK, nb].
+        let sub = prep.bytes / qdot::TILE_BLOCK * qdot::LANE_BLOCK;
+        let per_tile = ((16 << 10) / sub.max(1)).clamp(1, 8);
+        if buf.len() < per_tile * sub {
+            buf.resize(per_tile * sub, 0);
+        }
+        let whole = rs.start + rs.len() / L * L;
+        for r0 in (rs.start..whole).step_by(per_tile * L) {
+            let groups = ((whole - r0) / L).min(per_tile);
+            for (g, xp) in buf.chunks_exact_mut(sub).take(groups).enumerate() {
+                let r = r0 + g * L;
+                (l.unpack)(std::array::from_fn(|j| self.w_row(r + j)), xp);
+            }
+            for (c, width) in col_groups(mc) {
+                let ys = |i: usize| prep.col(c0 + c + i);
+                for (g, xp) in buf.chunks_exact(sub).take(groups).enumerate() {
+                    let r = r0 + g * L;
+                    match width {
+                        qdot::COLS => {
+                            put_lanes((l.four)(xp, std::array::from_fn(ys)), r, c, &mut put)
+                        }
+                        3 => put_lanes((l.three)(xp, std::array::from_fn(ys)), r, c, &mut put),
+                        2 => put_lanes((l.two)(xp, std::array::from_fn(ys)), r, c, &mut put),
+                        _ => put_lanes((l.one)(xp, std::array::from_fn(ys)), r, c, &mut put),
+                    }
+                }
+            }
+        }
+        if whole < rs.end {
+            let plain = qdot::plain_dot(self.ty).expect("a lane type has a plain kernel");
+            for r in whole..rs.end {
+                for j in 0..mc {
+                    put(r, j, plain(self.w_row(r), self.act_col(c0 + j)));
+                }
+            }
+        }
+    }
+
     /// A few columns: by_row: `[m, n]` as in [`mul_mat`]. A task owns a
     /// tile of weight rows and passes every column over it; out is its
     /// transpose.
     fn few_columns(&self, prep: &Prepared, out: &mut [f32]) {
         let (n, m) = (self.n, self.m);
-        let rows = rows_per_task(n, self.row_bytes).min(tile_rows(self.row_bytes));
+        let mut rows = rows_per_task(n, self.row_bytes).min(tile_rows(self.row_bytes));
+        if prep.lanes.is_some() {
+            rows = rows.div_ceil(qdot::LANES) * qdot::LANES;
+        }
         let mut by_row = vec![0f32; n * m];
         elementwise::rows(self.par, &mut by_row, m * rows, |t, chunk| {
             let r0 = t * rows;
             let rs = r0..r0 + chunk.len() / m;
+            if let Some(l) = prep.lanes {
+                let put = |r: usize, j: usize, v: f32| chunk[(r - r0) * m + j] = v;
+                return with_buffer(&UNPACKED, |buf| self.lane_rows(l, prep, rs, 0, m, buf, put));
+            }
             for (c, width) in col_groups(m) {
                 self.dot_rows(prep, rs.clone(), c, width, |r, i, v| {
                     chunk[(r - r0) * m + c + i] = v
@@ -720,6 +798,20 @@ fn tile_width<X: Copy>(
     }
 }
 
+/// A lane kernel's results, `out[i][j]`: row `r + j`, column `c + i`.
+fn put_lanes<const N: usize>(
+    out: [[f32; qdot::LANES]; N],
+    r: usize,
+    c: usize,
+    put: &mut impl FnMut(usize, usize, f32),
+) {
+    for (i, col) in out.into_iter().enumerate() {
+        for (j, v) in col.into_iter().enumerate() {
+            put(r + j, c + i, v);
+        }
+    }
+}
+
 /// One tile's results, `out[j][i]`: row `r + j`, column `c + i`.
 fn put_tile<const N: usize>(
     out: [[f32; N]; qdot::TILE],
@@ -756,6 +848,8 @@ fn col_groups(m: usize) -> impl Iterator<Item = (usize, usize)> {
 /// `bytes`; empty without them).
 struct Prepared<'a> {
     tiles: Option<qdot::Tiles>,
+    /// The lane kernels (then `tiles` is `None`).
+    lanes: Option<qdot::Lanes>,
     bytes: usize,
     cols: &'a [u8],
 }

@@ -381,13 +381,31 @@ fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
         };
         for m in [1, 3, 9, m_prefill] {
             let x = rng.vec(k * m);
-            let [avx2, fast] = [Kernels::Avx2, Kernels::NoAmx].map(|kern| {
+            let [avx2, fast, plain] = [Kernels::Avx2, Kernels::NoAmx, Kernels::Plain].map(|kern| {
                 let mut out = vec![0f32; n * m];
                 mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
                 out
             });
-            for (i, (a, f)) in avx2.iter().zip(&fast).enumerate() {
+            // From two columns up a type with lane kernels gets the plain
+            // kernels' numbers; Q8_0 has them on VNNI cpus only, so there
+            // the two tiers differ by rounding and each is held apart.
+            let fast_lanes = m >= 2 && qdot::fast_lanes(ty).is_some();
+            let avx2_lanes = m >= 2 && qdot::avx2_lanes(ty).is_some();
+            let want = if fast_lanes && !avx2_lanes {
+                &plain
+            } else {
+                &avx2
+            };
+            for (i, (a, f)) in want.iter().zip(&fast).enumerate() {
                 assert_eq!(a.to_bits(), f.to_bits(), "{ty} m={m} out[{i}]: {a} vs {f}");
+                if avx2_lanes {
+                    let p = plain[i];
+                    assert_eq!(
+                        a.to_bits(),
+                        p.to_bits(),
+                        "{ty} m={m} out[{i}]: {a} vs plain {p}"
+                    );
+                }
                 n_checked += 1;
             }
         }
@@ -1103,4 +1121,165 @@ fn amx_product_of_empty_rows_is_zeros() {
         mul_mat_ggml_with(Kernels::AmxModel, w, &[], 20, &mut out).unwrap();
         assert!(out.iter().all(|&v| v == 0.0), "{ty}: {out:?}");
     }
+}
+
+/// The types with AVX2 lane kernels: not Q8_0 (its levels `x + 128`
+/// reach 255, which `maddubs` would saturate).
+const AVX2_LANE_TYPES: [GgmlType; 4] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
+
+/// Holds the lane kernels `lanes_of(ty)` (columns prepared by `prepare`)
+/// to the plain kernels bit for bit: each result of the one- to
+/// four-column kernels, on [`qdot::LANES`] rows unpacked once, equals
+/// `plain_dot` of the same row and column; on random rows and, at every
+/// third seed, on a row with every level at its top against columns of
+/// all 127 and all -127 (the AVX2 kernels' `maddubs` must not saturate).
+/// Returns the prepared columns, for comparing two preparations, and how
+/// many results it compared.
+fn check_lanes(
+    what: &str,
+    types: &[GgmlType],
+    lanes_of: fn(GgmlType) -> Option<qdot::Lanes>,
+    prepare: fn(GgmlType, &[u8], &mut [u8]),
+) -> (Vec<Vec<u8>>, usize) {
+    let (mut all_prep, mut n) = (Vec::new(), 0);
+    for &ty in types {
+        let lanes = lanes_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no lane kernel"));
+        let plain = qdot::plain_dot(ty).expect("a plain kernel");
+        let vt = ty.vec_dot_type();
+        for seed in 0..12u64 {
+            let mut rng = Rng(9100 + seed);
+            let k = [1, 3, 20][seed as usize % 3] * 32;
+            let extreme = seed % 3 == 0;
+            let mut rows: Vec<Vec<u8>> = (0..qdot::LANES)
+                .map(|_| random_row(ty, k, &mut rng))
+                .collect();
+            if extreme {
+                // Row 5: every level at its top (after d, and m where the type has one).
+                let head = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                    4
+                } else {
+                    2
+                };
+                let top = if ty == GgmlType::Q8_0 { 0x7f } else { 0xff };
+                for blk in rows[5].chunks_mut(ty.type_size()) {
+                    blk[head..].fill(top);
+                }
+            }
+            let acts: Vec<Vec<u8>> = (0..qdot::COLS)
+                .map(|c| {
+                    let mut x = rng.vec(k);
+                    match c {
+                        1 => x[0] = 40.0, // an outlier: levels at -127/127, the rest small
+                        2 if extreme => x.fill(1.0),
+                        3 if extreme => x.fill(-1.0),
+                        _ => {}
+                    }
+                    let mut a = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+                    glint_cpu::act::quantize_row(vt, &x, &mut a).unwrap();
+                    a
+                })
+                .collect();
+            let prep: Vec<Vec<u8>> = acts
+                .iter()
+                .map(|a| {
+                    let mut p = vec![0u8; k / 32 * qdot::TILE_BLOCK];
+                    prepare(ty, a, &mut p);
+                    p
+                })
+                .collect();
+            let mut xp = vec![0u8; k / 32 * qdot::LANE_BLOCK];
+            (lanes.unpack)(std::array::from_fn(|r| &rows[r][..]), &mut xp);
+            let prep_ref = &prep;
+            let ys = |c0: usize| move |c: usize| &prep_ref[c0 + c][..];
+            // (first column, out[c][r]) of every width, at both ends.
+            let mut got: Vec<(usize, Vec<[f32; qdot::LANES]>)> = Vec::new();
+            got.push((0, (lanes.four)(&xp, std::array::from_fn(ys(0))).to_vec()));
+            for c0 in [0, 1] {
+                got.push((c0, (lanes.three)(&xp, std::array::from_fn(ys(c0))).to_vec()));
+            }
+            for c0 in [0, 2] {
+                got.push((c0, (lanes.two)(&xp, std::array::from_fn(ys(c0))).to_vec()));
+            }
+            for c0 in 0..qdot::COLS {
+                got.push((c0, (lanes.one)(&xp, std::array::from_fn(ys(c0))).to_vec()));
+            }
+            for (c0, out) in got {
+                for (c, col) in out.iter().enumerate() {
+                    for (r, v) in col.iter().enumerate() {
+                        let want = plain(&rows[r], &acts[c0 + c]);
+                        assert_eq!(
+                            v.to_bits(),
+                            want.to_bits(),
+                            "{what} {ty} k={k} seed {seed} row {r} col {}: {v} vs {want}",
+                            c0 + c
+                        );
+                        n += 1;
+                    }
+                }
+            }
+            all_prep.extend(prep);
+        }
+    }
+    // Per seed: LANES rows of a four-, two three-, two two- and four one-column calls.
+    assert_eq!(n, types.len() * 12 * qdot::LANES * (4 + 2 * 3 + 2 * 2 + 4));
+    (all_prep, n)
+}
+
+/// The lane kernels of the VNNI tier on any AVX2 cpu (`vpdpbusd` through
+/// its lane model): bit for bit the plain kernels.
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn emulated_vnni_lane_kernels_equal_the_plain_kernels_bit_for_bit() {
+    check_lanes(
+        "emulated",
+        &TILE_TYPES,
+        qdot::emulated::lanes,
+        qdot::emulated::prepare_tile_col,
+    );
+}
+
+/// The real VNNI lane kernels: bit for bit the plain kernels, their
+/// prepared columns the emulation's byte for byte.
+#[test]
+#[cfg_attr(not(host_vnni), ignore = "this cpu lacks AVX-512 F, BW, VL or VNNI")]
+fn vnni_lane_kernels_equal_the_plain_kernels_and_their_emulation() {
+    let (vnni, _) = check_lanes(
+        "vnni",
+        &TILE_TYPES,
+        qdot::fast_lanes,
+        qdot::prepare_lane_col,
+    );
+    let (emulated, _) = check_lanes(
+        "emulated",
+        &TILE_TYPES,
+        qdot::emulated::lanes,
+        qdot::emulated::prepare_tile_col,
+    );
+    assert!(vnni == emulated, "prepared columns differ");
+}
+
+/// The AVX2 lane kernels (`maddubs` + `madd` for `vpdpbusd`): bit for bit
+/// the plain kernels, extremes included, and their prepared columns the
+/// VNNI emulation's byte for byte.
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn avx2_lane_kernels_equal_the_plain_kernels_bit_for_bit() {
+    let (avx2, _) = check_lanes(
+        "avx2",
+        &AVX2_LANE_TYPES,
+        qdot::avx2_lanes,
+        qdot::prepare_tile_col_avx2,
+    );
+    let (emulated, _) = check_lanes(
+        "emulated",
+        &AVX2_LANE_TYPES,
+        qdot::emulated::lanes,
+        qdot::emulated::prepare_tile_col,
+    );
+    assert!(avx2 == emulated, "prepared columns differ");
 }

@@ -44,7 +44,7 @@ fn dpwssd_model(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 }
 
 /// [`emulated::dpbusd`] on vectors: `vpdpbusd` without VNNI.
-fn dpbusd_model(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn dpbusd_model(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     use bytemuck::cast;
     cast(emulated::dpbusd(cast(acc), cast(u), cast(s)))
 }
@@ -60,7 +60,7 @@ fn dpbusd_model(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
 /// (`x + 128` up to 255), which keep the multi-column kernel on AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dpbusd_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn dpbusd_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     let pairs = _mm256_maddubs_epi16(u, s);
     _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
 }
@@ -100,7 +100,9 @@ pub(super) fn prepare_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
 }
 
 /// One activation column into [`TILE_BLOCK`]-byte blocks: levels,
-/// `init = -off * lane sums of the levels`, `dy`, `sy` (Q8_1 only);
+/// `init = -off * lane sums of the levels`, `dy`, `sy` (Q8_1 only), and
+/// the sum of `init`'s lanes (`-off * sum(y)`: where the lane kernels'
+/// block sums start);
 /// `dpbusd(acc, u, s)` is `vpdpbusd` or its model.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -120,7 +122,7 @@ fn prepare_with(
         let y = load32(yb, y_at);
         let lane_sums = dpbusd(_mm256_setzero_si256(), offv, y);
         let init = _mm256_sub_epi32(_mm256_setzero_si256(), lane_sums);
-        let ob: &mut [u8; TILE_BLOCK] = (&mut ob[..]).try_into().expect("72 bytes");
+        let ob: &mut [u8; TILE_BLOCK] = (&mut ob[..]).try_into().expect("TILE_BLOCK bytes");
         ob[..32].copy_from_slice(&yb[y_at..y_at + 32]);
         let mut lanes = [0i32; 8];
         for (l, v) in lanes.iter_mut().enumerate() {
@@ -138,6 +140,8 @@ fn prepare_with(
         };
         ob[64..68].copy_from_slice(&dy.to_le_bytes());
         ob[68..72].copy_from_slice(&sy.to_le_bytes());
+        let total = lanes.iter().fold(0i32, |a, &v| a.wrapping_add(v));
+        ob[72..76].copy_from_slice(&total.to_le_bytes());
     }
 }
 

@@ -8,7 +8,7 @@
 
 use glint_backend::GgmlType;
 
-use super::{DotCols, DotFn, Tiles};
+use super::{DotCols, DotFn, Lanes, Tiles};
 
 /// `vpdpbusd` on one 256-bit vector: each i32 lane `l` of `acc` plus the
 /// four products of unsigned `u` and signed `s` bytes `4l..4l + 4`,
@@ -45,6 +45,14 @@ pub fn tile(ty: GgmlType) -> Option<Tiles> {
 /// no kernel for `ty`.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     super::simd::prepare_tile_col_model(ty, act, out)
+}
+
+/// The lane kernels of `ty` (as [`super::fast_lanes`] gives on a VNNI
+/// cpu) with `vpdpbusd` replaced by [`dpbusd`]; they read columns prepared
+/// by [`prepare_tile_col`]. `None` where the cpu lacks AVX2 or the type
+/// has no lane kernel.
+pub fn lanes(ty: GgmlType) -> Option<Lanes> {
+    super::simd::lanes_model(ty)
 }
 
 /// The one-column kernels of `ty` that [`super::fast_dot_prepared`] gives

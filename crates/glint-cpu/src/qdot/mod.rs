@@ -26,6 +26,7 @@
 //! | `shared.rs` | x86_64: vector helpers both tiers use (loads, nibbles, sums) |
 //! | `avx2.rs` | the AVX2 (+FMA, F16C) kernels: one column and [`COLS`] columns |
 //! | `avx512.rs` | the AVX-512 VNNI kernels: prefill tiles, decode rows, `vpdpwssd` K-quants |
+//! | `lanes.rs` | x86_64: the lane kernels, rows interleaved in the lanes (prefill) |
 //! | `emulated.rs` | the VNNI tier on any AVX2 cpu: its instructions modelled |
 //!
 //! Callers guarantee that `x` and `y` hold the same number of whole blocks
@@ -81,8 +82,9 @@ pub fn avx2_dot_cols(ty: GgmlType) -> Option<DotCols> {
 pub const TILE: usize = 4;
 
 /// Bytes of one prepared activation block ([`prepare_tile_col`]):
-/// levels `[i8; 32]`, `init: [i32; 8]`, `dy: f32`, `sy: f32`.
-pub const TILE_BLOCK: usize = 72;
+/// levels `[i8; 32]`, `init: [i32; 8]`, `dy: f32`, `sy: f32`, and
+/// `init`'s sum (i32, for the lane kernels).
+pub const TILE_BLOCK: usize = 76;
 
 /// [`TILE`] weight rows against `N` prepared activation columns:
 /// `out[r][c]`. Each result is bit-identical to [`fast_dot_cols`]'s.
@@ -113,6 +115,60 @@ pub struct Tiles {
     pub pre_four: PreTileFn<TILE>,
 }
 
+/// Weight rows of one [`LaneFn`] call: one per i32 lane of a 256-bit vector.
+pub const LANES: usize = 8;
+
+/// Bytes of one block of [`LANES`] weight rows unpacked by a [`Lanes`]'
+/// `unpack`: the rows' unsigned levels as eight groups of four bytes
+/// (`[[u8; 4]; LANES]` each, rows in lane order), then each row's `d`,
+/// then each row's `m` (f32; zeros for the types without one).
+pub const LANE_BLOCK: usize = LANES * 40;
+
+/// [`LANES`] weight rows unpacked once (`Lanes::unpack`, whole blocks)
+/// against `N` columns prepared by [`prepare_lane_col`]: `out[c][r]`,
+/// each [`plain_dot`]'s result for that row and column, bit for bit.
+pub type LaneFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [[f32; LANES]; N];
+
+/// One type's lane kernels at each column count (one to [`COLS`]) and
+/// the unpacking of [`LANES`] rows they read. Every column's arithmetic
+/// is its own, and it is the plain kernel's: a result does not depend on
+/// the width, the other columns, or the other rows.
+#[derive(Clone, Copy, Debug)]
+pub struct Lanes {
+    /// [`LANES`] rows into [`LANE_BLOCK`] bytes a block.
+    pub unpack: fn([&[u8]; LANES], &mut [u8]),
+    pub one: LaneFn<1>,
+    pub two: LaneFn<2>,
+    pub three: LaneFn<3>,
+    pub four: LaneFn<COLS>,
+}
+
+/// The lane kernels for `ty` (prefill, and several sequences decoding
+/// together): Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 where the cpu has AVX-512
+/// VNNI (with VL and BW); Q4_0, Q4_1, Q5_0 and Q5_1 where it has AVX2
+/// (`vpdpbusd` as `maddubs` + `madd`, exact for levels up to 31; Q8_0's
+/// reach 255); else `None`. Each weight row's unsigned levels (`x + off`,
+/// see [`fast_tile`]) sit in one i32 lane, [`LANES`] rows a vector, so a
+/// block's eight `vpdpbusd` leave each lane its row's exact block sum and
+/// one convert and the block's float steps serve all the rows: those of
+/// ggml's reference loop, in its order, so each result is [`plain_dot`]'s
+/// bit for bit (as the AMX tiles' are).
+pub fn fast_lanes(ty: GgmlType) -> Option<Lanes> {
+    simd::lanes(ty)
+}
+
+/// The columns [`fast_lanes`]' kernels of `ty` read (the same bytes as
+/// [`prepare_tile_col`]). Does nothing where [`fast_lanes`] has no kernel.
+pub fn prepare_lane_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    simd::prepare_lane_col(ty, act, out)
+}
+
+/// The AVX2 lane kernels (Q4_0, Q4_1, Q5_0, Q5_1), or `None` where the
+/// cpu lacks AVX2: what [`fast_lanes`] gives on AVX2 cpus without VNNI.
+pub fn avx2_lanes(ty: GgmlType) -> Option<Lanes> {
+    simd::lanes_avx2(ty)
+}
+
 /// The tile kernels for `ty` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) where the
 /// cpu has AVX-512 VNNI (with VL and BW); else, where it has AVX2, those
 /// of [`avx2_tile`] (Q4_0, Q5_0); else `None`.
@@ -138,8 +194,9 @@ pub fn avx2_tile(ty: GgmlType) -> Option<Tiles> {
     simd::tile_avx2(ty)
 }
 
-/// [`prepare_tile_col`] for [`avx2_tile`]'s kernels (the same bytes as
-/// the VNNI preparation). Does nothing where [`avx2_tile`] has no kernel.
+/// [`prepare_tile_col`] for [`avx2_tile`]'s and [`avx2_lanes`]' kernels
+/// (the same bytes as the VNNI preparation). Does nothing where neither
+/// has a kernel.
 pub fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     simd::prepare_tile_col_avx2(ty, act, out)
 }
@@ -241,6 +298,8 @@ pub mod plain;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod shared;
 #[cfg_attr(not(target_arch = "x86_64"), path = "no_simd.rs")]

@@ -52,3 +52,17 @@ pub(super) fn dot_prepared(_: GgmlType) -> Option<DotFn> {
 pub(super) fn dot_prepared_model(_: GgmlType) -> Option<DotFn> {
     None
 }
+
+pub(super) fn lanes(_: GgmlType) -> Option<Lanes> {
+    None
+}
+
+pub(super) fn lanes_avx2(_: GgmlType) -> Option<Lanes> {
+    None
+}
+
+pub(super) fn lanes_model(_: GgmlType) -> Option<Lanes> {
+    None
+}
+
+pub(super) fn prepare_lane_col(_: GgmlType, _: &[u8], _: &mut [u8]) {}

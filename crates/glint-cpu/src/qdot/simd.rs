@@ -79,13 +79,13 @@ macro_rules! entries {
 /// kernel of `avx512` and its twin with the tier's instructions modelled,
 /// which needs only the AVX2 tier.
 macro_rules! vnni_entries {
-    ($($sig:tt $(($vnni:ident, $model:ident)),+;)*) => {
+    ($module:ident { $($sig:tt $(($vnni:ident, $model:ident)),+;)* }) => {
         $($(
             entries!(
                 @one "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-                $sig, $vnni, avx512::$vnni
+                $sig, $vnni, $module::$vnni
             );
-            entries!(@one "avx2,fma,f16c", $sig, $model, avx512::$model);
+            entries!(@one "avx2,fma,f16c", $sig, $model, $module::$model);
         )+)*
     };
 }
@@ -108,7 +108,7 @@ entries!("avx2,fma,f16c", avx512 {
     [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] prepare_avx2;
 });
 
-vnni_entries! {
+vnni_entries!(avx512 {
     [fn(x: &[u8], y: &[u8]) -> f32]
         (q4_0_row, q4_0_row_model), (q4_1_row, q4_1_row_model), (q5_0_row, q5_0_row_model),
         (q5_1_row, q5_1_row_model), (q8_0_row, q8_0_row_model);
@@ -123,7 +123,21 @@ vnni_entries! {
         (q5_0_tile_pre, q5_0_tile_pre_model), (q5_1_tile_pre, q5_1_tile_pre_model),
         (q8_0_tile_pre, q8_0_tile_pre_model);
     [fn(ty: GgmlType, act: &[u8], out: &mut [u8])] (prepare, prepare_model);
-}
+});
+
+entries!("avx2,fma,f16c", lanes {
+    [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N]]
+        q4_0_lanes_avx2, q4_1_lanes_avx2, q5_0_lanes_avx2, q5_1_lanes_avx2;
+    [fn(xs: [&[u8]; LANES], out: &mut [u8])]
+        q4_0_lane_unpack, q4_1_lane_unpack, q5_0_lane_unpack, q5_1_lane_unpack, q8_0_lane_unpack;
+});
+
+vnni_entries!(lanes {
+    [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N]]
+        (q4_0_lanes, q4_0_lanes_model), (q4_1_lanes, q4_1_lanes_model),
+        (q5_0_lanes, q5_0_lanes_model), (q5_1_lanes, q5_1_lanes_model),
+        (q8_0_lanes, q8_0_lanes_model);
+});
 
 /// `$widths` ([`DotCols`] or [`Tiles`]) of a kernel generic over its
 /// column count.
@@ -295,10 +309,11 @@ pub(super) fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     }
 }
 
-/// The columns [`tile_avx2`]'s kernel of `ty` reads (the same bytes as
-/// the VNNI preparation). Does nothing unless [`tile_avx2`] has a kernel.
+/// The columns [`tile_avx2`]'s and [`lanes_avx2`]'s kernels of `ty` read
+/// (the same bytes as the VNNI preparation). Does nothing unless one of
+/// them has a kernel.
 pub(super) fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    if tile_avx2(ty).is_some() {
+    if tile_avx2(ty).is_some() || lanes_avx2(ty).is_some() {
         prepare_avx2(ty, act, out)
     }
 }
@@ -308,5 +323,78 @@ pub(super) fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
 pub(super) fn prepare_tile_col_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     if tile_model(ty).is_some() {
         prepare_model(ty, act, out)
+    }
+}
+
+/// [`Lanes`] of the lane kernel `$kernel` on rows unpacked by `$unpack`.
+macro_rules! lanes {
+    ($kernel:ident, $unpack:ident) => {
+        Lanes {
+            unpack: $unpack,
+            one: $kernel::<1>,
+            two: $kernel::<2>,
+            three: $kernel::<3>,
+            four: $kernel::<4>,
+        }
+    };
+}
+
+/// One type's lane kernels: VNNI, its model (AVX2 only), and AVX2's own.
+struct LaneKernels {
+    ty: GgmlType,
+    vnni: Lanes,
+    model: Lanes,
+    avx2: Option<Lanes>,
+}
+
+/// Every type with lane kernels, one row each.
+#[rustfmt::skip]
+const LANE_KERNELS: [LaneKernels; 5] = [
+    LaneKernels { ty: GgmlType::Q4_0, vnni: lanes!(q4_0_lanes, q4_0_lane_unpack),
+                  model: lanes!(q4_0_lanes_model, q4_0_lane_unpack),
+                  avx2: Some(lanes!(q4_0_lanes_avx2, q4_0_lane_unpack)) },
+    LaneKernels { ty: GgmlType::Q4_1, vnni: lanes!(q4_1_lanes, q4_1_lane_unpack),
+                  model: lanes!(q4_1_lanes_model, q4_1_lane_unpack),
+                  avx2: Some(lanes!(q4_1_lanes_avx2, q4_1_lane_unpack)) },
+    LaneKernels { ty: GgmlType::Q5_0, vnni: lanes!(q5_0_lanes, q5_0_lane_unpack),
+                  model: lanes!(q5_0_lanes_model, q5_0_lane_unpack),
+                  avx2: Some(lanes!(q5_0_lanes_avx2, q5_0_lane_unpack)) },
+    LaneKernels { ty: GgmlType::Q5_1, vnni: lanes!(q5_1_lanes, q5_1_lane_unpack),
+                  model: lanes!(q5_1_lanes_model, q5_1_lane_unpack),
+                  avx2: Some(lanes!(q5_1_lanes_avx2, q5_1_lane_unpack)) },
+    LaneKernels { ty: GgmlType::Q8_0, vnni: lanes!(q8_0_lanes, q8_0_lane_unpack),
+                  model: lanes!(q8_0_lanes_model, q8_0_lane_unpack), avx2: None },
+];
+
+/// `ty`'s row of [`LANE_KERNELS`] where this cpu has `tier`.
+fn lane_kernels(ty: GgmlType, tier: fn() -> bool) -> Option<&'static LaneKernels> {
+    LANE_KERNELS.iter().find(|k| k.ty == ty).filter(|_| tier())
+}
+
+/// The lane kernels: VNNI where [`has_vnni`], else the AVX2 ones.
+pub(super) fn lanes(ty: GgmlType) -> Option<Lanes> {
+    match lane_kernels(ty, has_vnni) {
+        Some(k) => Some(k.vnni),
+        None => lanes_avx2(ty),
+    }
+}
+
+/// The AVX2 lane kernels (not Q8_0); `None` unless [`has_avx2`].
+pub(super) fn lanes_avx2(ty: GgmlType) -> Option<Lanes> {
+    lane_kernels(ty, has_avx2).and_then(|k| k.avx2)
+}
+
+/// [`lanes`] of a VNNI cpu with `vpdpbusd` modelled (AVX2 only).
+pub(super) fn lanes_model(ty: GgmlType) -> Option<Lanes> {
+    lane_kernels(ty, has_avx2).map(|k| k.model)
+}
+
+/// The columns [`lanes`]' kernels of `ty` read. Does nothing unless
+/// [`lanes`] has a kernel for `ty`.
+pub(super) fn prepare_lane_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    if lane_kernels(ty, has_vnni).is_some() {
+        prepare(ty, act, out)
+    } else if lanes_avx2(ty).is_some() {
+        prepare_avx2(ty, act, out)
     }
 }
