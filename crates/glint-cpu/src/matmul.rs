@@ -588,7 +588,7 @@ impl QProduct<'_> {
     ) -> Prepared<'b> {
         // prep: [m] columns of prep_bytes, for the tile or lane kernels.
         let prep_bytes = prepared_col_bytes(k);
-        let on = tiles.is_some() || lanes.is_some();
+        let on = tiles.is_some() || lanes.is_some_and(|l| l.prepared);
         let n_bytes = if on { prep_bytes * self.m } else { 0 };
         buf.resize(n_bytes.max(buf.len()), 0);
         let cols = &mut buf[..n_bytes];
@@ -686,9 +686,10 @@ impl QProduct<'_> {
     /// Weight rows `rs` · activation columns `c0..c0 + mc` through the
     /// lane kernels: a tile of [`qdot::LANES`]-row groups (~16 KiB) unpacked
     /// once into `buf` (`Lanes::unpack`), then every column group passes
-    /// over it; the rows short of a group at the end through the plain
-    /// kernel, whose numbers the lane kernels' are. `put(r, j, v)` takes row
-    /// `r`'s dot with column `c0 + j`.
+    /// over it. A group short of rows at the end repeats its last row in the
+    /// lanes left, whose results are dropped: every row takes the same
+    /// steps wherever it sits. `put(r, j, v)` takes row `r`'s dot with
+    /// column `c0 + j`.
     #[allow(clippy::too_many_arguments)]
     fn lane_rows(
         &self,
@@ -701,39 +702,38 @@ impl QProduct<'_> {
         mut put: impl FnMut(usize, usize, f32),
     ) {
         const L: usize = qdot::LANES;
-        // One group of LANES rows unpacked: [LANE_BLOCK, nb].
-        let sub = prep.bytes / qdot::TILE_BLOCK * qdot::LANE_BLOCK;
+        // One group of LANES rows unpacked: [block_bytes, nb].
+        let sub = self.row_bytes / self.ty.type_size() * l.block_bytes;
         let per_tile = ((16 << 10) / sub.max(1)).clamp(1, 8);
         if buf.len() < per_tile * sub {
             buf.resize(per_tile * sub, 0);
         }
-        let whole = rs.start + rs.len() / L * L;
-        for r0 in (rs.start..whole).step_by(per_tile * L) {
-            let groups = ((whole - r0) / L).min(per_tile);
+        for r0 in rs.clone().step_by(per_tile * L) {
+            let groups = (rs.end - r0).div_ceil(L).min(per_tile);
             for (g, xp) in buf.chunks_exact_mut(sub).take(groups).enumerate() {
-                let r = r0 + g * L;
-                (l.unpack)(std::array::from_fn(|j| self.w_row(r + j)), xp);
+                let (r, last) = (r0 + g * L, rs.end - 1);
+                (l.unpack)(std::array::from_fn(|j| self.w_row((r + j).min(last))), xp);
             }
             for (c, width) in col_groups(mc) {
-                let ys = |i: usize| prep.col(c0 + c + i);
+                // The prepared columns, or the quantized ones (K-quants).
+                let ys = |i: usize| match l.prepared {
+                    true => prep.col(c0 + c + i),
+                    false => self.act_col(c0 + c + i),
+                };
                 for (g, xp) in buf.chunks_exact(sub).take(groups).enumerate() {
                     let r = r0 + g * L;
-                    match width {
-                        qdot::COLS => {
-                            put_lanes((l.four)(xp, std::array::from_fn(ys)), r, c, &mut put)
+                    let mut put_row = |rr: usize, j: usize, v: f32| {
+                        if rr < rs.end {
+                            put(rr, j, v)
                         }
-                        3 => put_lanes((l.three)(xp, std::array::from_fn(ys)), r, c, &mut put),
-                        2 => put_lanes((l.two)(xp, std::array::from_fn(ys)), r, c, &mut put),
-                        _ => put_lanes((l.one)(xp, std::array::from_fn(ys)), r, c, &mut put),
+                    };
+                    let put = &mut put_row;
+                    match width {
+                        qdot::COLS => put_lanes((l.four)(xp, std::array::from_fn(ys)), r, c, put),
+                        3 => put_lanes((l.three)(xp, std::array::from_fn(ys)), r, c, put),
+                        2 => put_lanes((l.two)(xp, std::array::from_fn(ys)), r, c, put),
+                        _ => put_lanes((l.one)(xp, std::array::from_fn(ys)), r, c, put),
                     }
-                }
-            }
-        }
-        if whole < rs.end {
-            let plain = qdot::plain_dot(self.ty).expect("a lane type has a plain kernel");
-            for r in whole..rs.end {
-                for j in 0..mc {
-                    put(r, j, plain(self.w_row(r), self.act_col(c0 + j)));
                 }
             }
         }

@@ -44,6 +44,9 @@ fn tolerance(what: &str, ty: GgmlType) -> f64 {
         // lanes: rounding.
         ("amx", T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => 0.0,
         ("amx", T::Q4_K | T::Q5_K | T::Q6_K) => LEGACY_AVX2_TOL,
+        // From two columns up Q5_K takes the lane kernels, whose numbers
+        // are the AMX tiles'.
+        ("fast", T::Q5_K) => LEGACY_AVX2_TOL,
         (_, T::Q2_K | T::Q3_K | T::Q5_K) => 0.0,
         (_, T::Q4_K | T::Q6_K) => LEGACY_AVX2_TOL,
         (_, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => LEGACY_AVX2_TOL,
@@ -381,29 +384,31 @@ fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
         };
         for m in [1, 3, 9, m_prefill] {
             let x = rng.vec(k * m);
-            let [avx2, fast, plain] = [Kernels::Avx2, Kernels::NoAmx, Kernels::Plain].map(|kern| {
-                let mut out = vec![0f32; n * m];
-                mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
-                out
-            });
-            // From two columns up a type with lane kernels gets the plain
-            // kernels' numbers; Q8_0 has them on VNNI cpus only, so there
-            // the two tiers differ by rounding and each is held apart.
+            let [avx2, fast, model] =
+                [Kernels::Avx2, Kernels::NoAmx, Kernels::AmxModel].map(|kern| {
+                    let mut out = vec![0f32; n * m];
+                    mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
+                    out
+                });
+            // From two columns up a type with lane kernels gets the AMX
+            // path's numbers (the plain kernels' for the 32-element
+            // types); Q8_0 has them on VNNI cpus only, so there the two
+            // tiers differ by rounding and each is held apart.
             let fast_lanes = m >= 2 && qdot::fast_lanes(ty).is_some();
             let avx2_lanes = m >= 2 && qdot::avx2_lanes(ty).is_some();
             let want = if fast_lanes && !avx2_lanes {
-                &plain
+                &model
             } else {
                 &avx2
             };
             for (i, (a, f)) in want.iter().zip(&fast).enumerate() {
                 assert_eq!(a.to_bits(), f.to_bits(), "{ty} m={m} out[{i}]: {a} vs {f}");
                 if avx2_lanes {
-                    let p = plain[i];
+                    let p = model[i];
                     assert_eq!(
                         a.to_bits(),
                         p.to_bits(),
-                        "{ty} m={m} out[{i}]: {a} vs plain {p}"
+                        "{ty} m={m} out[{i}]: {a} vs model {p}"
                     );
                 }
                 n_checked += 1;
@@ -1123,23 +1128,40 @@ fn amx_product_of_empty_rows_is_zeros() {
     }
 }
 
-/// The types with AVX2 lane kernels: not Q8_0 (its levels `x + 128`
-/// reach 255, which `maddubs` would saturate).
-const AVX2_LANE_TYPES: [GgmlType; 4] = [
+/// The types with lane kernels (AVX-512 VNNI, and its emulation).
+const LANE_TYPES: [GgmlType; 8] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
 ];
 
-/// Holds the lane kernels `lanes_of(ty)` (columns prepared by `prepare`)
-/// to the plain kernels bit for bit: each result of the one- to
-/// four-column kernels, on [`qdot::LANES`] rows unpacked once, equals
-/// `plain_dot` of the same row and column; on random rows and, at every
-/// third seed, on a row with every level at its top against columns of
-/// all 127 and all -127 (the AVX2 kernels' `maddubs` must not saturate).
-/// Returns the prepared columns, for comparing two preparations, and how
-/// many results it compared.
+/// The types with AVX2 lane kernels: not Q8_0 (its levels `x + 128`
+/// reach 255, which `maddubs` would saturate).
+const AVX2_LANE_TYPES: [GgmlType; 7] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Holds the lane kernels `lanes_of(ty)` (columns prepared by `prepare`
+/// where they read prepared columns) to the AMX path's model bit for bit
+/// (`Kernels::AmxModel`: the plain kernels' numbers for the 32-element
+/// types, the exact super-block sums for the K-quants): each result of
+/// the one- to four-column kernels, on [`qdot::LANES`] rows unpacked once,
+/// equals the model's for the same row and column; on random rows and, at
+/// every third seed, on a row with every level at its top against columns
+/// of all 127 and all -127 (the AVX2 kernels' `maddubs` must not
+/// saturate). Returns the prepared columns, for comparing two
+/// preparations, and how many results it compared.
 fn check_lanes(
     what: &str,
     types: &[GgmlType],
@@ -1149,28 +1171,31 @@ fn check_lanes(
     let (mut all_prep, mut n) = (Vec::new(), 0);
     for &ty in types {
         let lanes = lanes_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no lane kernel"));
-        let plain = qdot::plain_dot(ty).expect("a plain kernel");
         let vt = ty.vec_dot_type();
+        let block = ty.block_size();
         for seed in 0..12u64 {
             let mut rng = Rng(9100 + seed);
-            let k = [1, 3, 20][seed as usize % 3] * 32;
+            let k = [1, 3, 8][seed as usize % 3] * block.max(32);
             let extreme = seed % 3 == 0;
             let mut rows: Vec<Vec<u8>> = (0..qdot::LANES)
                 .map(|_| random_row(ty, k, &mut rng))
                 .collect();
             if extreme {
-                // Row 5: every level at its top (after d, and m where the type has one).
-                let head = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
-                    4
-                } else {
-                    2
+                // Row 5: every level at its top (scales too for Q4_K/Q5_K;
+                // d, dmin and Q6_K's scales kept).
+                let levels = match ty {
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                        4..ty.type_size()
+                    }
+                    GgmlType::Q6_K => 0..192,
+                    _ => 2..ty.type_size(),
                 };
                 let top = if ty == GgmlType::Q8_0 { 0x7f } else { 0xff };
                 for blk in rows[5].chunks_mut(ty.type_size()) {
-                    blk[head..].fill(top);
+                    blk[levels.clone()].fill(top);
                 }
             }
-            let acts: Vec<Vec<u8>> = (0..qdot::COLS)
+            let xs: Vec<Vec<f32>> = (0..qdot::COLS)
                 .map(|c| {
                     let mut x = rng.vec(k);
                     match c {
@@ -1179,20 +1204,41 @@ fn check_lanes(
                         3 if extreme => x.fill(-1.0),
                         _ => {}
                     }
+                    x
+                })
+                .collect();
+            let acts: Vec<Vec<u8>> = xs
+                .iter()
+                .map(|x| {
                     let mut a = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
-                    glint_cpu::act::quantize_row(vt, &x, &mut a).unwrap();
+                    glint_cpu::act::quantize_row(vt, x, &mut a).unwrap();
                     a
                 })
                 .collect();
             let prep: Vec<Vec<u8>> = acts
                 .iter()
                 .map(|a| {
+                    if !lanes.prepared {
+                        return a.clone();
+                    }
                     let mut p = vec![0u8; k / 32 * qdot::TILE_BLOCK];
                     prepare(ty, a, &mut p);
                     p
                 })
                 .collect();
-            let mut xp = vec![0u8; k / 32 * qdot::LANE_BLOCK];
+            // want: [COLS, LANES], the AMX model's product.
+            let all: Vec<u8> = rows.concat();
+            let w = WeightRows {
+                ty,
+                bytes: &all,
+                row_bytes: rows[0].len(),
+                k,
+                n: qdot::LANES,
+            };
+            let mut want = vec![0f32; qdot::LANES * qdot::COLS];
+            mul_mat_ggml_with(Kernels::AmxModel, w, &xs.concat(), qdot::COLS, &mut want).unwrap();
+            let nb = k / block.max(32);
+            let mut xp = vec![0u8; nb * lanes.block_bytes];
             (lanes.unpack)(std::array::from_fn(|r| &rows[r][..]), &mut xp);
             let prep_ref = &prep;
             let ys = |c0: usize| move |c: usize| &prep_ref[c0 + c][..];
@@ -1211,7 +1257,7 @@ fn check_lanes(
             for (c0, out) in got {
                 for (c, col) in out.iter().enumerate() {
                     for (r, v) in col.iter().enumerate() {
-                        let want = plain(&rows[r], &acts[c0 + c]);
+                        let want = want[(c0 + c) * qdot::LANES + r];
                         assert_eq!(
                             v.to_bits(),
                             want.to_bits(),
@@ -1230,33 +1276,34 @@ fn check_lanes(
     (all_prep, n)
 }
 
-/// The lane kernels of the VNNI tier on any AVX2 cpu (`vpdpbusd` through
-/// its lane model): bit for bit the plain kernels.
+/// The lane kernels of the VNNI tier on any AVX2 cpu (`vpdpbusd` and
+/// `vpdpwssd` through their lane models): bit for bit the AMX model (the
+/// plain kernels for the 32-element types).
 #[test]
 #[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
-fn emulated_vnni_lane_kernels_equal_the_plain_kernels_bit_for_bit() {
+fn emulated_vnni_lane_kernels_equal_the_amx_model_bit_for_bit() {
     check_lanes(
         "emulated",
-        &TILE_TYPES,
+        &LANE_TYPES,
         qdot::emulated::lanes,
         qdot::emulated::prepare_tile_col,
     );
 }
 
-/// The real VNNI lane kernels: bit for bit the plain kernels, their
-/// prepared columns the emulation's byte for byte.
+/// The real VNNI lane kernels: bit for bit the AMX model, their prepared
+/// columns the emulation's byte for byte.
 #[test]
 #[cfg_attr(not(host_vnni), ignore = "this cpu lacks AVX-512 F, BW, VL or VNNI")]
-fn vnni_lane_kernels_equal_the_plain_kernels_and_their_emulation() {
+fn vnni_lane_kernels_equal_the_amx_model_and_their_emulation() {
     let (vnni, _) = check_lanes(
         "vnni",
-        &TILE_TYPES,
+        &LANE_TYPES,
         qdot::fast_lanes,
         qdot::prepare_lane_col,
     );
     let (emulated, _) = check_lanes(
         "emulated",
-        &TILE_TYPES,
+        &LANE_TYPES,
         qdot::emulated::lanes,
         qdot::emulated::prepare_tile_col,
     );
@@ -1264,11 +1311,11 @@ fn vnni_lane_kernels_equal_the_plain_kernels_and_their_emulation() {
 }
 
 /// The AVX2 lane kernels (`maddubs` + `madd` for `vpdpbusd`): bit for bit
-/// the plain kernels, extremes included, and their prepared columns the
-/// VNNI emulation's byte for byte.
+/// the AMX model, extremes included, and their prepared columns the VNNI
+/// emulation's byte for byte.
 #[test]
 #[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
-fn avx2_lane_kernels_equal_the_plain_kernels_bit_for_bit() {
+fn avx2_lane_kernels_equal_the_amx_model_bit_for_bit() {
     let (avx2, _) = check_lanes(
         "avx2",
         &AVX2_LANE_TYPES,

@@ -345,7 +345,7 @@ pub(super) fn q4_k_cols_with<const N: usize>(
 /// (s = 0..4) of block `xb`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6_levels(xb: &[u8], h: usize) -> [__m256i; 4] {
+pub(super) fn q6_levels(xb: &[u8], h: usize) -> [__m256i; 4] {
     let m4 = _mm256_set1_epi8(0x0f);
     let m30 = _mm256_set1_epi8(0x30);
     let (qa, qb) = (load32(xb, 64 * h), load32(xb, 64 * h + 32));

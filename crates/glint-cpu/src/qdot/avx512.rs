@@ -38,7 +38,7 @@ dpwssd_kernels! {
 }
 
 /// [`emulated::dpwssd`] on vectors: `vpdpwssd` without VNNI.
-fn dpwssd_model(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+pub(super) fn dpwssd_model(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     use bytemuck::cast;
     cast(emulated::dpwssd(cast(acc), cast(a), cast(b)))
 }

@@ -7,10 +7,18 @@
 //! FMA on every row. The float steps are ggml's reference loops' in their
 //! order (`glint_quant::vec_dot`, [`super::plain`]), so each result is the
 //! plain kernel's, bit for bit.
+//!
+//! The K-quants (Q4_K, Q5_K, Q6_K) the same way a sub-block at a time:
+//! its exact sum times the row's integer scale (`vpmulld`) into the
+//! super-block's exact sum, the mins' term exact too (`vpdpwssd` on the
+//! activations' `bsums`), then per super-block `(d * dy) * sum` and
+//! `- (dmin * dy) * mins`: the AMX tiles' numbers ([`crate::amx`]), which
+//! differ from ggml's eight f32 lanes by rounding only.
 
 #![allow(unsafe_code)]
 
-use super::avx512::{dpbusd_avx2, dpbusd_model};
+use super::avx2::q6_levels;
+use super::avx512::{dpbusd_avx2, dpbusd_model, dpwssd_model};
 use super::shared::*;
 use super::*;
 use std::arch::x86_64::*;
@@ -212,4 +220,263 @@ lane_kernels! {
     q8_0_lanes, q8_0_lanes_model, [], q8_0_lane_unpack: Q8_0, false,
         |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128)),
         |s, dx, dy, _mx, _sy| _mm256_mul_ps(s, _mm256_mul_ps(dx, dy));
+}
+
+// ---- K-quants: super-blocks of 256 ----
+
+/// Byte offsets in one unpacked super-block of [`LANES`] rows
+/// ([`K_LANE_BLOCK`] bytes): levels `[64 groups][LANES][4]` u8 (element
+/// `4q + i` of row `r` at `32 q + 4 r + i`), scales `[16][LANES]` i32 (one
+/// per sub-block: 8 of 32 elements, or Q6_K's 16 of 16), pairs
+/// `[8][LANES]` i32 (Q4_K/Q5_K: the mins of sub-blocks `2p`, `2p + 1` as
+/// the low and high i16; Q6_K: the scales of its sub-blocks `2p`, `2p +
+/// 1`), `d` and `dmin` `[LANES]` f32.
+const K_SCALES: usize = 2048;
+const K_PAIRS: usize = K_SCALES + 16 * 32;
+const K_D: usize = K_PAIRS + 8 * 32;
+const K_DMIN: usize = K_D + 32;
+
+/// [`LANES`] K-quant rows `xs` (`x_size` bytes a super-block) into `out`,
+/// [`K_LANE_BLOCK`] bytes a super-block: `levels(xb, v)` gives elements
+/// `32 v..32 v + 32` of a block, unsigned; `scales(xb)` its sub-blocks'
+/// integer scales and the values paired at `K_PAIRS` (mins or scales;
+/// zeros past the type's); `dd(xb)` its `d` and `dmin`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_unpack(
+    xs: [&[u8]; LANES],
+    x_size: usize,
+    levels: impl Fn(&[u8], usize) -> __m256i,
+    scales: impl Fn(&[u8]) -> ([i32; 16], [i32; 16]),
+    dd: impl Fn(&[u8]) -> (f32, f32),
+    out: &mut [u8],
+) {
+    let nb = xs[0].len() / x_size;
+    assert!(
+        out.len() >= nb * K_LANE_BLOCK,
+        "k_unpack: {nb} blocks into {} bytes",
+        out.len()
+    );
+    for (b, pb) in out.chunks_exact_mut(K_LANE_BLOCK).take(nb).enumerate() {
+        let xb: [&[u8]; LANES] = std::array::from_fn(|r| &xs[r][b * x_size..(b + 1) * x_size]);
+        for v in 0..8 {
+            let rows: [__m256i; LANES] = std::array::from_fn(|r| levels(xb[r], v));
+            for (g, t) in transpose(rows).into_iter().enumerate() {
+                let at = 32 * (8 * v + g);
+                let o: &mut [u8; 32] = (&mut pb[at..at + 32]).try_into().expect("32");
+                // SAFETY: `o` is 32 writable bytes; storeu has no alignment need.
+                unsafe { _mm256_storeu_si256(o.as_mut_ptr().cast(), t) };
+            }
+        }
+        for (r, xb) in xb.into_iter().enumerate() {
+            let (sc, paired) = scales(xb);
+            for (j, s) in sc.iter().enumerate() {
+                pb[K_SCALES + 32 * j + 4 * r..][..4].copy_from_slice(&s.to_le_bytes());
+            }
+            for p in 0..8 {
+                let (lo, hi) = (paired[2 * p] as u16 as u32, paired[2 * p + 1] as u16 as u32);
+                let pair = lo | (hi << 16);
+                pb[K_PAIRS + 32 * p + 4 * r..][..4].copy_from_slice(&pair.to_le_bytes());
+            }
+            let (d, dmin) = dd(xb);
+            pb[K_D + 4 * r..][..4].copy_from_slice(&d.to_le_bytes());
+            pb[K_DMIN + 4 * r..][..4].copy_from_slice(&dmin.to_le_bytes());
+        }
+    }
+}
+
+/// The K-quant lane loop: [`LANES`] rows unpacked by [`k_unpack`] against
+/// `N` Q8_K activation rows (read as quantized: `d` f32, levels, `bsums`
+/// of 16): `out[c][r]`. Sub-blocks of `sub` elements (32, or Q6_K's 16):
+/// each sub-block's sum (two chains) times the row's scale into the
+/// super-block's sum, exact. `min` (Q4_K, Q5_K): the mins' term, exact,
+/// from the `bsums` of 32 in pairs; else (Q6_K, levels stored `x + 32`)
+/// `32 * sum(scale * bsum)` taken off the sum, the `bsums` of 16 in pairs,
+/// exact. The float steps are the AMX path's. `dpbusd`, `dpwssd`: the
+/// instructions, their models, or their AVX2 spellings.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_core<const N: usize>(
+    xp: &[u8],
+    ys: [&[u8]; N],
+    sub: usize,
+    min: bool,
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+    dpwssd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) -> [[f32; LANES]; N] {
+    const Q8_K: usize = super::Q8_K;
+    let nb = xp.len() / K_LANE_BLOCK;
+    let gps = sub / 4; // groups of four a sub-block
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        let pb: &[u8; K_LANE_BLOCK] = arr(xp, b * K_LANE_BLOCK);
+        let d = load_ps(pb, K_D);
+        let dmin = load_ps(pb, K_DMIN);
+        for c in 0..N {
+            let yb: &[u8; Q8_K] = arr(ys[c], b * Q8_K);
+            let y = |q: usize| _mm256_set1_epi32(i32_at(yb, 4 + 4 * q));
+            let mut total = _mm256_setzero_si256();
+            for j in 0..QK_K_ELEMS / sub {
+                let mut even = _mm256_setzero_si256();
+                let mut odd = _mm256_setzero_si256();
+                for g in (0..gps).step_by(2) {
+                    let q = j * gps + g;
+                    even = dpbusd(even, load32(pb, 32 * q), y(q));
+                    odd = dpbusd(odd, load32(pb, 32 * (q + 1)), y(q + 1));
+                }
+                let isum = _mm256_add_epi32(even, odd);
+                let scaled = _mm256_mullo_epi32(isum, load32(pb, K_SCALES + 32 * j));
+                total = _mm256_add_epi32(total, scaled);
+            }
+            let mut paired = _mm256_setzero_si256();
+            if min {
+                // bsums of 32: [16] i16 added in pairs, then as i32 pairs.
+                let bs = _mm_hadd_epi16(load16(yb, 260), load16(yb, 276));
+                let bs = _mm256_castsi128_si256(bs);
+                for p in 0..4 {
+                    let bp = _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(p as i32));
+                    paired = dpwssd(paired, load32(pb, K_PAIRS + 32 * p), bp);
+                }
+            } else {
+                // bsums of 16, as i32 pairs: the levels' offset of 32.
+                for p in 0..8 {
+                    let bp = _mm256_set1_epi32(i32_at(yb, 260 + 4 * p));
+                    paired = dpwssd(paired, load32(pb, K_PAIRS + 32 * p), bp);
+                }
+                total = _mm256_sub_epi32(total, _mm256_slli_epi32(paired, 5));
+            }
+            let dy = _mm256_set1_ps(f32_at(yb, 0));
+            let mut a = _mm256_add_ps(
+                acc[c],
+                _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(total)),
+            );
+            if min {
+                let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(paired));
+                a = _mm256_sub_ps(a, m);
+            }
+            acc[c] = a;
+        }
+    }
+    let mut out = [[0f32; LANES]; N];
+    for c in 0..N {
+        // SAFETY: `out[c]` is 8 writable f32; storeu has no alignment need.
+        unsafe { _mm256_storeu_ps(out[c].as_mut_ptr(), acc[c]) };
+    }
+    out
+}
+
+/// Sixteen bytes from `b[at..at + 16]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load16(b: &[u8], at: usize) -> __m128i {
+    let b: &[u8; 16] = arr(b, at);
+    // SAFETY: `b` is 16 readable bytes; loadu has no alignment need.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+/// Elements of a K-quant super-block.
+const QK_K_ELEMS: usize = 256;
+
+/// Q4_K's levels `32 v..32 v + 32` (0..16): nibbles of `qs` at 16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_levels(xb: &[u8], v: usize) -> __m256i {
+    k_nibbles(xb, 16, v)
+}
+
+/// The nibbles of `qs` (128 bytes at `at`) that are elements `32 v..`:
+/// the low ones of `qs[32 (v / 2)..]` for even `v`, else the high ones.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_nibbles(xb: &[u8], at: usize, v: usize) -> __m256i {
+    let q = load32(xb, at + 32 * (v / 2));
+    let q = if v % 2 == 0 {
+        q
+    } else {
+        _mm256_srli_epi16(q, 4)
+    };
+    _mm256_and_si256(q, _mm256_set1_epi8(0x0f))
+}
+
+/// Q5_K's levels `32 v..32 v + 32` (0..32): nibbles of `qs` at 48, plus
+/// 16 where bit `v` of `qh[l]` (at 16) is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k_levels(xb: &[u8], v: usize) -> __m256i {
+    let qh = _mm256_srl_epi16(load32(xb, 16), _mm_cvtsi32_si128(v as i32));
+    let bit = _mm256_and_si256(qh, _mm256_set1_epi8(1));
+    _mm256_or_si256(k_nibbles(xb, 48, v), _mm256_slli_epi16(bit, 4))
+}
+
+/// Q6_K's levels `32 v..32 v + 32` as stored (0..64: `x + 32`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_levels(xb: &[u8], v: usize) -> __m256i {
+    q6_levels(xb, v / 4)[v % 4]
+}
+
+/// Q4_K's and Q5_K's 6-bit scales and mins (`get_scale_min_k4`).
+fn k4_scales(xb: &[u8]) -> ([i32; 16], [i32; 16]) {
+    let q: &[u8; 12] = arr(xb, 4);
+    let (mut sc, mut mins) = ([0i32; 16], [0i32; 16]);
+    for j in 0..8 {
+        let (s, m) = get_scale_min_k4(j, q);
+        (sc[j], mins[j]) = (i32::from(s), i32::from(m));
+    }
+    (sc, mins)
+}
+
+/// Q6_K's 16 signed scales (at 192), paired too (for the offset's term).
+fn q6_k_scales(xb: &[u8]) -> ([i32; 16], [i32; 16]) {
+    let sc = std::array::from_fn(|j| i32::from(xb[192 + j] as i8));
+    (sc, sc)
+}
+
+/// Each K-quant's lane kernels, as [`lane_kernels`]: `$vnni` (`vpdpbusd`,
+/// `vpdpwssd`), `$model` (their lane models), `$avx2` (`maddubs` + `madd`,
+/// exact for levels up to 63, and `madd` + `add`), and `$unpack`.
+macro_rules! k_lane_kernels {
+    ($($vnni:ident, $model:ident, $avx2:ident, $unpack:ident:
+        $x_size:expr, sub $sub:expr, min $min:expr,
+        $levels:expr, $scales:expr, |$xb:ident| $dd:expr;)*) => {$(
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $vnni<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N] {
+            let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
+            let dpwssd = |acc, a, b| _mm256_dpwssd_epi32(acc, a, b);
+            k_core(xp, ys, $sub, $min, dpbusd, dpwssd)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $model<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N] {
+            k_core(xp, ys, $sub, $min, dpbusd_model, dpwssd_model)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $avx2<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N] {
+            let dpbusd = |acc, u, s| dpbusd_avx2(acc, u, s);
+            let dpwssd = |acc, a, b| _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+            k_core(xp, ys, $sub, $min, dpbusd, dpwssd)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $unpack(xs: [&[u8]; LANES], out: &mut [u8]) {
+            k_unpack(xs, $x_size, |xb, v| $levels(xb, v), $scales, |$xb: &[u8]| $dd, out)
+        }
+    )*};
+}
+
+k_lane_kernels! {
+    q4_k_lanes, q4_k_lanes_model, q4_k_lanes_avx2, q4_k_lane_unpack:
+        Q4_K, sub 32, min true, q4_k_levels, k4_scales,
+        |xb| (f16_at(xb, 0), f16_at(xb, 2));
+    q5_k_lanes, q5_k_lanes_model, q5_k_lanes_avx2, q5_k_lane_unpack:
+        Q5_K, sub 32, min true, q5_k_levels, k4_scales,
+        |xb| (f16_at(xb, 0), f16_at(xb, 2));
+    q6_k_lanes, q6_k_lanes_model, q6_k_lanes_avx2, q6_k_lane_unpack:
+        Q6_K, sub 16, min false, q6_k_levels, q6_k_scales,
+        |xb| (f16_at(xb, 208), 0.0);
 }

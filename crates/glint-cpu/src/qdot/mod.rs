@@ -124,6 +124,12 @@ pub const LANES: usize = 8;
 /// then each row's `m` (f32; zeros for the types without one).
 pub const LANE_BLOCK: usize = LANES * 40;
 
+/// Bytes of one K-quant super-block (256 elements) of [`LANES`] weight
+/// rows unpacked by a [`Lanes`]' `unpack`: levels `[64][LANES][4]` u8,
+/// scales `[16][LANES]` i32, pairs of mins (or Q6_K's scales) `[8][LANES]`
+/// i32, `d` and `dmin` `[LANES]` f32.
+pub const K_LANE_BLOCK: usize = 2048 + 16 * 32 + 8 * 32 + 2 * 32;
+
 /// [`LANES`] weight rows unpacked once (`Lanes::unpack`, whole blocks)
 /// against `N` columns prepared by [`prepare_lane_col`]: `out[c][r]`,
 /// each [`plain_dot`]'s result for that row and column, bit for bit.
@@ -135,8 +141,15 @@ pub type LaneFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [[f32; LANES];
 /// the width, the other columns, or the other rows.
 #[derive(Clone, Copy, Debug)]
 pub struct Lanes {
-    /// [`LANES`] rows into [`LANE_BLOCK`] bytes a block.
+    /// [`LANES`] rows into `block_bytes` a weight block.
     pub unpack: fn([&[u8]; LANES], &mut [u8]),
+    /// Bytes of one weight block of [`LANES`] rows unpacked:
+    /// [`LANE_BLOCK`], or [`K_LANE_BLOCK`] for the K-quants.
+    pub block_bytes: usize,
+    /// Whether the kernels read columns prepared by [`prepare_lane_col`]
+    /// (the 32-element types), or the quantized activations as they are
+    /// (Q8_K: the K-quants).
+    pub prepared: bool,
     pub one: LaneFn<1>,
     pub two: LaneFn<2>,
     pub three: LaneFn<3>,

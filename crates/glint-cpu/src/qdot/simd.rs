@@ -127,16 +127,19 @@ vnni_entries!(avx512 {
 
 entries!("avx2,fma,f16c", lanes {
     [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N]]
-        q4_0_lanes_avx2, q4_1_lanes_avx2, q5_0_lanes_avx2, q5_1_lanes_avx2;
+        q4_0_lanes_avx2, q4_1_lanes_avx2, q5_0_lanes_avx2, q5_1_lanes_avx2,
+        q4_k_lanes_avx2, q5_k_lanes_avx2, q6_k_lanes_avx2;
     [fn(xs: [&[u8]; LANES], out: &mut [u8])]
-        q4_0_lane_unpack, q4_1_lane_unpack, q5_0_lane_unpack, q5_1_lane_unpack, q8_0_lane_unpack;
+        q4_0_lane_unpack, q4_1_lane_unpack, q5_0_lane_unpack, q5_1_lane_unpack, q8_0_lane_unpack,
+        q4_k_lane_unpack, q5_k_lane_unpack, q6_k_lane_unpack;
 });
 
 vnni_entries!(lanes {
     [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N]]
         (q4_0_lanes, q4_0_lanes_model), (q4_1_lanes, q4_1_lanes_model),
         (q5_0_lanes, q5_0_lanes_model), (q5_1_lanes, q5_1_lanes_model),
-        (q8_0_lanes, q8_0_lanes_model);
+        (q8_0_lanes, q8_0_lanes_model), (q4_k_lanes, q4_k_lanes_model),
+        (q5_k_lanes, q5_k_lanes_model), (q6_k_lanes, q6_k_lanes_model);
 });
 
 /// `$widths` ([`DotCols`] or [`Tiles`]) of a kernel generic over its
@@ -313,7 +316,7 @@ pub(super) fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
 /// (the same bytes as the VNNI preparation). Does nothing unless one of
 /// them has a kernel.
 pub(super) fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    if tile_avx2(ty).is_some() || lanes_avx2(ty).is_some() {
+    if tile_avx2(ty).is_some() || lanes_avx2(ty).is_some_and(|l| l.prepared) {
         prepare_avx2(ty, act, out)
     }
 }
@@ -326,11 +329,20 @@ pub(super) fn prepare_tile_col_model(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     }
 }
 
-/// [`Lanes`] of the lane kernel `$kernel` on rows unpacked by `$unpack`.
+/// [`Lanes`] of the lane kernel `$kernel` on rows unpacked by `$unpack`
+/// (the 32-element types' layout; `K` before: the K-quants').
 macro_rules! lanes {
     ($kernel:ident, $unpack:ident) => {
+        lanes!(@ $kernel, $unpack, LANE_BLOCK, true)
+    };
+    (K $kernel:ident, $unpack:ident) => {
+        lanes!(@ $kernel, $unpack, K_LANE_BLOCK, false)
+    };
+    (@ $kernel:ident, $unpack:ident, $block:expr, $prepared:expr) => {
         Lanes {
             unpack: $unpack,
+            block_bytes: $block,
+            prepared: $prepared,
             one: $kernel::<1>,
             two: $kernel::<2>,
             three: $kernel::<3>,
@@ -349,7 +361,16 @@ struct LaneKernels {
 
 /// Every type with lane kernels, one row each.
 #[rustfmt::skip]
-const LANE_KERNELS: [LaneKernels; 5] = [
+const LANE_KERNELS: [LaneKernels; 8] = [
+    LaneKernels { ty: GgmlType::Q4_K, vnni: lanes!(K q4_k_lanes, q4_k_lane_unpack),
+                  model: lanes!(K q4_k_lanes_model, q4_k_lane_unpack),
+                  avx2: Some(lanes!(K q4_k_lanes_avx2, q4_k_lane_unpack)) },
+    LaneKernels { ty: GgmlType::Q5_K, vnni: lanes!(K q5_k_lanes, q5_k_lane_unpack),
+                  model: lanes!(K q5_k_lanes_model, q5_k_lane_unpack),
+                  avx2: Some(lanes!(K q5_k_lanes_avx2, q5_k_lane_unpack)) },
+    LaneKernels { ty: GgmlType::Q6_K, vnni: lanes!(K q6_k_lanes, q6_k_lane_unpack),
+                  model: lanes!(K q6_k_lanes_model, q6_k_lane_unpack),
+                  avx2: Some(lanes!(K q6_k_lanes_avx2, q6_k_lane_unpack)) },
     LaneKernels { ty: GgmlType::Q4_0, vnni: lanes!(q4_0_lanes, q4_0_lane_unpack),
                   model: lanes!(q4_0_lanes_model, q4_0_lane_unpack),
                   avx2: Some(lanes!(q4_0_lanes_avx2, q4_0_lane_unpack)) },
@@ -392,6 +413,9 @@ pub(super) fn lanes_model(ty: GgmlType) -> Option<Lanes> {
 /// The columns [`lanes`]' kernels of `ty` read. Does nothing unless
 /// [`lanes`] has a kernel for `ty`.
 pub(super) fn prepare_lane_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
+    if lanes(ty).is_none_or(|l| !l.prepared) {
+        return;
+    }
     if lane_kernels(ty, has_vnni).is_some() {
         prepare(ty, act, out)
     } else if lanes_avx2(ty).is_some() {
