@@ -15,16 +15,19 @@ use crate::weights::{dequant_row, dot, row_dot};
 /// Up to this many activation columns take the decode path.
 pub const DECODE_MAX_M: usize = 8;
 /// From this many activation columns the fast kernels take the AMX tiles
-/// ([`amx`]) where the cpu has them: a prefill's worth. The tiles' numbers
-/// are ggml's reference loops', the vector kernels' differ from those by
-/// rounding, and with activations quantized again at every layer a rounding
-/// difference grows to the size of the quantization's own (SmolLM2, one
-/// prompt: logits 0.5 apart on average, KLD 0.004 between the two, as
-/// far from each other as each is from an f32 run). So below this, where
-/// sequences decode together (up to 63 a step), every column keeps the
-/// vector kernels' numbers whatever shares the step; a prompt's numbers
-/// depend on whether its micro-batch reached this many tokens, as
-/// llama.cpp's do on its own kernel switches.
+/// ([`amx`]) where the cpu has them, else the lane kernels
+/// ([`qdot::fast_lanes`]) where the type has them: a prefill's worth. Both
+/// give the same numbers (ggml's reference loops' for the 32-element
+/// types, exact super-block sums for the K-quants); the vector kernels'
+/// differ from those by rounding, and with activations quantized again at
+/// every layer a rounding difference grows to the size of the
+/// quantization's own (SmolLM2, one prompt: logits 0.5 apart on average,
+/// KLD 0.004 between the two, as far from each other as each is from an
+/// f32 run). So below this, where sequences decode together (up to 63 a
+/// step), every column keeps the vector kernels' numbers whatever shares
+/// the step, and a sequence decoding alone gets what it gets beside
+/// others; a prompt's numbers depend on whether its micro-batch reached
+/// this many tokens, as llama.cpp's do on its own kernel switches.
 pub const AMX_MIN_M: usize = 64;
 /// Weight rows per rayon task on the decode path.
 const DECODE_ROWS_PER_TASK: usize = 16;
@@ -259,10 +262,11 @@ pub(crate) fn mul_mat_ggml_par(
             }
             return Ok(());
         }
-        // From two columns up: the lane kernels where the type has them
-        // (the plain kernels' numbers), else the tiles (the multi-column
+        // From AMX_MIN_M columns: the lane kernels where the type has them
+        // (the AMX tiles' numbers); below, the tiles (the multi-column
         // kernels' numbers), else the multi-column kernels.
         let lanes = match kernels {
+            _ if m < AMX_MIN_M => None,
             Kernels::Fast | Kernels::NoAmx => qdot::fast_lanes(ty),
             Kernels::Avx2 => qdot::avx2_lanes(ty),
             _ => None,

@@ -300,7 +300,7 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
                     .unwrap();
                 dst.iter_mut().for_each(|v| *v = v.abs());
             }
-            for m in M_FEW.into_iter().chain([40, m_prefill]) {
+            for m in M_FEW.into_iter().chain([40, m_prefill, AMX_MIN_M + 5]) {
                 let x = rng.vec(k * m);
                 let w = WeightRows {
                     ty,
@@ -350,7 +350,10 @@ fn mul_mat_ggml_fast_and_plain_match_reference() {
     }
     assert_eq!(
         n_checked,
-        FAST.len() * 2 * (1 + 37 + 203) * (M_FEW.iter().sum::<usize>() + 40 + m_prefill)
+        FAST.len()
+            * 2
+            * (1 + 37 + 203)
+            * (M_FEW.iter().sum::<usize>() + 40 + m_prefill + AMX_MIN_M + 5)
     );
 }
 
@@ -382,7 +385,7 @@ fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
             k,
             n,
         };
-        for m in [1, 3, 9, m_prefill] {
+        for m in [1, 3, 9, m_prefill, AMX_MIN_M + 9] {
             let x = rng.vec(k * m);
             let [avx2, fast, model] =
                 [Kernels::Avx2, Kernels::NoAmx, Kernels::AmxModel].map(|kern| {
@@ -390,12 +393,12 @@ fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
                     mul_mat_ggml_with(kern, w, &x, m, &mut out).unwrap();
                     out
                 });
-            // From two columns up a type with lane kernels gets the AMX
+            // From AMX_MIN_M columns a type with lane kernels gets the AMX
             // path's numbers (the plain kernels' for the 32-element
             // types); Q8_0 has them on VNNI cpus only, so there the two
             // tiers differ by rounding and each is held apart.
-            let fast_lanes = m >= 2 && qdot::fast_lanes(ty).is_some();
-            let avx2_lanes = m >= 2 && qdot::avx2_lanes(ty).is_some();
+            let fast_lanes = m >= AMX_MIN_M && qdot::fast_lanes(ty).is_some();
+            let avx2_lanes = m >= AMX_MIN_M && qdot::avx2_lanes(ty).is_some();
             let want = if fast_lanes && !avx2_lanes {
                 &model
             } else {
@@ -415,25 +418,27 @@ fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
             }
         }
     }
-    assert_eq!(n_checked, FAST.len() * n * (1 + 3 + 9 + m_prefill));
+    assert_eq!(
+        n_checked,
+        FAST.len() * n * (1 + 3 + 9 + m_prefill + AMX_MIN_M + 9)
+    );
 }
 
 /// A column's result from `mul_mat_ggml` (fast kernels) does not depend
 /// on how many other columns share the product, bit for bit, from two
-/// columns up (few-column and prefill paths): every column of such a
-/// product goes through the multi-column kernels (or the tiles, which equal
-/// them), none through the one-column kernel. So a sequence decoded in a
-/// batch of 2 gets the same numbers as in a batch of 3, 7 or 70 — except
-/// that on a cpu with AMX, products of [`AMX_MIN_M`] columns or more take
-/// the AMX tiles, whose numbers differ from the vector kernels' by rounding
-/// (held equal among themselves here; to the reference in `amx_*` below).
+/// columns up to [`AMX_MIN_M`] (few-column and prefill paths: the
+/// multi-column kernels, or the tiles, which equal them; never the
+/// one-column kernel), and from [`AMX_MIN_M`] up (the lane kernels, or on
+/// an AMX cpu the AMX tiles, which equal them). So a sequence decoded in a
+/// batch of 2 gets the same numbers as in a batch of 3, 7 or 60; a
+/// prompt's, the same in a micro-batch of 64 as of 512.
 #[test]
 fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
-    let m_prefill = 2 * 16 * rayon::current_num_threads() + 7;
+    let m_prefill = (2 * 16 * rayon::current_num_threads() + 7).max(AMX_MIN_M + 7);
     // The column-block prefill path with one column in its last block.
     let m_lone = m_prefill - 6;
-    // A width between: 40, or fewer than m_prefill on a one-thread pool.
-    let m_mid = 40.min(m_prefill - 1);
+    // The widest product of the vector kernels, and a width between.
+    let (m_vector, m_mid) = (AMX_MIN_M - 1, 40);
     let mut rng = Rng(78);
     let (k, n) = (2 * 256, 203);
     let mut n_checked = 0;
@@ -452,16 +457,21 @@ fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
             mul_mat_ggml_with(kern, w, &x[..k * m], m, &mut out).unwrap();
             out
         };
-        // The widest product of each path: the vector kernels (NoAmx), and
-        // on an AMX cpu the AMX tiles the fast kernels take from AMX_MIN_M.
-        let (vector, tiles) = (
-            run(Kernels::NoAmx, m_prefill),
-            run(Kernels::Fast, m_prefill),
-        );
-        for m in M_FEW.into_iter().skip(1).chain([m_mid, m_lone]) {
-            let amx = amx::available() && amx::supports(ty) && m >= AMX_MIN_M;
-            let wide = if amx { &tiles } else { &vector };
-            for (i, (g, w)) in run(Kernels::Fast, m).iter().zip(wide).enumerate() {
+        // The widest product of each regime; without AMX tiles (NoAmx) and
+        // with them where the cpu has them (Fast): the same numbers.
+        let (vector, wide) = (run(Kernels::Fast, m_vector), run(Kernels::Fast, m_prefill));
+        let lanes = run(Kernels::NoAmx, m_prefill);
+        for (i, (a, l)) in wide.iter().zip(&lanes).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                l.to_bits(),
+                "{ty} AMX vs lanes out[{i}]: {a} vs {l}"
+            );
+            n_checked += 1;
+        }
+        for m in M_FEW.into_iter().skip(1).chain([m_mid, AMX_MIN_M, m_lone]) {
+            let want = if m >= AMX_MIN_M { &wide } else { &vector };
+            for (i, (g, w)) in run(Kernels::Fast, m).iter().zip(want).enumerate() {
                 assert_eq!(
                     g.to_bits(),
                     w.to_bits(),
@@ -475,7 +485,7 @@ fn mul_mat_ggml_columns_do_not_depend_on_the_other_columns() {
     }
     assert_eq!(
         n_checked,
-        FAST.len() * n * (2..=9).chain([m_mid, m_lone]).sum::<usize>()
+        FAST.len() * n * ((2..=9).chain([m_mid, AMX_MIN_M, m_lone]).sum::<usize>() + m_prefill)
     );
 }
 
