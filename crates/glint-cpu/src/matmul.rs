@@ -626,7 +626,7 @@ impl QProduct<'_> {
         let n = self.n;
         let mc = o.len() / n;
         if let Some(l) = prep.lanes {
-            let put = |r: usize, j: usize, v: f32| o[j * n + r] = v;
+            let put = |r: usize, j: usize, v: &[f32]| o[j * n + r..][..v.len()].copy_from_slice(v);
             return with_buffer(&UNPACKED, |buf| {
                 self.lane_rows(l, prep, 0..n, c0, mc, buf, put)
             });
@@ -692,8 +692,8 @@ impl QProduct<'_> {
     /// once into `buf` (`Lanes::unpack`), then every column group passes
     /// over it. A group short of rows at the end repeats its last row in the
     /// lanes left, whose results are dropped: every row takes the same
-    /// steps wherever it sits. `put(r, j, v)` takes row `r`'s dot with
-    /// column `c0 + j`.
+    /// steps wherever it sits. `put(r, j, v)` takes the dots of rows `r..r +
+    /// v.len()` with column `c0 + j`.
     #[allow(clippy::too_many_arguments)]
     fn lane_rows(
         &self,
@@ -703,7 +703,7 @@ impl QProduct<'_> {
         c0: usize,
         mc: usize,
         buf: &mut Vec<u8>,
-        mut put: impl FnMut(usize, usize, f32),
+        mut put: impl FnMut(usize, usize, &[f32]),
     ) {
         const L: usize = qdot::LANES;
         // One group of LANES rows unpacked: [block_bytes, nb].
@@ -726,17 +726,15 @@ impl QProduct<'_> {
                 };
                 for (g, xp) in buf.chunks_exact(sub).take(groups).enumerate() {
                     let r = r0 + g * L;
-                    let mut put_row = |rr: usize, j: usize, v: f32| {
-                        if rr < rs.end {
-                            put(rr, j, v)
-                        }
-                    };
-                    let put = &mut put_row;
+                    // The group's rows short of the range's end.
+                    let nr = L.min(rs.end - r);
+                    let mut put_col = |i: usize, v: &[f32; L]| put(r, c + i, &v[..nr]);
+                    let put = &mut put_col;
                     match width {
-                        qdot::COLS => put_lanes((l.four)(xp, std::array::from_fn(ys)), r, c, put),
-                        3 => put_lanes((l.three)(xp, std::array::from_fn(ys)), r, c, put),
-                        2 => put_lanes((l.two)(xp, std::array::from_fn(ys)), r, c, put),
-                        _ => put_lanes((l.one)(xp, std::array::from_fn(ys)), r, c, put),
+                        qdot::COLS => put_lanes((l.four)(xp, std::array::from_fn(ys)), put),
+                        3 => put_lanes((l.three)(xp, std::array::from_fn(ys)), put),
+                        2 => put_lanes((l.two)(xp, std::array::from_fn(ys)), put),
+                        _ => put_lanes((l.one)(xp, std::array::from_fn(ys)), put),
                     }
                 }
             }
@@ -757,7 +755,11 @@ impl QProduct<'_> {
             let r0 = t * rows;
             let rs = r0..r0 + chunk.len() / m;
             if let Some(l) = prep.lanes {
-                let put = |r: usize, j: usize, v: f32| chunk[(r - r0) * m + j] = v;
+                let put = |r: usize, j: usize, v: &[f32]| {
+                    for (i, &v) in v.iter().enumerate() {
+                        chunk[(r + i - r0) * m + j] = v;
+                    }
+                };
                 return with_buffer(&UNPACKED, |buf| self.lane_rows(l, prep, rs, 0, m, buf, put));
             }
             for (c, width) in col_groups(m) {
@@ -802,17 +804,13 @@ fn tile_width<X: Copy>(
     }
 }
 
-/// A lane kernel's results, `out[i][j]`: row `r + j`, column `c + i`.
+/// A lane kernel's results, `out[i]`: column `i`'s, [`qdot::LANES`] rows.
 fn put_lanes<const N: usize>(
     out: [[f32; qdot::LANES]; N],
-    r: usize,
-    c: usize,
-    put: &mut impl FnMut(usize, usize, f32),
+    put: &mut impl FnMut(usize, &[f32; qdot::LANES]),
 ) {
-    for (i, col) in out.into_iter().enumerate() {
-        for (j, v) in col.into_iter().enumerate() {
-            put(r + j, c + i, v);
-        }
+    for (i, col) in out.iter().enumerate() {
+        put(i, col);
     }
 }
 
@@ -890,6 +888,18 @@ pub(crate) struct Cached<T = u8>(Vec<T>);
 impl<T> Cached<T> {
     pub(crate) const fn new() -> Self {
         Cached(Vec::new())
+    }
+
+    /// `v` kept by this thread, its capacity counted in [`THREAD_SCRATCH`]
+    /// until it is dropped.
+    pub(crate) fn keep(v: Vec<T>) -> Self {
+        let bytes = v.capacity() * std::mem::size_of::<T>();
+        THREAD_SCRATCH.fetch_add(bytes, Ordering::Relaxed);
+        Cached(v)
+    }
+
+    pub(crate) fn as_slice(&self) -> &[T] {
+        &self.0
     }
 }
 
