@@ -5,9 +5,11 @@
 //! ~1e-3 rad, and the K-shift invariant `shift(rope(k, p), q - p) == rope(k, q)`
 //! is meant to hold to f32 precision.
 
+use crate::matmul::Cached;
 use glint_backend::{RopeMode, RopeParams};
 use half::f16;
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// Per-pair `(cos, sin)` for one position, scaled by `mscale` when `magnitude`.
 ///
@@ -84,15 +86,93 @@ pub fn rope(par: bool, x: &[f32], pos: &[i32], p: &RopeParams, out: &mut [f32]) 
     if tok == 0 {
         return;
     }
-    let inv_freq = inv_freqs(p, p.n_rot / 2);
-    crate::elementwise::rows(par, out, tok, |j, o| {
-        let (xt, ps) = (&x[j * tok..(j + 1) * tok], pos[j]);
-        let mut cs = vec![(0f32, 0f32); p.n_rot / 2]; // cs: [n_rot/2] (cos, sin)
-        cos_sin_with(p, &inv_freq, ps as f64, true, &mut cs);
-        for (oh, xh) in o.chunks_mut(p.head_dim).zip(xt.chunks(p.head_dim)) {
-            rotate_head(p, &cs, xh, oh);
-        }
+    let half = p.n_rot / 2;
+    let pos = &pos[..out.len() / tok];
+    with_table(par, p, pos, |cs| {
+        // cs: [m, n_rot/2] (cos, sin)
+        crate::elementwise::rows(par, out, tok, |j, o| {
+            let (xt, cs) = (&x[j * tok..(j + 1) * tok], &cs[j * half..(j + 1) * half]);
+            for (oh, xh) in o.chunks_mut(p.head_dim).zip(xt.chunks(p.head_dim)) {
+                rotate_head(p, cs, xh, oh);
+            }
+        });
     });
+}
+
+/// One `(cos, sin)` table: what it was computed for, and its pairs.
+struct Table {
+    /// The parameters, with those that do not change an angle (mode,
+    /// heads) cleared: Q and K of a layer share a table.
+    key: RopeParams,
+    /// pos: `[m]`; cs: `[m, n_rot/2]` (cos, sin).
+    pos: Cached<i32>,
+    cs: Cached<(f32, f32)>,
+}
+
+/// Tables a thread keeps: a forward pass ropes Q and K at every layer
+/// with the same positions and one set of parameters (two for models that
+/// alternate local and global layers, such as Gemma 3), so the table is
+/// computed once a batch, where it was computed twice a layer.
+const KEEP_TABLES: usize = 2;
+
+/// The most pairs a kept table holds (8 MiB); a larger one is computed,
+/// used and freed.
+const KEEP_PAIRS: usize = 1 << 20;
+
+thread_local! {
+    /// This thread's kept tables, the newest first (counted in the thread
+    /// scratch).
+    static TABLES: RefCell<Vec<Table>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `f` with the `(cos, sin)` table of `pos` (`[m, n_rot/2]`, the
+/// magnitude applied): a kept one where this thread computed it for the
+/// same angles, else a new one, kept where it is small enough. The same
+/// numbers either way ([`cos_sin_with`] per position).
+fn with_table<R>(par: bool, p: &RopeParams, pos: &[i32], f: impl FnOnce(&[(f32, f32)]) -> R) -> R {
+    let key = RopeParams {
+        mode: RopeMode::Norm,
+        head_dim: 0,
+        n_head: 0,
+        ..*p
+    };
+    let half = p.n_rot / 2;
+    let compute = || {
+        let inv_freq = inv_freqs(p, half);
+        let mut cs = vec![(0f32, 0f32); pos.len() * half];
+        crate::elementwise::rows(par, &mut cs, half.max(1), |j, c| {
+            cos_sin_with(p, &inv_freq, pos[j] as f64, true, c)
+        });
+        cs
+    };
+    TABLES.with(|cell| {
+        // A worker waiting inside one op can run another's start on this
+        // thread: then the tables are in use, and this call keeps nothing.
+        let Ok(mut tables) = cell.try_borrow_mut() else {
+            return f(&compute());
+        };
+        let found = tables
+            .iter()
+            .position(|t| t.key == key && t.pos.as_slice() == pos);
+        let i = match found {
+            Some(i) => i,
+            None if pos.len() * half <= KEEP_PAIRS => {
+                tables.truncate(KEEP_TABLES - 1);
+                let pos = Cached::keep(pos.to_vec());
+                tables.insert(
+                    0,
+                    Table {
+                        key,
+                        pos,
+                        cs: Cached::keep(compute()),
+                    },
+                );
+                0
+            }
+            None => return f(&compute()),
+        };
+        f(tables[i].cs.as_slice())
+    })
 }
 
 /// An element of a K cache: f32, or f16 widened to f32 for the rotation

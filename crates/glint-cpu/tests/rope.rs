@@ -362,3 +362,52 @@ fn rope_and_kshift_reject_bad_params() {
         "shift length"
     );
 }
+
+/// RoPE keeps the `(cos, sin)` tables of its last calls on each thread (the
+/// Q and K of every layer share one): a run of calls that alternates
+/// parameter sets (as Gemma 3's local and global layers do), Q- and K-like
+/// head counts, both pairings and three runs of positions gives, call for
+/// call, the bits of the same call on a new thread with a new backend
+/// (nothing kept), large enough calls on the pool and small ones on the
+/// calling thread.
+#[test]
+fn kept_rope_tables_give_the_bits_of_fresh_ones() {
+    let be = backend();
+    let mut rng = Rng(12);
+    let local = RopeParams::plain(RopeMode::Neox, 64, 4, 10000.0);
+    let global = RopeParams {
+        freq_base: 1_000_000.0,
+        ..local
+    };
+    let runs: [Vec<i32>; 3] = [
+        (0..300).collect(),
+        (1..301).collect(),
+        (0..300).map(|p| if p == 150 { 7 } else { p }).collect(),
+    ];
+    let mut calls = 0;
+    for round in 0..2 {
+        for pos in &runs {
+            for p in [local, global, local] {
+                for (mode, n_head) in [
+                    (RopeMode::Neox, 4),
+                    (RopeMode::Neox, 1),
+                    (RopeMode::Norm, 4),
+                ] {
+                    let p = RopeParams { mode, n_head, ..p };
+                    // Small calls (one token) run on this thread.
+                    let pos = if round == 1 { &pos[..1] } else { &pos[..] };
+                    let x = rng.vec(p.head_dim * n_head * pos.len());
+                    let got = rope_once(&be, &p, &x, pos);
+                    let (x2, pos2) = (x.clone(), pos.to_vec());
+                    let want = std::thread::spawn(move || rope_once(&backend(), &p, &x2, &pos2))
+                        .join()
+                        .unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{p:?} at {:?}..", &pos[..1]);
+                    calls += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(calls, 2 * 3 * 3 * 3);
+}
