@@ -44,9 +44,10 @@ fn tolerance(what: &str, ty: GgmlType) -> f64 {
         // lanes: rounding.
         ("amx", T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => 0.0,
         ("amx", T::Q4_K | T::Q5_K | T::Q6_K) => LEGACY_AVX2_TOL,
-        // From two columns up Q5_K takes the lane kernels, whose numbers
-        // are the AMX tiles'.
-        ("fast", T::Q5_K) => LEGACY_AVX2_TOL,
+        // From AMX_MIN_M columns Q5_K and Q3_K take the lane kernels, whose
+        // super-block sums are exact where ggml adds eight f32 lanes
+        // (Q2_K's are ggml's numbers: exact).
+        ("fast", T::Q5_K | T::Q3_K) => LEGACY_AVX2_TOL,
         (_, T::Q2_K | T::Q3_K | T::Q5_K) => 0.0,
         (_, T::Q4_K | T::Q6_K) => LEGACY_AVX2_TOL,
         (_, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0) => LEGACY_AVX2_TOL,
@@ -394,11 +395,14 @@ fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
                     out
                 });
             // From AMX_MIN_M columns a type with lane kernels gets the AMX
-            // path's numbers (the plain kernels' for the 32-element
-            // types); Q8_0 has them on VNNI cpus only, so there the two
-            // tiers differ by rounding and each is held apart.
+            // path's numbers (the plain kernels' for the 32-element types
+            // and Q2_K; Q3_K's, which the AMX path does not take, are held
+            // to their twin in `check_lanes`); Q8_0 has them on VNNI cpus
+            // only, so there the two tiers differ by rounding and each is
+            // held apart.
             let fast_lanes = m >= AMX_MIN_M && qdot::fast_lanes(ty).is_some();
             let avx2_lanes = m >= AMX_MIN_M && qdot::avx2_lanes(ty).is_some();
+            let model_twin = avx2_lanes && ty != GgmlType::Q3_K;
             let want = if fast_lanes && !avx2_lanes {
                 &model
             } else {
@@ -406,7 +410,7 @@ fn the_avx2_tier_of_mul_mat_equals_the_fast_vector_kernels() {
             };
             for (i, (a, f)) in want.iter().zip(&fast).enumerate() {
                 assert_eq!(a.to_bits(), f.to_bits(), "{ty} m={m} out[{i}]: {a} vs {f}");
-                if avx2_lanes {
+                if model_twin {
                     let p = model[i];
                     assert_eq!(
                         a.to_bits(),
@@ -1139,12 +1143,14 @@ fn amx_product_of_empty_rows_is_zeros() {
 }
 
 /// The types with lane kernels (AVX-512 VNNI, and its emulation).
-const LANE_TYPES: [GgmlType; 8] = [
+const LANE_TYPES: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -1152,20 +1158,53 @@ const LANE_TYPES: [GgmlType; 8] = [
 
 /// The types with AVX2 lane kernels: not Q8_0 (its levels `x + 128`
 /// reach 255, which `maddubs` would saturate).
-const AVX2_LANE_TYPES: [GgmlType; 7] = [
+const AVX2_LANE_TYPES: [GgmlType; 9] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
 
+/// Q3_K x Q8_K as its lane kernels compute it, one row and column: per
+/// super-block the exact sum of each 16-element sub-block's `level * y`
+/// (levels `field + 4 * hbit - 4`) times its scale (`6 bits - 32`), then
+/// `acc + (d * dy) * sum` in f32 (where ggml's loop adds eight f32 lanes).
+fn q3_k_exact(x: &[u8], y: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for (xb, yb) in x.chunks_exact(110).zip(y.chunks_exact(292)) {
+        let (hmask, qs, s) = (&xb[..32], &xb[32..96], &xb[96..108]);
+        let mut total = 0i32;
+        for j in 0..16 {
+            let low = if j < 8 { s[j] & 0x0f } else { s[j - 8] >> 4 };
+            let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+            let sc = i32::from(low | (high << 4)) - 32;
+            let mut sum = 0i32;
+            for e in 16 * j..16 * j + 16 {
+                let (h, sh, l) = (e / 128, (e % 128) / 32, e % 32);
+                let field = i32::from((qs[32 * h + l] >> (2 * sh)) & 3);
+                let hbit = i32::from((hmask[l] >> (e / 32)) & 1);
+                sum += (field + 4 * hbit - 4) * i32::from(yb[4 + e] as i8);
+            }
+            total += sc * sum;
+        }
+        let d = f16::from_le_bytes([xb[108], xb[109]]).to_f32();
+        let dy = f32::from_le_bytes([yb[0], yb[1], yb[2], yb[3]]);
+        acc += (d * dy) * total as f32;
+    }
+    acc
+}
+
 /// Holds the lane kernels `lanes_of(ty)` (columns prepared by `prepare`
-/// where they read prepared columns) to the AMX path's model bit for bit
-/// (`Kernels::AmxModel`: the plain kernels' numbers for the 32-element
-/// types, the exact super-block sums for the K-quants): each result of
+/// where they read prepared columns) to their twin bit for bit: the AMX
+/// path's model (`Kernels::AmxModel`: the plain kernels' numbers for the
+/// 32-element types and Q2_K, the exact super-block sums for Q4_K, Q5_K
+/// and Q6_K), and for Q3_K (which the AMX path does not take)
+/// [`q3_k_exact`]: each result of
 /// the one- to four-column kernels, on [`qdot::LANES`] rows unpacked once,
 /// equals the model's for the same row and column; on random rows and, at
 /// every third seed, on a row with every level at its top against columns
@@ -1197,6 +1236,8 @@ fn check_lanes(
                     GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
                         4..ty.type_size()
                     }
+                    GgmlType::Q2_K => 0..80,
+                    GgmlType::Q3_K => 0..96,
                     GgmlType::Q6_K => 0..192,
                     _ => 2..ty.type_size(),
                 };
@@ -1247,6 +1288,12 @@ fn check_lanes(
             };
             let mut want = vec![0f32; qdot::LANES * qdot::COLS];
             mul_mat_ggml_with(Kernels::AmxModel, w, &xs.concat(), qdot::COLS, &mut want).unwrap();
+            if ty == GgmlType::Q3_K {
+                for (i, v) in want.iter_mut().enumerate() {
+                    let (c, r) = (i / qdot::LANES, i % qdot::LANES);
+                    *v = q3_k_exact(&rows[r], &acts[c]);
+                }
+            }
             let nb = k / block.max(32);
             let mut xp = vec![0u8; nb * lanes.block_bytes];
             (lanes.unpack)(std::array::from_fn(|r| &rows[r][..]), &mut xp);

@@ -8,12 +8,14 @@
 //! order (`glint_quant::vec_dot`, [`super::plain`]), so each result is the
 //! plain kernel's, bit for bit.
 //!
-//! The K-quants (Q4_K, Q5_K, Q6_K) the same way a sub-block at a time:
-//! its exact sum times the row's integer scale (`vpmulld`) into the
-//! super-block's exact sum, the mins' term exact too (`vpdpwssd` on the
-//! activations' `bsums`), then per super-block `(d * dy) * sum` and
-//! `- (dmin * dy) * mins`: the AMX tiles' numbers ([`crate::amx`]), which
-//! differ from ggml's eight f32 lanes by rounding only.
+//! The K-quants (Q2_K..Q6_K) the same way a sub-block at a time: its
+//! exact sum times the row's integer scale (`vpmulld`) into the
+//! super-block's exact sum, the mins' term (or the levels' offset) exact
+//! too (`vpdpwssd` on the activations' `bsums`), then per super-block
+//! `(d * dy) * sum` and `- (dmin * dy) * mins` ([`KMode`]): for Q2_K
+//! ggml's reference order, bit for bit; for Q3_K to Q6_K the AMX tiles'
+//! numbers ([`crate::amx`]), which differ from ggml's eight f32 lanes by
+//! rounding only.
 
 #![allow(unsafe_code)]
 
@@ -285,22 +287,39 @@ fn k_unpack(
     }
 }
 
+/// How a K-quant's lane loop finishes a super-block after the scaled
+/// sub-block sums (`sum`): the pairs at `K_PAIRS` meet the activations'
+/// `bsums`, exactly, into `paired`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KMode {
+    /// Q4_K, Q5_K: `paired` is the mins' term (min pairs against the
+    /// `bsums` of 32); `acc + (d * dy) * sum - (dmin * dy) * paired`, the
+    /// AMX tiles' order.
+    Mins32,
+    /// Q2_K: `paired` is the mins' term (min pairs against the `bsums` of
+    /// 16); `acc + ((dy * d) * sum - (dy * dmin) * paired)`, ggml's
+    /// reference order (the levels' sums are exact there too).
+    Mins16,
+    /// Q6_K (`x + 32`), Q3_K (`x + 4`): the levels' offset, `2^shift`,
+    /// taken off the sum as `paired << shift` (scale pairs against the
+    /// `bsums` of 16); `acc + (d * dy) * sum`, the AMX tiles' order.
+    Offset(i32),
+}
+
 /// The K-quant lane loop: [`LANES`] rows unpacked by [`k_unpack`] against
 /// `N` Q8_K activation rows (read as quantized: `d` f32, levels, `bsums`
-/// of 16): `out[c][r]`. Sub-blocks of `sub` elements (32, or Q6_K's 16):
-/// each sub-block's sum (two chains) times the row's scale into the
-/// super-block's sum, exact. `min` (Q4_K, Q5_K): the mins' term, exact,
-/// from the `bsums` of 32 in pairs; else (Q6_K, levels stored `x + 32`)
-/// `32 * sum(scale * bsum)` taken off the sum, the `bsums` of 16 in pairs,
-/// exact. The float steps are the AMX path's. `dpbusd`, `dpwssd`: the
-/// instructions, their models, or their AVX2 spellings.
+/// of 16): `out[c][r]`. Sub-blocks of `sub` elements (32, or 16): each
+/// sub-block's sum (two chains) times the row's scale into the
+/// super-block's sum, exact; then `mode`'s exact pair term and float steps.
+/// `dpbusd`, `dpwssd`: the instructions, their models, or their AVX2
+/// spellings.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn k_core<const N: usize>(
     xp: &[u8],
     ys: [&[u8]; N],
     sub: usize,
-    min: bool,
+    mode: KMode,
     dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
     dpwssd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
 ) -> [[f32; LANES]; N] {
@@ -329,7 +348,7 @@ fn k_core<const N: usize>(
                 total = _mm256_add_epi32(total, scaled);
             }
             let mut paired = _mm256_setzero_si256();
-            if min {
+            if mode == KMode::Mins32 {
                 // bsums of 32: [16] i16 added in pairs, then as i32 pairs.
                 let bs = _mm_hadd_epi16(load16(yb, 260), load16(yb, 276));
                 let bs = _mm256_castsi128_si256(bs);
@@ -338,23 +357,31 @@ fn k_core<const N: usize>(
                     paired = dpwssd(paired, load32(pb, K_PAIRS + 32 * p), bp);
                 }
             } else {
-                // bsums of 16, as i32 pairs: the levels' offset of 32.
+                // bsums of 16, as i32 pairs.
                 for p in 0..8 {
                     let bp = _mm256_set1_epi32(i32_at(yb, 260 + 4 * p));
                     paired = dpwssd(paired, load32(pb, K_PAIRS + 32 * p), bp);
                 }
-                total = _mm256_sub_epi32(total, _mm256_slli_epi32(paired, 5));
             }
             let dy = _mm256_set1_ps(f32_at(yb, 0));
-            let mut a = _mm256_add_ps(
-                acc[c],
-                _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(total)),
-            );
-            if min {
-                let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(paired));
-                a = _mm256_sub_ps(a, m);
-            }
-            acc[c] = a;
+            acc[c] = match mode {
+                KMode::Mins32 => {
+                    let a = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(total));
+                    let m = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(paired));
+                    _mm256_sub_ps(_mm256_add_ps(acc[c], a), m)
+                }
+                KMode::Mins16 => {
+                    let a = _mm256_mul_ps(_mm256_mul_ps(dy, d), _mm256_cvtepi32_ps(total));
+                    let m = _mm256_mul_ps(_mm256_mul_ps(dy, dmin), _mm256_cvtepi32_ps(paired));
+                    _mm256_add_ps(acc[c], _mm256_sub_ps(a, m))
+                }
+                KMode::Offset(shift) => {
+                    let off = _mm256_sll_epi32(paired, _mm_cvtsi32_si128(shift));
+                    let total = _mm256_sub_epi32(total, off);
+                    let a = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(total));
+                    _mm256_add_ps(acc[c], a)
+                }
+            };
         }
     }
     let mut out = [[0f32; LANES]; N];
@@ -415,6 +442,52 @@ fn q6_k_levels(xb: &[u8], v: usize) -> __m256i {
     q6_levels(xb, v / 4)[v % 4]
 }
 
+/// The 2-bit fields (0..4) of `qs` (64 bytes at `at`) that are elements
+/// `32 v..32 v + 32`: bits `2 (v % 4)..` of `qs[32 (v / 4)..]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_crumbs(xb: &[u8], at: usize, v: usize) -> __m256i {
+    let q = load32(xb, at + 32 * (v / 4));
+    let q = _mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (v % 4) as i32));
+    _mm256_and_si256(q, _mm256_set1_epi8(3))
+}
+
+/// Q2_K's levels `32 v..32 v + 32` (0..4): the fields of `qs` at 16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2_k_levels(xb: &[u8], v: usize) -> __m256i {
+    k_crumbs(xb, 16, v)
+}
+
+/// Q3_K's levels `32 v..32 v + 32` as stored (0..8: `x + 4`): the fields
+/// of `qs` at 32, plus 4 where bit `v` of `hmask[l]` (at 0) is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_k_levels(xb: &[u8], v: usize) -> __m256i {
+    let hm = _mm256_srl_epi16(load32(xb, 0), _mm_cvtsi32_si128(v as i32));
+    let bit = _mm256_and_si256(hm, _mm256_set1_epi8(1));
+    _mm256_or_si256(k_crumbs(xb, 32, v), _mm256_slli_epi16(bit, 2))
+}
+
+/// Q2_K's 16 scales (low nibbles) and mins (high nibbles).
+fn q2_k_scales(xb: &[u8]) -> ([i32; 16], [i32; 16]) {
+    (
+        std::array::from_fn(|j| i32::from(xb[j] & 0x0f)),
+        std::array::from_fn(|j| i32::from(xb[j] >> 4)),
+    )
+}
+
+/// Q3_K's 16 signed 6-bit scales (`- 32`), paired too (for the offset's term).
+fn q3_k_scales(xb: &[u8]) -> ([i32; 16], [i32; 16]) {
+    let s: &[u8; 12] = arr(xb, 96);
+    let sc = std::array::from_fn(|i| {
+        let low = if i < 8 { s[i] & 0x0f } else { s[i - 8] >> 4 };
+        let high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        i32::from(low | (high << 4)) - 32
+    });
+    (sc, sc)
+}
+
 /// Q4_K's and Q5_K's 6-bit scales and mins (`get_scale_min_k4`).
 fn k4_scales(xb: &[u8]) -> ([i32; 16], [i32; 16]) {
     let q: &[u8; 12] = arr(xb, 4);
@@ -437,20 +510,20 @@ fn q6_k_scales(xb: &[u8]) -> ([i32; 16], [i32; 16]) {
 /// exact for levels up to 63, and `madd` + `add`), and `$unpack`.
 macro_rules! k_lane_kernels {
     ($($vnni:ident, $model:ident, $avx2:ident, $unpack:ident:
-        $x_size:expr, sub $sub:expr, min $min:expr,
+        $x_size:expr, sub $sub:expr, $mode:expr,
         $levels:expr, $scales:expr, |$xb:ident| $dd:expr;)*) => {$(
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $vnni<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N] {
             let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
             let dpwssd = |acc, a, b| _mm256_dpwssd_epi32(acc, a, b);
-            k_core(xp, ys, $sub, $min, dpbusd, dpwssd)
+            k_core(xp, ys, $sub, $mode, dpbusd, dpwssd)
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $model<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N] {
-            k_core(xp, ys, $sub, $min, dpbusd_model, dpwssd_model)
+            k_core(xp, ys, $sub, $mode, dpbusd_model, dpwssd_model)
         }
 
         #[inline]
@@ -458,7 +531,7 @@ macro_rules! k_lane_kernels {
         pub(super) fn $avx2<const N: usize>(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N] {
             let dpbusd = |acc, u, s| dpbusd_avx2(acc, u, s);
             let dpwssd = |acc, a, b| _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-            k_core(xp, ys, $sub, $min, dpbusd, dpwssd)
+            k_core(xp, ys, $sub, $mode, dpbusd, dpwssd)
         }
 
         #[inline]
@@ -470,13 +543,19 @@ macro_rules! k_lane_kernels {
 }
 
 k_lane_kernels! {
+    q2_k_lanes, q2_k_lanes_model, q2_k_lanes_avx2, q2_k_lane_unpack:
+        Q2_K, sub 16, KMode::Mins16, q2_k_levels, q2_k_scales,
+        |xb| (f16_at(xb, 80), f16_at(xb, 82));
+    q3_k_lanes, q3_k_lanes_model, q3_k_lanes_avx2, q3_k_lane_unpack:
+        Q3_K, sub 16, KMode::Offset(2), q3_k_levels, q3_k_scales,
+        |xb| (f16_at(xb, 108), 0.0);
     q4_k_lanes, q4_k_lanes_model, q4_k_lanes_avx2, q4_k_lane_unpack:
-        Q4_K, sub 32, min true, q4_k_levels, k4_scales,
+        Q4_K, sub 32, KMode::Mins32, q4_k_levels, k4_scales,
         |xb| (f16_at(xb, 0), f16_at(xb, 2));
     q5_k_lanes, q5_k_lanes_model, q5_k_lanes_avx2, q5_k_lane_unpack:
-        Q5_K, sub 32, min true, q5_k_levels, k4_scales,
+        Q5_K, sub 32, KMode::Mins32, q5_k_levels, k4_scales,
         |xb| (f16_at(xb, 0), f16_at(xb, 2));
     q6_k_lanes, q6_k_lanes_model, q6_k_lanes_avx2, q6_k_lane_unpack:
-        Q6_K, sub 16, min false, q6_k_levels, q6_k_scales,
+        Q6_K, sub 16, KMode::Offset(5), q6_k_levels, q6_k_scales,
         |xb| (f16_at(xb, 208), 0.0);
 }

@@ -126,19 +126,19 @@ pub const LANE_BLOCK: usize = LANES * 40;
 
 /// Bytes of one K-quant super-block (256 elements) of [`LANES`] weight
 /// rows unpacked by a [`Lanes`]' `unpack`: levels `[64][LANES][4]` u8,
-/// scales `[16][LANES]` i32, pairs of mins (or Q6_K's scales) `[8][LANES]`
-/// i32, `d` and `dmin` `[LANES]` f32.
+/// scales `[16][LANES]` i32, pairs of mins (or Q3_K's and Q6_K's scales)
+/// `[8][LANES]` i32, `d` and `dmin` `[LANES]` f32.
 pub const K_LANE_BLOCK: usize = 2048 + 16 * 32 + 8 * 32 + 2 * 32;
 
 /// [`LANES`] weight rows unpacked once (`Lanes::unpack`, whole blocks)
-/// against `N` columns prepared by [`prepare_lane_col`]: `out[c][r]`,
-/// each [`plain_dot`]'s result for that row and column, bit for bit.
+/// against `N` columns (prepared by [`prepare_lane_col`], or the Q8_K
+/// activations for the K-quants): `out[c][r]`.
 pub type LaneFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [[f32; LANES]; N];
 
 /// One type's lane kernels at each column count (one to [`COLS`]) and
-/// the unpacking of [`LANES`] rows they read. Every column's arithmetic
-/// is its own, and it is the plain kernel's: a result does not depend on
-/// the width, the other columns, or the other rows.
+/// the unpacking of [`LANES`] rows they read. Every row's and column's
+/// arithmetic is its own: a result does not depend on the width, the
+/// other columns, or the other rows.
 #[derive(Clone, Copy, Debug)]
 pub struct Lanes {
     /// [`LANES`] rows into `block_bytes` a weight block.
@@ -156,28 +156,35 @@ pub struct Lanes {
     pub four: LaneFn<COLS>,
 }
 
-/// The lane kernels for `ty` (prefill, and several sequences decoding
-/// together): Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 where the cpu has AVX-512
-/// VNNI (with VL and BW); Q4_0, Q4_1, Q5_0 and Q5_1 where it has AVX2
-/// (`vpdpbusd` as `maddubs` + `madd`, exact for levels up to 31; Q8_0's
-/// reach 255); else `None`. Each weight row's unsigned levels (`x + off`,
-/// see [`fast_tile`]) sit in one i32 lane, [`LANES`] rows a vector, so a
-/// block's eight `vpdpbusd` leave each lane its row's exact block sum and
-/// one convert and the block's float steps serve all the rows: those of
-/// ggml's reference loop, in its order, so each result is [`plain_dot`]'s
-/// bit for bit (as the AMX tiles' are).
+/// The lane kernels for `ty` (prefill: `mul_mat_ggml` takes them from
+/// `AMX_MIN_M` columns): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K..Q6_K
+/// where the cpu has AVX-512 VNNI (with VL and BW); the same but Q8_0
+/// where it has AVX2 (`vpdpbusd` as `maddubs` + `madd`, exact for levels
+/// up to 63; Q8_0's `x + 128` reach 255); else `None`.
+///
+/// Each weight row's unsigned levels (`x + off`, see [`fast_tile`]; Q3_K's
+/// and Q6_K's offsets of 4 and 32 come off through the activations'
+/// `bsums`) sit in one i32 lane, [`LANES`] rows a vector, so a block's
+/// `vpdpbusd` leave each lane its row's exact block (or sub-block) sum,
+/// and one convert and the block's float steps serve all the rows. The
+/// 32-element types' and Q2_K's float steps are ggml's reference loop's,
+/// in its order, so each result is [`plain_dot`]'s bit for bit; Q3_K's to
+/// Q6_K's take exact super-block sums where ggml adds eight f32 lanes, the
+/// AMX tiles' numbers (rounding).
 pub fn fast_lanes(ty: GgmlType) -> Option<Lanes> {
     simd::lanes(ty)
 }
 
 /// The columns [`fast_lanes`]' kernels of `ty` read (the same bytes as
-/// [`prepare_tile_col`]). Does nothing where [`fast_lanes`] has no kernel.
+/// [`prepare_tile_col`]). Does nothing where [`fast_lanes`] has no kernel
+/// or its kernels read the quantized activations (the K-quants).
 pub fn prepare_lane_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     simd::prepare_lane_col(ty, act, out)
 }
 
-/// The AVX2 lane kernels (Q4_0, Q4_1, Q5_0, Q5_1), or `None` where the
-/// cpu lacks AVX2: what [`fast_lanes`] gives on AVX2 cpus without VNNI.
+/// The AVX2 lane kernels (all of [`fast_lanes`]' types but Q8_0), or
+/// `None` where the cpu lacks AVX2: what [`fast_lanes`] gives on AVX2
+/// cpus without VNNI.
 pub fn avx2_lanes(ty: GgmlType) -> Option<Lanes> {
     simd::lanes_avx2(ty)
 }

@@ -128,17 +128,18 @@ vnni_entries!(avx512 {
 entries!("avx2,fma,f16c", lanes {
     [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N]]
         q4_0_lanes_avx2, q4_1_lanes_avx2, q5_0_lanes_avx2, q5_1_lanes_avx2,
-        q4_k_lanes_avx2, q5_k_lanes_avx2, q6_k_lanes_avx2;
+        q2_k_lanes_avx2, q3_k_lanes_avx2, q4_k_lanes_avx2, q5_k_lanes_avx2, q6_k_lanes_avx2;
     [fn(xs: [&[u8]; LANES], out: &mut [u8])]
         q4_0_lane_unpack, q4_1_lane_unpack, q5_0_lane_unpack, q5_1_lane_unpack, q8_0_lane_unpack,
-        q4_k_lane_unpack, q5_k_lane_unpack, q6_k_lane_unpack;
+        q2_k_lane_unpack, q3_k_lane_unpack, q4_k_lane_unpack, q5_k_lane_unpack, q6_k_lane_unpack;
 });
 
 vnni_entries!(lanes {
     [<const N> fn(xp: &[u8], ys: [&[u8]; N]) -> [[f32; LANES]; N]]
         (q4_0_lanes, q4_0_lanes_model), (q4_1_lanes, q4_1_lanes_model),
         (q5_0_lanes, q5_0_lanes_model), (q5_1_lanes, q5_1_lanes_model),
-        (q8_0_lanes, q8_0_lanes_model), (q4_k_lanes, q4_k_lanes_model),
+        (q8_0_lanes, q8_0_lanes_model), (q2_k_lanes, q2_k_lanes_model),
+        (q3_k_lanes, q3_k_lanes_model), (q4_k_lanes, q4_k_lanes_model),
         (q5_k_lanes, q5_k_lanes_model), (q6_k_lanes, q6_k_lanes_model);
 });
 
@@ -361,7 +362,13 @@ struct LaneKernels {
 
 /// Every type with lane kernels, one row each.
 #[rustfmt::skip]
-const LANE_KERNELS: [LaneKernels; 8] = [
+const LANE_KERNELS: [LaneKernels; 10] = [
+    LaneKernels { ty: GgmlType::Q2_K, vnni: lanes!(K q2_k_lanes, q2_k_lane_unpack),
+                  model: lanes!(K q2_k_lanes_model, q2_k_lane_unpack),
+                  avx2: Some(lanes!(K q2_k_lanes_avx2, q2_k_lane_unpack)) },
+    LaneKernels { ty: GgmlType::Q3_K, vnni: lanes!(K q3_k_lanes, q3_k_lane_unpack),
+                  model: lanes!(K q3_k_lanes_model, q3_k_lane_unpack),
+                  avx2: Some(lanes!(K q3_k_lanes_avx2, q3_k_lane_unpack)) },
     LaneKernels { ty: GgmlType::Q4_K, vnni: lanes!(K q4_k_lanes, q4_k_lane_unpack),
                   model: lanes!(K q4_k_lanes_model, q4_k_lane_unpack),
                   avx2: Some(lanes!(K q4_k_lanes_avx2, q4_k_lane_unpack)) },
