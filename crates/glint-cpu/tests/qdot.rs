@@ -1387,3 +1387,78 @@ fn avx2_lane_kernels_equal_the_amx_model_bit_for_bit() {
     );
     assert!(avx2 == emulated, "prepared columns differ");
 }
+
+/// The AVX2 lane kernels at the extremes, 3 blocks: weight bytes all 0xff
+/// (after d: every level at its top, 15 or 31), all 0x00 (its bottom) and
+/// mixed; activation levels all 127, all -127 and alternating, with d = 1:
+/// the plain kernels' results bit for bit (`maddubs` never saturates), and
+/// the all-top row against all-127 (the largest dot) is its exact value.
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn avx2_lane_kernels_do_not_saturate_at_the_extremes() {
+    for ty in [GgmlType::Q4_0, GgmlType::Q5_0] {
+        let lanes = qdot::avx2_lanes(ty).expect("an AVX2 lane kernel");
+        let plain = qdot::plain_dot(ty).expect("a plain kernel");
+        assert_eq!(ty.vec_dot_type(), GgmlType::Q8_0, "{ty}");
+        let x_size = ty.bytes_for(32).unwrap() as usize;
+        let y_size = GgmlType::Q8_0.bytes_for(32).unwrap() as usize;
+        let f16_bytes = |v: f32| f16::from_f32(v).to_bits().to_le_bytes();
+        // d = 0.5, then the fill for every level bit.
+        let row = |fill: u8| -> Vec<u8> {
+            let mut b = vec![fill; 3 * x_size];
+            for blk in b.chunks_mut(x_size) {
+                blk[..2].copy_from_slice(&f16_bytes(0.5));
+            }
+            b
+        };
+        // d = 1, then the 32 levels.
+        let col = |f: fn(usize) -> i8| -> Vec<u8> {
+            let mut b = vec![0u8; 3 * y_size];
+            for blk in b.chunks_mut(y_size) {
+                blk[..2].copy_from_slice(&f16_bytes(1.0));
+                for (i, v) in blk[2..].iter_mut().enumerate() {
+                    *v = f(i) as u8;
+                }
+            }
+            b
+        };
+        let rows: Vec<Vec<u8>> = [0xff, 0x00, 0xff, 0x0f, 0xf0, 0xff, 0x00, 0x5a]
+            .into_iter()
+            .map(row)
+            .collect();
+        let acts = [
+            col(|_| 127),
+            col(|_| -127),
+            col(|i| if i % 2 == 0 { 127 } else { -127 }),
+            col(|i| if i % 4 < 2 { -127 } else { 127 }),
+        ];
+        let prep: Vec<Vec<u8>> = acts
+            .iter()
+            .map(|a| {
+                let mut p = vec![0u8; 3 * qdot::TILE_BLOCK];
+                qdot::prepare_tile_col_avx2(ty, a, &mut p);
+                p
+            })
+            .collect();
+        let mut xp = vec![0u8; 3 * qdot::LANE_BLOCK];
+        (lanes.unpack)(std::array::from_fn(|r| &rows[r][..]), &mut xp);
+        let got = (lanes.four)(&xp, std::array::from_fn(|c| &prep[c][..]));
+        for (c, act) in acts.iter().enumerate() {
+            for (r, x) in rows.iter().enumerate() {
+                let want = plain(x, act);
+                assert_eq!(
+                    got[c][r].to_bits(),
+                    want.to_bits(),
+                    "{ty} extremes row {r} col {c}: {} vs {want}",
+                    got[c][r]
+                );
+            }
+        }
+        let top = match ty {
+            GgmlType::Q4_0 => 7.0,  // 15 - 8
+            GgmlType::Q5_0 => 15.0, // 31 - 16
+            _ => unreachable!(),
+        };
+        assert_eq!(got[0][0], 3.0 * 32.0 * 0.5 * top * 127.0, "{ty}");
+    }
+}
