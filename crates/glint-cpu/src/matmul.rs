@@ -273,8 +273,6 @@ pub(crate) fn mul_mat_ggml_par(
         };
         let (tiles, prepare): (_, PrepareFn) = if avx2 {
             (qdot::avx2_tile(ty), qdot::prepare_tile_col_avx2)
-        } else if lanes.is_some() {
-            (None, qdot::prepare_lane_col)
         } else {
             (qdot::fast_tile(ty), qdot::prepare_tile_col)
         };

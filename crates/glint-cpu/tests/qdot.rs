@@ -1356,7 +1356,7 @@ fn vnni_lane_kernels_equal_the_amx_model_and_their_emulation() {
         "vnni",
         &LANE_TYPES,
         qdot::fast_lanes,
-        qdot::prepare_lane_col,
+        qdot::prepare_tile_col,
     );
     let (emulated, _) = check_lanes(
         "emulated",

@@ -131,7 +131,7 @@ pub const LANE_BLOCK: usize = LANES * 40;
 pub const K_LANE_BLOCK: usize = 2048 + 16 * 32 + 8 * 32 + 2 * 32;
 
 /// [`LANES`] weight rows unpacked once (`Lanes::unpack`, whole blocks)
-/// against `N` columns (prepared by [`prepare_lane_col`], or the Q8_K
+/// against `N` columns (prepared by [`prepare_tile_col`], or the Q8_K
 /// activations for the K-quants): `out[c][r]`.
 pub type LaneFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [[f32; LANES]; N];
 
@@ -146,7 +146,7 @@ pub struct Lanes {
     /// Bytes of one weight block of [`LANES`] rows unpacked:
     /// [`LANE_BLOCK`], or [`K_LANE_BLOCK`] for the K-quants.
     pub block_bytes: usize,
-    /// Whether the kernels read columns prepared by [`prepare_lane_col`]
+    /// Whether the kernels read columns prepared by [`prepare_tile_col`]
     /// (the 32-element types), or the quantized activations as they are
     /// (Q8_K: the K-quants).
     pub prepared: bool,
@@ -173,13 +173,6 @@ pub struct Lanes {
 /// AMX tiles' numbers (rounding).
 pub fn fast_lanes(ty: GgmlType) -> Option<Lanes> {
     simd::lanes(ty)
-}
-
-/// The columns [`fast_lanes`]' kernels of `ty` read (the same bytes as
-/// [`prepare_tile_col`]). Does nothing where [`fast_lanes`] has no kernel
-/// or its kernels read the quantized activations (the K-quants).
-pub fn prepare_lane_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    simd::prepare_lane_col(ty, act, out)
 }
 
 /// The AVX2 lane kernels (all of [`fast_lanes`]' types but Q8_0), or
@@ -222,9 +215,10 @@ pub fn prepare_tile_col_avx2(ty: GgmlType, act: &[u8], out: &mut [u8]) {
 }
 
 /// One activation column (Q8_0 blocks for Q4_0/Q5_0/Q8_0 weights, Q8_1 for
-/// Q4_1/Q5_1) prepared for [`fast_tile`]'s kernel of `ty`: `out` is
-/// [`TILE_BLOCK`] bytes per block. Only call it where [`fast_tile`] or
-/// [`fast_dot_prepared`] gave a kernel for `ty`; it does nothing otherwise.
+/// Q4_1/Q5_1) prepared for [`fast_tile`]'s, [`fast_lanes`]' or
+/// [`fast_dot_prepared`]'s kernel of `ty` (the same bytes for each): `out`
+/// is [`TILE_BLOCK`] bytes per block. It does nothing for the types whose
+/// kernels read no prepared column.
 pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     simd::prepare_tile_col(ty, act, out)
 }

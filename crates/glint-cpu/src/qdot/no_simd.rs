@@ -64,5 +64,3 @@ pub(super) fn lanes_avx2(_: GgmlType) -> Option<Lanes> {
 pub(super) fn lanes_model(_: GgmlType) -> Option<Lanes> {
     None
 }
-
-pub(super) fn prepare_lane_col(_: GgmlType, _: &[u8], _: &mut [u8]) {}

@@ -303,8 +303,10 @@ pub(super) fn tile_model(ty: GgmlType) -> Option<Tiles> {
         .map(|(_, model)| model)
 }
 
-/// The columns [`tile`]'s kernel of `ty` reads. Does nothing unless
-/// [`tile`] has a kernel for `ty`.
+/// The columns [`tile`]'s kernel of `ty` reads, and [`lanes`]' (the same
+/// types where the kernels read prepared columns: the VNNI tile types, and
+/// on AVX2 [`prepare_tile_col_avx2`]'s). Does nothing unless one of them
+/// has a kernel for `ty`.
 pub(super) fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
     if tile_vnni(ty).is_some() {
         prepare(ty, act, out)
@@ -415,17 +417,4 @@ pub(super) fn lanes_avx2(ty: GgmlType) -> Option<Lanes> {
 /// [`lanes`] of a VNNI cpu with `vpdpbusd` modelled (AVX2 only).
 pub(super) fn lanes_model(ty: GgmlType) -> Option<Lanes> {
     lane_kernels(ty, has_avx2).map(|k| k.model)
-}
-
-/// The columns [`lanes`]' kernels of `ty` read. Does nothing unless
-/// [`lanes`] has a kernel for `ty`.
-pub(super) fn prepare_lane_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
-    if lanes(ty).is_none_or(|l| !l.prepared) {
-        return;
-    }
-    if lane_kernels(ty, has_vnni).is_some() {
-        prepare(ty, act, out)
-    } else if lanes_avx2(ty).is_some() {
-        prepare_avx2(ty, act, out)
-    }
 }
