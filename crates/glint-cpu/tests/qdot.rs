@@ -677,6 +677,42 @@ fn vnni_tiles_equal_the_multi_column_kernels_and_their_emulation() {
     assert!(vnni == emulated, "prepared columns differ");
 }
 
+/// Three blocks of `ty` (symmetric, no min) with `d = 0.5` and every
+/// other byte `fill`: with 0xff every level at its top, with 0x00 at its
+/// bottom.
+fn extreme_row(ty: GgmlType, fill: u8) -> Vec<u8> {
+    let x_size = ty.bytes_for(32).unwrap() as usize;
+    let mut b = vec![fill; 3 * x_size];
+    for blk in b.chunks_mut(x_size) {
+        blk[..2].copy_from_slice(&f16::from_f32(0.5).to_bits().to_le_bytes());
+    }
+    b
+}
+
+/// Three Q8_0 blocks with `d = 1` and level `i` of each block `f(i)`.
+fn extreme_col(f: fn(usize) -> i8) -> Vec<u8> {
+    let y_size = GgmlType::Q8_0.bytes_for(32).unwrap() as usize;
+    let mut b = vec![0u8; 3 * y_size];
+    for blk in b.chunks_mut(y_size) {
+        blk[..2].copy_from_slice(&f16::from_f32(1.0).to_bits().to_le_bytes());
+        for (i, v) in blk[2..].iter_mut().enumerate() {
+            *v = f(i) as u8;
+        }
+    }
+    b
+}
+
+/// The extreme activation columns: levels all 127, all -127, alternating,
+/// and alternating in pairs.
+fn extreme_cols() -> [Vec<u8>; 4] {
+    [
+        extreme_col(|_| 127),
+        extreme_col(|_| -127),
+        extreme_col(|i| if i % 2 == 0 { 127 } else { -127 }),
+        extreme_col(|i| if i % 4 < 2 { -127 } else { 127 }),
+    ]
+}
+
 /// The AVX2 tiles (`maddubs` + `madd` for `vpdpbusd`; what a prefill of
 /// Q4_0/Q5_0 weights runs on AVX2 cpus without VNNI): bit for bit
 /// the multi-column kernels' results, their prepared columns the VNNI
@@ -707,35 +743,8 @@ fn avx2_tiles_equal_the_multi_column_kernels_bit_for_bit() {
         let tiles = qdot::avx2_tile(ty).expect("an AVX2 tile");
         let cols = qdot::avx2_dot_cols(ty).expect("an AVX2 cols kernel");
         assert_eq!(ty.vec_dot_type(), GgmlType::Q8_0, "{ty}");
-        let x_size = ty.bytes_for(32).unwrap() as usize;
-        let y_size = GgmlType::Q8_0.bytes_for(32).unwrap() as usize;
-        let f16_bytes = |v: f32| f16::from_f32(v).to_bits().to_le_bytes();
-        // d = 0.5, then the fill for every level bit.
-        let row = |fill: u8| -> Vec<u8> {
-            let mut b = vec![fill; 3 * x_size];
-            for blk in b.chunks_mut(x_size) {
-                blk[..2].copy_from_slice(&f16_bytes(0.5));
-            }
-            b
-        };
-        // d = 1, then the 32 levels.
-        let col = |f: fn(usize) -> i8| -> Vec<u8> {
-            let mut b = vec![0u8; 3 * y_size];
-            for blk in b.chunks_mut(y_size) {
-                blk[..2].copy_from_slice(&f16_bytes(1.0));
-                for (i, v) in blk[2..].iter_mut().enumerate() {
-                    *v = f(i) as u8;
-                }
-            }
-            b
-        };
-        let rows = [row(0xff), row(0x00), row(0xff), row(0x0f)];
-        let acts = [
-            col(|_| 127),
-            col(|_| -127),
-            col(|i| if i % 2 == 0 { 127 } else { -127 }),
-            col(|i| if i % 4 < 2 { -127 } else { 127 }),
-        ];
+        let rows = [0xff, 0x00, 0xff, 0x0f].map(|f| extreme_row(ty, f));
+        let acts = extreme_cols();
         let prep: Vec<Vec<u8>> = acts
             .iter()
             .map(|a| {
@@ -1333,6 +1342,21 @@ fn check_lanes(
     (all_prep, n)
 }
 
+/// [`check_lanes`] on a tier's kernels (`lanes_of`, columns from
+/// `prepare`) and on the VNNI emulation's, the two tiers' prepared columns
+/// held equal byte for byte.
+fn check_lanes_and_their_emulation(
+    what: &str,
+    types: &[GgmlType],
+    lanes_of: fn(GgmlType) -> Option<qdot::Lanes>,
+    prepare: fn(GgmlType, &[u8], &mut [u8]),
+) {
+    let (tier, _) = check_lanes(what, types, lanes_of, prepare);
+    let emulation = qdot::emulated::prepare_tile_col;
+    let (emulated, _) = check_lanes("emulated", types, qdot::emulated::lanes, emulation);
+    assert!(tier == emulated, "{what}: prepared columns differ");
+}
+
 /// The lane kernels of the VNNI tier on any AVX2 cpu (`vpdpbusd` and
 /// `vpdpwssd` through their lane models): bit for bit the AMX model (the
 /// plain kernels for the 32-element types).
@@ -1352,19 +1376,12 @@ fn emulated_vnni_lane_kernels_equal_the_amx_model_bit_for_bit() {
 #[test]
 #[cfg_attr(not(host_vnni), ignore = "this cpu lacks AVX-512 F, BW, VL or VNNI")]
 fn vnni_lane_kernels_equal_the_amx_model_and_their_emulation() {
-    let (vnni, _) = check_lanes(
+    check_lanes_and_their_emulation(
         "vnni",
         &LANE_TYPES,
         qdot::fast_lanes,
         qdot::prepare_tile_col,
     );
-    let (emulated, _) = check_lanes(
-        "emulated",
-        &LANE_TYPES,
-        qdot::emulated::lanes,
-        qdot::emulated::prepare_tile_col,
-    );
-    assert!(vnni == emulated, "prepared columns differ");
 }
 
 /// The AVX2 lane kernels (`maddubs` + `madd` for `vpdpbusd`): bit for bit
@@ -1373,19 +1390,12 @@ fn vnni_lane_kernels_equal_the_amx_model_and_their_emulation() {
 #[test]
 #[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
 fn avx2_lane_kernels_equal_the_amx_model_bit_for_bit() {
-    let (avx2, _) = check_lanes(
+    check_lanes_and_their_emulation(
         "avx2",
         &AVX2_LANE_TYPES,
         qdot::avx2_lanes,
         qdot::prepare_tile_col_avx2,
     );
-    let (emulated, _) = check_lanes(
-        "emulated",
-        &AVX2_LANE_TYPES,
-        qdot::emulated::lanes,
-        qdot::emulated::prepare_tile_col,
-    );
-    assert!(avx2 == emulated, "prepared columns differ");
 }
 
 /// The AVX2 lane kernels at the extremes, 3 blocks: weight bytes all 0xff
@@ -1400,38 +1410,8 @@ fn avx2_lane_kernels_do_not_saturate_at_the_extremes() {
         let lanes = qdot::avx2_lanes(ty).expect("an AVX2 lane kernel");
         let plain = qdot::plain_dot(ty).expect("a plain kernel");
         assert_eq!(ty.vec_dot_type(), GgmlType::Q8_0, "{ty}");
-        let x_size = ty.bytes_for(32).unwrap() as usize;
-        let y_size = GgmlType::Q8_0.bytes_for(32).unwrap() as usize;
-        let f16_bytes = |v: f32| f16::from_f32(v).to_bits().to_le_bytes();
-        // d = 0.5, then the fill for every level bit.
-        let row = |fill: u8| -> Vec<u8> {
-            let mut b = vec![fill; 3 * x_size];
-            for blk in b.chunks_mut(x_size) {
-                blk[..2].copy_from_slice(&f16_bytes(0.5));
-            }
-            b
-        };
-        // d = 1, then the 32 levels.
-        let col = |f: fn(usize) -> i8| -> Vec<u8> {
-            let mut b = vec![0u8; 3 * y_size];
-            for blk in b.chunks_mut(y_size) {
-                blk[..2].copy_from_slice(&f16_bytes(1.0));
-                for (i, v) in blk[2..].iter_mut().enumerate() {
-                    *v = f(i) as u8;
-                }
-            }
-            b
-        };
-        let rows: Vec<Vec<u8>> = [0xff, 0x00, 0xff, 0x0f, 0xf0, 0xff, 0x00, 0x5a]
-            .into_iter()
-            .map(row)
-            .collect();
-        let acts = [
-            col(|_| 127),
-            col(|_| -127),
-            col(|i| if i % 2 == 0 { 127 } else { -127 }),
-            col(|i| if i % 4 < 2 { -127 } else { 127 }),
-        ];
+        let rows = [0xff, 0x00, 0xff, 0x0f, 0xf0, 0xff, 0x00, 0x5a].map(|f| extreme_row(ty, f));
+        let acts = extreme_cols();
         let prep: Vec<Vec<u8>> = acts
             .iter()
             .map(|a| {
