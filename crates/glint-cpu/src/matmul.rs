@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::act;
 use crate::amx;
 use crate::elementwise;
-use crate::qdot::{self, DotFn};
+use crate::qdot::{self, DotFn, DotRowsFn};
 use crate::weights::{dequant_row, dot, row_dot};
 
 /// Up to this many activation columns take the decode path.
@@ -232,6 +232,7 @@ pub(crate) fn mul_mat_ggml_par(
             par,
             ty,
             fast,
+            rows: None,
             dot_cols,
             w,
             row_bytes,
@@ -252,6 +253,7 @@ pub(crate) fn mul_mat_ggml_par(
                     let prep = prepare_col(ty, act, k, buf);
                     let product = QProduct {
                         fast: Some(row),
+                        rows: qdot::fast_dot_prepared_rows(ty),
                         act: prep,
                         act_bytes: prep.len(),
                         ..product
@@ -305,7 +307,8 @@ pub(crate) fn mul_mats_decode(
     outs: &mut [&mut [f32]],
 ) -> Result<bool> {
     // Per weight: its fast dot and where its activation bytes sit in act.
-    let mut plan: Vec<(DotFn, usize, usize)> = Vec::with_capacity(ws.len());
+    // (and its kernel over consecutive rows, where there is one).
+    let mut plan: Vec<(DotFn, Option<DotRowsFn>, usize, usize)> = Vec::with_capacity(ws.len());
     // The distinct vec_dot_types, each quantized once: (type, offset, bytes).
     let mut quants: Vec<(GgmlType, usize, usize)> = Vec::with_capacity(2);
     // The weight types with a VNNI row kernel, the column prepared once for
@@ -346,9 +349,9 @@ pub(crate) fn mul_mats_decode(
                         p_at
                     }
                 };
-                (row, p_at, bytes)
+                (row, qdot::fast_dot_prepared_rows(w.ty), p_at, bytes)
             }
-            None => (f, at, act_bytes),
+            None => (f, None, at, act_bytes),
         });
     }
     with_buffer(&ACT, |act| -> Result<bool> {
@@ -372,12 +375,8 @@ pub(crate) fn mul_mats_decode(
             }
         }
         let run = |(i, r0, o): (usize, usize, &mut [f32])| {
-            let (w, (f, at, len)) = (&ws[i], plan[i]);
-            let a = &act[at..at + len];
-            for (rr, o) in o.iter_mut().enumerate() {
-                let r = r0 + rr;
-                *o = f(&w.bytes[r * w.row_bytes..(r + 1) * w.row_bytes], a);
-            }
+            let (w, (f, more, at, len)) = (&ws[i], plan[i]);
+            dot_rows(w.bytes, w.row_bytes, r0, &act[at..at + len], f, more, o);
         };
         if par {
             tasks.into_par_iter().for_each(run);
@@ -386,6 +385,29 @@ pub(crate) fn mul_mats_decode(
         }
         Ok(true)
     })
+}
+
+/// `o[i]` = weight row `r0 + i` (of `w`, `row_bytes` each) · the column
+/// `a`: with `rows` where there is one (the same bits as `one` on each),
+/// else one by one with `one`.
+fn dot_rows(
+    w: &[u8],
+    row_bytes: usize,
+    r0: usize,
+    a: &[u8],
+    one: DotFn,
+    rows: Option<DotRowsFn>,
+    o: &mut [f32],
+) {
+    let w = &w[r0 * row_bytes..(r0 + o.len()) * row_bytes];
+    match rows {
+        Some(f) => f(w, row_bytes, a, o),
+        None => {
+            for (o, row) in o.iter_mut().zip(w.chunks_exact(row_bytes)) {
+                *o = one(row, a);
+            }
+        }
+    }
 }
 
 /// Bytes of one activation column of `k` elements prepared for the tile and
@@ -477,6 +499,8 @@ struct QProduct<'a> {
     ty: GgmlType,
     /// The one-column dot; `None`: ggml's reference loop.
     fast: Option<DotFn>,
+    /// Decode: `fast` over consecutive rows, where there is one.
+    rows: Option<DotRowsFn>,
     /// The multi-column dots, for [`Kernels::Fast`] (and the AVX2 ones for
     /// [`Kernels::Avx2`]) where the cpu has them.
     dot_cols: Option<qdot::DotCols>,
@@ -571,9 +595,12 @@ impl QProduct<'_> {
     /// Decode, one token: out is `[n]`; tasks write their rows in place.
     fn decode(&self, out: &mut [f32]) {
         let rows = rows_per_task(self.n, self.row_bytes);
-        elementwise::rows(self.par, out, rows, |t, o| {
-            for (rr, o) in o.iter_mut().enumerate() {
-                *o = self.dot(t * rows + rr, self.act);
+        elementwise::rows(self.par, out, rows, |t, o| match (self.fast, self.rows) {
+            (Some(one), more) => dot_rows(self.w, self.row_bytes, t * rows, self.act, one, more, o),
+            (None, _) => {
+                for (rr, o) in o.iter_mut().enumerate() {
+                    *o = self.dot(t * rows + rr, self.act);
+                }
             }
         });
     }

@@ -798,18 +798,21 @@ fn row_cases(ty: GgmlType, blocks: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
     rows
 }
 
-/// The decode rows (`row_of`, on columns from `prepare`) against the AVX2
-/// one-column kernels, bit for bit, for every tile type, on odd and even
-/// block counts (the pair loop and its odd last block) and activations
-/// whose levels reach ±127; returns how many results it compared.
+/// The decode rows (`row_of`, on columns from `prepare`, and `rows_of`
+/// over consecutive rows) against the AVX2 one-column kernels,
+/// bit for bit, for every tile type, on odd and even block counts (the
+/// pair loop and its odd last block) and activations whose levels reach
+/// ±127; returns how many results it compared.
 fn check_rows(
     what: &str,
     row_of: fn(GgmlType) -> Option<qdot::DotFn>,
+    rows_of: fn(GgmlType) -> Option<qdot::DotRowsFn>,
     prepare: fn(GgmlType, &[u8], &mut [u8]),
 ) -> usize {
     let mut n = 0;
     for ty in TILE_TYPES {
         let kernel = row_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no row kernel"));
+        let more = rows_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no rows kernel"));
         let avx2 = qdot::avx2_dot(ty).expect("an AVX2 kernel");
         let vt = ty.vec_dot_type();
         for seed in 0..12 {
@@ -822,13 +825,31 @@ fn check_rows(
                 glint_cpu::act::quantize_row(vt, &x, &mut act).unwrap();
                 let mut prep = vec![0u8; blocks * qdot::TILE_BLOCK];
                 prepare(ty, &act, &mut prep);
-                for (i, row) in row_cases(ty, blocks, &mut rng).iter().enumerate() {
+                let cases = row_cases(ty, blocks, &mut rng);
+                for (i, row) in cases.iter().enumerate() {
                     let (got, want) = (kernel(row, &prep), avx2(row, &act));
                     assert!(want != 0.0, "{what} {ty}: degenerate inputs");
                     assert_eq!(
                         got.to_bits(),
                         want.to_bits(),
                         "{what} {ty} k={k} seed {seed} row {i}: {got} vs {want}"
+                    );
+                    n += 1;
+                }
+                // Nine consecutive rows (two groups of qdot::ROWS and
+                // one alone), the cases in turn.
+                let w: Vec<u8> = (0..9)
+                    .flat_map(|i| cases[i % cases.len()].clone())
+                    .collect();
+                let row_bytes = cases[0].len();
+                let mut got = [0f32; 9];
+                more(&w, row_bytes, &prep, &mut got);
+                for (i, got) in got.into_iter().enumerate() {
+                    let want = avx2(&w[i * row_bytes..(i + 1) * row_bytes], &act);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{what} {ty} rows k={k} seed {seed} row {i}: {got} vs {want}"
                     );
                     n += 1;
                 }
@@ -839,8 +860,8 @@ fn check_rows(
 }
 
 /// Rows compared by [`check_rows`]: 5 types x 12 seeds x 5 lengths x 2
-/// rows, and Q8_0's raw-byte row.
-const ROW_CHECKS: usize = 5 * 12 * 5 * 2 + 12 * 5;
+/// rows, and Q8_0's raw-byte row; then nine consecutive rows a case.
+const ROW_CHECKS: usize = 5 * 12 * 5 * 2 + 12 * 5 + 5 * 12 * 5 * 9;
 
 /// The VNNI decode rows' arithmetic on any AVX2 cpu (`vpdpbusd` through
 /// its lane model, Q5_0's and Q5_1's fifth bits spread as AVX2 does),
@@ -851,6 +872,7 @@ fn emulated_vnni_rows_equal_the_avx2_kernels_bit_for_bit() {
     let n = check_rows(
         "emulated",
         qdot::emulated::dot_prepared,
+        qdot::emulated::dot_prepared_rows,
         qdot::emulated::prepare_tile_col,
     );
     assert_eq!(n, ROW_CHECKS);
@@ -864,7 +886,12 @@ fn emulated_vnni_rows_equal_the_avx2_kernels_bit_for_bit() {
 #[test]
 #[cfg_attr(not(host_vnni), ignore = "this cpu lacks AVX-512 F, BW, VL or VNNI")]
 fn vnni_rows_equal_the_avx2_kernels_bit_for_bit() {
-    let n = check_rows("vnni", qdot::fast_dot_prepared, qdot::prepare_tile_col);
+    let n = check_rows(
+        "vnni",
+        qdot::fast_dot_prepared,
+        qdot::fast_dot_prepared_rows,
+        qdot::prepare_tile_col,
+    );
     assert_eq!(n, ROW_CHECKS);
     let mut rng = Rng(0x0de_c0de);
     for ty in FAST {

@@ -6,7 +6,7 @@
 
 #![allow(unsafe_code)]
 
-use super::avx2::{prefetch, q4_k_cols_with, q6_k_cols_with};
+use super::avx2::{q4_k_cols_with, q6_k_cols_with, PREFETCH};
 use super::shared::*;
 use super::*;
 use std::arch::x86_64::*;
@@ -407,8 +407,10 @@ fn row_scale(xb: &[u8], yb: &[u8; TILE_BLOCK]) -> __m128 {
     _mm_mul_ss(f16x2(xb, 0), _mm_set_ss(f32_at(yb, 64)))
 }
 
-/// The one-column loop of the 32-element types (decode): one weight row
-/// (`x_size` bytes a block) against one column prepared by [`prepare`].
+/// The one-column loop of the 32-element types (decode): `R` weight rows
+/// (`x_size` bytes a block) against one column prepared by [`prepare`],
+/// each row's arithmetic its own, so row `r`'s result is the same at
+/// every `R` (one row a call, or four reading each column block once).
 /// Each block's lanes are `dpbusd(init, levels, y)`, the same exact
 /// integers as the AVX2 kernels' `maddubs` + `madd` of the signed levels,
 /// and the float steps after them are those kernels', in their order:
@@ -421,50 +423,67 @@ fn row_scale(xb: &[u8], yb: &[u8; TILE_BLOCK]) -> __m128 {
 /// `dpbusd(acc, u, s)` is `vpdpbusd` or its model.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn row(
-    x: &[u8],
+fn rows<const R: usize>(
+    xs: [&[u8]; R],
     y: &[u8],
     x_size: usize,
     min: bool,
     levels: impl Fn(&[u8]) -> __m256i,
     dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
-) -> f32 {
-    let nb = x.len() / x_size;
-    if min {
-        let mut acc = _mm256_setzero_ps();
-        let mut summs = 0.0f32;
-        for b in 0..nb {
-            let xb = &x[b * x_size..(b + 1) * x_size];
-            let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
-            prefetch(xb);
-            let p = row_scales(xb, yb);
-            summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
-            let l = block_lanes(levels(xb), yb, &dpbusd);
-            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), l, acc);
+) -> [f32; R] {
+    let nb = xs[0].len() / x_size;
+    let block = |r: usize, b: usize| &xs[r][b * x_size..(b + 1) * x_size];
+    // A hint to fetch the weights a page ahead (never faults). The rows
+    // are consecutive in the weights, and the hints walk their bytes in
+    // order at the pace the blocks are read: hints at each row's own next
+    // page (four interleaved streams) left the hardware's streamer idle and
+    // halved the bandwidth out of cache.
+    let base = xs[0].as_ptr().wrapping_add(PREFETCH);
+    let prefetch = |step: usize, per: usize| {
+        for j in 0..R {
+            _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add((step * R + j) * per).cast());
         }
-        return hsum_f32(acc) + summs;
+    };
+    if min {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut summs = [0.0f32; R];
+        for b in 0..nb {
+            let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
+            prefetch(b, x_size);
+            for r in 0..R {
+                let xb = block(r, b);
+                let p = row_scales(xb, yb);
+                summs[r] += _mm_cvtss_f32(_mm_movehdup_ps(p));
+                let l = block_lanes(levels(xb), yb, &dpbusd);
+                acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), l, acc[r]);
+            }
+        }
+        return std::array::from_fn(|r| hsum_f32(acc[r]) + summs[r]);
     }
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
     for p in 0..nb / 2 {
         let (b0, b1) = (2 * p, 2 * p + 1);
-        let xb0 = &x[b0 * x_size..(b0 + 1) * x_size];
-        let xb1 = &x[b1 * x_size..(b1 + 1) * x_size];
         let yb0: &[u8; TILE_BLOCK] = arr(y, b0 * TILE_BLOCK);
         let yb1: &[u8; TILE_BLOCK] = arr(y, b1 * TILE_BLOCK);
-        prefetch(xb0);
-        let d0 = _mm256_broadcastss_ps(row_scale(xb0, yb0));
-        let d1 = _mm256_broadcastss_ps(row_scale(xb1, yb1));
-        acc0 = _mm256_fmadd_ps(d0, block_lanes(levels(xb0), yb0, &dpbusd), acc0);
-        acc1 = _mm256_fmadd_ps(d1, block_lanes(levels(xb1), yb1, &dpbusd), acc1);
+        prefetch(p, 2 * x_size);
+        for r in 0..R {
+            let (xb0, xb1) = (block(r, b0), block(r, b1));
+            let d0 = _mm256_broadcastss_ps(row_scale(xb0, yb0));
+            let d1 = _mm256_broadcastss_ps(row_scale(xb1, yb1));
+            acc0[r] = _mm256_fmadd_ps(d0, block_lanes(levels(xb0), yb0, &dpbusd), acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(d1, block_lanes(levels(xb1), yb1, &dpbusd), acc1[r]);
+        }
     }
     if nb % 2 == 1 {
         let b = nb - 1;
-        let xb = &x[b * x_size..(b + 1) * x_size];
         let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
-        let d = _mm256_broadcastss_ps(row_scale(xb, yb));
-        acc0 = _mm256_fmadd_ps(d, block_lanes(levels(xb), yb, &dpbusd), acc0);
+        for (r, acc) in acc0.iter_mut().enumerate() {
+            let xb = block(r, b);
+            let d = _mm256_broadcastss_ps(row_scale(xb, yb));
+            *acc = _mm256_fmadd_ps(d, block_lanes(levels(xb), yb, &dpbusd), *acc);
+        }
     }
-    hsum_f32(_mm256_add_ps(acc0, acc1))
+    std::array::from_fn(|r| hsum_f32(_mm256_add_ps(acc0[r], acc1[r])))
 }
 
 /// Q5_0's unsigned levels (`x + 16`: the nibble plus 16 where the block's
@@ -478,35 +497,77 @@ fn q5_levels_bw(xb: &[u8], nibbles_at: usize, bits_at: usize) -> __m256i {
     _mm256_mask_add_epi8(nib, bits, nib, _mm256_set1_epi8(16))
 }
 
+/// `out[r]` = weight row `r` of `w` (`row_bytes` each) · the prepared
+/// column `y`: [`rows`] on [`ROWS`] rows at a time, the rest one by one.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+fn rows_of(
+    w: &[u8],
+    row_bytes: usize,
+    y: &[u8],
+    out: &mut [f32],
+    x_size: usize,
+    min: bool,
+    levels: impl Fn(&[u8]) -> __m256i,
+    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+) {
+    let row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
+    let full = out.len() / ROWS * ROWS;
+    for (g, o) in out[..full].chunks_exact_mut(ROWS).enumerate() {
+        let xs = std::array::from_fn(|i| row(g * ROWS + i));
+        o.copy_from_slice(&rows::<ROWS>(xs, y, x_size, min, &levels, &dpbusd));
+    }
+    for (r, o) in out.iter_mut().enumerate().skip(full) {
+        *o = rows::<1>([row(r)], y, x_size, min, &levels, &dpbusd)[0];
+    }
+}
+
 /// Each one-column kernel twice: `$vnni` with `vpdpbusd` (and `$bw`'s
 /// levels, AVX-512 BW), `$model` with its lane model and `$levels` (AVX2
 /// only, for the tests); both read a column prepared by [`prepare`]
-/// (with [`prepare_model`] for the model: the same bytes).
+/// (with [`prepare_model`] for the model: the same bytes). And each over
+/// consecutive rows (`$vnni_rows`, `$model_rows`, [`rows_of`]): every
+/// row's bits are the one-row kernel's.
 macro_rules! row_kernels {
-    ($($vnni:ident, $model:ident: $x_size:expr, $min:expr, |$xb:ident| $bw:expr, $levels:expr;)*) => {$(
+    ($($vnni:ident, $model:ident, $vnni_rows:ident, $model_rows:ident:
+        $x_size:expr, $min:expr, |$xb:ident| $bw:expr, $levels:expr;)*) => {$(
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $vnni(x: &[u8], y: &[u8]) -> f32 {
             let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
-            row(x, y, $x_size, $min, |$xb: &[u8]| $bw, dpbusd)
+            rows::<1>([x], y, $x_size, $min, |$xb: &[u8]| $bw, dpbusd)[0]
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $model(x: &[u8], y: &[u8]) -> f32 {
-            row(x, y, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
+            rows::<1>([x], y, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)[0]
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) fn $vnni_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
+            let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
+            rows_of(w, row_bytes, y, out, $x_size, $min, |$xb: &[u8]| $bw, dpbusd)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $model_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
+            rows_of(w, row_bytes, y, out, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
         }
     )*};
 }
 
 row_kernels! {
-    q4_0_row, q4_0_row_model: Q4_0, false, |xb| nibbles(xb, 2), nibbles(xb, 2);
-    q4_1_row, q4_1_row_model: Q4_1, true, |xb| nibbles(xb, 4), nibbles(xb, 4);
-    q5_0_row, q5_0_row_model: Q5_0, false, |xb| q5_levels_bw(xb, 6, 2),
+    q4_0_row, q4_0_row_model, q4_0_rows, q4_0_rows_model: Q4_0, false, |xb| nibbles(xb, 2), nibbles(xb, 2);
+    q4_1_row, q4_1_row_model, q4_1_rows, q4_1_rows_model: Q4_1, true, |xb| nibbles(xb, 4), nibbles(xb, 4);
+    q5_0_row, q5_0_row_model, q5_0_rows, q5_0_rows_model: Q5_0, false, |xb| q5_levels_bw(xb, 6, 2),
         _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
-    q5_1_row, q5_1_row_model: Q5_1, true, |xb| q5_levels_bw(xb, 8, 4),
+    q5_1_row, q5_1_row_model, q5_1_rows, q5_1_rows_model: Q5_1, true, |xb| q5_levels_bw(xb, 8, 4),
         _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
-    q8_0_row, q8_0_row_model: Q8_0, false,
+    q8_0_row, q8_0_row_model, q8_0_rows, q8_0_rows_model: Q8_0, false,
         |xb| _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128)),
         _mm256_xor_si256(load32(xb, 2), _mm256_set1_epi8(-128));
 }

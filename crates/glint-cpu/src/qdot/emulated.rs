@@ -8,7 +8,7 @@
 
 use glint_backend::GgmlType;
 
-use super::{DotCols, DotFn, Lanes, Tiles};
+use super::{DotCols, DotFn, DotRowsFn, Lanes, Tiles};
 
 /// `vpdpbusd` on one 256-bit vector: each i32 lane `l` of `acc` plus the
 /// four products of unsigned `u` and signed `s` bytes `4l..4l + 4`,
@@ -61,6 +61,12 @@ pub fn lanes(ty: GgmlType) -> Option<Lanes> {
 /// prepared by [`prepare_tile_col`]. `None` without AVX2.
 pub fn dot_prepared(ty: GgmlType) -> Option<DotFn> {
     super::simd::dot_prepared_model(ty)
+}
+
+/// [`dot_prepared`] over consecutive rows, as
+/// [`super::fast_dot_prepared_rows`] gives on a VNNI cpu.
+pub fn dot_prepared_rows(ty: GgmlType) -> Option<DotRowsFn> {
+    super::simd::dot_prepared_rows_model(ty)
 }
 
 /// The multi-column kernels of `ty` that [`super::fast_dot_cols`] gives on a

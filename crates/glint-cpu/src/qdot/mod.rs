@@ -50,6 +50,15 @@ pub type DotFn = fn(&[u8], &[u8]) -> f32;
 /// f32 rounding.
 pub type DotColsFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [f32; N];
 
+/// `out[r]` = weight row `r` of `w` (consecutive rows of `row_bytes`) ·
+/// one column prepared by [`prepare_tile_col`] (decode): [`ROWS`] rows at
+/// a time read each block of the column once, and each row's result is
+/// [`fast_dot_prepared`]'s, bit for bit.
+pub type DotRowsFn = fn(&[u8], usize, &[u8], &mut [f32]);
+
+/// Weight rows a [`DotRowsFn`] takes at a time.
+pub const ROWS: usize = 4;
+
 /// Activation columns per full-width [`DotColsFn`] call.
 pub const COLS: usize = 4;
 
@@ -233,6 +242,12 @@ pub fn prepare_tile_col(ty: GgmlType, act: &[u8], out: &mut [u8]) {
 /// [`avx2_dot`]'s, bit for bit (the tests hold them equal).
 pub fn fast_dot_prepared(ty: GgmlType) -> Option<DotFn> {
     simd::dot_prepared(ty)
+}
+
+/// [`fast_dot_prepared`] over consecutive rows (the same types and cpus):
+/// the decode loop's kernel, [`ROWS`] rows per read of the column.
+pub fn fast_dot_prepared_rows(ty: GgmlType) -> Option<DotRowsFn> {
+    simd::dot_prepared_rows(ty)
 }
 
 /// Whether this cpu has AVX2, FMA and F16C (detected once).

@@ -53,6 +53,14 @@ pub(super) fn dot_prepared_model(_: GgmlType) -> Option<DotFn> {
     None
 }
 
+pub(super) fn dot_prepared_rows(_: GgmlType) -> Option<DotRowsFn> {
+    None
+}
+
+pub(super) fn dot_prepared_rows_model(_: GgmlType) -> Option<DotRowsFn> {
+    None
+}
+
 pub(super) fn lanes(_: GgmlType) -> Option<Lanes> {
     None
 }

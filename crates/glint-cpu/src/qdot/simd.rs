@@ -112,6 +112,10 @@ vnni_entries!(avx512 {
     [fn(x: &[u8], y: &[u8]) -> f32]
         (q4_0_row, q4_0_row_model), (q4_1_row, q4_1_row_model), (q5_0_row, q5_0_row_model),
         (q5_1_row, q5_1_row_model), (q8_0_row, q8_0_row_model);
+    [fn(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32])]
+        (q4_0_rows, q4_0_rows_model), (q4_1_rows, q4_1_rows_model),
+        (q5_0_rows, q5_0_rows_model), (q5_1_rows, q5_1_rows_model),
+        (q8_0_rows, q8_0_rows_model);
     [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         (q4_k_cols_vnni, q4_k_cols_model), (q6_k_cols_vnni, q6_k_cols_model);
     [<const N> fn(xs: [&[u8]; TILE], ys: [&[u8]; N]) -> [[f32; N]; TILE]]
@@ -185,8 +189,9 @@ struct Kernels {
     /// (Q4_0, Q5_0: see `avx512::avx2_tile_kernels`).
     tile_avx2: Option<Tiles>,
     /// AVX-512 VNNI: the one-column kernel on a prepared column (decode),
-    /// and its lane model (AVX2 only).
+    /// and its lane model (AVX2 only); the same over consecutive rows.
     row: Option<(DotFn, DotFn)>,
+    rows: Option<(DotRowsFn, DotRowsFn)>,
 }
 
 /// Every type with an x86 kernel, one row each.
@@ -196,36 +201,41 @@ const KERNELS: [Kernels; 10] = [
               tile: Some((tiles!(q4_0_tile, q4_0_tile_pre, q4_0_unpack),
                           tiles!(q4_0_tile_model, q4_0_tile_pre_model, q4_0_unpack))),
               tile_avx2: Some(tiles!(q4_0_tile_avx2, q4_0_tile_avx2_pre, q4_0_unpack)),
-              row: Some((q4_0_row, q4_0_row_model)) },
+              row: Some((q4_0_row, q4_0_row_model)),
+              rows: Some((q4_0_rows, q4_0_rows_model)) },
     Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
               tile: Some((tiles!(q4_1_tile, q4_1_tile_pre, q4_1_unpack),
                           tiles!(q4_1_tile_model, q4_1_tile_pre_model, q4_1_unpack))), tile_avx2: None,
-              row: Some((q4_1_row, q4_1_row_model)) },
+              row: Some((q4_1_row, q4_1_row_model)),
+              rows: Some((q4_1_rows, q4_1_rows_model)) },
     Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
               tile: Some((tiles!(q5_0_tile, q5_0_tile_pre, q5_0_unpack),
                           tiles!(q5_0_tile_model, q5_0_tile_pre_model, q5_0_unpack))),
               tile_avx2: Some(tiles!(q5_0_tile_avx2, q5_0_tile_avx2_pre, q5_0_unpack)),
-              row: Some((q5_0_row, q5_0_row_model)) },
+              row: Some((q5_0_row, q5_0_row_model)),
+              rows: Some((q5_0_rows, q5_0_rows_model)) },
     Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
               tile: Some((tiles!(q5_1_tile, q5_1_tile_pre, q5_1_unpack),
                           tiles!(q5_1_tile_model, q5_1_tile_pre_model, q5_1_unpack))), tile_avx2: None,
-              row: Some((q5_1_row, q5_1_row_model)) },
+              row: Some((q5_1_row, q5_1_row_model)),
+              rows: Some((q5_1_rows, q5_1_rows_model)) },
     Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
               tile: Some((tiles!(q8_0_tile, q8_0_tile_pre, q8_0_unpack),
                           tiles!(q8_0_tile_model, q8_0_tile_pre_model, q8_0_unpack))), tile_avx2: None,
-              row: Some((q8_0_row, q8_0_row_model)) },
+              row: Some((q8_0_row, q8_0_row_model)),
+              rows: Some((q8_0_rows, q8_0_rows_model)) },
     Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, cols: Some(widths!(DotCols, q4_k_cols)),
               cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None, tile_avx2: None,
-              row: None },
+              row: None, rows: None },
     Kernels { ty: GgmlType::Q2_K, dot: q2_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
-              row: None },
+              row: None, rows: None },
     Kernels { ty: GgmlType::Q3_K, dot: q3_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
-              row: None },
+              row: None, rows: None },
     Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
-              row: None },
+              row: None, rows: None },
     Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, cols: Some(widths!(DotCols, q6_k_cols)),
               cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None, tile_avx2: None,
-              row: None },
+              row: None, rows: None },
 ];
 
 /// `ty`'s row of [`KERNELS`] where this cpu has `tier` (the AVX2 tier
@@ -276,6 +286,22 @@ pub(super) fn dot_prepared_model(ty: GgmlType) -> Option<DotFn> {
     kernels(ty, has_avx2)
         .filter(|k| k.tile.is_some())
         .and_then(|k| k.row)
+        .map(|(_, model)| model)
+}
+
+/// [`dot_prepared`] over consecutive rows; `None` where that is.
+pub(super) fn dot_prepared_rows(ty: GgmlType) -> Option<DotRowsFn> {
+    kernels(ty, has_vnni)
+        .filter(|k| k.tile.is_some())
+        .and_then(|k| k.rows)
+        .map(|(vnni, _)| vnni)
+}
+
+/// [`dot_prepared_model`] over consecutive rows (AVX2 only).
+pub(super) fn dot_prepared_rows_model(ty: GgmlType) -> Option<DotRowsFn> {
+    kernels(ty, has_avx2)
+        .filter(|k| k.tile.is_some())
+        .and_then(|k| k.rows)
         .map(|(_, model)| model)
 }
 
