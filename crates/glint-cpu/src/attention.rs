@@ -1455,12 +1455,15 @@ mod wide {
 
     /// `o[t] = sum_j w[t][j] * V[j]` for `N` heads (`o[t * hd..]`,
     /// `w[t * n_kv..]`) over the rows `j` that `live[j]` keeps; `V[j]` is
-    /// `v[j * row..][..hd]`. A 16-element chunk of every head's output
-    /// stays in registers across all rows, and each V chunk is loaded
-    /// once for the group.
+    /// `v[j * row..][..hd]`. A chunk of every head's output stays in
+    /// registers across all rows, and each V chunk is loaded once for the
+    /// group: `16 * C` elements a chunk, `C` chosen by the caller so that
+    /// `2 * N * C` sums are in flight (one head's two alone would wait on
+    /// the FMA's latency every row). Each element sums its rows in order
+    /// whatever the chunk, so the same bits at every `C`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn weigh<E: Elem, const N: usize>(
+    fn weigh<E: Elem, const N: usize, const C: usize>(
         o: &mut [f32],
         w: &[f32],
         live: &[f32],
@@ -1468,28 +1471,9 @@ mod wide {
         row: usize,
         hd: usize,
     ) {
+        let d = weigh_chunks::<E, N, C>(o, w, live, v, row, hd, 0);
+        let d = weigh_chunks::<E, N, 1>(o, w, live, v, row, hd, d);
         let n_kv = live.len();
-        let mut d = 0;
-        while d + 16 <= hd {
-            let mut a0 = [_mm256_setzero_ps(); N];
-            let mut a1 = [_mm256_setzero_ps(); N];
-            for j in 0..n_kv {
-                if live[j] == f32::NEG_INFINITY {
-                    continue;
-                }
-                let (v0, v1) = (E::ld8(v, j * row + d), E::ld8(v, j * row + d + 8));
-                for t in 0..N {
-                    let wj = _mm256_set1_ps(w[t * n_kv + j]);
-                    a0[t] = _mm256_fmadd_ps(wj, v0, a0[t]);
-                    a1[t] = _mm256_fmadd_ps(wj, v1, a1[t]);
-                }
-            }
-            for t in 0..N {
-                st(o, t * hd + d, a0[t]);
-                st(o, t * hd + d + 8, a1[t]);
-            }
-            d += 16;
-        }
         for t in 0..N {
             for e in d..hd {
                 let mut x = 0f32;
@@ -1501,6 +1485,48 @@ mod wide {
                 o[t * hd + e] = x;
             }
         }
+    }
+
+    /// [`weigh`]'s chunks of `16 * C` elements from `d` while whole ones
+    /// fit; returns where they stopped.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn weigh_chunks<E: Elem, const N: usize, const C: usize>(
+        o: &mut [f32],
+        w: &[f32],
+        live: &[f32],
+        v: &[E],
+        row: usize,
+        hd: usize,
+        mut d: usize,
+    ) -> usize {
+        const { assert!(C <= 4, "8 chunks of 8 at most") };
+        let n_kv = live.len();
+        while d + 16 * C <= hd {
+            let mut acc = [[_mm256_setzero_ps(); N]; 8];
+            for j in 0..n_kv {
+                if live[j] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mut wj = [_mm256_setzero_ps(); N];
+                for (t, x) in wj.iter_mut().enumerate() {
+                    *x = _mm256_set1_ps(w[t * n_kv + j]);
+                }
+                for (c, ac) in acc.iter_mut().take(2 * C).enumerate() {
+                    let vc = E::ld8(v, j * row + d + 8 * c);
+                    for (a, &x) in ac.iter_mut().zip(&wj) {
+                        *a = _mm256_fmadd_ps(x, vc, *a);
+                    }
+                }
+            }
+            for (c, ac) in acc.iter().take(2 * C).enumerate() {
+                for (t, &a) in ac.iter().enumerate() {
+                    st(o, t * hd + d + 8 * c, a);
+                }
+            }
+            d += 16 * C;
+        }
+        d
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1620,10 +1646,10 @@ mod wide {
             let nh = (gsz - h0).min(4);
             let (oh, wh) = (&mut o[h0 * hd..], &scores[h0 * n_kv..]);
             match nh {
-                4 => weigh::<V, 4>(oh, wh, live, vw, h.row, hd),
-                3 => weigh::<V, 3>(oh, wh, live, vw, h.row, hd),
-                2 => weigh::<V, 2>(oh, wh, live, vw, h.row, hd),
-                _ => weigh::<V, 1>(oh, wh, live, vw, h.row, hd),
+                4 => weigh::<V, 4, 1>(oh, wh, live, vw, h.row, hd),
+                3 => weigh::<V, 3, 1>(oh, wh, live, vw, h.row, hd),
+                2 => weigh::<V, 2, 2>(oh, wh, live, vw, h.row, hd),
+                _ => weigh::<V, 1, 4>(oh, wh, live, vw, h.row, hd),
             }
             h0 += nh;
         }
