@@ -189,15 +189,42 @@ pub fn argmax(par: bool, x: &[f32], n: usize, out: &mut [i32]) {
         return;
     }
     rows(par, out, 1, |j, o| {
-        let (o, xr) = (&mut o[0], &x[j * n..(j + 1) * n]);
-        let mut best = 0usize;
-        for (i, &v) in xr.iter().enumerate() {
-            if v > xr[best] {
-                best = i;
-            }
-        }
-        *o = best as i32;
+        o[0] = argmax_row(&x[j * n..(j + 1) * n]) as i32
     });
+}
+
+/// The index of `x`'s largest value, the first on ties: what the loop
+/// `if v > x[best] { best = i }` from `best = 0` gives (a NaN is never
+/// taken, and a NaN at 0 is never left), in two passes that vectorize —
+/// the largest value in 8 lanes, then the first index holding it — where
+/// that loop's compare chains a whole vocabulary's logits.
+pub fn argmax_row(x: &[f32]) -> usize {
+    const L: usize = 8;
+    match x.first() {
+        None => return 0,
+        Some(v) if v.is_nan() => return 0,
+        Some(_) => {}
+    }
+    // Lane-wise `if v > m { v } else { m }`: a NaN never replaces.
+    let mut lanes = [f32::NEG_INFINITY; L];
+    let chunks = x.chunks_exact(L);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let top = tail
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    // The first element equal to it (x[0] is a number, so one is: the
+    // first value the loop would keep; -0 and +0 compare equal there too).
+    let at = x
+        .chunks(L)
+        .position(|c| c.iter().fold(false, |any, &v| any | (v == top)))
+        .unwrap_or(0);
+    at * L + x[at * L..].iter().position(|&v| v == top).unwrap_or(0)
 }
 
 /// Backend::top_k of each row of `n`: the count of keys at or above the

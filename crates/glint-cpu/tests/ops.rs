@@ -284,6 +284,50 @@ fn argmax_takes_the_first_index_on_ties() {
     assert_eq!(read_i32(&be, &out), vec![1, 0, 4]);
 }
 
+/// The backend's argmax (two vectorized passes) against the plain loop
+/// it replaces, on rows with NaNs (first and elsewhere), infinities,
+/// signed zeros, ties and tails of every length.
+#[test]
+fn argmax_equals_the_plain_loop_on_hostile_rows() {
+    let plain = |x: &[f32]| {
+        let mut best = 0usize;
+        for (i, &v) in x.iter().enumerate() {
+            if v > x[best] {
+                best = i;
+            }
+        }
+        best as i32
+    };
+    let be = backend();
+    let mut rng = Rng(0xa26);
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 3.0];
+    let mut checked = 0;
+    for n in [1, 2, 7, 8, 9, 31, 64, 1000] {
+        for case in 0..40 {
+            let mut row: Vec<f32> = (0..n).map(|_| (rng.below(7) as f32) - 3.0).collect();
+            for _ in 0..case % 5 {
+                row[rng.below(n)] = specials[rng.below(specials.len())];
+            }
+            if case % 7 == 0 {
+                row[0] = f32::NAN;
+            }
+            if case % 11 == 0 {
+                row.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+            }
+            let x = f32s(&be, [n, 1, 1, 1], &row);
+            let out = zeros(&be, GgmlType::I32, [1, 1, 1, 1]);
+            be.argmax(&x, &out).unwrap();
+            assert_eq!(
+                read_i32(&be, &out)[0],
+                plain(&row),
+                "n={n} case {case}: {row:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 8 * 40);
+}
+
 #[test]
 fn set_rows_f32_exact_f16_rounds_like_half_and_skips_bad_rows() {
     let be = backend();
