@@ -232,7 +232,8 @@ pub(crate) fn mul_mat_ggml_par(
             par,
             ty,
             fast,
-            rows: None,
+            // fast_dot's, where fast is (the AVX2 kernels on these tiers).
+            rows: qdot::fast_dot_rows(ty).filter(|_| multi || avx2),
             dot_cols,
             w,
             row_bytes,
@@ -351,7 +352,7 @@ pub(crate) fn mul_mats_decode(
                 };
                 (row, qdot::fast_dot_prepared_rows(w.ty), p_at, bytes)
             }
-            None => (f, None, at, act_bytes),
+            None => (f, qdot::fast_dot_rows(w.ty), at, act_bytes),
         });
     }
     with_buffer(&ACT, |act| -> Result<bool> {

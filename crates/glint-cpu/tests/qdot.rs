@@ -919,6 +919,41 @@ fn vnni_rows_equal_the_avx2_kernels_bit_for_bit() {
     }
 }
 
+/// The decode loop's kernels over consecutive rows of the K-quants
+/// (`fast_dot_rows`: four rows per read of the column, the rest alone)
+/// give each row's one-row AVX2 dot, bit for bit, on one to three
+/// super-blocks and nine rows (two groups of four and one alone).
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn k_quant_rows_equal_the_one_row_kernels_bit_for_bit() {
+    let mut rng = Rng(0x4057);
+    let mut n = 0;
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let more = qdot::fast_dot_rows(ty).expect("an AVX2 rows kernel");
+        let one = qdot::avx2_dot(ty).expect("an AVX2 kernel");
+        for blocks in 1..=3 {
+            let k = 256 * blocks;
+            let w: Vec<u8> = (0..9).flat_map(|_| random_row(ty, k, &mut rng)).collect();
+            let row_bytes = w.len() / 9;
+            let mut act = vec![0u8; GgmlType::Q8_K.bytes_for(k as u64).unwrap() as usize];
+            glint_cpu::act::quantize_row(GgmlType::Q8_K, &rng.vec(k), &mut act).unwrap();
+            let mut got = [0f32; 9];
+            more(&w, row_bytes, &act, &mut got);
+            for (r, got) in got.into_iter().enumerate() {
+                let want = one(&w[r * row_bytes..(r + 1) * row_bytes], &act);
+                assert!(want != 0.0, "{ty}: degenerate inputs");
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{ty} k={k} row {r}: {got} vs {want}"
+                );
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 2 * 3 * 9);
+}
+
 /// The AVX2-only multi-column kernels (what cpus without AVX-512 VNNI run)
 /// against the reference too, and equal bit for bit to the kernels
 /// [`qdot::fast_dot_cols`] picks here and to the VNNI tier's run through

@@ -162,32 +162,74 @@ pub(super) fn q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    q4_k_rows_n::<1>([x], y)[0]
+}
+
+/// [`q4_k_q8_k`] of `R` weight rows, consecutive in the weights, against
+/// one column: each row's arithmetic its own (row `r`'s bits at every
+/// `R`), the column's blocks read once for the rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_rows_n<const R: usize>(xs: [&[u8]; R], y: &[u8]) -> [f32; R] {
     let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut sumf = 0.0f32;
-    for (xb, yb) in x.chunks_exact(Q4_K).zip(y.chunks_exact(Q8_K)) {
-        prefetch(xb);
-        let (sc, sumi_m) = k4_scales_and_mins(xb, yb);
-        let mut sumi = _mm256_setzero_si256();
-        for h in 0..4 {
-            // elements 64h..64h+32 (low nibbles), 64h+32..64h+64 (high)
-            let q4 = load32(xb, 16 + 32 * h);
-            let lo = _mm256_and_si256(q4, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-            let p_lo = _mm256_maddubs_epi16(lo, load32(yb, 4 + 64 * h));
-            let p_hi = _mm256_maddubs_epi16(hi, load32(yb, 4 + 64 * h + 32));
-            let s_lo = _mm256_set1_epi16(sc[2 * h] as i16);
-            let s_hi = _mm256_set1_epi16(sc[2 * h + 1] as i16);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_lo, p_lo));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_hi, p_hi));
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut sumf = [0.0f32; R];
+    let nb = (xs[0].len() / Q4_K).min(y.len() / Q8_K);
+    for b in 0..nb {
+        let yb = &y[b * Q8_K..(b + 1) * Q8_K];
+        prefetch_rows::<R>(xs[0], b, Q4_K);
+        for r in 0..R {
+            let xb = &xs[r][b * Q4_K..(b + 1) * Q4_K];
+            let (sc, sumi_m) = k4_scales_and_mins(xb, yb);
+            let mut sumi = _mm256_setzero_si256();
+            for h in 0..4 {
+                // elements 64h..64h+32 (low nibbles), 64h+32..64h+64 (high)
+                let q4 = load32(xb, 16 + 32 * h);
+                let lo = _mm256_and_si256(q4, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                let p_lo = _mm256_maddubs_epi16(lo, load32(yb, 4 + 64 * h));
+                let p_hi = _mm256_maddubs_epi16(hi, load32(yb, 4 + 64 * h + 32));
+                let s_lo = _mm256_set1_epi16(sc[2 * h] as i16);
+                let s_hi = _mm256_set1_epi16(sc[2 * h + 1] as i16);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_lo, p_lo));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s_hi, p_hi));
+            }
+            let yd = f32_at(yb, 0);
+            let dd = f16x2(xb, 0); // [d, dmin]
+            let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi), acc[r]);
+            sumf[r] -= dmin * yd * sumi_m as f32;
         }
-        let yd = f32_at(yb, 0);
-        let dd = f16x2(xb, 0); // [d, dmin]
-        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi), acc);
-        sumf -= dmin * yd * sumi_m as f32;
     }
-    sumf + hsum_f32(acc)
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = sumf[r] + hsum_f32(acc[r]);
+    }
+    out
+}
+
+/// Hints for step `b` of a loop over `R` rows, consecutive in the
+/// weights from `x` (the first), that reads `step` bytes of each row a
+/// step: every cache line of the `R * step` bytes that are [`PREFETCH`]
+/// ahead of the rows' start plus `b` steps of them. The rows are read a
+/// block of each at a time, so the hints walk the weights in order at
+/// the pace they are read; hints at each row's own next page (`R`
+/// interleaved streams) left the hardware's streamer idle and halved
+/// the bandwidth out of cache. One row: one hint a step, as the one-row
+/// kernels always gave.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn prefetch_rows<const R: usize>(x: &[u8], b: usize, step: usize) {
+    let at = x.as_ptr().wrapping_add(PREFETCH + b * R * step);
+    if R == 1 {
+        _mm_prefetch::<_MM_HINT_T0>(at.cast());
+        return;
+    }
+    let mut line = 0;
+    while line < R * step {
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast());
+        line += 64;
+    }
 }
 
 #[inline]
@@ -211,31 +253,99 @@ pub(super) fn q3_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    q6_k_rows_n::<1>([x], y)[0]
+}
+
+/// [`q6_k_q8_k`] of `R` weight rows, as [`q4_k_rows_n`] is of Q4_K.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_rows_n<const R: usize>(xs: [&[u8]; R], y: &[u8]) -> [f32; R] {
     let thirty_two = _mm256_set1_epi8(32);
-    let mut acc = _mm256_setzero_ps();
-    for (xb, yb) in x.chunks_exact(Q6_K).zip(y.chunks_exact(Q8_K)) {
-        prefetch(xb);
-        let scales: &[u8; 16] = arr(xb, 192);
-        let mut sumi = _mm256_setzero_si256();
-        for h in 0..2 {
-            let q = q6_levels(xb, h);
-            for (s, &qs) in q.iter().enumerate() {
-                let y8 = load32(yb, 4 + 128 * h + 32 * s);
-                // (q - 32) * y in i16 pairs, exact
-                let p = _mm256_sub_epi16(
-                    _mm256_maddubs_epi16(qs, y8),
-                    _mm256_maddubs_epi16(thirty_two, y8),
-                );
-                // the two 16-element groups 8h + 2s, 8h + 2s + 1
-                let sc = q6_scales(scales, 8 * h + 2 * s);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+    let mut acc = [_mm256_setzero_ps(); R];
+    let nb = (xs[0].len() / Q6_K).min(y.len() / Q8_K);
+    for b in 0..nb {
+        let yb = &y[b * Q8_K..(b + 1) * Q8_K];
+        prefetch_rows::<R>(xs[0], b, Q6_K);
+        for r in 0..R {
+            let xb = &xs[r][b * Q6_K..(b + 1) * Q6_K];
+            let scales: &[u8; 16] = arr(xb, 192);
+            let mut sumi = _mm256_setzero_si256();
+            for h in 0..2 {
+                let q = q6_levels(xb, h);
+                for (s, &qs) in q.iter().enumerate() {
+                    let y8 = load32(yb, 4 + 128 * h + 32 * s);
+                    // (q - 32) * y in i16 pairs, exact
+                    let p = _mm256_sub_epi16(
+                        _mm256_maddubs_epi16(qs, y8),
+                        _mm256_maddubs_epi16(thirty_two, y8),
+                    );
+                    // the two 16-element groups 8h + 2s, 8h + 2s + 1
+                    let sc = q6_scales(scales, 8 * h + 2 * s);
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+                }
             }
+            // d: the f16 at bytes 208..210, lane 1 of the pair at 206
+            let d = _mm_cvtss_f32(_mm_movehdup_ps(f16x2(xb, 206))) * f32_at(yb, 0);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
-        // d: the f16 at bytes 208..210, lane 1 of the pair at 206
-        let d = _mm_cvtss_f32(_mm_movehdup_ps(f16x2(xb, 206))) * f32_at(yb, 0);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum_f32(acc)
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_f32(acc[r]);
+    }
+    out
+}
+
+/// `out[r]` = weight row `r` of `w` (`row_bytes` each) · the column `y`
+/// with `rows` on [`ROWS`] rows at a time, the rest with `one`: the
+/// loop of a decode task's rows, inside the kernels' features.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn rows_of(
+    w: &[u8],
+    row_bytes: usize,
+    out: &mut [f32],
+    rows: impl Fn([&[u8]; ROWS]) -> [f32; ROWS],
+    one: impl Fn(&[u8]) -> f32,
+) {
+    let full = out.len() / ROWS * ROWS;
+    for (g, o) in out[..full].chunks_exact_mut(ROWS).enumerate() {
+        let at = g * ROWS * row_bytes;
+        let mut xs: [&[u8]; ROWS] = [&[]; ROWS];
+        for (i, x) in xs.iter_mut().enumerate() {
+            *x = &w[at + i * row_bytes..at + (i + 1) * row_bytes];
+        }
+        o.copy_from_slice(&rows(xs));
+    }
+    for (r, o) in out.iter_mut().enumerate().skip(full) {
+        *o = one(&w[r * row_bytes..(r + 1) * row_bytes]);
+    }
+}
+
+/// [`q4_k_q8_k`] over consecutive rows ([`DotRowsFn`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
+    rows_of(
+        w,
+        row_bytes,
+        out,
+        |xs| q4_k_rows_n(xs, y),
+        |x| q4_k_rows_n::<1>([x], y)[0],
+    )
+}
+
+/// [`q6_k_q8_k`] over consecutive rows ([`DotRowsFn`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
+    rows_of(
+        w,
+        row_bytes,
+        out,
+        |xs| q6_k_rows_n(xs, y),
+        |x| q6_k_rows_n::<1>([x], y)[0],
+    )
 }
 
 /// A Q4_K block's 8 six-bit scales, and `sum(bsums[j] * min[j / 2])`

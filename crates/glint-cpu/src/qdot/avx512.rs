@@ -6,7 +6,7 @@
 
 #![allow(unsafe_code)]
 
-use super::avx2::{q4_k_cols_with, q6_k_cols_with, PREFETCH};
+use super::avx2::{prefetch_rows, q4_k_cols_with, q6_k_cols_with, rows_of};
 use super::shared::*;
 use super::*;
 use std::arch::x86_64::*;
@@ -433,23 +433,12 @@ fn rows<const R: usize>(
 ) -> [f32; R] {
     let nb = xs[0].len() / x_size;
     let block = |r: usize, b: usize| &xs[r][b * x_size..(b + 1) * x_size];
-    // A hint to fetch the weights a page ahead (never faults). The rows
-    // are consecutive in the weights, and the hints walk their bytes in
-    // order at the pace the blocks are read: hints at each row's own next
-    // page (four interleaved streams) left the hardware's streamer idle and
-    // halved the bandwidth out of cache.
-    let base = xs[0].as_ptr().wrapping_add(PREFETCH);
-    let prefetch = |step: usize, per: usize| {
-        for j in 0..R {
-            _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add((step * R + j) * per).cast());
-        }
-    };
     if min {
         let mut acc = [_mm256_setzero_ps(); R];
         let mut summs = [0.0f32; R];
         for b in 0..nb {
             let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
-            prefetch(b, x_size);
+            prefetch_rows::<R>(xs[0], b, x_size);
             for r in 0..R {
                 let xb = block(r, b);
                 let p = row_scales(xb, yb);
@@ -458,14 +447,18 @@ fn rows<const R: usize>(
                 acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), l, acc[r]);
             }
         }
-        return std::array::from_fn(|r| hsum_f32(acc[r]) + summs[r]);
+        let mut out = [0f32; R];
+        for r in 0..R {
+            out[r] = hsum_f32(acc[r]) + summs[r];
+        }
+        return out;
     }
     let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
     for p in 0..nb / 2 {
         let (b0, b1) = (2 * p, 2 * p + 1);
         let yb0: &[u8; TILE_BLOCK] = arr(y, b0 * TILE_BLOCK);
         let yb1: &[u8; TILE_BLOCK] = arr(y, b1 * TILE_BLOCK);
-        prefetch(p, 2 * x_size);
+        prefetch_rows::<R>(xs[0], p, 2 * x_size);
         for r in 0..R {
             let (xb0, xb1) = (block(r, b0), block(r, b1));
             let d0 = _mm256_broadcastss_ps(row_scale(xb0, yb0));
@@ -483,7 +476,11 @@ fn rows<const R: usize>(
             *acc = _mm256_fmadd_ps(d, block_lanes(levels(xb), yb, &dpbusd), *acc);
         }
     }
-    std::array::from_fn(|r| hsum_f32(_mm256_add_ps(acc0[r], acc1[r])))
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_f32(_mm256_add_ps(acc0[r], acc1[r]));
+    }
+    out
 }
 
 /// Q5_0's unsigned levels (`x + 16`: the nibble plus 16 where the block's
@@ -497,37 +494,11 @@ fn q5_levels_bw(xb: &[u8], nibbles_at: usize, bits_at: usize) -> __m256i {
     _mm256_mask_add_epi8(nib, bits, nib, _mm256_set1_epi8(16))
 }
 
-/// `out[r]` = weight row `r` of `w` (`row_bytes` each) · the prepared
-/// column `y`: [`rows`] on [`ROWS`] rows at a time, the rest one by one.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-fn rows_of(
-    w: &[u8],
-    row_bytes: usize,
-    y: &[u8],
-    out: &mut [f32],
-    x_size: usize,
-    min: bool,
-    levels: impl Fn(&[u8]) -> __m256i,
-    dpbusd: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
-) {
-    let row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
-    let full = out.len() / ROWS * ROWS;
-    for (g, o) in out[..full].chunks_exact_mut(ROWS).enumerate() {
-        let xs = std::array::from_fn(|i| row(g * ROWS + i));
-        o.copy_from_slice(&rows::<ROWS>(xs, y, x_size, min, &levels, &dpbusd));
-    }
-    for (r, o) in out.iter_mut().enumerate().skip(full) {
-        *o = rows::<1>([row(r)], y, x_size, min, &levels, &dpbusd)[0];
-    }
-}
-
 /// Each one-column kernel twice: `$vnni` with `vpdpbusd` (and `$bw`'s
 /// levels, AVX-512 BW), `$model` with its lane model and `$levels` (AVX2
 /// only, for the tests); both read a column prepared by [`prepare`]
 /// (with [`prepare_model`] for the model: the same bytes). And each over
-/// consecutive rows (`$vnni_rows`, `$model_rows`, [`rows_of`]): every
+/// consecutive rows (`$vnni_rows`, `$model_rows`, `avx2::rows_of`): every
 /// row's bits are the one-row kernel's.
 macro_rules! row_kernels {
     ($($vnni:ident, $model:ident, $vnni_rows:ident, $model_rows:ident:
@@ -549,13 +520,27 @@ macro_rules! row_kernels {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $vnni_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
             let dpbusd = |acc, u, s| _mm256_dpbusd_epi32(acc, u, s);
-            rows_of(w, row_bytes, y, out, $x_size, $min, |$xb: &[u8]| $bw, dpbusd)
+            let levels = |$xb: &[u8]| $bw;
+            rows_of(
+                w,
+                row_bytes,
+                out,
+                |xs| rows::<ROWS>(xs, y, $x_size, $min, levels, dpbusd),
+                |x| rows::<1>([x], y, $x_size, $min, levels, dpbusd)[0],
+            )
         }
 
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $model_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
-            rows_of(w, row_bytes, y, out, $x_size, $min, |$xb: &[u8]| $levels, dpbusd_model)
+            let levels = |$xb: &[u8]| $levels;
+            rows_of(
+                w,
+                row_bytes,
+                out,
+                |xs| rows::<ROWS>(xs, y, $x_size, $min, levels, dpbusd_model),
+                |x| rows::<1>([x], y, $x_size, $min, levels, dpbusd_model)[0],
+            )
         }
     )*};
 }

@@ -244,6 +244,13 @@ pub fn fast_dot_prepared(ty: GgmlType) -> Option<DotFn> {
     simd::dot_prepared(ty)
 }
 
+/// [`fast_dot`] over consecutive rows, where the type has that (Q4_K,
+/// Q6_K, on AVX2): [`ROWS`] rows per read of the column, each row's
+/// result [`fast_dot`]'s, bit for bit. The decode loop's kernel for them.
+pub fn fast_dot_rows(ty: GgmlType) -> Option<DotRowsFn> {
+    simd::dot_rows(ty)
+}
+
 /// [`fast_dot_prepared`] over consecutive rows (the same types and cpus):
 /// the decode loop's kernel, [`ROWS`] rows per read of the column.
 pub fn fast_dot_prepared_rows(ty: GgmlType) -> Option<DotRowsFn> {

@@ -53,6 +53,10 @@ pub(super) fn dot_prepared_model(_: GgmlType) -> Option<DotFn> {
     None
 }
 
+pub(super) fn dot_rows(_: GgmlType) -> Option<DotRowsFn> {
+    None
+}
+
 pub(super) fn dot_prepared_rows(_: GgmlType) -> Option<DotRowsFn> {
     None
 }
