@@ -919,24 +919,28 @@ fn vnni_rows_equal_the_avx2_kernels_bit_for_bit() {
     }
 }
 
-/// The decode loop's kernels over consecutive rows of the K-quants
-/// (`fast_dot_rows`: four rows per read of the column, the rest alone)
-/// give each row's one-row AVX2 dot, bit for bit, on one to three
-/// super-blocks and nine rows (two groups of four and one alone).
+/// The decode loop's AVX2 kernels over consecutive rows (`fast_dot_rows`:
+/// four rows per read of the column, the rest alone) give each row's
+/// one-row AVX2 dot, bit for bit, for every type that has them: nine
+/// rows (two groups of four and one alone), odd and even block counts.
 #[test]
 #[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
-fn k_quant_rows_equal_the_one_row_kernels_bit_for_bit() {
+fn avx2_rows_equal_the_one_row_kernels_bit_for_bit() {
     let mut rng = Rng(0x4057);
     let mut n = 0;
-    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+    // The AMX types but Q5_K (its AVX2 kernel is the plain body).
+    for ty in AMX_TYPES.into_iter().filter(|&t| t != GgmlType::Q5_K) {
         let more = qdot::fast_dot_rows(ty).expect("an AVX2 rows kernel");
         let one = qdot::avx2_dot(ty).expect("an AVX2 kernel");
-        for blocks in 1..=3 {
-            let k = 256 * blocks;
+        let vt = ty.vec_dot_type();
+        for k in [256, 288, 512, 768] {
+            if ty.bytes_for(k as u64).is_none() {
+                continue; // a K-quant takes whole super-blocks
+            }
             let w: Vec<u8> = (0..9).flat_map(|_| random_row(ty, k, &mut rng)).collect();
             let row_bytes = w.len() / 9;
-            let mut act = vec![0u8; GgmlType::Q8_K.bytes_for(k as u64).unwrap() as usize];
-            glint_cpu::act::quantize_row(GgmlType::Q8_K, &rng.vec(k), &mut act).unwrap();
+            let mut act = vec![0u8; vt.bytes_for(k as u64).unwrap() as usize];
+            glint_cpu::act::quantize_row(vt, &rng.vec(k), &mut act).unwrap();
             let mut got = [0f32; 9];
             more(&w, row_bytes, &act, &mut got);
             for (r, got) in got.into_iter().enumerate() {
@@ -951,7 +955,8 @@ fn k_quant_rows_equal_the_one_row_kernels_bit_for_bit() {
             }
         }
     }
-    assert_eq!(n, 2 * 3 * 9);
+    // 5 types at 4 lengths, the K-quants at 3, nine rows each.
+    assert_eq!(n, (5 * 4 + 2 * 3) * 9);
 }
 
 /// The AVX2-only multi-column kernels (what cpus without AVX-512 VNNI run)

@@ -75,9 +75,14 @@ fn lanes_i8_i8(x: __m256i, y: __m256i) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
-    let eight = _mm256_set1_epi8(8);
-    let levels = |xb: &[u8]| _mm256_sub_epi8(nibbles(xb, 2), eight);
-    pairs_i8(x, y, Q4_0, levels)
+    pairs_i8(x, y, Q4_0, |xb| q4_0_levels(xb))
+}
+
+/// A Q4_0 block's signed levels: the nibble less 8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_0_levels(xb: &[u8]) -> __m256i {
+    _mm256_sub_epi8(nibbles(xb, 2), _mm256_set1_epi8(8))
 }
 
 /// The loop shared by the symmetric formats (Q4_0, Q5_0, Q8_0):
@@ -87,65 +92,114 @@ pub(super) fn q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pairs_i8(x: &[u8], y: &[u8], size: usize, levels: impl Fn(&[u8]) -> __m256i) -> f32 {
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut xs = x.chunks_exact(2 * size);
-    let mut ys = y.chunks_exact(2 * Q8_0);
-    for (xb, yb) in (&mut xs).zip(&mut ys) {
-        prefetch(xb);
-        let (d0, d1) = dd2(xb, yb, size, Q8_0);
-        let l0 = lanes_i8_i8(levels(xb), load32(yb, 2));
-        let l1 = lanes_i8_i8(levels(&xb[size..]), load32(yb, Q8_0 + 2));
-        acc0 = _mm256_fmadd_ps(d0, l0, acc0);
-        acc1 = _mm256_fmadd_ps(d1, l1, acc1);
+    pairs_i8_rows::<1>([x], y, size, levels)[0]
+}
+
+/// [`pairs_i8`] of `R` weight rows, consecutive in the weights, against
+/// one column: each row's arithmetic its own (row `r`'s bits at every
+/// `R`), the column's blocks read once for the rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pairs_i8_rows<const R: usize>(
+    xs: [&[u8]; R],
+    y: &[u8],
+    size: usize,
+    levels: impl Fn(&[u8]) -> __m256i,
+) -> [f32; R] {
+    let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+    let nb = (xs[0].len() / size).min(y.len() / Q8_0);
+    for p in 0..nb / 2 {
+        let yb = &y[2 * p * Q8_0..2 * (p + 1) * Q8_0];
+        prefetch_rows::<R>(xs[0], p, 2 * size);
+        for r in 0..R {
+            let xb = &xs[r][2 * p * size..2 * (p + 1) * size];
+            let (d0, d1) = dd2(xb, yb, size, Q8_0);
+            let l0 = lanes_i8_i8(levels(xb), load32(yb, 2));
+            let l1 = lanes_i8_i8(levels(&xb[size..]), load32(yb, Q8_0 + 2));
+            acc0[r] = _mm256_fmadd_ps(d0, l0, acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(d1, l1, acc1[r]);
+        }
     }
-    let (xr, yr) = (xs.remainder(), ys.remainder());
-    for (xb, yb) in xr.chunks_exact(size).zip(yr.chunks_exact(Q8_0)) {
-        let l = lanes_i8_i8(levels(xb), load32(yb, 2));
-        acc0 = _mm256_fmadd_ps(dd(xb, yb), l, acc0);
+    if nb % 2 == 1 {
+        let b = nb - 1;
+        let yb = &y[b * Q8_0..(b + 1) * Q8_0];
+        for r in 0..R {
+            let xb = &xs[r][b * size..(b + 1) * size];
+            let l = lanes_i8_i8(levels(xb), load32(yb, 2));
+            acc0[r] = _mm256_fmadd_ps(dd(xb, yb), l, acc0[r]);
+        }
     }
-    hsum_f32(_mm256_add_ps(acc0, acc1))
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_f32(_mm256_add_ps(acc0[r], acc1[r]));
+    }
+    out
+}
+
+/// The loop of the formats with a min (Q4_1, Q5_1): `levels(block)`
+/// gives a weight block's 32 unsigned levels; one accumulator, and the
+/// `mx * sy` terms summed apart. `R` rows as [`pairs_i8_rows`] has them.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn min_rows<const R: usize>(
+    xs: [&[u8]; R],
+    y: &[u8],
+    size: usize,
+    levels: impl Fn(&[u8]) -> __m256i,
+) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut summs = [0.0f32; R];
+    let nb = (xs[0].len() / size).min(y.len() / Q8_1);
+    for b in 0..nb {
+        let yb = &y[b * Q8_1..(b + 1) * Q8_1];
+        prefetch_rows::<R>(xs[0], b, size);
+        for r in 0..R {
+            let xb = &xs[r][b * size..(b + 1) * size];
+            // [dx * dy, mx * sy]
+            let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
+            summs[r] += _mm_cvtss_f32(_mm_movehdup_ps(p));
+            let d = _mm256_broadcastss_ps(p);
+            acc[r] = _mm256_fmadd_ps(d, lanes_u8_i8(levels(xb), load32(yb, 4)), acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_f32(acc[r]) + summs[r];
+    }
+    out
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0f32;
-    for (xb, yb) in x.chunks_exact(Q4_1).zip(y.chunks_exact(Q8_1)) {
-        prefetch(xb);
-        // [dx * dy, mx * sy]
-        let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
-        summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
-        let d = _mm256_broadcastss_ps(p);
-        acc = _mm256_fmadd_ps(d, lanes_u8_i8(nibbles(xb, 4), load32(yb, 4)), acc);
-    }
-    hsum_f32(acc) + summs
+    min_rows::<1>([x], y, Q4_1, |xb| nibbles(xb, 4))[0]
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
-    let sixteen = _mm256_set1_epi8(16);
-    let levels =
-        |xb: &[u8]| _mm256_sub_epi8(_mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2)), sixteen);
-    pairs_i8(x, y, Q5_0, levels)
+    pairs_i8(x, y, Q5_0, |xb| q5_0_levels(xb))
+}
+
+/// A Q5_0 block's signed levels: the nibble and its fifth bit, less 16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_0_levels(xb: &[u8]) -> __m256i {
+    let u = _mm256_or_si256(nibbles(xb, 6), fifth_bits(xb, 2));
+    _mm256_sub_epi8(u, _mm256_set1_epi8(16))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0f32;
-    for (xb, yb) in x.chunks_exact(Q5_1).zip(y.chunks_exact(Q8_1)) {
-        prefetch(xb);
-        // [dx * dy, mx * sy]
-        let p = _mm_mul_ps(f16x2(xb, 0), f16x2(yb, 0));
-        summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
-        let d = _mm256_broadcastss_ps(p);
-        let xv = _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4));
-        acc = _mm256_fmadd_ps(d, lanes_u8_i8(xv, load32(yb, 4)), acc);
-    }
-    hsum_f32(acc) + summs
+    min_rows::<1>([x], y, Q5_1, |xb| q5_1_levels(xb))[0]
+}
+
+/// A Q5_1 block's unsigned levels: the nibble and its fifth bit.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_1_levels(xb: &[u8]) -> __m256i {
+    _mm256_or_si256(nibbles(xb, 8), fifth_bits(xb, 4))
 }
 
 #[inline]
@@ -322,32 +376,31 @@ pub(super) fn rows_of(
     }
 }
 
-/// [`q4_k_q8_k`] over consecutive rows ([`DotRowsFn`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q4_k_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
-    rows_of(
-        w,
-        row_bytes,
-        out,
-        |xs| q4_k_rows_n(xs, y),
-        |x| q4_k_rows_n::<1>([x], y)[0],
-    )
+/// Each one-row kernel over consecutive rows ([`DotRowsFn`]): `$name`
+/// gives its one-row kernel's bits on every row, [`ROWS`] at a time.
+macro_rules! rows_kernels {
+    ($($name:ident = |$xs:ident, $y:ident| $body:expr;)*) => {$(
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $name(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
+            let $y = y;
+            rows_of(w, row_bytes, out, |$xs: [&[u8]; ROWS]| $body, |x| {
+                let $xs = [x];
+                $body[0]
+            })
+        }
+    )*};
 }
 
-/// [`q6_k_q8_k`] over consecutive rows ([`DotRowsFn`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q6_k_rows(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32]) {
-    rows_of(
-        w,
-        row_bytes,
-        out,
-        |xs| q6_k_rows_n(xs, y),
-        |x| q6_k_rows_n::<1>([x], y)[0],
-    )
+rows_kernels! {
+    q4_0_q8_0_rows = |xs, y| pairs_i8_rows(xs, y, Q4_0, |xb| q4_0_levels(xb));
+    q4_1_q8_1_rows = |xs, y| min_rows(xs, y, Q4_1, |xb| nibbles(xb, 4));
+    q5_0_q8_0_rows = |xs, y| pairs_i8_rows(xs, y, Q5_0, |xb| q5_0_levels(xb));
+    q5_1_q8_1_rows = |xs, y| min_rows(xs, y, Q5_1, |xb| q5_1_levels(xb));
+    q8_0_q8_0_rows = |xs, y| pairs_i8_rows(xs, y, Q8_0, |xb| load32(xb, 2));
+    q4_k_q8_k_rows = |xs, y| q4_k_rows_n(xs, y);
+    q6_k_q8_k_rows = |xs, y| q6_k_rows_n(xs, y);
 }
-
 /// A Q4_K block's 8 six-bit scales, and `sum(bsums[j] * min[j / 2])`
 /// with its 8 mins (exact): ggml's `utmp` unpacking of the 12 scale
 /// bytes, the same values as `get_scale_min_k4`.

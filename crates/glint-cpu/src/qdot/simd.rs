@@ -96,7 +96,9 @@ entries!("avx2,fma,f16c", avx2 {
         q4_k_q8_k, q5_k_q8_k, q6_k_q8_k;
     [<const N> fn(x: &[u8], ys: [&[u8]; N]) -> [f32; N]]
         q4_0_cols, q4_1_cols, q5_0_cols, q5_1_cols, q8_0_cols, q4_k_cols, q6_k_cols;
-    [fn(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32])] q4_k_rows, q6_k_rows;
+    [fn(w: &[u8], row_bytes: usize, y: &[u8], out: &mut [f32])]
+        q4_0_q8_0_rows, q4_1_q8_1_rows, q5_0_q8_0_rows, q5_1_q8_1_rows, q8_0_q8_0_rows,
+        q4_k_q8_k_rows, q6_k_q8_k_rows;
 });
 
 entries!("avx2,fma,f16c", avx512 {
@@ -200,34 +202,34 @@ struct Kernels {
 /// Every type with an x86 kernel, one row each.
 #[rustfmt::skip]
 const KERNELS: [Kernels; 10] = [
-    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, dot_rows: None, cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
+    Kernels { ty: GgmlType::Q4_0, dot: q4_0_q8_0, dot_rows: Some(q4_0_q8_0_rows), cols: Some(widths!(DotCols, q4_0_cols)), cols_vnni: None,
               tile: Some((tiles!(q4_0_tile, q4_0_tile_pre, q4_0_unpack),
                           tiles!(q4_0_tile_model, q4_0_tile_pre_model, q4_0_unpack))),
               tile_avx2: Some(tiles!(q4_0_tile_avx2, q4_0_tile_avx2_pre, q4_0_unpack)),
               row: Some((q4_0_row, q4_0_row_model)),
               rows: Some((q4_0_rows, q4_0_rows_model)) },
-    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, dot_rows: None, cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
+    Kernels { ty: GgmlType::Q4_1, dot: q4_1_q8_1, dot_rows: Some(q4_1_q8_1_rows), cols: Some(widths!(DotCols, q4_1_cols)), cols_vnni: None,
               tile: Some((tiles!(q4_1_tile, q4_1_tile_pre, q4_1_unpack),
                           tiles!(q4_1_tile_model, q4_1_tile_pre_model, q4_1_unpack))), tile_avx2: None,
               row: Some((q4_1_row, q4_1_row_model)),
               rows: Some((q4_1_rows, q4_1_rows_model)) },
-    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, dot_rows: None, cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
+    Kernels { ty: GgmlType::Q5_0, dot: q5_0_q8_0, dot_rows: Some(q5_0_q8_0_rows), cols: Some(widths!(DotCols, q5_0_cols)), cols_vnni: None,
               tile: Some((tiles!(q5_0_tile, q5_0_tile_pre, q5_0_unpack),
                           tiles!(q5_0_tile_model, q5_0_tile_pre_model, q5_0_unpack))),
               tile_avx2: Some(tiles!(q5_0_tile_avx2, q5_0_tile_avx2_pre, q5_0_unpack)),
               row: Some((q5_0_row, q5_0_row_model)),
               rows: Some((q5_0_rows, q5_0_rows_model)) },
-    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, dot_rows: None, cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
+    Kernels { ty: GgmlType::Q5_1, dot: q5_1_q8_1, dot_rows: Some(q5_1_q8_1_rows), cols: Some(widths!(DotCols, q5_1_cols)), cols_vnni: None,
               tile: Some((tiles!(q5_1_tile, q5_1_tile_pre, q5_1_unpack),
                           tiles!(q5_1_tile_model, q5_1_tile_pre_model, q5_1_unpack))), tile_avx2: None,
               row: Some((q5_1_row, q5_1_row_model)),
               rows: Some((q5_1_rows, q5_1_rows_model)) },
-    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, dot_rows: None, cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
+    Kernels { ty: GgmlType::Q8_0, dot: q8_0_q8_0, dot_rows: Some(q8_0_q8_0_rows), cols: Some(widths!(DotCols, q8_0_cols)), cols_vnni: None,
               tile: Some((tiles!(q8_0_tile, q8_0_tile_pre, q8_0_unpack),
                           tiles!(q8_0_tile_model, q8_0_tile_pre_model, q8_0_unpack))), tile_avx2: None,
               row: Some((q8_0_row, q8_0_row_model)),
               rows: Some((q8_0_rows, q8_0_rows_model)) },
-    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, dot_rows: Some(q4_k_rows), cols: Some(widths!(DotCols, q4_k_cols)),
+    Kernels { ty: GgmlType::Q4_K, dot: q4_k_q8_k, dot_rows: Some(q4_k_q8_k_rows), cols: Some(widths!(DotCols, q4_k_cols)),
               cols_vnni: Some((widths!(DotCols, q4_k_cols_vnni), widths!(DotCols, q4_k_cols_model))), tile: None, tile_avx2: None,
               row: None, rows: None },
     Kernels { ty: GgmlType::Q2_K, dot: q2_k_q8_k, dot_rows: None, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
@@ -236,7 +238,7 @@ const KERNELS: [Kernels; 10] = [
               row: None, rows: None },
     Kernels { ty: GgmlType::Q5_K, dot: q5_k_q8_k, dot_rows: None, cols: None, cols_vnni: None, tile: None, tile_avx2: None,
               row: None, rows: None },
-    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, dot_rows: Some(q6_k_rows), cols: Some(widths!(DotCols, q6_k_cols)),
+    Kernels { ty: GgmlType::Q6_K, dot: q6_k_q8_k, dot_rows: Some(q6_k_q8_k_rows), cols: Some(widths!(DotCols, q6_k_cols)),
               cols_vnni: Some((widths!(DotCols, q6_k_cols_vnni), widths!(DotCols, q6_k_cols_model))), tile: None, tile_avx2: None,
               row: None, rows: None },
 ];
@@ -252,7 +254,8 @@ pub(super) fn dot(ty: GgmlType) -> Option<DotFn> {
     kernels(ty, has_avx2).map(|k| k.dot)
 }
 
-/// [`dot`] over consecutive rows (Q4_K, Q6_K); `None` unless [`has_avx2`].
+/// [`dot`] over consecutive rows (every type but Q2_K, Q3_K, Q5_K);
+/// `None` unless [`has_avx2`].
 pub(super) fn dot_rows(ty: GgmlType) -> Option<DotRowsFn> {
     kernels(ty, has_avx2).and_then(|k| k.dot_rows)
 }
