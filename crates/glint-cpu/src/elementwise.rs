@@ -112,6 +112,71 @@ pub fn gelu_ggml(x: f32) -> f32 {
     }
 }
 
+/// `out = gelu_ggml(g) * u`, elementwise over equal lengths: chunks of
+/// [`ELEMS_PER_TASK`] on the pool when `par`. With F16C, eight at a time
+/// (`vcvtps2ph` rounds to nearest even as `f16::from_f32` does, then the
+/// table, then `vcvtph2ps`): the same bits as the scalar loop, which
+/// converted through `half` one element at a time.
+pub fn geglu_ggml(par: bool, g: &[f32], u: &[f32], out: &mut [f32]) {
+    rows(par, out, ELEMS_PER_TASK, |j, o| {
+        let at = j * ELEMS_PER_TASK;
+        geglu_ggml_span(&g[at..at + o.len()], &u[at..at + o.len()], o)
+    });
+}
+
+fn geglu_ggml_span(g: &[f32], u: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::qdot::has_avx2() {
+        return wide::geglu_ggml(g, u, out);
+    }
+    for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+        *o = gelu_ggml(g) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod wide {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    pub(super) fn geglu_ggml(g: &[f32], u: &[f32], out: &mut [f32]) {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn tf(g: &[f32], u: &[f32], out: &mut [f32]) {
+            let t = gelu_table();
+            let n = out.len().min(g.len()).min(u.len());
+            let full = n / 8 * 8;
+            let (low, high) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+            for i in (0..full).step_by(8) {
+                let gs: &[f32; 8] = g[i..i + 8].try_into().unwrap();
+                let us: &[f32; 8] = u[i..i + 8].try_into().unwrap();
+                // SAFETY (the loads and stores): each pointer is to 8 f32
+                // (16 bytes for the halves) just bounds-checked or local.
+                let x = unsafe { _mm256_loadu_ps(gs.as_ptr()) };
+                let mut h = [0u16; 8];
+                let hx = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+                unsafe { _mm_storeu_si128(h.as_mut_ptr().cast(), hx) };
+                let mut looked = [0u16; 8];
+                for (v, &k) in looked.iter_mut().zip(&h) {
+                    *v = t[k as usize];
+                }
+                let table = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(looked.as_ptr().cast()) });
+                // x at or above 10 is x, at or below -10 is +0.
+                let kept = _mm256_blendv_ps(table, x, _mm256_cmp_ps::<_CMP_GE_OQ>(x, high));
+                let act = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(x, low), kept);
+                let o = _mm256_mul_ps(act, unsafe { _mm256_loadu_ps(us.as_ptr()) });
+                let os: &mut [f32; 8] = (&mut out[i..i + 8]).try_into().unwrap();
+                unsafe { _mm256_storeu_ps(os.as_mut_ptr(), o) };
+            }
+            for i in full..n {
+                out[i] = gelu_ggml(g[i]) * u[i];
+            }
+        }
+        // SAFETY: called only after `has_avx2()` confirmed AVX2, FMA and F16C.
+        unsafe { tf(g, u, out) }
+    }
+}
+
 /// `table[h] = f16(gelu(f32(h)))` for every f16 bit pattern `h`: 128 KiB,
 /// built once.
 fn gelu_table() -> &'static [u16; 1 << 16] {

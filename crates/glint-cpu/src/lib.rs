@@ -460,6 +460,14 @@ impl Backend for CpuBackend {
             Precision::F32 => elementwise::glu_fn(op),
         };
         check::glu(gate, up, out)?;
+        if self.precision == Precision::Ggml && op == Glu::GeGlu {
+            let (gg, ug) = (gate.read_guard()?, up.read_guard()?);
+            let mut og = out.write_guard("glu")?;
+            let o = og.f32s_mut();
+            let (g, u) = (gg.f32s(), ug.f32s());
+            self.run(o.len(), |par| elementwise::geglu_ggml(par, &g, &u, o));
+            return Ok(());
+        }
         self.binary("glu", gate, up, out, move |g, u| act(g) * u)
     }
 

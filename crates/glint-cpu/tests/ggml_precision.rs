@@ -157,7 +157,21 @@ fn gelu_and_geglu_use_ggmls_f16_table() {
     let mut rng = Rng(0x6e1);
     let n = 4096;
     let mut xv: Vec<f32> = rng.vec(n).iter().map(|v| v * 12.0).collect();
-    xv[..6].copy_from_slice(&[-10.0, 10.0, -10.5, 11.0, 0.0, -0.0]);
+    // The edges, signed zeros, and values whose f16 is subnormal or
+    // rounds to an even neighbour.
+    xv[..11].copy_from_slice(&[
+        -10.0,
+        10.0,
+        -10.5,
+        11.0,
+        0.0,
+        -0.0,
+        3.0e-6,
+        -4.5e-5,
+        6.0e-8,
+        1.0 + 1.0 / 2048.0, // halfway between two f16s: to the even one
+        -9.9990,
+    ]);
     let gv: Vec<f32> = rng.vec(n).iter().map(|v| v * 3.0 + 0.5).collect();
     let tanh_gelu = |x: f32| 0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh());
     let table = |x: f32| {
@@ -181,7 +195,32 @@ fn gelu_and_geglu_use_ggmls_f16_table() {
     be.glu(glint_backend::Glu::GeGlu, &x, &g, &out).unwrap();
     let got = read_f32(&be, &out, n);
     for i in 0..n {
-        assert_eq!(got[i], table(xv[i]) * gv[i], "geglu({}, {})", xv[i], gv[i]);
+        let want = table(xv[i]) * gv[i];
+        assert_eq!(
+            got[i].to_bits(),
+            want.to_bits(),
+            "geglu({}, {})",
+            xv[i],
+            gv[i]
+        );
+    }
+    // A length with a tail past the last whole 8 (the vector loop's
+    // remainder), from an odd start.
+    let m = 13;
+    let (xs, gs) = (&xv[5..5 + m], &gv[5..5 + m]);
+    let (x13, g13) = (f32s(&be, [m, 1, 1, 1], xs), f32s(&be, [m, 1, 1, 1], gs));
+    let o13 = zeros(&be, GgmlType::F32, [m, 1, 1, 1]);
+    be.glu(glint_backend::Glu::GeGlu, &x13, &g13, &o13).unwrap();
+    let got = read_f32(&be, &o13, m);
+    for i in 0..m {
+        let want = table(xs[i]) * gs[i];
+        assert_eq!(
+            got[i].to_bits(),
+            want.to_bits(),
+            "geglu({}, {})",
+            xs[i],
+            gs[i]
+        );
     }
     // The oracle is not the table: somewhere the two differ.
     let xo = f32s(&oracle, [n, 1, 1, 1], &xv);
