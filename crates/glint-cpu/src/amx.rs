@@ -594,7 +594,7 @@ pub fn available() -> bool {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(x86::detect)
+        *HAS.get_or_init(|| crate::qdot::allows(crate::qdot::Tier::Native) && x86::detect())
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {

@@ -88,6 +88,7 @@ impl CpuBackend {
 
     /// A backend with the given numerics.
     pub fn with_precision(n_threads: Option<usize>, precision: Precision) -> Result<Self> {
+        qdot::tier_cap().map_err(BackendError::Device)?;
         let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("glint-cpu-{i}"));
         if let Some(n) = n_threads {
             b = b.num_threads(n);
@@ -232,7 +233,10 @@ impl Backend for CpuBackend {
     type Tensor = CpuTensor;
 
     fn name(&self) -> String {
-        format!("cpu ({} threads)", self.n_threads())
+        match qdot::tier_cap() {
+            Ok(qdot::Tier::Native) | Err(_) => format!("cpu ({} threads)", self.n_threads()),
+            Ok(tier) => format!("cpu ({} threads, {tier:?} tier)", self.n_threads()),
+        }
     }
 
     fn alloc(&self, desc: TensorDesc) -> Result<CpuTensor> {

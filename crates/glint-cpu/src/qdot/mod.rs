@@ -257,6 +257,47 @@ pub fn fast_dot_prepared_rows(ty: GgmlType) -> Option<DotRowsFn> {
     simd::dot_prepared_rows(ty)
 }
 
+/// How far up the x86 tiers the kernels may go: what the cpu has, capped
+/// by `GLINT_CPU_TIER` (`native`, the default; `avx2`: no AVX-512, VNNI or
+/// AMX, what an AVX2-only cpu runs; `plain`: no SIMD kernels at all). A
+/// cap lets one machine run, test and time a tier below its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    /// The plain loops only.
+    Plain,
+    /// AVX2, FMA and F16C at most.
+    Avx2,
+    /// Everything the cpu has.
+    Native,
+}
+
+/// The environment variable that caps the tier.
+pub const TIER_VAR: &str = "GLINT_CPU_TIER";
+
+/// The cap `GLINT_CPU_TIER` sets (read once), or why its value is not one.
+pub fn tier_cap() -> Result<Tier, String> {
+    static CAP: std::sync::OnceLock<Result<Tier, String>> = std::sync::OnceLock::new();
+    CAP.get_or_init(|| match std::env::var_os(TIER_VAR) {
+        None => Ok(Tier::Native),
+        Some(v) => match v.to_str() {
+            Some("native") | Some("") => Ok(Tier::Native),
+            Some("avx2") => Ok(Tier::Avx2),
+            Some("plain") => Ok(Tier::Plain),
+            _ => Err(format!(
+                "{TIER_VAR}={}: expected native, avx2 or plain",
+                v.to_string_lossy()
+            )),
+        },
+    })
+    .clone()
+}
+
+/// Whether the cap allows `tier` (an unreadable value allows everything:
+/// [`crate::CpuBackend::new`] refuses to start with one).
+pub(crate) fn allows(tier: Tier) -> bool {
+    tier_cap().unwrap_or(Tier::Native) >= tier
+}
+
 /// Whether this cpu has AVX2, FMA and F16C (detected once).
 pub(crate) fn has_avx2() -> bool {
     simd::has_avx2()

@@ -11,11 +11,13 @@
 use super::*;
 use std::sync::OnceLock;
 
-/// Whether this cpu has AVX2, FMA and F16C (detected once).
+/// Whether this cpu has AVX2, FMA and F16C (detected once), and the tier
+/// cap allows them.
 pub(super) fn has_avx2() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
-        std::is_x86_feature_detected!("avx2")
+        allows(Tier::Avx2)
+            && std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
             && std::is_x86_feature_detected!("f16c")
     })
@@ -27,6 +29,7 @@ pub(super) fn has_avx512() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
         has_avx2()
+            && allows(Tier::Native)
             && std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512dq")
     })
@@ -37,6 +40,7 @@ pub(super) fn has_vnni() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
         has_avx2()
+            && allows(Tier::Native)
             && std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512vl")
