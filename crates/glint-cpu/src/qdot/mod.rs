@@ -51,9 +51,11 @@ pub type DotFn = fn(&[u8], &[u8]) -> f32;
 pub type DotColsFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [f32; N];
 
 /// `out[r]` = weight row `r` of `w` (consecutive rows of `row_bytes`) ·
-/// one column prepared by [`prepare_tile_col`] (decode): [`ROWS`] rows at
-/// a time read each block of the column once, and each row's result is
-/// [`fast_dot_prepared`]'s, bit for bit.
+/// one activation column (decode): [`ROWS`] rows at a time read each
+/// block of the column once, and each row's result is its one-row
+/// kernel's, bit for bit — [`fast_dot_prepared`]'s on a column prepared
+/// by [`prepare_tile_col`] ([`fast_dot_prepared_rows`]), [`fast_dot`]'s
+/// on the quantized column ([`fast_dot_rows`]).
 pub type DotRowsFn = fn(&[u8], usize, &[u8], &mut [f32]);
 
 /// Weight rows a [`DotRowsFn`] takes at a time.
@@ -244,9 +246,10 @@ pub fn fast_dot_prepared(ty: GgmlType) -> Option<DotFn> {
     simd::dot_prepared(ty)
 }
 
-/// [`fast_dot`] over consecutive rows, where the type has that (Q4_K,
-/// Q6_K, on AVX2): [`ROWS`] rows per read of the column, each row's
-/// result [`fast_dot`]'s, bit for bit. The decode loop's kernel for them.
+/// [`fast_dot`] over consecutive rows, where the type has that (on AVX2,
+/// every type but Q2_K, Q3_K and Q5_K): [`ROWS`] rows per read of the
+/// column, each row's result [`fast_dot`]'s, bit for bit. The decode
+/// loop's kernel where the column is not prepared for VNNI.
 pub fn fast_dot_rows(ty: GgmlType) -> Option<DotRowsFn> {
     simd::dot_rows(ty)
 }
