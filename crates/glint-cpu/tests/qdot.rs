@@ -713,6 +713,17 @@ fn extreme_cols() -> [Vec<u8>; 4] {
     ]
 }
 
+/// `acts` (three blocks each) prepared for `ty`'s AVX2 tiles and lanes.
+fn prepared_avx2(ty: GgmlType, acts: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    acts.iter()
+        .map(|a| {
+            let mut p = vec![0u8; 3 * qdot::TILE_BLOCK];
+            qdot::prepare_tile_col_avx2(ty, a, &mut p);
+            p
+        })
+        .collect()
+}
+
 /// The AVX2 tiles (`maddubs` + `madd` for `vpdpbusd`; what a prefill of
 /// Q4_0/Q5_0 weights runs on AVX2 cpus without VNNI): bit for bit
 /// the multi-column kernels' results, their prepared columns the VNNI
@@ -745,14 +756,7 @@ fn avx2_tiles_equal_the_multi_column_kernels_bit_for_bit() {
         assert_eq!(ty.vec_dot_type(), GgmlType::Q8_0, "{ty}");
         let rows = [0xff, 0x00, 0xff, 0x0f].map(|f| extreme_row(ty, f));
         let acts = extreme_cols();
-        let prep: Vec<Vec<u8>> = acts
-            .iter()
-            .map(|a| {
-                let mut p = vec![0u8; 3 * qdot::TILE_BLOCK];
-                qdot::prepare_tile_col_avx2(ty, a, &mut p);
-                p
-            })
-            .collect();
+        let prep = prepared_avx2(ty, &acts);
         let got = (tiles.four)(
             std::array::from_fn(|r| &rows[r][..]),
             std::array::from_fn(|c| &prep[c][..]),
@@ -1479,14 +1483,7 @@ fn avx2_lane_kernels_do_not_saturate_at_the_extremes() {
         assert_eq!(ty.vec_dot_type(), GgmlType::Q8_0, "{ty}");
         let rows = [0xff, 0x00, 0xff, 0x0f, 0xf0, 0xff, 0x00, 0x5a].map(|f| extreme_row(ty, f));
         let acts = extreme_cols();
-        let prep: Vec<Vec<u8>> = acts
-            .iter()
-            .map(|a| {
-                let mut p = vec![0u8; 3 * qdot::TILE_BLOCK];
-                qdot::prepare_tile_col_avx2(ty, a, &mut p);
-                p
-            })
-            .collect();
+        let prep = prepared_avx2(ty, &acts);
         let mut xp = vec![0u8; 3 * qdot::LANE_BLOCK];
         (lanes.unpack)(std::array::from_fn(|r| &rows[r][..]), &mut xp);
         let got = (lanes.four)(&xp, std::array::from_fn(|c| &prep[c][..]));
