@@ -331,3 +331,155 @@ fn main(inv: Inv, ln: Lane) {
         }
     }
 }
+
+// ---- Prefill tiles: entry `tile` (not with WINDOW) ----
+// One workgroup per (tile of TQ consecutive tokens, KV head, sub-group of
+// HPW query heads). Its R = TQ * HPW query rows (row r: token tok0 + r /
+// HPW, head h0 + r % HPW) share every chunk of CT cells it loads into
+// workgroup memory, so the span's K/V is read once a tile, not once a
+// token, and read coalesced (consecutive invocations, consecutive
+// elements of a row). A chunk:
+//   K loaded transposed, [hd][CT + 1] (a score step's invocations read
+//   consecutive words);
+//   the R x CT scores, one (row, cell) pair an invocation at a time; a
+//   pair the mask hides is its bias (-inf), its dot not taken;
+//   one online-softmax step a row (running max, sum and the accumulators'
+//   correction), while V is loaded over K's room, [CT][hd];
+//   the accumulators [R, hd], T_ACC an invocation, rescaled and summed.
+// Every chunk of the span is read (masked chunks are not skipped), so the
+// work counters model n_kv cells a tile. f32 throughout, as `main`; the
+// launcher takes TQ and CT from head_dim so that every array fits.
+override TQ: u32 = 1u;
+override CT: u32 = 32u;
+const T_QS: u32 = 2048u; // R * head_dim
+const T_KV: u32 = 4352u; // (CT + 1) * head_dim, head_dim <= 256
+const T_SS: u32 = 1024u; // R * CT
+const T_ROWS: u32 = 64u; // R
+const T_ACC: u32 = T_QS / WG;
+
+var<workgroup> t_q: array<f32, T_QS>;
+var<workgroup> t_kv: array<f32, T_KV>;
+var<workgroup> t_s: array<f32, T_SS>;
+var<workgroup> t_max: array<f32, T_ROWS>;
+var<workgroup> t_sum: array<f32, T_ROWS>;
+var<workgroup> t_corr: array<f32, T_ROWS>;
+
+@compute @workgroup_size(WG)
+fn tile(inv: Inv) {
+    // (tile * n_head_kv + h_kv) * n_sub + sub
+    let w = group_index(inv);
+    if (w >= (p.m + TQ - 1u) / TQ * p.n_head_kv * p.n_sub) {
+        return;
+    }
+    let sub = w % p.n_sub;
+    let h_kv = (w / p.n_sub) % p.n_head_kv;
+    let tok0 = w / (p.n_sub * p.n_head_kv) * TQ;
+    let h0 = h_kv * (p.n_head / p.n_head_kv) + sub * HPW;
+    let ng = min(HPW, p.n_head / p.n_head_kv - sub * HPW);
+    let hd = p.head_dim;
+    let row_len = hd * p.n_head_kv;
+    let rows = TQ * HPW;
+    let lid = inv.lid.x;
+    let cs = CT + 1u;
+    for (var i = lid; i < rows * hd; i += WG) {
+        let r = i / hd;
+        let tok = tok0 + r / HPW;
+        var x = 0.0;
+        if (tok < p.m && r % HPW < ng) {
+            x = q[(tok * p.n_head + h0 + r % HPW) * hd + i % hd];
+        }
+        t_q[i] = x;
+    }
+    for (var r = lid; r < rows; r += WG) {
+        t_max[r] = NEG_INF;
+        t_sum[r] = 0.0;
+    }
+    var acc: array<f32, T_ACC>;
+    workgroupBarrier();
+    for (var j0 = 0u; j0 < p.n_kv; j0 += CT) {
+        let n_chunk = min(CT, p.n_kv - j0);
+        let kb = (p.kv_start + j0) * row_len + h_kv * hd;
+        for (var i = lid; i < CT * hd; i += WG) {
+            let c = i / hd;
+            var x = 0.0;
+            if (c < n_chunk) {
+                x = kv_at(false, kb + c * row_len + i % hd);
+            }
+            t_kv[(i % hd) * cs + c] = x;
+        }
+        workgroupBarrier();
+        for (var i = lid; i < rows * CT; i += WG) {
+            let r = i / CT;
+            let c = i % CT;
+            let tok = tok0 + r / HPW;
+            var x = 0.0;
+            if (c < n_chunk && tok < p.m) {
+                x = mask[tok * p.n_kv + j0 + c];
+                if (x > NEG_INF) {
+                    var s = 0.0;
+                    for (var d = 0u; d < hd; d++) {
+                        s += t_q[r * hd + d] * t_kv[d * cs + c];
+                    }
+                    if (p.softcap > 0.0) {
+                        s = p.softcap * tanh_safe(s / p.softcap);
+                    }
+                    x += s * p.scale;
+                }
+            }
+            t_s[i] = x;
+        }
+        workgroupBarrier();
+        // A row's new running max; while it has seen only masked cells
+        // it stays NEG_INF, its correction exp(0) = 1 on zero sums and its
+        // weights exp(-inf) = 0.
+        for (var r = lid; r < rows; r += WG) {
+            var mx = t_max[r];
+            for (var c = 0u; c < n_chunk; c++) {
+                mx = max(mx, t_s[r * CT + c]);
+            }
+            var sum = 0.0;
+            for (var c = 0u; c < n_chunk; c++) {
+                let e = exp(t_s[r * CT + c] - mx);
+                t_s[r * CT + c] = e;
+                sum += e;
+            }
+            let corr = exp(t_max[r] - mx);
+            t_sum[r] = t_sum[r] * corr + sum;
+            t_max[r] = mx;
+            t_corr[r] = corr;
+        }
+        for (var i = lid; i < CT * hd; i += WG) {
+            let c = i / hd;
+            var x = 0.0;
+            if (c < n_chunk) {
+                x = kv_at(true, kb + c * row_len + i % hd);
+            }
+            t_kv[i] = x;
+        }
+        workgroupBarrier();
+        for (var t = 0u; t < T_ACC; t++) {
+            let o = lid + t * WG;
+            if (o < rows * hd) {
+                let r = o / hd;
+                var a = acc[t] * t_corr[r];
+                for (var c = 0u; c < n_chunk; c++) {
+                    a += t_s[r * CT + c] * t_kv[c * hd + o % hd];
+                }
+                acc[t] = a;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var t = 0u; t < T_ACC; t++) {
+        let o = lid + t * WG;
+        let r = o / hd;
+        let tok = tok0 + r / HPW;
+        if (o < rows * hd && tok < p.m && r % HPW < ng) {
+            var x = 0.0;
+            if (t_sum[r] > 0.0) {
+                x = acc[t] / t_sum[r];
+            }
+            out[(tok * p.n_head + h0 + r % HPW) * hd + o % hd] = x;
+        }
+    }
+}

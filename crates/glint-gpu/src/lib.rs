@@ -96,6 +96,10 @@ pub struct GpuBackend {
     /// subgroups; off when the environment has `GLINT_MATVEC_WG_ROWS` (a
     /// row a workgroup, as before: to compare the two on a device).
     matvec_sgrow: bool,
+    /// Prefill attention runs by tiles of tokens (`ops::attention`'s
+    /// `tile` entry); off when the environment has `GLINT_ATTN_TILE=0`
+    /// (a workgroup a token, as before: to compare the two on a device).
+    attn_tiles: bool,
 }
 
 impl GpuBackend {
@@ -130,6 +134,7 @@ impl GpuBackend {
             attn_partials: Mutex::new(None),
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
+            attn_tiles: std::env::var_os("GLINT_ATTN_TILE").is_none_or(|v| v != "0"),
         })
     }
 

@@ -354,7 +354,20 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
         // Groups of 3 query heads a KV head (one workgroup takes them), of
         // 10 (two workgroups of 5) and of 7 at head_dim 256 (4 + 3: the
         // last workgroup's fourth head is idle and writes nothing).
-        let shapes = [(40, 6, 2, 5), (64, 20, 2, 3), (256, 7, 1, 2)];
+        // Then prefill batches, which run by tiles of tokens
+        // (ops/attention.rs's tile_shape): SmolLM2's heads (3 a KV head,
+        // tiles of 10 tokens, the last one short), heads of 256 without GQA
+        // (tiles of 8), a group of 10 at head_dim 96 (two workgroups of 5
+        // heads, tiles of 4) and 3 heads of 40 (tiles of 10).
+        let shapes = [
+            (40, 6, 2, 5),
+            (64, 20, 2, 3),
+            (256, 7, 1, 2),
+            (64, 9, 3, 37),
+            (256, 4, 4, 70),
+            (96, 20, 2, 16),
+            (40, 6, 2, 45),
+        ];
         for ((hd, nh, nkv, m), ty) in shapes
             .into_iter()
             .flat_map(|s| [(s, GgmlType::F32), (s, GgmlType::F16)])
@@ -506,6 +519,101 @@ fn split_attention_is_two_dispatches_and_allocates_once() {
     assert_eq!((again.dispatches, again.buffers_created, grew), (2, 0, 0));
     let (short, _) = step(300);
     assert_eq!((short.dispatches, short.buffers_created), (1, 0));
+}
+
+/// Prefill attention by tiles, on a backend of its own: one dispatch of
+/// one workgroup per (tile of 10 tokens, KV head) whose modeled K/V reads
+/// are the span's once a tile, and the same values as a workgroup a token
+/// (`GLINT_ATTN_TILE=0`'s path, which a batch under 16 tokens takes) to
+/// the attention tolerance.
+#[test]
+fn prefill_attention_reads_the_span_once_a_tile() {
+    let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
+    let (hd, nh, nkv, n_kv) = (64, 9, 3, 300);
+    let buf =
+        |ty: GgmlType, ne: [usize; 4]| be.alloc(common::desc(ty, ne, Usage::Scratch)).unwrap();
+    let mut r = Rng(seed());
+    let (k, v) = (
+        buf(F32, [hd * nkv, n_kv, 1, 1]),
+        buf(F32, [hd * nkv, n_kv, 1, 1]),
+    );
+    be.write(
+        &k,
+        0,
+        bytemuck::cast_slice(&r.vec_scaled(hd * nkv * n_kv, 1.0)),
+    )
+    .unwrap();
+    be.write(
+        &v,
+        0,
+        bytemuck::cast_slice(&r.vec_scaled(hd * nkv * n_kv, 1.0)),
+    )
+    .unwrap();
+    let q_all = r.vec_scaled(hd * nh * 37, 1.0);
+    let p = AttnParams {
+        n_head: nh,
+        n_head_kv: nkv,
+        head_dim: hd,
+        scale: 0.125,
+        softcap: 0.0,
+        kv_start: 0,
+        n_kv,
+    };
+    // Tokens t0 .. t0 + m, causal over the last 37 cells of the span.
+    let run = |t0: usize, m: usize| {
+        let q = buf(F32, [hd, nh, m, 1]);
+        be.write(
+            &q,
+            0,
+            bytemuck::cast_slice(&q_all[t0 * hd * nh..][..m * hd * nh]),
+        )
+        .unwrap();
+        let mask: Vec<f32> = (t0..t0 + m)
+            .flat_map(|t| {
+                (0..n_kv).map(move |j| {
+                    if j > n_kv - 37 + t {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+            })
+            .collect();
+        let mt = buf(F32, [n_kv, m, 1, 1]);
+        be.write(&mt, 0, bytemuck::cast_slice(&mask)).unwrap();
+        let out = buf(F32, [hd * nh, m, 1, 1]);
+        let before = be.work_counters();
+        be.attention(&q, &k, &v, &mt, &p, &out).unwrap();
+        let counted = be.work_counters().since(&before);
+        let mut bytes = vec![0u8; hd * nh * m * 4];
+        be.read(&out, 0, &mut bytes).unwrap();
+        let values = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        (counted, values.collect::<Vec<f32>>())
+    };
+    let (tiled, got) = run(0, 37);
+    assert_eq!(tiled.dispatches, 1);
+    // 4 tiles (10, 10, 10, 7 tokens) x 3 KV heads x 300 cells x a K and a
+    // V head row of 64 f32.
+    assert_eq!(tiled.kv_bytes_read, 4 * 3 * 300 * 2 * 64 * 4);
+    // The same tokens a workgroup each (batches of 15 and 7, under the
+    // tile's 16), reading only the cells each mask lets through.
+    let mut want = Vec::new();
+    let mut per_token = 0;
+    for (t0, m) in [(0, 15), (15, 15), (30, 7)] {
+        let (c, o) = run(t0, m);
+        want.extend(o.iter().map(|&x| x as f64));
+        let cells: usize = (t0..t0 + m).map(|t| n_kv - 36 + t).sum();
+        assert_eq!(c.kv_bytes_read as usize, cells * 3 * 2 * 64 * 4);
+        per_token += c.kv_bytes_read;
+    }
+    // 10434 cells a KV head a token against 1200 a tile.
+    assert!(
+        per_token > 8 * tiled.kv_bytes_read,
+        "{per_token} vs {tiled:?}"
+    );
+    assert_close("tiled attention", &got, &want, tol::attn(F32));
 }
 
 /// The fused QK-norm is one dispatch, where the composing path takes six

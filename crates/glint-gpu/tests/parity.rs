@@ -404,7 +404,7 @@ fn attention_window_matches_cpu() {
 fn quantized_cache_matches_cpu() {
     each_gpu(|| {
         let mut r = Rng(seed());
-        let (hd, nh, nkv, m, rows) = (64, 4, 2, 5, 90);
+        let (hd, nh, nkv, rows) = (64, 4, 2, 90);
         let (kv_start, n_kv) = (7, 80);
         let n = hd * nkv;
         let all = i32p(&(0..rows as i32).collect::<Vec<_>>());
@@ -464,55 +464,59 @@ fn quantized_cache_matches_cpu() {
                 pair(ty, [n, rows, 1, 1], Usage::KvCache, Some(&c))
             };
             let (k, k2, v) = (same(k), same(fill(1.5)), same(fill(1.0)));
-            let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
-            let q2 = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
-            let (mut near, mut far) = (vec![0f32; n_kv * m], vec![f32::NEG_INFINITY; n_kv * m]);
-            for t in 0..m {
-                for j in 0..n_kv {
-                    if j > 60 + 4 * t {
-                        near[t * n_kv + j] = f32::NEG_INFINITY;
-                    } else if j + 30 < 60 + 4 * t {
-                        near[t * n_kv + j] = f32::NEG_INFINITY;
-                        far[t * n_kv + j] = 0.0;
+            // 5 tokens: a workgroup a token; 21: prefill tiles
+            // (ops/attention.rs's TILE_MIN_TOKENS).
+            for m in [5, 21] {
+                let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
+                let q2 = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
+                let (mut near, mut far) = (vec![0f32; n_kv * m], vec![f32::NEG_INFINITY; n_kv * m]);
+                for t in 0..m {
+                    for j in 0..n_kv {
+                        if j > 60 + 4 * t {
+                            near[t * n_kv + j] = f32::NEG_INFINITY;
+                        } else if j + 30 < 60 + 4 * t {
+                            near[t * n_kv + j] = f32::NEG_INFINITY;
+                            far[t * n_kv + j] = 0.0;
+                        }
                     }
                 }
+                let (near, far) = (f32p([n_kv, m, 1, 1], &near), f32p([n_kv, m, 1, 1], &far));
+                let ap = AttnParams {
+                    n_head: nh,
+                    n_head_kv: nkv,
+                    head_dim: hd,
+                    scale: 0.125,
+                    softcap: 0.0,
+                    kv_start,
+                    n_kv,
+                };
+                let o = out([hd * nh, m, 1, 1]);
+                gpu()
+                    .attention(&q.0, &k.0, &v.0, &near.0, &ap, &o.0)
+                    .unwrap();
+                cpu()
+                    .attention(&q.1, &k.1, &v.1, &near.1, &ap, &o.1)
+                    .unwrap();
+                compare(
+                    &format!("attention {ty} m {m}"),
+                    &o,
+                    GgmlType::F32,
+                    tol::attn(GgmlType::F32),
+                );
+                let o = out([hd * nh, m, 1, 1]);
+                gpu()
+                    .attention_window(&q.0, &k.0, &v.0, &near.0, [&q2.0, &k2.0, &far.0], &ap, &o.0)
+                    .unwrap();
+                cpu()
+                    .attention_window(&q.1, &k.1, &v.1, &near.1, [&q2.1, &k2.1, &far.1], &ap, &o.1)
+                    .unwrap();
+                compare(
+                    &format!("attention_window {ty} m {m}"),
+                    &o,
+                    GgmlType::F32,
+                    tol::attn(GgmlType::F32),
+                );
             }
-            let (near, far) = (f32p([n_kv, m, 1, 1], &near), f32p([n_kv, m, 1, 1], &far));
-            let ap = AttnParams {
-                n_head: nh,
-                n_head_kv: nkv,
-                head_dim: hd,
-                scale: 0.125,
-                softcap: 0.0,
-                kv_start,
-                n_kv,
-            };
-            let o = out([hd * nh, m, 1, 1]);
-            gpu()
-                .attention(&q.0, &k.0, &v.0, &near.0, &ap, &o.0)
-                .unwrap();
-            cpu()
-                .attention(&q.1, &k.1, &v.1, &near.1, &ap, &o.1)
-                .unwrap();
-            compare(
-                &format!("attention {ty}"),
-                &o,
-                GgmlType::F32,
-                tol::attn(GgmlType::F32),
-            );
-            let o = out([hd * nh, m, 1, 1]);
-            gpu()
-                .attention_window(&q.0, &k.0, &v.0, &near.0, [&q2.0, &k2.0, &far.0], &ap, &o.0)
-                .unwrap();
-            cpu()
-                .attention_window(&q.1, &k.1, &v.1, &near.1, [&q2.1, &k2.1, &far.1], &ap, &o.1)
-                .unwrap();
-            compare(
-                &format!("attention_window {ty}"),
-                &o,
-                GgmlType::F32,
-                tol::attn(GgmlType::F32),
-            );
             for mode in [RopeMode::Norm, RopeMode::Neox] {
                 let p = RopeParams::plain(mode, hd, nkv, 10000.0);
                 let shift: Vec<i32> = (0..rows)

@@ -59,6 +59,16 @@ pub(crate) fn head_groups(
     (group.div_ceil(n_sub), n_sub)
 }
 
+/// attention.wgsl's Params, in order, for `m` tokens and `[split_len,
+/// n_split, n_sub]`.
+fn wgsl_params(p: &AttnParams, m: usize, [split_len, ns, n_sub]: [usize; 3]) -> [u32; 11] {
+    let shape = [p.head_dim, p.n_head, p.n_head_kv, m, p.kv_start, p.n_kv];
+    let [a, b, c, d, e, f] = shape.map(|v| v as u32);
+    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
+    let [g, h, i] = [split_len, ns, n_sub].map(|v| v as u32);
+    [a, b, c, d, e, f, scale, softcap, g, h, i]
+}
+
 /// Record attention.wgsl over `ins` (its inputs, in binding order) for `m`
 /// tokens into `out`, split over the span where [`n_splits`] says so: then
 /// the kernel writes partials and a second dispatch combines them.
@@ -74,23 +84,7 @@ fn launch_split(
     let groups = m * p.n_head_kv * n_sub;
     let ns = n_splits(rows, p.n_kv);
     let split_len = p.n_kv.div_ceil(ns);
-    // attention.wgsl's Params, in order.
-    let shape = [p.head_dim, p.n_head, p.n_head_kv, m, p.kv_start, p.n_kv];
-    let [a, b, c, d, e, f] = shape.map(|v| v as u32);
-    let (scale, softcap) = (f32_bits(p.scale), f32_bits(p.softcap));
-    let params = [
-        a,
-        b,
-        c,
-        d,
-        e,
-        f,
-        scale,
-        softcap,
-        split_len as u32,
-        ns as u32,
-        n_sub as u32,
-    ];
+    let params = wgsl_params(p, m, [split_len, ns, n_sub]);
     if ns == 1 {
         return be.launch(op, key, [ins, &[out]], &params, groups);
     }
@@ -128,6 +122,9 @@ impl GpuBackend {
 pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
     let (m, f16, kv_q) = check_attention("attention", qkvm, p, out)?;
     let (hpw, n_sub) = head_groups(p.n_head, p.n_head_kv, p.head_dim, 1);
+    if let Some((tq, ct)) = be.attn_tile(m, p, hpw) {
+        return attention_tiled(be, qkvm, p, out, (f16, kv_q), [hpw, n_sub, tq, ct]);
+    }
     let key = PipelineKey::new("attention.wgsl", "main", 4, 1)
         .with_constant("KV_F16", f16 as u32 as f64)
         .with_constant("KV_Q", kv_q as f64)
@@ -135,6 +132,96 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
         .with_flags(be.flags(true, f16));
     be.kv_read(&qkvm, None, p, (m, n_sub));
     launch_split(be, ("attention", key), &qkvm, out, p, (m, n_sub))
+}
+
+/// A prefill batch of at least this many tokens runs attention.wgsl's
+/// `tile` entry ([`GpuBackend::attn_tile`]). Decode steps (up to
+/// [`crate::ops::MATVEC_MAX_M`] sequences a step) keep `main`, which reads
+/// only the cells each token's mask lets through: a tile reads every chunk
+/// of the span, the other sequences' cells too.
+const TILE_MIN_TOKENS: usize = 16;
+
+/// attention.wgsl's tile room, in f32: the queries (`T_QS`: rows x
+/// head_dim), a K or V chunk (`T_KV`: (CT + 1) x head_dim), the scores
+/// (`T_SS`: rows x CT) and three per-row values (`T_ROWS` rows).
+const T_QS: usize = 2048;
+const T_KV: usize = 4352;
+const T_SS: usize = 1024;
+const T_ROWS: usize = 64;
+/// The workgroup memory the `tile` entry takes, in bytes: within the
+/// 32 KiB of lavapipe, Metal and DX12 adapters.
+pub(crate) const TILE_WORKGROUP_BYTES: u32 = ((T_QS + T_KV + T_SS + 3 * T_ROWS) * 4) as u32;
+const _: () = assert!(TILE_WORKGROUP_BYTES <= 32768);
+
+/// The tile's shape for `head_dim` and `hpw` heads a workgroup: (tokens a
+/// tile, `TQ`; cells a chunk, `CT`), or `None` where no tile of at least
+/// [`MIN_TILE`] tokens fits (a head over 256, or rows for fewer tokens).
+/// SmolLM2 (64, 3 heads): 10 tokens (30 rows) over chunks of 32 cells; a
+/// 7B (128, 1): 16 tokens over 32; Llama 3 8B (128, 4): 4 over 32. Gemma 3
+/// (256, 4) would have 2 tokens (8 rows) and keeps a workgroup a token.
+pub(crate) fn tile_shape(head_dim: usize, hpw: usize) -> Option<(usize, usize)> {
+    if head_dim == 0 || head_dim > 256 {
+        return None;
+    }
+    let ct = (4096 / head_dim).min(32);
+    let rows = (T_QS / head_dim).min(T_SS / ct).min(T_ROWS);
+    let tq = rows / hpw.max(1);
+    (tq >= MIN_TILE).then_some((tq, ct))
+}
+
+/// Fewest tokens a tile takes. Tiles share each K/V chunk among their
+/// tokens; with fewer than 4 the workgroup memory's round trips cost what
+/// the shared reads save. On lavapipe, one call of 512 tokens over 2560
+/// cells, a workgroup a token against tiles: head_dim 64 with 3 heads a
+/// KV head (tiles of 10) 8.2 -> 3.5 s; 128 without GQA (16) 19.1 -> 5.8 s;
+/// 128 with 4 heads (4) 8.3 -> 6.1 s; 256 with 4 heads (2) 5.5 -> 6.0 s.
+const MIN_TILE: usize = 4;
+
+impl GpuBackend {
+    /// The tile shape for a batch of `m` tokens, if attention runs tiled:
+    /// a prefill batch ([`TILE_MIN_TOKENS`]) whose rows do not split the
+    /// span ([`n_splits`]), on an adapter with room for the tile's
+    /// workgroup memory, unless `GLINT_ATTN_TILE=0` turned tiles off.
+    fn attn_tile(&self, m: usize, p: &AttnParams, hpw: usize) -> Option<(usize, usize)> {
+        let room = self.ctx.limits.max_compute_workgroup_storage_size;
+        if !self.attn_tiles
+            || m < TILE_MIN_TOKENS
+            || n_splits(m * p.n_head, p.n_kv) > 1
+            || room < TILE_WORKGROUP_BYTES
+        {
+            return None;
+        }
+        tile_shape(p.head_dim, hpw)
+    }
+}
+
+/// Prefill attention by tiles of `tq` tokens (attention.wgsl's `tile`): one
+/// workgroup per (tile, KV head, sub-group of `hpw` heads), the span read in
+/// chunks of `ct` cells once a tile.
+fn attention_tiled(
+    be: &GpuBackend,
+    qkvm: [&T; 4],
+    p: &AttnParams,
+    out: &T,
+    (f16, kv_q): (bool, u32),
+    [hpw, n_sub, tq, ct]: [usize; 4],
+) -> Result<()> {
+    let m = qkvm[0].desc.ne[2];
+    let key = PipelineKey::new("attention.wgsl", "tile", 4, 1)
+        .with_constant("KV_F16", f16 as u32 as f64)
+        .with_constant("KV_Q", kv_q as f64)
+        .with_constant("HPW", hpw as f64)
+        .with_constant("TQ", tq as f64)
+        .with_constant("CT", ct as f64)
+        .with_flags(be.flags(false, f16));
+    let tiles = m.div_ceil(tq);
+    let workgroups = tiles * p.n_head_kv * n_sub;
+    let [_, k, v, _] = qkvm;
+    let head_bytes = |t: &T| (t.desc.row_bytes() / p.n_head_kv.max(1)) as u64;
+    let bytes = (workgroups * p.n_kv) as u64 * (head_bytes(k) + head_bytes(v));
+    crate::counters::Work::add(&be.work.kv_bytes_read, bytes);
+    let params = wgsl_params(p, m, [p.n_kv, 1, n_sub]);
+    be.launch("attention", key, [&qkvm, &[out]], &params, workgroups)
 }
 
 /// Two-window SelfExtend: [`attention`] with the distant half (`q2`, `k2`,
@@ -241,7 +328,30 @@ fn check_attention(
 
 #[cfg(test)]
 mod tests {
-    use super::{head_groups, n_splits};
+    use super::{head_groups, n_splits, tile_shape};
+
+    #[test]
+    fn prefill_tiles_take_four_tokens_or_more_and_fit_their_room() {
+        // (head_dim, heads a workgroup) -> (tokens a tile, cells a chunk).
+        assert_eq!(tile_shape(64, 3), Some((10, 32))); // SmolLM2
+        assert_eq!(tile_shape(128, 1), Some((16, 32))); // a 7B
+        assert_eq!(tile_shape(128, 4), Some((4, 32))); // Llama 3 8B
+        assert_eq!(tile_shape(96, 5), Some((4, 32)));
+        assert_eq!(tile_shape(256, 1), Some((8, 16)));
+        assert_eq!(tile_shape(256, 4), None); // Gemma 3: 2 tokens
+        assert_eq!(tile_shape(512, 1), None);
+        // Every shape's arrays within attention.wgsl's (T_QS, T_KV, T_SS,
+        // T_ROWS).
+        for hd in 1..=256 {
+            for hpw in 1..=8 {
+                if let Some((tq, ct)) = tile_shape(hd, hpw) {
+                    let rows = tq * hpw;
+                    assert!(rows * hd <= 2048 && (ct + 1) * hd <= 4352, "{hd} {hpw}");
+                    assert!(rows * ct <= 1024 && rows <= 64, "{hd} {hpw}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_group_of_query_heads_shares_one_workgroup_where_it_fits() {
