@@ -21,6 +21,10 @@ pub struct GpuOptions {
     /// Do not request `SHADER_F16` even where the adapter has it: F16 data is
     /// read as packed `u32` words with `unpack2x16float`.
     pub disable_f16: bool,
+    /// Do not request `IMMEDIATES` even where the adapter has it: each
+    /// kernel's params go through the per-submit uniform arena at a dynamic
+    /// offset instead of the dispatch's immediate data.
+    pub disable_immediates: bool,
     /// Keep wgpu's loop bounding in the kernels (a counter in every loop
     /// that breaks out after 2^64 iterations, injected for untrusted
     /// shaders). Off by default: every loop in `shaders/` ends by its own
@@ -126,6 +130,11 @@ impl Context {
         }
         if opts.disable_subgroups {
             wanted.remove(wgpu::Features::SUBGROUP);
+        }
+        // Immediates where the adapter holds a whole params block of them
+        // (Vulkan guarantees 128 bytes of push constants).
+        if !opts.disable_immediates && limits.max_immediate_size >= crate::submit::IMMEDIATE_BYTES {
+            wanted |= wgpu::Features::IMMEDIATES;
         }
         if opts.profile {
             let need = crate::profile::Profiler::features();

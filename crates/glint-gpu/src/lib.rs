@@ -66,6 +66,9 @@ pub struct FeaturesUsed {
     pub f16: bool,
     /// `SUBGROUP`: reductions use subgroup operations.
     pub subgroups: bool,
+    /// `IMMEDIATES`: each kernel's params are its dispatch's immediate
+    /// data, not a block of the per-submit uniform arena.
+    pub immediates: bool,
 }
 
 /// The wgpu backend: the device (context.rs), the pipeline cache
@@ -250,6 +253,7 @@ impl GpuBackend {
         FeaturesUsed {
             f16: self.ctx.features.contains(wgpu::Features::SHADER_F16),
             subgroups: self.ctx.features.contains(wgpu::Features::SUBGROUP),
+            immediates: self.ctx.features.contains(wgpu::Features::IMMEDIATES),
         }
     }
 }
@@ -265,6 +269,9 @@ impl Backend for GpuBackend {
         }
         if used.subgroups {
             feats.push("subgroups");
+        }
+        if used.immediates {
+            feats.push("immediates");
         }
         if feats.is_empty() {
             feats.push("no optional features");

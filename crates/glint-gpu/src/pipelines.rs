@@ -1,7 +1,9 @@
 //! Compute pipelines, created on first use and cached by (file, entry point,
 //! weight type, override constants, flags). Bind group layouts are explicit:
 //! every kernel binds `n_in` read-only storage buffers, then `n_out`
-//! read-write storage buffers, then one uniform block of parameters.
+//! read-write storage buffers, then one uniform block of parameters, or,
+//! for a variant with the [`IMMEDIATES`] flag, takes its parameters as
+//! immediate data ([`IMMEDIATE_BYTES`]) and binds no uniform block.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use glint_backend::GgmlType;
 
 use crate::few::Few;
-use crate::shaders::module_source;
+use crate::shaders::{module_source, IMMEDIATES};
+use crate::submit::IMMEDIATE_BYTES;
 
 /// A kernel variant's preprocessor flags (a fixed few, held inline).
 pub type Flags = Few<&'static str, 8>;
@@ -48,7 +51,8 @@ pub struct PipelineCache {
     /// Pipelines compiled so far (cache misses), for the work counters.
     pub(crate) created: std::sync::atomic::AtomicU64,
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
-    layouts: Mutex<HashMap<(u32, u32), Arc<wgpu::BindGroupLayout>>>,
+    /// By (inputs, outputs, params as immediates).
+    layouts: Mutex<HashMap<(u32, u32, bool), Arc<wgpu::BindGroupLayout>>>,
 }
 
 impl PipelineCache {
@@ -80,10 +84,15 @@ impl PipelineCache {
         unsafe { device.create_shader_module_trusted(desc, checks) }
     }
 
-    fn layout(&self, device: &wgpu::Device, n_in: u32, n_out: u32) -> Arc<wgpu::BindGroupLayout> {
+    fn layout(
+        &self,
+        device: &wgpu::Device,
+        (n_in, n_out): (u32, u32),
+        immediates: bool,
+    ) -> Arc<wgpu::BindGroupLayout> {
         let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
         layouts
-            .entry((n_in, n_out))
+            .entry((n_in, n_out, immediates))
             .or_insert_with(|| {
                 let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
                     binding,
@@ -97,16 +106,18 @@ impl PipelineCache {
                 };
                 let mut entries: Vec<_> = (0..n_in).map(|b| storage(b, true)).collect();
                 entries.extend((n_in..n_in + n_out).map(|b| storage(b, false)));
-                entries.push(wgpu::BindGroupLayoutEntry {
-                    binding: n_in + n_out,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: true,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                });
+                if !immediates {
+                    entries.push(wgpu::BindGroupLayoutEntry {
+                        binding: n_in + n_out,
+                        visibility: wgpu::ShaderStages::COMPUTE,
+                        ty: wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Uniform,
+                            has_dynamic_offset: true,
+                            min_binding_size: None,
+                        },
+                        count: None,
+                    });
+                }
                 Arc::new(
                     device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
                         label: Some("glint"),
@@ -129,11 +140,12 @@ impl PipelineCache {
         }
         let text = module_source(key.file, key.ty, &key.flags)?;
         let module = self.module(device, key.file, text);
-        let layout = self.layout(device, key.n_in, key.n_out);
+        let immediates = key.flags.contains(&IMMEDIATES);
+        let layout = self.layout(device, (key.n_in, key.n_out), immediates);
         let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some(key.file),
             bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
+            immediate_size: if immediates { IMMEDIATE_BYTES } else { 0 },
         });
         let constants: Vec<(&str, f64)> = key
             .constants

@@ -168,6 +168,9 @@ pub fn preprocess(path: &str, defines: &[(&str, &str)], flags: &[&str]) -> Resul
             } else if let Some(rest) = t.strip_prefix("#include") {
                 let inc = apply_defines(rest.trim().trim_matches('"'), pp.defines);
                 expand(pp, &inc)?;
+            } else if pp.flags.contains(&IMMEDIATES) && is_params_binding(t) {
+                pp.out.push_str(PARAMS_IMMEDIATE);
+                pp.out.push('\n');
             } else {
                 pp.out.push_str(&apply_defines(line, pp.defines));
                 pp.out.push('\n');
@@ -197,6 +200,17 @@ pub const F16: &str = "SHADER_F16";
 const ENABLE_F16: &str = "enable f16;\n";
 /// Flag: the kernel's reductions use subgroup operations.
 pub const SUBGROUPS: &str = "USE_SUBGROUPS";
+/// Flag: the kernel's params are the dispatch's immediate data: every
+/// kernel declares them as its last binding,
+/// `@group(0) @binding(N) var<uniform> p: Params;`, and that line becomes
+/// [`PARAMS_IMMEDIATE`] (the bind group then ends at the outputs).
+pub const IMMEDIATES: &str = "IMMEDIATES";
+const PARAMS_IMMEDIATE: &str = "var<immediate> p: Params;";
+
+/// Whether a (trimmed) line declares a kernel's params block.
+fn is_params_binding(t: &str) -> bool {
+    t.starts_with("@group(0) @binding(") && t.ends_with("var<uniform> p: Params;")
+}
 
 #[cfg(test)]
 mod tests {
@@ -233,6 +247,31 @@ mod tests {
         assert!(mv.contains("W: array<f16>") && !mv.contains("fn u32_at"));
     }
 
+    /// With IMMEDIATES, every kernel file's params (`var<uniform> p`, its
+    /// last binding, in each of its variants) become immediate data: no
+    /// uniform is left for the bind group the launcher no longer makes.
+    #[test]
+    fn immediates_take_every_kernels_params() {
+        let own = ["ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST"];
+        for (path, text) in SOURCES {
+            if !text.contains("@compute") || *path == "copy.wgsl" {
+                continue;
+            }
+            for f in std::iter::once(None).chain(own.iter().map(Some)) {
+                let mut flags = vec![IMMEDIATES];
+                flags.extend(f.copied());
+                if f == Some(&"POST") {
+                    flags.extend(["NORM", "P8"]);
+                }
+                let s = module_source(path, Some(GgmlType::Q8_0), &flags).unwrap();
+                assert!(!s.contains("var<uniform>"), "{path} {flags:?}");
+                assert_eq!(s.matches(PARAMS_IMMEDIATE).count(), 1, "{path} {flags:?}");
+                let without = module_source(path, Some(GgmlType::Q8_0), &flags[1..]).unwrap();
+                assert_eq!(without.matches("var<uniform> p: Params;").count(), 1);
+            }
+        }
+    }
+
     #[test]
     fn every_file_preprocesses_under_every_flag_set() {
         for (path, _) in SOURCES {
@@ -257,7 +296,8 @@ mod tests {
         // Metal and DX12 adapter.
         let caps = Capabilities::SHADER_FLOAT16
             | Capabilities::SUBGROUP
-            | Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+            | Capabilities::SHADER_FLOAT16_IN_FLOAT32
+            | Capabilities::IMMEDIATES;
         let info = Validator::new(ValidationFlags::all(), caps)
             .validate(&module)
             .map_err(|e| format!("validation: {:?}", e.into_inner()))?;
@@ -276,8 +316,17 @@ mod tests {
         };
         msl::write_string(&module, &info, &mo, &msl::PipelineOptions::default())
             .map_err(|e| format!("MSL: {e}"))?;
+        // Immediates: a root constant at b0 of a space of their own, as
+        // wgpu's DX12 backend places them.
         let ho = hlsl::Options {
             shader_model: hlsl::ShaderModel::V6_2,
+            immediates_target: Some(hlsl::BindTarget {
+                space: 1,
+                register: 0,
+                binding_array_size: None,
+                dynamic_storage_buffer_offsets_index: None,
+                restrict_indexing: false,
+            }),
             ..Default::default()
         };
         let po = hlsl::PipelineOptions::default();
@@ -292,8 +341,8 @@ mod tests {
     /// naga to SPIR-V, MSL and HLSL, so no kernel works on Vulkan alone:
     /// each module file (a file with an entry point), each weight format of
     /// the typed ones, with and without SHADER_F16 (typed kernels: F16
-    /// weights only, as `ops::flags` asks for it) and USE_SUBGROUPS, and
-    /// every set of the file's own flags. Variants whose text is the same
+    /// weights only, as `ops::flags` asks for it), USE_SUBGROUPS and
+    /// IMMEDIATES, and every set of the file's own flags. Variants whose text is the same
     /// are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
@@ -332,7 +381,7 @@ mod tests {
                     &[false]
                 };
                 for &f16 in f16s {
-                    for sub in [false, true] {
+                    for (sub, imm) in [(false, false), (true, false), (false, true), (true, true)] {
                         for set in 0..1usize << own.len() {
                             let mut flags = Vec::new();
                             if f16 {
@@ -340,6 +389,9 @@ mod tests {
                             }
                             if sub {
                                 flags.push(SUBGROUPS);
+                            }
+                            if imm {
+                                flags.push(IMMEDIATES);
                             }
                             flags.extend(
                                 (0..own.len()).filter(|b| set >> b & 1 == 1).map(|b| own[b]),

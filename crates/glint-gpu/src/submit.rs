@@ -15,6 +15,7 @@ use glint_backend::{BackendError, Result};
 
 use crate::counters::Work;
 use crate::pipelines::PipelineKey;
+use crate::shaders::IMMEDIATES;
 use crate::tensor::{Bind, BindKey, GpuTensor};
 use crate::GpuBackend;
 
@@ -25,6 +26,13 @@ pub const MAX_PENDING_OPS: usize = 2048;
 
 /// The largest params block an op may have (64 u32 words).
 pub(crate) const PARAMS_MAX_BYTES: u64 = 256;
+
+/// The immediate data of a kernel whose params are immediates (flag
+/// [`IMMEDIATES`]): 32 words, the 128 bytes of push constants every Vulkan
+/// device has, more than any kernel's params (the largest are 16 words).
+/// Every dispatch sets all of them (the rest zeros), so each kernel finds
+/// every word its `Params` reads set.
+pub(crate) const IMMEDIATE_BYTES: u32 = 128;
 
 /// The encoder being recorded into, its open compute pass, how many ops it
 /// holds and their params blocks (in order, each at a multiple of the
@@ -114,9 +122,9 @@ impl GpuBackend {
         f(enc)
     }
 
-    /// The bind group of one dispatch, `inputs`, `outputs`, then the params
-    /// arena (one block, picked by the dynamic offset): from the cache, or
-    /// made now.
+    /// The bind group of one dispatch, `inputs`, `outputs`, then (unless
+    /// the params are immediates) the params arena (one block, picked by the
+    /// dynamic offset): from the cache, or made now.
     fn bind_group(
         &self,
         key: &PipelineKey,
@@ -145,14 +153,16 @@ impl GpuBackend {
                     }),
                 });
             }
-            entries.push(wgpu::BindGroupEntry {
-                binding: (inputs.len() + outputs.len()) as u32,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &self.params,
-                    offset: 0,
-                    size: std::num::NonZeroU64::new(PARAMS_MAX_BYTES),
-                }),
-            });
+            if !key.flags.contains(&IMMEDIATES) {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: (inputs.len() + outputs.len()) as u32,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &self.params,
+                        offset: 0,
+                        size: std::num::NonZeroU64::new(PARAMS_MAX_BYTES),
+                    }),
+                });
+            }
             self.ctx
                 .device
                 .create_bind_group(&wgpu::BindGroupDescriptor {
@@ -169,7 +179,8 @@ impl GpuBackend {
 
     /// Record one kernel: `inputs` read-only, `outputs` read-write, then the
     /// params (u32 words, f32 as bits; at most [`PARAMS_MAX_BYTES`]) as a
-    /// uniform block. `n_workgroups` are spread over x and y (x at most
+    /// uniform block, or as the dispatch's immediate data where the device
+    /// has immediates (at most [`IMMEDIATE_BYTES`]). `n_workgroups` are spread over x and y (x at most
     /// `max_compute_workgroups_per_dimension`). Every kernel of a submit
     /// runs in one compute pass; wgpu orders a dispatch after the ones
     /// whose outputs it reads.
@@ -200,8 +211,21 @@ impl GpuBackend {
                 BindKey::MAX
             )));
         }
+        let immediates = self.features_used().immediates;
+        if immediates && params.len() * 4 > IMMEDIATE_BYTES as usize {
+            return Err(BackendError::Device(format!(
+                "{}: {} params words, over the {} of immediate data",
+                key.entry,
+                params.len(),
+                IMMEDIATE_BYTES / 4
+            )));
+        }
         let owners = inputs.iter().chain(outputs).map(|b| b.owner);
         self.check_owners(owners, || format!("{} ({})", key.entry, key.file))?;
+        let mut key = key;
+        if immediates {
+            key.flags.push(IMMEDIATES);
+        }
         let pipe = self
             .pipelines
             .get(&self.ctx.device, &key)
@@ -211,18 +235,24 @@ impl GpuBackend {
         let x = n_workgroups.min(max_x);
         let y = n_workgroups.div_ceil(x);
         Work::add(&self.work.dispatches, 1);
-        // The block: at least 16 words, whole 16-byte rows (WGSL's uniform
-        // layout), at the next dynamic-offset boundary.
-        let words = params.len().max(16).next_multiple_of(4);
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let mut offset = p.params.len().next_multiple_of(self.param_align);
-        if p.n_ops >= MAX_PENDING_OPS || offset as u64 + PARAMS_MAX_BYTES > self.params.size() {
-            // The arena is full: run what it holds first.
+        if p.n_ops >= MAX_PENDING_OPS
+            || (!immediates && offset as u64 + PARAMS_MAX_BYTES > self.params.size())
+        {
+            // The arena (or the ops a submit holds) is full: run what it
+            // holds first.
             self.submit(&mut p);
             offset = 0;
         }
-        p.params.resize(offset + words * 4, 0);
-        p.params[offset..offset + params.len() * 4].copy_from_slice(bytemuck::cast_slice(params));
+        if !immediates {
+            // The block: at least 16 words, whole 16-byte rows (WGSL's
+            // uniform layout), at the next dynamic-offset boundary.
+            let words = params.len().max(16).next_multiple_of(4);
+            p.params.resize(offset + words * 4, 0);
+            p.params[offset..offset + params.len() * 4]
+                .copy_from_slice(bytemuck::cast_slice(params));
+        }
         p.n_ops += 1;
         for b in inputs.iter().chain(outputs) {
             if !p.bound.contains(b.buf) {
@@ -253,7 +283,14 @@ impl GpuBackend {
         }
         let pass = p.pass.as_mut().expect("a pass was just opened");
         pass.set_pipeline(&pipe.pipeline);
-        pass.set_bind_group(0, &bg, &[offset as u32]);
+        if immediates {
+            let mut words = [0u32; IMMEDIATE_BYTES as usize / 4];
+            words[..params.len()].copy_from_slice(params);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.set_immediates(0, bytemuck::cast_slice(&words));
+        } else {
+            pass.set_bind_group(0, &bg, &[offset as u32]);
+        }
         if let Some(prof) = &self.profiler {
             prof.stamp(pass, n, false);
         }

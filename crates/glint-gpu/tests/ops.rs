@@ -31,23 +31,30 @@ fn adapter_is_vulkan() {
     assert!(!glint_gpu::list_adapters().is_empty());
 }
 
-/// lavapipe has SHADER_F16 and SUBGROUP: the features-on backend must use
-/// both (else the tests run on it would not exercise those variants), the
-/// features-off one neither, and each says so in its name.
+/// lavapipe has SHADER_F16, SUBGROUP and IMMEDIATES (Vulkan's push
+/// constants): the features-on backend must use all three (else the tests
+/// run on it would not exercise those variants), the features-off one none,
+/// and each says so in its name.
 #[test]
 fn both_feature_configurations_are_what_they_claim() {
     let (on, off) = (gpu_on(), gpu_off());
-    let all = glint_gpu::FeaturesUsed {
-        f16: true,
-        subgroups: true,
+    let used = |f16, subgroups, immediates| glint_gpu::FeaturesUsed {
+        f16,
+        subgroups,
+        immediates,
     };
-    let none = glint_gpu::FeaturesUsed {
-        f16: false,
-        subgroups: false,
-    };
-    assert_eq!(on.features_used(), all, "{}", on.name());
-    assert!(on.name().ends_with("; f16, subgroups)"), "{}", on.name());
-    assert_eq!(off.features_used(), none, "{}", off.name());
+    assert_eq!(on.features_used(), used(true, true, true), "{}", on.name());
+    assert!(
+        on.name().ends_with("; f16, subgroups, immediates)"),
+        "{}",
+        on.name()
+    );
+    assert_eq!(
+        off.features_used(),
+        used(false, false, false),
+        "{}",
+        off.name()
+    );
     assert!(off.features().is_empty(), "{:?}", off.features());
     assert!(
         off.name().ends_with("; no optional features)"),
@@ -55,18 +62,21 @@ fn both_feature_configurations_are_what_they_claim() {
         off.name()
     );
     // One at a time.
-    let only_f16 = glint_gpu::GpuBackend::new(glint_gpu::GpuOptions {
+    let only = |opts: glint_gpu::GpuOptions| {
+        glint_gpu::GpuBackend::new(opts)
+            .expect("a wgpu adapter")
+            .features_used()
+    };
+    let no_subgroups = glint_gpu::GpuOptions {
         disable_subgroups: true,
         ..Default::default()
-    })
-    .unwrap();
-    assert_eq!(
-        only_f16.features_used(),
-        glint_gpu::FeaturesUsed {
-            f16: true,
-            subgroups: false
-        }
-    );
+    };
+    assert_eq!(only(no_subgroups), used(true, false, true));
+    let no_immediates = glint_gpu::GpuOptions {
+        disable_immediates: true,
+        ..Default::default()
+    };
+    assert_eq!(only(no_immediates), used(true, true, false));
 }
 
 fn silu(x: f64) -> f64 {

@@ -78,6 +78,7 @@ pub fn without_features(opts: GpuOptions) -> GpuOptions {
     GpuOptions {
         disable_f16: true,
         disable_subgroups: true,
+        disable_immediates: true,
         ..opts
     }
 }
