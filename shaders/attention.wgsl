@@ -332,11 +332,11 @@ fn main(inv: Inv, ln: Lane) {
     }
 }
 
-// ---- Prefill tiles: entry `tile` (not with WINDOW) ----
+// ---- Tiles: entry `tile` (not with WINDOW) ----
 // One workgroup per (tile of TQ consecutive tokens, KV head, sub-group of
-// HPW query heads). Its R = TQ * HPW query rows (row r: token tok0 + r /
-// HPW, head h0 + r % HPW) share every chunk of CT cells it loads into
-// workgroup memory, so the span's K/V is read once a tile, not once a
+// HPW query heads, split s). Its R = TQ * HPW query rows (row r: token
+// tok0 + r / HPW, head h0 + r % HPW) share every chunk of CT cells it loads
+// into workgroup memory, so the span's K/V is read once a tile, not once a
 // token, and read coalesced (consecutive invocations, consecutive
 // elements of a row). A chunk:
 //   K loaded transposed, [hd][CT + 1] (a score step's invocations read
@@ -346,9 +346,13 @@ fn main(inv: Inv, ln: Lane) {
 //   one online-softmax step a row (running max, sum and the accumulators'
 //   correction), while V is loaded over K's room, [CT][hd];
 //   the accumulators [R, hd], T_ACC an invocation, rescaled and summed.
-// Every chunk of the span is read (masked chunks are not skipped), so the
-// work counters model n_kv cells a tile. f32 throughout, as `main`; the
-// launcher takes TQ and CT from head_dim so that every array fits.
+// A tile of one token (TQ = 1: decode) loads only the K/V rows its mask
+// lets through, as `main` reads them; a larger tile (prefill) loads every
+// cell of its span, so the work counters model n_kv cells a tile. Split
+// KV as in `main`: split s takes cells s * split_len .. (s + 1) *
+// split_len and writes partials for attention_combine.wgsl. f32
+// throughout, as `main`; the launcher takes TQ and CT from head_dim so
+// that every array fits.
 override TQ: u32 = 1u;
 override CT: u32 = 32u;
 const T_QS: u32 = 2048u; // R * head_dim
@@ -364,13 +368,23 @@ var<workgroup> t_max: array<f32, T_ROWS>;
 var<workgroup> t_sum: array<f32, T_ROWS>;
 var<workgroup> t_corr: array<f32, T_ROWS>;
 
+// Whether a tile loads cell j's K/V row: every cell, unless the tile is
+// one token and its mask hides the cell.
+fn t_loads(tok0: u32, j: u32) -> bool {
+    return TQ > 1u || mask[tok0 * p.n_kv + j] > NEG_INF;
+}
+
 @compute @workgroup_size(WG)
 fn tile(inv: Inv) {
-    // (tile * n_head_kv + h_kv) * n_sub + sub
-    let w = group_index(inv);
-    if (w >= (p.m + TQ - 1u) / TQ * p.n_head_kv * p.n_sub) {
+    // ((tile * n_head_kv + h_kv) * n_sub + sub) * n_split + split
+    let gs = group_index(inv);
+    if (gs >= (p.m + TQ - 1u) / TQ * p.n_head_kv * p.n_sub * p.n_split) {
         return;
     }
+    let w = gs / p.n_split;
+    let split = gs % p.n_split;
+    let j_begin = split * p.split_len;
+    let j_end = min(j_begin + p.split_len, p.n_kv);
     let sub = w % p.n_sub;
     let h_kv = (w / p.n_sub) % p.n_head_kv;
     let tok0 = w / (p.n_sub * p.n_head_kv) * TQ;
@@ -396,13 +410,13 @@ fn tile(inv: Inv) {
     }
     var acc: array<f32, T_ACC>;
     workgroupBarrier();
-    for (var j0 = 0u; j0 < p.n_kv; j0 += CT) {
-        let n_chunk = min(CT, p.n_kv - j0);
+    for (var j0 = j_begin; j0 < j_end; j0 += CT) {
+        let n_chunk = min(CT, j_end - j0);
         let kb = (p.kv_start + j0) * row_len + h_kv * hd;
         for (var i = lid; i < CT * hd; i += WG) {
             let c = i / hd;
             var x = 0.0;
-            if (c < n_chunk) {
+            if (c < n_chunk && t_loads(tok0, j0 + c)) {
                 x = kv_at(false, kb + c * row_len + i % hd);
             }
             t_kv[(i % hd) * cs + c] = x;
@@ -451,7 +465,7 @@ fn tile(inv: Inv) {
         for (var i = lid; i < CT * hd; i += WG) {
             let c = i / hd;
             var x = 0.0;
-            if (c < n_chunk) {
+            if (c < n_chunk && t_loads(tok0, j0 + c)) {
                 x = kv_at(true, kb + c * row_len + i % hd);
             }
             t_kv[i] = x;
@@ -475,11 +489,22 @@ fn tile(inv: Inv) {
         let r = o / hd;
         let tok = tok0 + r / HPW;
         if (o < rows * hd && tok < p.m && r % HPW < ng) {
-            var x = 0.0;
-            if (t_sum[r] > 0.0) {
-                x = acc[t] / t_sum[r];
+            let row = tok * p.n_head + h0 + r % HPW; // token * n_head + h
+            if (p.n_split > 1u) {
+                // Partials: max, sum, then the accumulators as they are.
+                let pb = (row * p.n_split + split) * (hd + 2u);
+                if (o % hd == 0u) {
+                    out[pb] = t_max[r];
+                    out[pb + 1u] = t_sum[r];
+                }
+                out[pb + 2u + o % hd] = acc[t];
+            } else {
+                var x = 0.0;
+                if (t_sum[r] > 0.0) {
+                    x = acc[t] / t_sum[r];
+                }
+                out[row * hd + o % hd] = x;
             }
-            out[(tok * p.n_head + h0 + r % HPW) * hd + o % hd] = x;
         }
     }
 }

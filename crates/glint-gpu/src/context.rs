@@ -25,6 +25,12 @@ pub struct GpuOptions {
     /// kernel's params go through the per-submit uniform arena at a dynamic
     /// offset instead of the dispatch's immediate data.
     pub disable_immediates: bool,
+    /// Decode attention (and a prefill batch that splits its span or
+    /// whose tiles would be small) also runs attention.wgsl's `tile`, by
+    /// tiles of one token, instead of `main`: on lavapipe it is 1.1-2.5x
+    /// slower, on a GPU not yet measured. Also on when the environment has
+    /// `GLINT_ATTN_TILE=all`.
+    pub decode_tiles: bool,
     /// Keep wgpu's loop bounding in the kernels (a counter in every loop
     /// that breaks out after 2^64 iterations, injected for untrusted
     /// shaders). Off by default: every loop in `shaders/` ends by its own

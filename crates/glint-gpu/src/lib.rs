@@ -103,6 +103,8 @@ pub struct GpuBackend {
     /// `tile` entry); off when the environment has `GLINT_ATTN_TILE=0`
     /// (a workgroup a token, as before: to compare the two on a device).
     attn_tiles: bool,
+    /// Other batches run tiles of one token ([`GpuOptions::decode_tiles`]).
+    decode_tiles: bool,
 }
 
 impl GpuBackend {
@@ -138,6 +140,8 @@ impl GpuBackend {
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
             attn_tiles: std::env::var_os("GLINT_ATTN_TILE").is_none_or(|v| v != "0"),
+            decode_tiles: opts.decode_tiles
+                || std::env::var_os("GLINT_ATTN_TILE").is_some_and(|v| v == "all"),
         })
     }
 

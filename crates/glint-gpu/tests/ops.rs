@@ -368,7 +368,8 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
         // (ops/attention.rs's tile_shape): SmolLM2's heads (3 a KV head,
         // tiles of 10 tokens, the last one short), heads of 256 without GQA
         // (tiles of 8), a group of 10 at head_dim 96 (two workgroups of 5
-        // heads, tiles of 4) and 3 heads of 40 (tiles of 10).
+        // heads, tiles of 4) and 3 heads of 40 (tiles of 10); 4 heads of
+        // 256 a KV head (Gemma 3's) would make tiles of 2 and keep `main`.
         let shapes = [
             (40, 6, 2, 5),
             (64, 20, 2, 3),
@@ -377,6 +378,7 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
             (256, 4, 4, 70),
             (96, 20, 2, 16),
             (40, 6, 2, 45),
+            (256, 8, 2, 40),
         ];
         for ((hd, nh, nkv, m), ty) in shapes
             .into_iter()
@@ -533,9 +535,10 @@ fn split_attention_is_two_dispatches_and_allocates_once() {
 
 /// Prefill attention by tiles, on a backend of its own: one dispatch of
 /// one workgroup per (tile of 10 tokens, KV head) whose modeled K/V reads
-/// are the span's once a tile, and the same values as a workgroup a token
-/// (`GLINT_ATTN_TILE=0`'s path, which a batch under 16 tokens takes) to
-/// the attention tolerance.
+/// are the span's once a tile, and the same values, to the attention
+/// tolerance, as a workgroup a token (`main`, which a batch under 16
+/// tokens takes), which reads only the cells each token's mask lets
+/// through.
 #[test]
 fn prefill_attention_reads_the_span_once_a_tile() {
     let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
@@ -607,8 +610,8 @@ fn prefill_attention_reads_the_span_once_a_tile() {
     // 4 tiles (10, 10, 10, 7 tokens) x 3 KV heads x 300 cells x a K and a
     // V head row of 64 f32.
     assert_eq!(tiled.kv_bytes_read, 4 * 3 * 300 * 2 * 64 * 4);
-    // The same tokens a workgroup each (batches of 15 and 7, under the
-    // tile's 16), reading only the cells each mask lets through.
+    // The same tokens a workgroup each (batches of 15 and 7, under the 16
+    // of a prefill tile), reading only the cells each mask lets through.
     let mut want = Vec::new();
     let mut per_token = 0;
     for (t0, m) in [(0, 15), (15, 15), (30, 7)] {
@@ -624,6 +627,92 @@ fn prefill_attention_reads_the_span_once_a_tile() {
         "{per_token} vs {tiled:?}"
     );
     assert_close("tiled attention", &got, &want, tol::attn(F32));
+}
+
+/// Tiles of one token (`GpuOptions::decode_tiles`, `GLINT_ATTN_TILE=all`)
+/// against `main` on the same inputs: the same values to the attention
+/// tolerance, the same dispatches (a split span: the kernel and the
+/// combine pass) and the same modeled K/V reads (only the cells a token's
+/// mask lets through), on SmolLM2's and Gemma 3's heads, f32 and f16
+/// caches, spans that split and spans that do not.
+#[test]
+fn one_token_tiles_match_main() {
+    let opts = GpuOptions::default();
+    let main = GpuBackend::new(opts.clone()).expect("a wgpu adapter");
+    let tiles = GpuBackend::new(GpuOptions {
+        decode_tiles: true,
+        ..opts
+    })
+    .expect("a wgpu adapter");
+    let mut r = Rng(seed());
+    for ((hd, nh, nkv), ty) in [(64, 9, 3), (256, 4, 1)]
+        .into_iter()
+        .flat_map(|s| [(s, F32), (s, GgmlType::F16)])
+    {
+        for (m, n_kv) in [(1, 300), (3, 1500), (5, 77)] {
+            let kv = r.vec_scaled(hd * nkv * n_kv, 1.5);
+            let vv = r.vec_scaled(hd * nkv * n_kv, 1.5);
+            let q = r.vec_scaled(hd * nh * m, 1.5);
+            // Token t sees the cells up to n_kv - m + t but every fifth,
+            // with a bias on every seventh.
+            let mask: Vec<f32> = (0..m)
+                .flat_map(|t| {
+                    (0..n_kv).map(move |j| match j {
+                        _ if j > n_kv - m + t || j % 5 == 1 => f32::NEG_INFINITY,
+                        _ if j % 7 == 0 => -0.5,
+                        _ => 0.0,
+                    })
+                })
+                .collect();
+            let p = AttnParams {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                softcap: if m == 3 { 20.0 } else { 0.0 },
+                kv_start: 0,
+                n_kv,
+            };
+            let run = |be: &GpuBackend| {
+                let buf = |ty: GgmlType, ne: [usize; 4]| {
+                    be.alloc(common::desc(ty, ne, Usage::KvCache)).unwrap()
+                };
+                let (k, v) = (
+                    buf(ty, [hd * nkv, n_kv, 1, 1]),
+                    buf(ty, [hd * nkv, n_kv, 1, 1]),
+                );
+                let all: Vec<i32> = (0..n_kv as i32).collect();
+                let rows = buf(GgmlType::I32, [n_kv, 1, 1, 1]);
+                be.write(&rows, 0, bytemuck::cast_slice(&all)).unwrap();
+                for (dst, vals) in [(&k, &kv), (&v, &vv)] {
+                    let src = buf(F32, [hd * nkv, n_kv, 1, 1]);
+                    be.write(&src, 0, bytemuck::cast_slice(vals)).unwrap();
+                    be.set_rows(&src, &rows, dst).unwrap();
+                }
+                let qt = buf(F32, [hd, nh, m, 1]);
+                be.write(&qt, 0, bytemuck::cast_slice(&q)).unwrap();
+                let mt = buf(F32, [n_kv, m, 1, 1]);
+                be.write(&mt, 0, bytemuck::cast_slice(&mask)).unwrap();
+                let out = buf(F32, [hd * nh, m, 1, 1]);
+                let before = be.work_counters();
+                be.attention(&qt, &k, &v, &mt, &p, &out).unwrap();
+                let counted = be.work_counters().since(&before);
+                let mut bytes = vec![0u8; hd * nh * m * 4];
+                be.read(&out, 0, &mut bytes).unwrap();
+                let values = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                (counted, values.collect::<Vec<f32>>())
+            };
+            let what = format!("{hd}x{nh}/{nkv} {ty:?} m {m} n_kv {n_kv}");
+            let ((cm, om), (ct, ot)) = (run(&main), run(&tiles));
+            assert_eq!(cm.dispatches, ct.dispatches, "{what}");
+            assert_eq!(cm.dispatches, if n_kv >= 512 { 2 } else { 1 }, "{what}");
+            assert_eq!(cm.kv_bytes_read, ct.kv_bytes_read, "{what}");
+            let want: Vec<f64> = om.iter().map(|&x| x as f64).collect();
+            assert_close(&what, &ot, &want, tol::attn(ty));
+        }
+    }
 }
 
 /// The fused QK-norm is one dispatch, where the composing path takes six

@@ -122,8 +122,17 @@ impl GpuBackend {
 pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
     let (m, f16, kv_q) = check_attention("attention", qkvm, p, out)?;
     let (hpw, n_sub) = head_groups(p.n_head, p.n_head_kv, p.head_dim, 1);
-    if let Some((tq, ct)) = be.attn_tile(m, p, hpw) {
-        return attention_tiled(be, qkvm, p, out, (f16, kv_q), [hpw, n_sub, tq, ct]);
+    match be.attn_tile(m, p, hpw) {
+        Some((1, ct)) => {
+            // Tiles of one token: `main`'s workgroups, splits and reads.
+            let key = tile_key(be, (f16, kv_q), hpw, (1, ct));
+            be.kv_read(&qkvm, None, p, (m, n_sub));
+            return launch_split(be, ("attention", key), &qkvm, out, p, (m, n_sub));
+        }
+        Some((tq, ct)) => {
+            return attention_tiled(be, qkvm, p, out, (f16, kv_q), [hpw, n_sub, tq, ct]);
+        }
+        None => {}
     }
     let key = PipelineKey::new("attention.wgsl", "main", 4, 1)
         .with_constant("KV_F16", f16 as u32 as f64)
@@ -163,7 +172,7 @@ pub(crate) fn tile_shape(head_dim: usize, hpw: usize) -> Option<(usize, usize)> 
     if head_dim == 0 || head_dim > 256 {
         return None;
     }
-    let ct = (4096 / head_dim).min(32);
+    let ct = chunk_cells(head_dim);
     let rows = (T_QS / head_dim).min(T_SS / ct).min(T_ROWS);
     let tq = rows / hpw.max(1);
     (tq >= MIN_TILE).then_some((tq, ct))
@@ -177,22 +186,50 @@ pub(crate) fn tile_shape(head_dim: usize, hpw: usize) -> Option<(usize, usize)> 
 /// 128 with 4 heads (4) 8.3 -> 6.1 s; 256 with 4 heads (2) 5.5 -> 6.0 s.
 const MIN_TILE: usize = 4;
 
+/// Cells a chunk of a tile takes for `head_dim` (`CT`: K's transposed
+/// chunk, (CT + 1) x head_dim f32, within `T_KV`).
+fn chunk_cells(head_dim: usize) -> usize {
+    (4096 / head_dim.max(1)).min(32)
+}
+
 impl GpuBackend {
-    /// The tile shape for a batch of `m` tokens, if attention runs tiled:
-    /// a prefill batch ([`TILE_MIN_TOKENS`]) whose rows do not split the
-    /// span ([`n_splits`]), on an adapter with room for the tile's
-    /// workgroup memory, unless `GLINT_ATTN_TILE=0` turned tiles off.
+    /// The tile shape (tokens a tile, cells a chunk) attention runs with,
+    /// or `None` for `main`: a prefill batch ([`TILE_MIN_TOKENS`]) whose
+    /// rows do not split the span ([`n_splits`]) takes [`tile_shape`]'s
+    /// tiles where they hold 4 tokens or more. With
+    /// [`GpuOptions::decode_tiles`](crate::GpuOptions::decode_tiles) any
+    /// other batch takes tiles of one token (K/V loaded a chunk at a time by
+    /// the whole workgroup, the masked cells' rows not read, split as `main`
+    /// splits). `main` keeps heads over 256, adapters without room for the
+    /// tile's workgroup memory, and every batch when `GLINT_ATTN_TILE=0`.
     fn attn_tile(&self, m: usize, p: &AttnParams, hpw: usize) -> Option<(usize, usize)> {
         let room = self.ctx.limits.max_compute_workgroup_storage_size;
-        if !self.attn_tiles
-            || m < TILE_MIN_TOKENS
-            || n_splits(m * p.n_head, p.n_kv) > 1
-            || room < TILE_WORKGROUP_BYTES
-        {
+        if !self.attn_tiles || room < TILE_WORKGROUP_BYTES || p.head_dim > 256 {
             return None;
         }
-        tile_shape(p.head_dim, hpw)
+        let prefill = (m >= TILE_MIN_TOKENS && n_splits(m * p.n_head, p.n_kv) == 1)
+            .then(|| tile_shape(p.head_dim, hpw))
+            .flatten();
+        let one = self.decode_tiles.then(|| (1, chunk_cells(p.head_dim)));
+        prefill.or(one)
     }
+}
+
+/// The `tile` pipeline for a cache (`KV_F16`, `KV_Q`), `hpw` heads a
+/// workgroup and tiles of `tq` tokens over chunks of `ct` cells.
+fn tile_key(
+    be: &GpuBackend,
+    (f16, kv_q): (bool, u32),
+    hpw: usize,
+    (tq, ct): (usize, usize),
+) -> PipelineKey {
+    PipelineKey::new("attention.wgsl", "tile", 4, 1)
+        .with_constant("KV_F16", f16 as u32 as f64)
+        .with_constant("KV_Q", kv_q as f64)
+        .with_constant("HPW", hpw as f64)
+        .with_constant("TQ", tq as f64)
+        .with_constant("CT", ct as f64)
+        .with_flags(be.flags(false, f16))
 }
 
 /// Prefill attention by tiles of `tq` tokens (attention.wgsl's `tile`): one
@@ -207,13 +244,7 @@ fn attention_tiled(
     [hpw, n_sub, tq, ct]: [usize; 4],
 ) -> Result<()> {
     let m = qkvm[0].desc.ne[2];
-    let key = PipelineKey::new("attention.wgsl", "tile", 4, 1)
-        .with_constant("KV_F16", f16 as u32 as f64)
-        .with_constant("KV_Q", kv_q as f64)
-        .with_constant("HPW", hpw as f64)
-        .with_constant("TQ", tq as f64)
-        .with_constant("CT", ct as f64)
-        .with_flags(be.flags(false, f16));
+    let key = tile_key(be, (f16, kv_q), hpw, (tq, ct));
     let tiles = m.div_ceil(tq);
     let workgroups = tiles * p.n_head_kv * n_sub;
     let [_, k, v, _] = qkvm;
