@@ -533,6 +533,31 @@ fn split_attention_is_two_dispatches_and_allocates_once() {
     assert_eq!((short.dispatches, short.buffers_created), (1, 0));
 }
 
+/// Attention of `q` (`[head_dim, n_head, m]`) over `k`, `v` under `mask`
+/// (`[n_kv, m]`) on `be`, a backend of the test's own: what the call
+/// counted, and its output read back.
+fn attention_on(
+    be: &GpuBackend,
+    [q, k, v]: [&glint_gpu::GpuTensor; 3],
+    mask: &[f32],
+    p: &AttnParams,
+) -> (glint_gpu::GpuCounters, Vec<f32>) {
+    let m = mask.len() / p.n_kv;
+    let buf = |ne: [usize; 4]| be.alloc(common::desc(F32, ne, Usage::Scratch)).unwrap();
+    let mt = buf([p.n_kv, m, 1, 1]);
+    be.write(&mt, 0, bytemuck::cast_slice(mask)).unwrap();
+    let out = buf([p.head_dim * p.n_head, m, 1, 1]);
+    let before = be.work_counters();
+    be.attention(q, k, v, &mt, p, &out).unwrap();
+    let counted = be.work_counters().since(&before);
+    let mut bytes = vec![0u8; p.head_dim * p.n_head * m * 4];
+    be.read(&out, 0, &mut bytes).unwrap();
+    let values = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    (counted, values.collect())
+}
+
 /// Prefill attention by tiles, on a backend of its own: one dispatch of
 /// one workgroup per (tile of 10 tokens, KV head) whose modeled K/V reads
 /// are the span's once a tile, and the same values, to the attention
@@ -592,18 +617,7 @@ fn prefill_attention_reads_the_span_once_a_tile() {
                 })
             })
             .collect();
-        let mt = buf(F32, [n_kv, m, 1, 1]);
-        be.write(&mt, 0, bytemuck::cast_slice(&mask)).unwrap();
-        let out = buf(F32, [hd * nh, m, 1, 1]);
-        let before = be.work_counters();
-        be.attention(&q, &k, &v, &mt, &p, &out).unwrap();
-        let counted = be.work_counters().since(&before);
-        let mut bytes = vec![0u8; hd * nh * m * 4];
-        be.read(&out, 0, &mut bytes).unwrap();
-        let values = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        (counted, values.collect::<Vec<f32>>())
+        attention_on(&be, [&q, &k, &v], &mask, &p)
     };
     let (tiled, got) = run(0, 37);
     assert_eq!(tiled.dispatches, 1);
@@ -691,18 +705,7 @@ fn one_token_tiles_match_main() {
                 }
                 let qt = buf(F32, [hd, nh, m, 1]);
                 be.write(&qt, 0, bytemuck::cast_slice(&q)).unwrap();
-                let mt = buf(F32, [n_kv, m, 1, 1]);
-                be.write(&mt, 0, bytemuck::cast_slice(&mask)).unwrap();
-                let out = buf(F32, [hd * nh, m, 1, 1]);
-                let before = be.work_counters();
-                be.attention(&qt, &k, &v, &mt, &p, &out).unwrap();
-                let counted = be.work_counters().since(&before);
-                let mut bytes = vec![0u8; hd * nh * m * 4];
-                be.read(&out, 0, &mut bytes).unwrap();
-                let values = bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-                (counted, values.collect::<Vec<f32>>())
+                attention_on(be, [&qt, &k, &v], &mask, &p)
             };
             let what = format!("{hd}x{nh}/{nkv} {ty:?} m {m} n_kv {n_kv}");
             let ((cm, om), (ct, ot)) = (run(&main), run(&tiles));
