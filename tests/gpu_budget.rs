@@ -262,7 +262,8 @@ fn one_decode_step_stays_within_the_budget() {
     }
 }
 
-/// `glint devices` lists the cpu and the Vulkan adapter with its limits.
+/// `glint devices` lists the cpu and the Vulkan adapter with its limits
+/// and the optional features the kernels use (lavapipe has all three).
 #[test]
 fn devices_lists_the_cpu_and_the_adapters() {
     let (out, _) = common::success(common::glint(&["devices"]));
@@ -272,4 +273,9 @@ fn devices_lists_the_cpu_and_the_adapters() {
         "{out}"
     );
     assert!(out.contains("max_storage_buffer_binding_size: "), "{out}");
+    assert!(out.contains("max_immediate_size: "), "{out}");
+    assert!(
+        out.contains("features: shader-f16, subgroup, immediates\n"),
+        "{out}"
+    );
 }

@@ -126,6 +126,9 @@ pub fn devices() -> Vec<DeviceInfo> {
                 if g.features().contains(glint_gpu::wgpu::Features::SUBGROUP) {
                     f.push("subgroup");
                 }
+                if g.features().contains(glint_gpu::wgpu::Features::IMMEDIATES) {
+                    f.push("immediates");
+                }
                 let limits = vec![
                     ("max_buffer_size", l.max_buffer_size),
                     (
@@ -144,6 +147,7 @@ pub fn devices() -> Vec<DeviceInfo> {
                         "max_compute_workgroups_per_dimension",
                         l.max_compute_workgroups_per_dimension as u64,
                     ),
+                    ("max_immediate_size", l.max_immediate_size as u64),
                 ];
                 (f, limits)
             }

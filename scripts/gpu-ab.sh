@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU issue's device checks as one short script: the issue's command,
+# then each wgpu switch against the default on the same binary, so one run
+# on a lent GPU answers what lavapipe cannot (its milliseconds say nothing
+# about a GPU). Meant for a 10-minute command: each bench is short, and
+# a failing one is reported and skipped, not fatal.
+#
+#   scripts/gpu-ab.sh [GLINT] [KERNELS]
+#
+# GLINT: the glint binary (default target/release/glint); KERNELS: the
+# `kernels` bench binary (`cargo bench --bench kernels --no-run` prints its
+# path; skipped if absent). Output: markdown tables on stdout, one section
+# a comparison, each led by the command that made it.
+#
+# The switches compared (each the default's opposite; README, "Speed"):
+#   GLINT_ATTN_TILE=0         prefill attention a workgroup a token, not tiles
+#   GLINT_ATTN_TILE=all       decode attention by tiles of one token too
+#   GLINT_WGPU_NO_IMMEDIATES  params from the uniform arena, not immediates
+#   GLINT_MATVEC_WG_ROWS=1    a matvec row a workgroup, not a subgroup
+set -u
+GLINT=${1:-target/release/glint}
+KERNELS=${2:-}
+export WGPU_BACKEND=${WGPU_BACKEND:-vulkan}
+
+run() {
+    echo
+    echo "### $*"
+    echo
+    env "$@" 2>&1 | grep -v '^glint bench: \[' || echo "(failed: $*)"
+}
+
+B="$GLINT bench --backend wgpu -o md"
+run "$GLINT" devices
+# The issue's command, with the step's work counted.
+run $B --synthetic llama2-7b:q4_0 -p 512 -n 128 -r 2 --counters
+# Prefill at depth: tiles against a workgroup a token (SmolLM2's heads
+# take tiles of 10 tokens, a 7B's 16; Gemma 3's keep `main`).
+for m in smollm2-135m:q4_1 llama2-7b:q4_0; do
+    run $B --synthetic $m -p 512 -n 0 -d 4096 -r 1
+    run GLINT_ATTN_TILE=0 $B --synthetic $m -p 512 -n 0 -d 4096 -r 1
+done
+# Decode attention (a quarter to a third of a small model's step on an
+# H200): tiles of one token against `main`, with the per-kernel profile.
+for m in smollm2-135m:q4_1 gemma3-270m:q4_k; do
+    run $B --synthetic $m -p 0 -n 128 -r 2 -d 0,4096
+    run GLINT_ATTN_TILE=all $B --synthetic $m -p 0 -n 128 -r 2 -d 0,4096
+    run $B --synthetic $m -p 0 -n 32 -r 1 --profile
+    run GLINT_ATTN_TILE=all $B --synthetic $m -p 0 -n 32 -r 1 --profile
+done
+# Params as immediates against the uniform arena, and subgroup rows
+# against workgroup rows, on the 7B's decode.
+run GLINT_WGPU_NO_IMMEDIATES=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
+run GLINT_MATVEC_WG_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
+if [ -n "$KERNELS" ] && [ -x "$KERNELS" ]; then
+    run "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q4_1,Q5_0,Q8_0,Q4_K,Q6_K --matvec 4096x28672
+fi
