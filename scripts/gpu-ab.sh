@@ -17,7 +17,7 @@
 #   GLINT_ATTN_TILE=all       decode attention by tiles of one token too
 #   GLINT_WGPU_NO_IMMEDIATES  params from the uniform arena, not immediates
 #   GLINT_MATVEC_WG_ROWS=1    a matvec row a workgroup, not a subgroup
-set -u
+set -u -o pipefail
 GLINT=${1:-target/release/glint}
 KERNELS=${2:-}
 export WGPU_BACKEND=${WGPU_BACKEND:-vulkan}

@@ -348,7 +348,9 @@ fn main(inv: Inv, ln: Lane) {
 //   the accumulators [R, hd], T_ACC an invocation, rescaled and summed.
 // A tile of one token (TQ = 1: decode) loads only the K/V rows its mask
 // lets through, as `main` reads them; a larger tile (prefill) loads every
-// cell of its span, so the work counters model n_kv cells a tile. Split
+// cell of its span, so the work counters model n_kv cells a tile, and a
+// row's weight of 0 for a cell it does not see keeps that cell's V out of
+// its sums (an inf or NaN in another sequence's row stays there). Split
 // KV as in `main`: split s takes cells s * split_len .. (s + 1) *
 // split_len and writes partials for attention_combine.wgsl. f32
 // throughout, as `main`; the launcher takes TQ and CT from head_dim so
@@ -476,8 +478,12 @@ fn tile(inv: Inv) {
             if (o < rows * hd) {
                 let r = o / hd;
                 var a = acc[t] * t_corr[r];
+                // A cell the row does not see weighs 0, whatever its V
+                // (which a larger tile loads for its other rows): an inf
+                // or NaN there must not reach the row (`main` skips it).
                 for (var c = 0u; c < n_chunk; c++) {
-                    a += t_s[r * CT + c] * t_kv[c * hd + o % hd];
+                    let wt = t_s[r * CT + c];
+                    a += select(0.0, wt * t_kv[c * hd + o % hd], wt != 0.0);
                 }
                 acc[t] = a;
             }

@@ -24,7 +24,8 @@ pub struct GpuOptions {
     /// Do not request `IMMEDIATES` even where the adapter has it: each
     /// kernel's params go through the per-submit uniform arena at a dynamic
     /// offset instead of the dispatch's immediate data. Also when the
-    /// environment has `GLINT_WGPU_NO_IMMEDIATES` (to compare the two).
+    /// environment has `GLINT_WGPU_NO_IMMEDIATES` set, and not to `0` (to
+    /// compare the two).
     pub disable_immediates: bool,
     /// Decode attention (and a prefill batch that splits its span or
     /// whose tiles would be small) also runs attention.wgsl's `tile`, by
@@ -140,8 +141,8 @@ impl Context {
         }
         // Immediates where the adapter holds a whole params block of them
         // (Vulkan guarantees 128 bytes of push constants).
-        let no_immediates =
-            opts.disable_immediates || std::env::var_os("GLINT_WGPU_NO_IMMEDIATES").is_some();
+        let no_immediates = opts.disable_immediates
+            || std::env::var_os("GLINT_WGPU_NO_IMMEDIATES").is_some_and(|v| v != "0");
         if !no_immediates && limits.max_immediate_size >= crate::submit::IMMEDIATE_BYTES {
             wanted |= wgpu::Features::IMMEDIATES;
         }

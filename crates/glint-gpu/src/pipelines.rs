@@ -14,8 +14,9 @@ use crate::few::Few;
 use crate::shaders::{module_source, IMMEDIATES};
 use crate::submit::IMMEDIATE_BYTES;
 
-/// A kernel variant's preprocessor flags (a fixed few, held inline).
-pub type Flags = Few<&'static str, 8>;
+/// A kernel variant's preprocessor flags (a fixed few, held inline: the
+/// fused matvec's variants take 8 with IMMEDIATES).
+pub type Flags = Few<&'static str, 12>;
 
 /// What identifies a pipeline.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

@@ -249,7 +249,8 @@ mod tests {
 
     /// With IMMEDIATES, every kernel file's params (`var<uniform> p`, its
     /// last binding, in each of its variants) become immediate data: no
-    /// uniform is left for the bind group the launcher no longer makes.
+    /// uniform is left for the bind group the launcher no longer makes,
+    /// and the params fit the 128 bytes a dispatch sets.
     #[test]
     fn immediates_take_every_kernels_params() {
         let own = ["ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST"];
@@ -257,7 +258,8 @@ mod tests {
             if !text.contains("@compute") || *path == "copy.wgsl" {
                 continue;
             }
-            for f in std::iter::once(None).chain(own.iter().map(Some)) {
+            let has = |f: &&&str| text.contains(&format!("#ifdef {f}"));
+            for f in std::iter::once(None).chain(own.iter().filter(has).map(Some)) {
                 let mut flags = vec![IMMEDIATES];
                 flags.extend(f.copied());
                 if f == Some(&"POST") {
@@ -268,6 +270,18 @@ mod tests {
                 assert_eq!(s.matches(PARAMS_IMMEDIATE).count(), 1, "{path} {flags:?}");
                 let without = module_source(path, Some(GgmlType::Q8_0), &flags[1..]).unwrap();
                 assert_eq!(without.matches("var<uniform> p: Params;").count(), 1);
+                // The params fit the immediate data a dispatch sets.
+                let module = naga::front::wgsl::parse_str(&s).unwrap();
+                let (_, var) = module
+                    .global_variables
+                    .iter()
+                    .find(|(_, v)| v.space == naga::AddressSpace::Immediate)
+                    .unwrap();
+                let size = module.types[var.ty].inner.size(module.to_ctx());
+                assert!(
+                    size <= crate::submit::IMMEDIATE_BYTES,
+                    "{path} {flags:?}: {size} bytes"
+                );
             }
         }
     }

@@ -641,6 +641,15 @@ fn prefill_attention_reads_the_span_once_a_tile() {
         "{per_token} vs {tiled:?}"
     );
     assert_close("tiled attention", &got, &want, tol::attn(F32));
+    // A sparse batch (each token sees 5 cells: sequences of their own over
+    // one span) reads fewer cells a token than tiles would read: `main`.
+    let sparse: Vec<f32> = (0..37)
+        .flat_map(|t| (0..n_kv).map(move |j| if j / 5 == t { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
+    let q = buf(F32, [hd, nh, 37, 1]);
+    be.write(&q, 0, bytemuck::cast_slice(&q_all)).unwrap();
+    let (c, _) = attention_on(&be, [&q, &k, &v], &sparse, &p);
+    assert_eq!(c.kv_bytes_read, 37 * 5 * 3 * 2 * 64 * 4);
 }
 
 /// Tiles of one token (`GpuOptions::decode_tiles`, `GLINT_ATTN_TILE=all`)
@@ -651,7 +660,11 @@ fn prefill_attention_reads_the_span_once_a_tile() {
 /// caches, spans that split and spans that do not.
 #[test]
 fn one_token_tiles_match_main() {
-    let opts = GpuOptions::default();
+    // Profiled, so each call's kernel is known by its label.
+    let opts = GpuOptions {
+        profile: true,
+        ..Default::default()
+    };
     let main = GpuBackend::new(opts.clone()).expect("a wgpu adapter");
     let tiles = GpuBackend::new(GpuOptions {
         decode_tiles: true,
@@ -661,18 +674,21 @@ fn one_token_tiles_match_main() {
     let mut r = Rng(seed());
     for ((hd, nh, nkv), ty) in [(64, 9, 3), (256, 4, 1)]
         .into_iter()
-        .flat_map(|s| [(s, F32), (s, GgmlType::F16)])
+        .flat_map(|s| [(s, F32), (s, GgmlType::F16), (s, GgmlType::Q8_0)])
     {
         for (m, n_kv) in [(1, 300), (3, 1500), (5, 77)] {
             let kv = r.vec_scaled(hd * nkv * n_kv, 1.5);
             let vv = r.vec_scaled(hd * nkv * n_kv, 1.5);
             let q = r.vec_scaled(hd * nh * m, 1.5);
             // Token t sees the cells up to n_kv - m + t but every fifth,
-            // with a bias on every seventh.
+            // with a bias on every seventh; of 3 tokens (a split span) the
+            // second sees nothing.
             let mask: Vec<f32> = (0..m)
                 .flat_map(|t| {
                     (0..n_kv).map(move |j| match j {
-                        _ if j > n_kv - m + t || j % 5 == 1 => f32::NEG_INFINITY,
+                        _ if j > n_kv - m + t || j % 5 == 1 || (m, t) == (3, 1) => {
+                            f32::NEG_INFINITY
+                        }
                         _ if j % 7 == 0 => -0.5,
                         _ => 0.0,
                     })
@@ -705,10 +721,26 @@ fn one_token_tiles_match_main() {
                 }
                 let qt = buf(F32, [hd, nh, m, 1]);
                 be.write(&qt, 0, bytemuck::cast_slice(&q)).unwrap();
-                attention_on(be, [&qt, &k, &v], &mask, &p)
+                be.take_profile().unwrap();
+                let (counted, out) = attention_on(be, [&qt, &k, &v], &mask, &p);
+                // The attention kernel's entry (the combine pass aside).
+                let entry: Vec<String> = be
+                    .take_profile()
+                    .unwrap()
+                    .unwrap()
+                    .into_iter()
+                    .filter_map(|k| k.label.strip_prefix("attention:").map(str::to_string))
+                    .map(|l| l.split([' ', '[']).next().unwrap_or("").to_string())
+                    .collect();
+                (counted, out, entry)
             };
             let what = format!("{hd}x{nh}/{nkv} {ty:?} m {m} n_kv {n_kv}");
-            let ((cm, om), (ct, ot)) = (run(&main), run(&tiles));
+            let ((cm, om, em), (ct, ot, et)) = (run(&main), run(&tiles));
+            assert_eq!(
+                (em, et),
+                (vec!["main".to_string()], vec!["tile".to_string()]),
+                "{what}"
+            );
             assert_eq!(cm.dispatches, ct.dispatches, "{what}");
             assert_eq!(cm.dispatches, if n_kv >= 512 { 2 } else { 1 }, "{what}");
             assert_eq!(cm.kv_bytes_read, ct.kv_bytes_read, "{what}");
@@ -716,6 +748,58 @@ fn one_token_tiles_match_main() {
             assert_close(&what, &ot, &want, tol::attn(ty));
         }
     }
+}
+
+/// A cell no token of a tile sees can hold anything, another sequence's
+/// inf or NaN among it: a prefill tile loads its K/V with the rest of the
+/// chunk, and it must not reach the rows (each weighs it 0). The same
+/// batch with that cell's K/V zeroed gives the same bits, all finite.
+#[test]
+fn a_hidden_cells_inf_and_nan_stay_out_of_tiles() {
+    let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
+    let (hd, nh, nkv, m, n_kv, bad) = (64, 9, 3, 20, 100, 95);
+    let mut r = Rng(seed());
+    let q = r.vec_scaled(hd * nh * m, 1.0);
+    let mut k = r.vec_scaled(hd * nkv * n_kv, 1.0);
+    let mut v = r.vec_scaled(hd * nkv * n_kv, 1.0);
+    // Token t sees the cells up to 70 + t: cell 95 is no token's.
+    let mask: Vec<f32> = (0..m)
+        .flat_map(|t| (0..n_kv).map(move |j| if j > 70 + t { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    let p = AttnParams {
+        n_head: nh,
+        n_head_kv: nkv,
+        head_dim: hd,
+        scale: 0.125,
+        softcap: 0.0,
+        kv_start: 0,
+        n_kv,
+    };
+    let mut run = |kbad: f32, vbad: f32| {
+        let row = bad * hd * nkv..(bad + 1) * hd * nkv;
+        k[row.clone()].fill(kbad);
+        v[row].fill(vbad);
+        let buf = |ne: [usize; 4], vals: &[f32]| {
+            let t = be.alloc(common::desc(F32, ne, Usage::Scratch)).unwrap();
+            be.write(&t, 0, bytemuck::cast_slice(vals)).unwrap();
+            t
+        };
+        let qt = buf([hd, nh, m, 1], &q);
+        let (kt, vt) = (
+            buf([hd * nkv, n_kv, 1, 1], &k),
+            buf([hd * nkv, n_kv, 1, 1], &v),
+        );
+        attention_on(&be, [&qt, &kt, &vt], &mask, &p)
+    };
+    let (c, poisoned) = run(f32::NAN, f32::INFINITY);
+    // Tiles: 2 of 10 tokens x 3 KV heads x every cell of the span.
+    assert_eq!(c.kv_bytes_read, 2 * 3 * 100 * 2 * 64 * 4);
+    let (_, clean) = run(0.0, 0.0);
+    assert!(poisoned.iter().all(|x| x.is_finite()));
+    let bits = |o: &[f32]| o.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&poisoned), bits(&clean));
+    let (_, neg) = run(f32::NEG_INFINITY, f32::NAN);
+    assert_eq!(bits(&neg), bits(&clean));
 }
 
 /// The fused QK-norm is one dispatch, where the composing path takes six

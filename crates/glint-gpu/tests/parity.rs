@@ -464,8 +464,9 @@ fn quantized_cache_matches_cpu() {
                 pair(ty, [n, rows, 1, 1], Usage::KvCache, Some(&c))
             };
             let (k, k2, v) = (same(k), same(fill(1.5)), same(fill(1.0)));
-            // 5 tokens: a workgroup a token; 21: prefill tiles
-            // (ops/attention.rs's TILE_MIN_TOKENS).
+            // 5 tokens: a workgroup a token; 21: plain attention by
+            // prefill tiles (ops/attention.rs's TILE_MIN_TOKENS; the
+            // two-window variant keeps a workgroup a token).
             for m in [5, 21] {
                 let q = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));
                 let q2 = f32p([hd, nh, m, 1], &r.vec_scaled(hd * nh * m, 2.0));

@@ -122,7 +122,7 @@ impl GpuBackend {
 pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T) -> Result<()> {
     let (m, f16, kv_q) = check_attention("attention", qkvm, p, out)?;
     let (hpw, n_sub) = head_groups(p.n_head, p.n_head_kv, p.head_dim, 1);
-    match be.attn_tile(m, p, hpw) {
+    match be.attn_tile(m, p, hpw, let_through(qkvm[3], m, p.n_kv)) {
         Some((1, ct)) => {
             // Tiles of one token: `main`'s workgroups, splits and reads.
             let key = tile_key(be, (f16, kv_q), hpw, (1, ct));
@@ -186,6 +186,15 @@ pub(crate) fn tile_shape(head_dim: usize, hpw: usize) -> Option<(usize, usize)> 
 /// 128 with 4 heads (4) 8.3 -> 6.1 s; 256 with 4 heads (2) 5.5 -> 6.0 s.
 const MIN_TILE: usize = 4;
 
+/// The cells `mask` (`[n_kv, m]`) lets through, as counted when it was
+/// written ([`GpuTensor::finite`]); all of them when that is not known.
+fn let_through(mask: &T, m: usize, n_kv: usize) -> u64 {
+    match mask.finite.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::tensor::UNKNOWN => (m * n_kv) as u64,
+        n => n,
+    }
+}
+
 /// Cells a chunk of a tile takes for `head_dim` (`CT`: K's transposed
 /// chunk, (CT + 1) x head_dim f32, within `T_KV`).
 fn chunk_cells(head_dim: usize) -> usize {
@@ -196,20 +205,30 @@ impl GpuBackend {
     /// The tile shape (tokens a tile, cells a chunk) attention runs with,
     /// or `None` for `main`: a prefill batch ([`TILE_MIN_TOKENS`]) whose
     /// rows do not split the span ([`n_splits`]) takes [`tile_shape`]'s
-    /// tiles where they hold 4 tokens or more. With
+    /// tiles where they hold 4 tokens or more and read no more cells than
+    /// `main` would (`cells`, the mask's let-through cells: a batch of
+    /// several sequences over a span of all of theirs, each token seeing
+    /// its own, can read less a token than a tile reads). With
     /// [`GpuOptions::decode_tiles`](crate::GpuOptions::decode_tiles) any
     /// other batch takes tiles of one token (K/V loaded a chunk at a time by
     /// the whole workgroup, the masked cells' rows not read, split as `main`
     /// splits). `main` keeps heads over 256, adapters without room for the
     /// tile's workgroup memory, and every batch when `GLINT_ATTN_TILE=0`.
-    fn attn_tile(&self, m: usize, p: &AttnParams, hpw: usize) -> Option<(usize, usize)> {
+    fn attn_tile(
+        &self,
+        m: usize,
+        p: &AttnParams,
+        hpw: usize,
+        cells: u64,
+    ) -> Option<(usize, usize)> {
         let room = self.ctx.limits.max_compute_workgroup_storage_size;
         if !self.attn_tiles || room < TILE_WORKGROUP_BYTES || p.head_dim > 256 {
             return None;
         }
         let prefill = (m >= TILE_MIN_TOKENS && n_splits(m * p.n_head, p.n_kv) == 1)
             .then(|| tile_shape(p.head_dim, hpw))
-            .flatten();
+            .flatten()
+            .filter(|&(tq, _)| (m.div_ceil(tq) * p.n_kv) as u64 <= cells);
         let one = self.decode_tiles.then(|| (1, chunk_cells(p.head_dim)));
         prefill.or(one)
     }
@@ -302,10 +321,7 @@ impl GpuBackend {
         (m, n_sub): (usize, usize),
     ) {
         let head_bytes = |t: &T| (t.desc.row_bytes() / p.n_head_kv.max(1)) as u64;
-        let cells = |mask: &T| match mask.finite.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::tensor::UNKNOWN => (m * p.n_kv) as u64,
-            n => n,
-        };
+        let cells = |mask: &T| let_through(mask, m, p.n_kv);
         let near = cells(mask);
         let mut bytes = near * (head_bytes(k) + head_bytes(v));
         if let Some([k2, mask_far]) = far {
@@ -359,7 +375,21 @@ fn check_attention(
 
 #[cfg(test)]
 mod tests {
-    use super::{head_groups, n_splits, tile_shape};
+    use super::{head_groups, n_splits, tile_shape, T_KV, T_QS, T_ROWS, T_SS};
+
+    #[test]
+    fn the_tile_room_is_the_kernels() {
+        let src = crate::shaders::module_source("attention.wgsl", None, &[]).unwrap();
+        for (name, v) in [
+            ("T_QS", T_QS),
+            ("T_KV", T_KV),
+            ("T_SS", T_SS),
+            ("T_ROWS", T_ROWS),
+        ] {
+            let line = format!("const {name}: u32 = {v}u;");
+            assert!(src.contains(&line), "attention.wgsl lacks `{line}`");
+        }
+    }
 
     #[test]
     fn prefill_tiles_take_four_tokens_or_more_and_fit_their_room() {
