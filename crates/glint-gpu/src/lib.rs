@@ -115,6 +115,7 @@ impl GpuBackend {
         let profiler = opts
             .profile
             .then(|| profile::Profiler::new(&ctx.device, &ctx.queue));
+        let attn_tile_env = std::env::var("GLINT_ATTN_TILE").ok();
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
         let params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -139,9 +140,8 @@ impl GpuBackend {
             attn_partials: Mutex::new(None),
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
-            attn_tiles: std::env::var_os("GLINT_ATTN_TILE").is_none_or(|v| v != "0"),
-            decode_tiles: opts.decode_tiles
-                || std::env::var_os("GLINT_ATTN_TILE").is_some_and(|v| v == "all"),
+            attn_tiles: attn_tile_env.as_deref() != Some("0"),
+            decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
         })
     }
 

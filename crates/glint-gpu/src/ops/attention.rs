@@ -130,7 +130,8 @@ pub(crate) fn attention(be: &GpuBackend, qkvm: [&T; 4], p: &AttnParams, out: &T)
             return launch_split(be, ("attention", key), &qkvm, out, p, (m, n_sub));
         }
         Some((tq, ct)) => {
-            return attention_tiled(be, qkvm, p, out, (f16, kv_q), [hpw, n_sub, tq, ct]);
+            let shape = [m, hpw, n_sub, tq, ct];
+            return attention_tiled(be, qkvm, p, out, (f16, kv_q), shape);
         }
         None => {}
     }
@@ -193,6 +194,11 @@ fn let_through(mask: &T, m: usize, n_kv: usize) -> u64 {
         crate::tensor::UNKNOWN => (m * n_kv) as u64,
         n => n,
     }
+}
+
+/// The bytes of one KV head's part of a cache row of `t` (K or V).
+fn head_bytes(t: &T, p: &AttnParams) -> u64 {
+    (t.desc.row_bytes() / p.n_head_kv.max(1)) as u64
 }
 
 /// Cells a chunk of a tile takes for `head_dim` (`CT`: K's transposed
@@ -260,15 +266,12 @@ fn attention_tiled(
     p: &AttnParams,
     out: &T,
     (f16, kv_q): (bool, u32),
-    [hpw, n_sub, tq, ct]: [usize; 4],
+    [m, hpw, n_sub, tq, ct]: [usize; 5],
 ) -> Result<()> {
-    let m = qkvm[0].desc.ne[2];
     let key = tile_key(be, (f16, kv_q), hpw, (tq, ct));
-    let tiles = m.div_ceil(tq);
-    let workgroups = tiles * p.n_head_kv * n_sub;
+    let workgroups = m.div_ceil(tq) * p.n_head_kv * n_sub;
     let [_, k, v, _] = qkvm;
-    let head_bytes = |t: &T| (t.desc.row_bytes() / p.n_head_kv.max(1)) as u64;
-    let bytes = (workgroups * p.n_kv) as u64 * (head_bytes(k) + head_bytes(v));
+    let bytes = (workgroups * p.n_kv) as u64 * (head_bytes(k, p) + head_bytes(v, p));
     crate::counters::Work::add(&be.work.kv_bytes_read, bytes);
     let params = wgsl_params(p, m, [p.n_kv, 1, n_sub]);
     be.launch("attention", key, [&qkvm, &[out]], &params, workgroups)
@@ -320,12 +323,11 @@ impl GpuBackend {
         p: &AttnParams,
         (m, n_sub): (usize, usize),
     ) {
-        let head_bytes = |t: &T| (t.desc.row_bytes() / p.n_head_kv.max(1)) as u64;
         let cells = |mask: &T| let_through(mask, m, p.n_kv);
         let near = cells(mask);
-        let mut bytes = near * (head_bytes(k) + head_bytes(v));
+        let mut bytes = near * (head_bytes(k, p) + head_bytes(v, p));
         if let Some([k2, mask_far]) = far {
-            bytes += cells(mask_far) * (head_bytes(k2) + head_bytes(v));
+            bytes += cells(mask_far) * (head_bytes(k2, p) + head_bytes(v, p));
         }
         let workgroups = (p.n_head_kv * n_sub) as u64;
         crate::counters::Work::add(&self.work.kv_bytes_read, workgroups * bytes);
@@ -407,8 +409,8 @@ mod tests {
             for hpw in 1..=8 {
                 if let Some((tq, ct)) = tile_shape(hd, hpw) {
                     let rows = tq * hpw;
-                    assert!(rows * hd <= 2048 && (ct + 1) * hd <= 4352, "{hd} {hpw}");
-                    assert!(rows * ct <= 1024 && rows <= 64, "{hd} {hpw}");
+                    assert!(rows * hd <= T_QS && (ct + 1) * hd <= T_KV, "{hd} {hpw}");
+                    assert!(rows * ct <= T_SS && rows <= T_ROWS, "{hd} {hpw}");
                 }
             }
         }
