@@ -356,8 +356,8 @@ mod tests {
     /// each module file (a file with an entry point), each weight format of
     /// the typed ones, with and without SHADER_F16 (typed kernels: F16
     /// weights only, as `ops::flags` asks for it), USE_SUBGROUPS and
-    /// IMMEDIATES, and every set of the file's own flags. Variants whose text is the same
-    /// are translated once.
+    /// IMMEDIATES, and every set of the file's own flags. Variants whose
+    /// text is the same are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
         const OWN: [&str; 8] = [

@@ -180,7 +180,8 @@ impl GpuBackend {
     /// Record one kernel: `inputs` read-only, `outputs` read-write, then the
     /// params (u32 words, f32 as bits; at most [`PARAMS_MAX_BYTES`]) as a
     /// uniform block, or as the dispatch's immediate data where the device
-    /// has immediates (at most [`IMMEDIATE_BYTES`]). `n_workgroups` are spread over x and y (x at most
+    /// has immediates (at most [`IMMEDIATE_BYTES`]). `n_workgroups` are
+    /// spread over x and y (x at most
     /// `max_compute_workgroups_per_dimension`). Every kernel of a submit
     /// runs in one compute pass; wgpu orders a dispatch after the ones
     /// whose outputs it reads.
