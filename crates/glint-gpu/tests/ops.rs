@@ -543,10 +543,14 @@ fn attention_on(
     p: &AttnParams,
 ) -> (glint_gpu::GpuCounters, Vec<f32>) {
     let m = mask.len() / p.n_kv;
-    let buf = |ne: [usize; 4]| be.alloc(common::desc(F32, ne, Usage::Scratch)).unwrap();
-    let mt = buf([p.n_kv, m, 1, 1]);
-    be.write(&mt, 0, bytemuck::cast_slice(mask)).unwrap();
-    let out = buf([p.head_dim * p.n_head, m, 1, 1]);
+    let mt = f32s_on(be, [p.n_kv, m, 1, 1], mask);
+    let out = be
+        .alloc(common::desc(
+            F32,
+            [p.head_dim * p.n_head, m, 1, 1],
+            Usage::Scratch,
+        ))
+        .unwrap();
     let before = be.work_counters();
     be.attention(q, k, v, &mt, p, &out).unwrap();
     let counted = be.work_counters().since(&before);
@@ -568,25 +572,10 @@ fn attention_on(
 fn prefill_attention_reads_the_span_once_a_tile() {
     let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
     let (hd, nh, nkv, n_kv) = (64, 9, 3, 300);
-    let buf =
-        |ty: GgmlType, ne: [usize; 4]| be.alloc(common::desc(ty, ne, Usage::Scratch)).unwrap();
     let mut r = Rng(seed());
-    let (k, v) = (
-        buf(F32, [hd * nkv, n_kv, 1, 1]),
-        buf(F32, [hd * nkv, n_kv, 1, 1]),
-    );
-    be.write(
-        &k,
-        0,
-        bytemuck::cast_slice(&r.vec_scaled(hd * nkv * n_kv, 1.0)),
-    )
-    .unwrap();
-    be.write(
-        &v,
-        0,
-        bytemuck::cast_slice(&r.vec_scaled(hd * nkv * n_kv, 1.0)),
-    )
-    .unwrap();
+    let kv_ne = [hd * nkv, n_kv, 1, 1];
+    let k = f32s_on(&be, kv_ne, &r.vec_scaled(hd * nkv * n_kv, 1.0));
+    let v = f32s_on(&be, kv_ne, &r.vec_scaled(hd * nkv * n_kv, 1.0));
     let q_all = r.vec_scaled(hd * nh * 37, 1.0);
     let p = AttnParams {
         n_head: nh,
@@ -599,13 +588,7 @@ fn prefill_attention_reads_the_span_once_a_tile() {
     };
     // Tokens t0 .. t0 + m, causal over the last 37 cells of the span.
     let run = |t0: usize, m: usize| {
-        let q = buf(F32, [hd, nh, m, 1]);
-        be.write(
-            &q,
-            0,
-            bytemuck::cast_slice(&q_all[t0 * hd * nh..][..m * hd * nh]),
-        )
-        .unwrap();
+        let q = f32s_on(&be, [hd, nh, m, 1], &q_all[t0 * hd * nh..][..m * hd * nh]);
         let mask: Vec<f32> = (t0..t0 + m)
             .flat_map(|t| {
                 (0..n_kv).map(move |j| {
@@ -646,8 +629,7 @@ fn prefill_attention_reads_the_span_once_a_tile() {
     let sparse: Vec<f32> = (0..37)
         .flat_map(|t| (0..n_kv).map(move |j| if j / 5 == t { 0.0 } else { f32::NEG_INFINITY }))
         .collect();
-    let q = buf(F32, [hd, nh, 37, 1]);
-    be.write(&q, 0, bytemuck::cast_slice(&q_all)).unwrap();
+    let q = f32s_on(&be, [hd, nh, 37, 1], &q_all);
     let (c, _) = attention_on(&be, [&q, &k, &v], &sparse, &p);
     assert_eq!(c.kv_bytes_read, 37 * 5 * 3 * 2 * 64 * 4);
 }
@@ -715,12 +697,10 @@ fn one_token_tiles_match_main() {
                 let rows = buf(GgmlType::I32, [n_kv, 1, 1, 1]);
                 be.write(&rows, 0, bytemuck::cast_slice(&all)).unwrap();
                 for (dst, vals) in [(&k, &kv), (&v, &vv)] {
-                    let src = buf(F32, [hd * nkv, n_kv, 1, 1]);
-                    be.write(&src, 0, bytemuck::cast_slice(vals)).unwrap();
+                    let src = f32s_on(be, [hd * nkv, n_kv, 1, 1], vals);
                     be.set_rows(&src, &rows, dst).unwrap();
                 }
-                let qt = buf(F32, [hd, nh, m, 1]);
-                be.write(&qt, 0, bytemuck::cast_slice(&q)).unwrap();
+                let qt = f32s_on(be, [hd, nh, m, 1], &q);
                 be.take_profile().unwrap();
                 let (counted, out) = attention_on(be, [&qt, &k, &v], &mask, &p);
                 // The attention kernel's entry (the combine pass aside).
@@ -779,16 +759,9 @@ fn a_hidden_cells_inf_and_nan_stay_out_of_tiles() {
         let row = bad * hd * nkv..(bad + 1) * hd * nkv;
         k[row.clone()].fill(kbad);
         v[row].fill(vbad);
-        let buf = |ne: [usize; 4], vals: &[f32]| {
-            let t = be.alloc(common::desc(F32, ne, Usage::Scratch)).unwrap();
-            be.write(&t, 0, bytemuck::cast_slice(vals)).unwrap();
-            t
-        };
-        let qt = buf([hd, nh, m, 1], &q);
-        let (kt, vt) = (
-            buf([hd * nkv, n_kv, 1, 1], &k),
-            buf([hd * nkv, n_kv, 1, 1], &v),
-        );
+        let qt = f32s_on(&be, [hd, nh, m, 1], &q);
+        let kt = f32s_on(&be, [hd * nkv, n_kv, 1, 1], &k);
+        let vt = f32s_on(&be, [hd * nkv, n_kv, 1, 1], &v);
         attention_on(&be, [&qt, &kt, &vt], &mask, &p)
     };
     let (c, poisoned) = run(f32::NAN, f32::INFINITY);

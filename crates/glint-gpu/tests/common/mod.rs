@@ -134,10 +134,13 @@ pub fn desc(ty: GgmlType, ne: [usize; 4], usage: Usage) -> TensorDesc {
 }
 
 pub fn f32s(ne: [usize; 4], v: &[f32]) -> GpuTensor {
-    let t = gpu()
-        .alloc(desc(GgmlType::F32, ne, Usage::Scratch))
-        .unwrap();
-    gpu().write(&t, 0, bytemuck::cast_slice(v)).unwrap();
+    f32s_on(gpu(), ne, v)
+}
+
+/// [`f32s`] on `be`, a backend of the test's own.
+pub fn f32s_on(be: &GpuBackend, ne: [usize; 4], v: &[f32]) -> GpuTensor {
+    let t = be.alloc(desc(GgmlType::F32, ne, Usage::Scratch)).unwrap();
+    be.write(&t, 0, bytemuck::cast_slice(v)).unwrap();
     t
 }
 
