@@ -296,6 +296,40 @@ pub fn argmax<T: Tensor + ?Sized>(x: &T, out: &T) -> Result<()> {
     len(OP, "out", out.desc(), x.desc().n_rows())
 }
 
+/// `kq_mask`: cells I32 `[CELL_WORDS, n_rows]`; pos, seqs I32 `[m]`; out
+/// F32 `[n_kv, m]` with `first_row + n_kv <= n_rows`; a window of size
+/// > 0. Returns `(n_kv, m)`.
+pub fn kq_mask<T: Tensor + ?Sized>(
+    cells: &T,
+    pos: &T,
+    seqs: &T,
+    p: &crate::KqMask,
+    out: &T,
+) -> Result<(usize, usize)> {
+    const OP: &str = "kq_mask";
+    ty(OP, "cells", cells, GgmlType::I32)?;
+    ty(OP, "pos", pos, GgmlType::I32)?;
+    ty(OP, "seqs", seqs, GgmlType::I32)?;
+    ty(OP, "out", out, GgmlType::F32)?;
+    distinct(OP, out, &[cells, pos, seqs])?;
+    let n_kv = out.desc().ne[0];
+    let m = out.desc().n_rows();
+    matrix(OP, "out", out.desc(), n_kv, m)?;
+    len(OP, "pos", pos.desc(), m)?;
+    len(OP, "seqs", seqs.desc(), m)?;
+    let n_rows = cols(OP, "cells", cells.desc(), crate::CELL_WORDS)?;
+    if p.first_row.checked_add(n_kv).is_none_or(|end| end > n_rows) {
+        return Err(shape(
+            OP,
+            format!("cells {}..+{n_kv} of a copy of {n_rows} cells", p.first_row),
+        ));
+    }
+    if p.window != crate::MaskWindow::None && p.window.code().1 == 0 {
+        return Err(shape(OP, "a sliding window of size 0".into()));
+    }
+    Ok((n_kv, m))
+}
+
 /// `top_k`: x F32 `[n, m]` with n > 0; out I32 `[1 + 2 cap, m]` with
 /// `1 <= k <= cap`; returns cap.
 pub fn top_k<T: Tensor + ?Sized>(x: &T, k: usize, out: &T) -> Result<usize> {

@@ -19,7 +19,9 @@ pub use glint_quant::GgmlType;
 
 pub mod check;
 mod params;
-pub use params::{AttnParams, Glu, PostAdd, QkNorm, RopeMode, RopeParams, Unary};
+pub use params::{
+    AttnParams, Glu, KqMask, MaskWindow, PostAdd, QkNorm, RopeMode, RopeParams, Unary, CELL_WORDS,
+};
 
 /// Errors of a backend op. Each names the op and what did not fit.
 #[derive(Debug, thiserror::Error)]
@@ -490,6 +492,21 @@ pub trait Backend: Send + Sync {
     /// the slots are unspecified). `x`: F32 `[n, m]`; `out`: I32
     /// `[1 + 2 cap, m]`, `1 <= k <= cap`.
     fn top_k(&self, x: &Self::Tensor, k: usize, out: &Self::Tensor) -> Result<()>;
+
+    /// The attention mask of `m` queries over `n_kv` cells, built from a
+    /// copy of the cache's cells on the backend (the mask is not uploaded):
+    /// `out[j, t] = p.value(cells[p.first_row + j], pos[t], seqs[t])`
+    /// ([`KqMask::value`]: 0 or -inf, ALiBi's bias). `cells`: I32
+    /// `[CELL_WORDS, n_rows]` ([`CELL_WORDS`]); `pos`, `seqs`: I32 `[m]`
+    /// (each query's position and sequence); `out`: F32 `[n_kv, m]`.
+    fn kq_mask(
+        &self,
+        cells: &Self::Tensor,
+        pos: &Self::Tensor,
+        seqs: &Self::Tensor,
+        p: &KqMask,
+        out: &Self::Tensor,
+    ) -> Result<()>;
 
     /// RoPE at explicit per-token positions.
     /// `x`, `out`: F32 `[head_dim, n_head, m]`; `pos`: I32 `[m]`.

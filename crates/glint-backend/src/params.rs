@@ -177,3 +177,91 @@ pub enum Glu {
     /// `gelu(gate) * up` (Gemma).
     GeGlu,
 }
+
+/// Words of one cell in a device copy of a cache's cells
+/// ([`Backend::kq_mask`](crate::Backend::kq_mask)): its position (`-1`:
+/// empty), then its sequence set, bit `s % 32` of word `1 + s / 32` for
+/// sequence `s`, ids `0..256` (llama.cpp's `LLAMA_MAX_SEQ`).
+pub const CELL_WORDS: usize = 1 + 256 / 32;
+
+/// Sliding-window kinds of a built mask (llama.cpp's `llama_swa_type`),
+/// each with its window `n > 0`; `p0` is the key's position, `p1` the
+/// query's.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MaskWindow {
+    /// No window.
+    None,
+    /// Hidden when `p1 - p0 >= n`.
+    Standard(u32),
+    /// Hidden when the key is before the query's chunk: `p0 < (p1 / n) * n`.
+    Chunked(u32),
+    /// Hidden when `|p1 - p0| > n / 2`.
+    Symmetric(u32),
+}
+
+impl MaskWindow {
+    /// The kind's code and window as the kernels take them (0 none, 1
+    /// standard, 2 chunked, 3 symmetric).
+    pub fn code(self) -> (u32, u32) {
+        match self {
+            MaskWindow::None => (0, 0),
+            MaskWindow::Standard(n) => (1, n),
+            MaskWindow::Chunked(n) => (2, n),
+            MaskWindow::Symmetric(n) => (3, n),
+        }
+    }
+
+    /// Whether a key at `p0` is outside the window of a query at `p1`.
+    pub fn hides(self, p0: i32, p1: i32) -> bool {
+        let (p0, p1) = (p0 as i64, p1 as i64);
+        match self {
+            MaskWindow::None => false,
+            MaskWindow::Standard(n) => p1 - p0 >= n as i64,
+            MaskWindow::Chunked(n) => p0 < (p1 / n as i64) * n as i64,
+            MaskWindow::Symmetric(n) => {
+                let (d, h) = (p1 - p0, n as i64 / 2);
+                d < -h || d > h
+            }
+        }
+    }
+}
+
+/// How [`Backend::kq_mask`](crate::Backend::kq_mask) builds a mask.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct KqMask {
+    /// The row of the cells' copy that is the mask's cell 0 (the span's
+    /// first cache row).
+    pub first_row: usize,
+    /// Hide keys at positions after the query.
+    pub causal: bool,
+    /// The sliding window.
+    pub window: MaskWindow,
+    /// ALiBi: a visible key gets `-|p0 - p1|` instead of 0.
+    pub alibi: bool,
+    /// How many (cell, query) pairs the mask lets through, as the caller
+    /// counted them, if it did: no kernel reads it (a backend's work
+    /// counters and kernel choices may).
+    pub visible: Option<u64>,
+}
+
+impl KqMask {
+    /// The mask's value for a query at position `pos` of sequence `seq`
+    /// and the cell `cell` (its [`CELL_WORDS`] words): `-inf` when the cell
+    /// is empty, does not hold `seq` (ids outside `0..256` are held by no
+    /// cell), holds a later position (causal) or is outside the window;
+    /// else 0, or `-|p0 - pos|` with ALiBi. A query at a negative position
+    /// sees no cell. The kernels' plain twin.
+    pub fn value(&self, cell: &[i32], pos: i32, seq: i32) -> f32 {
+        let p0 = cell[0];
+        let held =
+            (0..256).contains(&seq) && (cell[1 + seq as usize / 32] as u32) >> (seq % 32) & 1 == 1;
+        if p0 < 0 || pos < 0 || !held || (self.causal && p0 > pos) || self.window.hides(p0, pos) {
+            return f32::NEG_INFINITY;
+        }
+        if self.alibi {
+            -((p0 as i64 - pos as i64).abs() as f32)
+        } else {
+            0.0
+        }
+    }
+}

@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use glint_backend::{
-    check, AttnParams, Backend, BackendError, GgmlType, Glu, MemoryReport, Result, RopeParams,
-    SharedBytes, TensorDesc, Unary, Usage,
+    check, AttnParams, Backend, BackendError, GgmlType, Glu, KqMask, MemoryReport, Result,
+    RopeParams, SharedBytes, TensorDesc, Unary, Usage, CELL_WORDS,
 };
 
 pub use attention::{attention_window, attention_with, Cache, Far};
@@ -510,6 +510,34 @@ impl Backend for CpuBackend {
         let n = x.desc.ne[0];
         let o: &mut [i32] = bytemuck::cast_slice_mut(og.bytes_mut());
         self.run(xs.len(), |par| elementwise::top_k(par, &xs, n, k, cap, o));
+        Ok(())
+    }
+
+    fn kq_mask(
+        &self,
+        cells: &CpuTensor,
+        pos: &CpuTensor,
+        seqs: &CpuTensor,
+        p: &KqMask,
+        out: &CpuTensor,
+    ) -> Result<()> {
+        const OP: &str = "kq_mask";
+        let (n_kv, _) = check::kq_mask(cells, pos, seqs, p, out)?;
+        let (cg, pg, sg) = (cells.read_guard()?, pos.read_guard()?, seqs.read_guard()?);
+        let mut og = out.write_guard(OP)?;
+        let (cs, ps, ss) = (cg.i32s(), pg.i32s(), sg.i32s());
+        let cs = &cs[p.first_row * CELL_WORDS..(p.first_row + n_kv) * CELL_WORDS];
+        let o = og.f32s_mut();
+        if n_kv == 0 {
+            return Ok(());
+        }
+        self.run(o.len(), |par| {
+            elementwise::rows(par, o, n_kv, |t, row| {
+                for (m, cell) in row.iter_mut().zip(cs.chunks_exact(CELL_WORDS)) {
+                    *m = p.value(cell, ps[t], ss[t]);
+                }
+            })
+        });
         Ok(())
     }
 

@@ -46,8 +46,8 @@ use context::Context;
 pub use context::{list_adapters, AdapterSummary, GpuOptions};
 pub use counters::GpuCounters;
 use glint_backend::{
-    AttnParams, Backend, BackendError, Glu, MemoryReport, PostAdd, QkNorm, Result, RopeParams,
-    SharedBytes, TensorDesc, Unary,
+    AttnParams, Backend, BackendError, Glu, KqMask, MemoryReport, PostAdd, QkNorm, Result,
+    RopeParams, SharedBytes, TensorDesc, Unary,
 };
 pub use measure::{CopyProbe, COPY_BATCH};
 use pipelines::PipelineCache;
@@ -515,6 +515,17 @@ impl Backend for GpuBackend {
 
     fn argmax(&self, x: &GpuTensor, out: &GpuTensor) -> Result<()> {
         ops::argmax(self, x, out)
+    }
+
+    fn kq_mask(
+        &self,
+        cells: &GpuTensor,
+        pos: &GpuTensor,
+        seqs: &GpuTensor,
+        p: &KqMask,
+        out: &GpuTensor,
+    ) -> Result<()> {
+        ops::kq_mask(self, cells, pos, seqs, p, out)
     }
 
     fn rope(&self, x: &GpuTensor, pos: &GpuTensor, p: &RopeParams, out: &GpuTensor) -> Result<()> {

@@ -52,6 +52,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "attention.wgsl",
     "attention_combine.wgsl",
     "kv_quant.wgsl",
+    "kq_mask.wgsl",
     "copy.wgsl",
     "quant/common.wgsl",
     "quant/block.wgsl",

@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use glint_backend::{
-    AttnParams, Backend, GgmlType, Glu, PostAdd, QkNorm, RopeMode, RopeParams, SharedBytes,
-    TensorDesc, Unary, Usage,
+    AttnParams, Backend, GgmlType, Glu, KqMask, MaskWindow, PostAdd, QkNorm, RopeMode, RopeParams,
+    SharedBytes, TensorDesc, Unary, Usage, CELL_WORDS,
 };
 use glint_cpu::{CpuBackend, Precision};
 use glint_gpu::{GpuBackend, GpuOptions};
@@ -78,6 +78,98 @@ fn compare(what: &str, p: &Pair, ty: GgmlType, tol: f64) {
     };
     let want: Vec<f64> = widen(&c).iter().map(|&v| v as f64).collect();
     assert_close(what, &widen(&g), &want, tol);
+}
+
+/// The mask built from cells: the kernel against `KqMask::value` on the
+/// cpu backend, to the bit (values and -inf alike), for every window kind,
+/// causal or not, ALiBi or not: empty cells, cells of many sequences
+/// (ids up to 255), queries at negative positions and of sequences
+/// outside 0..256, a span starting past row 0 and sizes that do not
+/// divide the workgroup.
+#[test]
+fn kq_mask_from_cells() {
+    each_gpu(|| {
+        let mut r = Rng(seed());
+        let (n_rows, m) = (300 + r.below(200), 1 + r.below(40));
+        let first_row = r.below(50);
+        let n_kv = 1 + r.below(n_rows - first_row);
+        let mut cells = vec![0i32; CELL_WORDS * n_rows];
+        for c in cells.chunks_exact_mut(CELL_WORDS) {
+            c[0] = if r.chance(15) { -1 } else { r.range(0, 400) };
+            for _ in 0..r.below(4) {
+                let s = if r.chance(70) {
+                    r.below(4)
+                } else {
+                    r.below(256)
+                };
+                c[1 + s / 32] |= (1u32 << (s % 32)) as i32;
+            }
+        }
+        let pos: Vec<i32> = (0..m)
+            .map(|_| if r.chance(5) { -3 } else { r.range(0, 400) })
+            .collect();
+        let seqs: Vec<i32> = (0..m)
+            .map(|_| match r.below(20) {
+                0 => -1,
+                1 => 300,
+                2 => r.below(256) as i32,
+                _ => r.below(4) as i32,
+            })
+            .collect();
+        let (cp, pp, sp) = (
+            pair(
+                GgmlType::I32,
+                [CELL_WORDS, n_rows, 1, 1],
+                Usage::Scratch,
+                Some(bytemuck::cast_slice(&cells)),
+            ),
+            i32p(&pos),
+            i32p(&seqs),
+        );
+        let n = 1 + r.below(120) as u32;
+        let windows = [
+            MaskWindow::None,
+            MaskWindow::Standard(n),
+            MaskWindow::Chunked(n),
+            MaskWindow::Symmetric(n),
+        ];
+        for window in windows {
+            for (causal, alibi) in [(true, false), (false, false), (true, true)] {
+                let p = KqMask {
+                    first_row,
+                    causal,
+                    window,
+                    alibi,
+                    visible: None,
+                };
+                let o = out([n_kv, m, 1, 1]);
+                gpu().kq_mask(&cp.0, &pp.0, &sp.0, &p, &o.0).unwrap();
+                cpu().kq_mask(&cp.1, &pp.1, &sp.1, &p, &o.1).unwrap();
+                let bytes = 4 * n_kv * m;
+                let (mut g, mut c) = (vec![0u8; bytes], vec![0u8; bytes]);
+                gpu().read(&o.0, 0, &mut g).unwrap();
+                cpu().read(&o.1, 0, &mut c).unwrap();
+                assert!(g == c, "kq_mask {p:?}: not the cpu's bits");
+                let cf: &[f32] = bytemuck::cast_slice(&c);
+                let shown = cf.iter().filter(|v| v.is_finite()).count();
+                assert!(
+                    shown > 0 || !causal || window != MaskWindow::None,
+                    "a causal mask of random cells lets nothing through"
+                );
+            }
+        }
+        // A span past the copy's rows is refused.
+        let p = KqMask {
+            first_row: n_rows - n_kv + 1,
+            causal: true,
+            window: MaskWindow::None,
+            alibi: false,
+            visible: None,
+        };
+        let o = out([n_kv, m, 1, 1]);
+        let e = gpu().kq_mask(&cp.0, &pp.0, &sp.0, &p, &o.0);
+        assert!(format!("{e:?}").contains("copy of"), "{e:?}");
+    });
 }
 
 #[test]

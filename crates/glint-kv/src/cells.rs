@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::seqset::{SeqSet, MAX_SEQ};
-use crate::{KvError, Pos, Result, SeqId};
+use crate::{KvError, Pos, Result, SeqId, CELL_WORDS};
 
 /// How sequences map onto the cache buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1095,6 +1095,90 @@ impl KvCells {
             }
         }
         Ok(out)
+    }
+
+    /// How many (query, cell) pairs [`KvCells::mask`] with the same
+    /// arguments would let through (its entries above -inf), counted
+    /// without building it: per sequence of the queries, the positions of
+    /// its cells sorted once, then a range per query. Errors as `mask`.
+    pub fn mask_visible(&self, queries: &[Query], n_kv: u32, params: &MaskParams) -> Result<u64> {
+        // `mask` of no query checks the arguments that do not depend on
+        // queries; the queries are checked as it checks them.
+        self.mask(&[], n_kv, params)?;
+        let mut stream = None;
+        for (index, q) in queries.iter().enumerate() {
+            let st = self.stream_idx(self.check_seq("mask", q.seq_id).map_err(|e| {
+                KvError::BadQuery {
+                    index,
+                    detail: e.to_string(),
+                }
+            })?);
+            if *stream.get_or_insert(st) != st || q.pos < 0 {
+                // `mask` names the error.
+                return self.mask(queries, n_kv, params).map(|_| 0);
+            }
+        }
+        let Some(st) = stream else { return Ok(0) };
+        let stream = &self.streams[st];
+        let n_kv = n_kv as usize;
+        let mut seqs: Vec<SeqId> = queries.iter().map(|q| q.seq_id).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let mut total = 0u64;
+        let mut held = Vec::new();
+        for s in seqs {
+            held.clear();
+            held.extend(
+                (0..n_kv)
+                    .filter(|&j| stream.pos[j] >= 0 && stream.seqs[j].contains(s))
+                    .map(|j| stream.pos[j] as i64),
+            );
+            held.sort_unstable();
+            for q in queries.iter().filter(|q| q.seq_id == s) {
+                let p1 = q.pos as i64;
+                let n = params.n_swa as i64;
+                let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+                if params.causal {
+                    hi = p1;
+                }
+                match params.swa_type {
+                    SwaType::None => {}
+                    SwaType::Standard => lo = p1 - n + 1,
+                    SwaType::Chunked => lo = (p1 / n) * n,
+                    SwaType::Symmetric => {
+                        lo = p1 - n / 2;
+                        hi = hi.min(p1 + n / 2);
+                    }
+                }
+                let a = held.partition_point(|&p| p < lo);
+                let b = held.partition_point(|&p| p <= hi);
+                total += b.saturating_sub(a) as u64;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Writes stream `stream`'s cells `cells` as a device copy holds them:
+    /// per cell, its position (-1 empty), then its sequence set as
+    /// [`SeqSet::words32`] (`out`: `1 + MAX_SEQ / 32` words a cell).
+    ///
+    /// Preconditions: the stream exists, `cells` within its `kv_size`,
+    /// `out` that many cells long (else panics).
+    pub fn cell_words(&self, stream: u32, cells: std::ops::Range<usize>, out: &mut [i32]) {
+        let st = &self.streams[stream as usize];
+        let w = CELL_WORDS;
+        assert_eq!(
+            out.len(),
+            cells.len() * w,
+            "cell_words: {} words",
+            out.len()
+        );
+        for (o, j) in out.chunks_exact_mut(w).zip(cells) {
+            o[0] = st.pos[j];
+            for (d, s) in o[1..].iter_mut().zip(st.seqs[j].words32()) {
+                *d = s as i32;
+            }
+        }
     }
 
     // ---- internals ---------------------------------------------------------------

@@ -64,6 +64,10 @@ pub use extend::{
     MAX_SELF_EXTEND_PASSES,
 };
 pub use seqset::{SeqSet, MAX_SEQ};
+
+/// Words of one cell as [`KvCells::cell_words`] writes it: its position,
+/// then its sequence set.
+pub const CELL_WORDS: usize = 1 + MAX_SEQ as usize / 32;
 pub use state::{
     fnv1a, fnv1a_update, seal_state, ModelIdentity, SeqStateRead, SeqStateWrite, FNV1A_OFFSET,
     MAX_ARCH_BYTES, STATE_MAGIC, STATE_VERSION,

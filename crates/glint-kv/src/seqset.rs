@@ -66,6 +66,17 @@ impl SeqSet {
         self.0.iter().map(|w| w.count_ones() as usize).sum()
     }
 
+    /// The set as 32-bit words, bit `s % 32` of word `s / 32` for id `s`
+    /// (the layout of a device copy of the cells).
+    pub fn words32(&self) -> [u32; MAX_SEQ as usize / 32] {
+        let mut out = [0u32; MAX_SEQ as usize / 32];
+        for (i, w) in self.0.iter().enumerate() {
+            out[2 * i] = *w as u32;
+            out[2 * i + 1] = (*w >> 32) as u32;
+        }
+        out
+    }
+
     /// The ids in the set, ascending.
     pub fn iter(&self) -> impl Iterator<Item = SeqId> + '_ {
         self.0.iter().enumerate().flat_map(|(wi, &w)| {
@@ -112,5 +123,8 @@ mod tests {
         assert_eq!(s.len(), 4);
         assert!(!s.is_empty());
         assert!(SeqSet::new().is_empty());
+        let w = s.words32();
+        assert_eq!((w[0], w[1], w[6], w[7]), (1, 1 << 31, 1 << 8, 1 << 31));
+        assert_eq!(w.iter().map(|w| w.count_ones()).sum::<u32>(), 4);
     }
 }

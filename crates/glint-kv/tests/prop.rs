@@ -144,6 +144,45 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
             "{ctx}: mask seq {s} pos {p1} cell {j} {params:?}"
         );
     }
+    // The device copy's words, and the count of a few queries' visible
+    // pairs without the mask.
+    let st = naive.stream(s);
+    let mut words = vec![0i32; naive.kv_size * CELL_WORDS];
+    real.cell_words(st as u32, 0..naive.kv_size, &mut words);
+    for (j, (w, c)) in words
+        .chunks_exact(CELL_WORDS)
+        .zip(&naive.streams[st])
+        .enumerate()
+    {
+        let held: BTreeSet<i32> = (0..256)
+            .filter(|&q| (w[1 + q as usize / 32] as u32) >> (q % 32) & 1 == 1)
+            .collect();
+        assert_eq!(
+            (w[0], &held),
+            (c.pos, &c.seqs),
+            "{ctx}: cell words {st}/{j}"
+        );
+    }
+    let queries: Vec<Query> = (0..rng.range(1, 6))
+        .map(|_| {
+            let seq_id = if naive.per_seq {
+                s
+            } else {
+                rng.range(0, naive.n_seq as i64)
+            };
+            Query {
+                seq_id,
+                pos: rng.range(0, 48),
+            }
+        })
+        .collect();
+    let m = real.mask(&queries, n_kv, &params).unwrap();
+    let shown = m.iter().filter(|v| **v > f32::NEG_INFINITY).count() as u64;
+    assert_eq!(
+        real.mask_visible(&queries, n_kv, &params).unwrap(),
+        shown,
+        "{ctx}: visible pairs of {queries:?} {params:?}"
+    );
 }
 
 fn check_err<T: std::fmt::Debug>(
