@@ -89,12 +89,13 @@ struct Budget {
     dispatches_per_layer: [(&'static str, u64); 2],
     /// Around the layers (the 6): the embedding gather (and Gemma
     /// 3's scale), the output norm (Gemma 3: and the last pending
-    /// post-norm), the head's matvec, the greedy argmax. SmolLM2 184 = 30 x
-    /// 6 + 4. Gemma 3 125 = 9 x 6 + 9 x 7 + 8: its tied 178 MB embedding is
-    /// bound in two windows of lavapipe's 128 MiB binding, so the gather
-    /// and the head are two dispatches each here (one on an adapter whose
-    /// binding holds it). The total is held to per-layer x layers + 6
-    /// (Gemma 3: 132, 7 over today's count).
+    /// post-norm), the head's matvec, the greedy argmax, and the mask
+    /// built from the cells (Gemma 3: two, its sliding-window layers'
+    /// too). SmolLM2 185 = 30 x 6 + 5. Gemma 3 127 = 9 x 6 + 9 x 7 + 10:
+    /// its tied 178 MB embedding is bound in two windows of lavapipe's 128
+    /// MiB binding, so the gather and the head are two dispatches each
+    /// here (one on an adapter whose binding holds it). The total is held
+    /// to per-layer x layers + 6 (Gemma 3: 132, 5 over today's count).
     dispatches_fixed: u64,
     /// Compute passes (met: one, every kernel of the step in it).
     passes: u64,
@@ -103,13 +104,19 @@ struct Budget {
     /// Buffers and bind groups created (met: 0 — the params arena, the
     /// bind-group cache, the persistent readback buffer).
     created: u64,
-    /// Queue writes: the step's inputs (ids, pos, rows, mask, Gemma 3's
-    /// sliding-window mask), nothing else (met). Each kernel's params are
-    /// its dispatch's immediate data where the adapter has immediates
-    /// (lavapipe does); the params arena's one write a step went with them:
-    /// SmolLM2 5 -> 4 writes, 11804 -> 268 bytes; Gemma 3 6 -> 5, 8044 ->
-    /// 524. Without immediates the arena's write comes back (6).
+    /// Queue writes: the step's inputs (ids, pos, rows, each token's
+    /// sequence, the cells that changed), nothing else (met). Each
+    /// kernel's params are its dispatch's immediate data where the adapter
+    /// has immediates (lavapipe does); the params arena's one write a step
+    /// went with them: SmolLM2 5 -> 4 writes, 11804 -> 268 bytes; Gemma 3
+    /// 6 -> 5, 8044 -> 524. Without immediates the arena's write comes
+    /// back (6). The masks are built on the device from its copy of the
+    /// cells since: SmolLM2 5 writes, 52 bytes (4 of each input, 36 of
+    /// the new cell), Gemma 3 the same (its two masks uploaded were 512).
     queue_writes: u64,
+    /// Bytes written per sequence of the step (met: 52). An uploaded
+    /// mask would be 4 bytes a cell of the span (256 here).
+    queue_write_bytes_per_seq: u64,
     /// Pipelines created after warm-up (met: 0).
     pipelines_created: u64,
     /// Bytes read back for a greedy token (met: 4, one i32).
@@ -149,6 +156,7 @@ const BUDGET: Budget = Budget {
     submits: 1,
     created: 0,
     queue_writes: 5,
+    queue_write_bytes_per_seq: 52,
     pipelines_created: 0,
     readback_bytes: 4,
     weight_bytes_ratio: 1.0,
@@ -168,6 +176,10 @@ fn check_step(what: &str, model: &Model, c: &glint::GpuCounters, n_seq: u32) {
     assert!(c.bind_groups_created <= b.created, "{what}: {c:?}");
     assert!(c.pipelines_created <= b.pipelines_created, "{what}: {c:?}");
     assert!(c.queue_writes <= b.queue_writes, "{what}: {c:?}");
+    assert!(
+        c.queue_write_bytes <= n_seq as u64 * b.queue_write_bytes_per_seq,
+        "{what}: {c:?}"
+    );
     assert!(
         c.readback_bytes <= n_seq as u64 * b.readback_bytes,
         "{what}: {c:?}"

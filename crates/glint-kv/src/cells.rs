@@ -261,7 +261,45 @@ struct Stream {
     n_shifted: u32,
     /// Where the next cell search starts.
     head: u32,
+    /// Cells whose position or sequence set changed since the last
+    /// [`KvCells::take_changed`].
+    changed: Changed,
 }
+
+/// The cells of a stream changed since a copy of them was last brought up
+/// to date ([`KvCells::take_changed`]): one range from the lowest to the
+/// highest. Not part of the cells' value: any two compare equal, and a
+/// clone (a snapshot, restored later in place of the cells a copy
+/// followed) has every cell changed.
+#[derive(Debug)]
+struct Changed(std::ops::Range<u32>);
+
+impl Changed {
+    const ALL: Changed = Changed(0..u32::MAX);
+
+    fn add(&mut self, i: usize) {
+        let i = i as u32;
+        if self.0.is_empty() {
+            self.0 = i..i + 1;
+        } else {
+            self.0 = self.0.start.min(i)..self.0.end.max(i + 1);
+        }
+    }
+}
+
+impl Clone for Changed {
+    fn clone(&self) -> Self {
+        Changed::ALL
+    }
+}
+
+impl PartialEq for Changed {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Changed {}
 
 impl Stream {
     fn new(kv_size: u32) -> Self {
@@ -273,6 +311,7 @@ impl Stream {
             used: 0,
             n_shifted: 0,
             head: 0,
+            changed: Changed::ALL,
         }
     }
 
@@ -527,6 +566,7 @@ impl KvCells {
                 let (pos, seqs) = (self.streams[ss].pos[i], self.streams[ss].seqs[i]);
                 if in_range(pos, r) && seqs.contains(src) && !seqs.contains(dst) {
                     self.streams[ss].seqs[i].insert(dst);
+                    self.streams[ss].changed.add(i);
                     ms_inc(&mut self.seq_pos[d], pos);
                 }
             }
@@ -689,6 +729,7 @@ impl KvCells {
                     ms_dec(&mut self.seq_pos[q as usize], pos);
                 }
                 self.streams[st].seqs[i] = SeqSet::single(seq_id);
+                self.streams[st].changed.add(i);
                 debug_assert!(self.seq_pos[s].contains_key(&pos));
             }
         }
@@ -1158,6 +1199,28 @@ impl KvCells {
         Ok(total)
     }
 
+    /// The cells of stream `stream` whose position or sequence set changed
+    /// since the last call (all of them in a new cache or a clone), as
+    /// one range from the lowest to the highest (empty: none); the next
+    /// call starts afresh. For a copy of the cells kept elsewhere (a
+    /// device's, [`KvCells::cell_words`]): bringing these up to date
+    /// brings it up to date. Empty for a stream that does not exist.
+    pub fn take_changed(&mut self, stream: u32) -> std::ops::Range<usize> {
+        let Some(st) = self.streams.get_mut(stream as usize) else {
+            return 0..0;
+        };
+        let r = std::mem::replace(&mut st.changed, Changed(0..0)).0;
+        let end = (r.end as usize).min(st.pos.len());
+        (r.start as usize).min(end)..end
+    }
+
+    /// Marks every cell changed (for a copy that missed an update).
+    pub fn mark_all_changed(&mut self) {
+        for st in &mut self.streams {
+            st.changed = Changed::ALL;
+        }
+    }
+
     /// Writes stream `stream`'s cells `cells` as a device copy holds them:
     /// per cell, its position (-1 empty), then its sequence set as
     /// [`SeqSet::words32`] (`out`: `1 + MAX_SEQ / 32` words a cell).
@@ -1280,6 +1343,7 @@ impl KvCells {
         debug_assert!(stream.pos[i] < 0 && pos >= 0 && !seqs.is_empty());
         stream.pos[i] = pos;
         stream.seqs[i] = seqs;
+        stream.changed.add(i);
         stream.set_shift(i, shift);
         stream.used += 1;
         for q in seqs.iter() {
@@ -1299,6 +1363,7 @@ impl KvCells {
         }
         stream.seqs[i] = SeqSet::new();
         stream.pos[i] = -1;
+        stream.changed.add(i);
         stream.set_shift(i, 0);
         stream.used -= 1;
         stream.head = stream.head.min(i as u32);
@@ -1313,6 +1378,7 @@ impl KvCells {
         }
         let pos = self.streams[st].pos[i];
         self.streams[st].seqs[i].remove(s as SeqId);
+        self.streams[st].changed.add(i);
         ms_dec(&mut self.seq_pos[s], pos);
     }
 
@@ -1339,6 +1405,7 @@ impl KvCells {
         let shift = stream.shift[i] as i64 + new as i64 - old as i64;
         debug_assert!(shift >= i32::MIN as i64 && shift <= i32::MAX as i64);
         stream.pos[i] = new;
+        stream.changed.add(i);
         stream.set_shift(i, shift as Pos);
     }
 

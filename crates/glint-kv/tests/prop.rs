@@ -177,6 +177,30 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
         })
         .collect();
     let m = real.mask(&queries, n_kv, &params).unwrap();
+    // The backends build the same mask from the copy's words.
+    let built = glint_backend::KqMask {
+        first_row: 0,
+        causal: params.causal,
+        window: match params.swa_type {
+            SwaType::None => glint_backend::MaskWindow::None,
+            SwaType::Standard => glint_backend::MaskWindow::Standard(params.n_swa),
+            SwaType::Chunked => glint_backend::MaskWindow::Chunked(params.n_swa),
+            SwaType::Symmetric => glint_backend::MaskWindow::Symmetric(params.n_swa),
+        },
+        alibi: params.alibi,
+        visible: None,
+    };
+    for (t, q) in queries.iter().enumerate() {
+        for j in 0..n_kv as usize {
+            let v = built.value(&words[j * CELL_WORDS..][..CELL_WORDS], q.pos, q.seq_id);
+            let want = m[t * n_kv as usize + j];
+            assert_eq!(
+                v.to_bits(),
+                want.to_bits(),
+                "{ctx}: built mask {q:?} cell {j}"
+            );
+        }
+    }
     let shown = m.iter().filter(|v| **v > f32::NEG_INFINITY).count() as u64;
     assert_eq!(
         real.mask_visible(&queries, n_kv, &params).unwrap(),
@@ -251,6 +275,8 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         k_row_bytes: 4,
         v_row_bytes: 4,
     };
+    // A device's copy of the cells, kept by `take_changed`: garbage at first.
+    let mut mirror = vec![vec![7i32; kv_size as usize * CELL_WORDS]; real.n_stream() as usize];
     let n = n_seq as i64;
     let mut rollbacks_with_shift = 0;
     let mut unshared = 0;
@@ -548,6 +574,26 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
             }
         }
         compare(&real, &naive, &mut rng, &ctx);
+        // A copy kept up to date by the changed cells alone is the cells.
+        for (st, copy) in mirror.iter_mut().enumerate() {
+            let r = real.take_changed(st as u32);
+            let w = CELL_WORDS;
+            real.cell_words(st as u32, r.clone(), &mut copy[r.start * w..r.end * w]);
+            let mut all = vec![0i32; copy.len()];
+            real.cell_words(st as u32, 0..kv_size as usize, &mut all);
+            assert!(
+                *copy == all,
+                "{ctx}: the copy of stream {st} missed a change"
+            );
+            assert_eq!(real.take_changed(st as u32), 0..0, "{ctx}: taken twice");
+        }
+        if rng.chance(5) {
+            assert_eq!(
+                real.clone().take_changed(0),
+                0..kv_size as usize,
+                "{ctx}: a clone"
+            );
+        }
     }
     (rollbacks_with_shift, unshared)
 }

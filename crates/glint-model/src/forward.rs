@@ -1,7 +1,9 @@
 //! The forward pass, written once against [`Backend`] for every architecture
 //! in the table and every quantization.
 
-use glint_backend::{AttnParams, Backend, GgmlType, PostAdd, QkNorm, TensorDesc, Usage};
+use glint_backend::{
+    AttnParams, Backend, GgmlType, KqMask, PostAdd, QkNorm, TensorDesc, Usage, CELL_WORDS,
+};
 
 use crate::arch::EmbdScale;
 use crate::hparams::HParams;
@@ -29,6 +31,11 @@ pub struct KvStorage<T> {
     pub type_k: GgmlType,
     /// V cache element type.
     pub type_v: GgmlType,
+    /// A copy of the cache's cells, what [`Mask::Cells`] builds masks
+    /// from: `[CELL_WORDS, n_rows]` i32 (a row's position, -1 empty, then
+    /// its sequence set; [`Backend::kq_mask`]). The caller keeps it in
+    /// step with its bookkeeping; it starts with every row empty.
+    pub cells: T,
 }
 
 impl<T: glint_backend::Tensor> KvStorage<T> {
@@ -80,6 +87,18 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
                 list.push(t);
             }
         }
+        let cells = backend.alloc(TensorDesc {
+            ty: GgmlType::I32,
+            ne: [CELL_WORDS, n_rows, 1, 1],
+            label: "cache_cells".into(),
+            // Bookkeeping beside the cache, as the K-shift's per-cell
+            // shifts: the KV cache's bytes stay its K/V rows (llama.cpp's).
+            usage: Usage::Scratch,
+        })?;
+        let empty: Vec<i32> = (0..n_rows * CELL_WORDS)
+            .map(|i| if i % CELL_WORDS == 0 { -1 } else { 0 })
+            .collect();
+        backend.write(&cells, 0, bytemuck::cast_slice(&empty))?;
         Ok(KvStorage {
             k,
             v,
@@ -88,6 +107,7 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
             n_rows,
             type_k,
             type_v,
+            cells,
         })
     }
 }
@@ -144,6 +164,30 @@ impl<T: glint_backend::Tensor> ConvStorage<T> {
     }
 }
 
+/// An attention mask `[n_kv, T]`, row-major by token: 0 or -inf (ALiBi's
+/// biases in between).
+#[derive(Clone, Copy, Debug)]
+pub enum Mask<'a> {
+    /// Its values, built by the caller and uploaded.
+    Values(&'a [f32]),
+    /// Built on the backend ([`Backend::kq_mask`]) from the copy of the
+    /// cells of the cache it covers ([`KvStorage::cells`]) and the batch's
+    /// positions and sequences ([`UBatch::seqs`]): nothing uploaded but
+    /// the sequences. `first_row` is the span's start (`kv_start`),
+    /// whatever the caller put there.
+    Cells(KqMask),
+}
+
+impl Mask<'_> {
+    /// Whether the caller's values (if any) have `n` entries.
+    fn holds(&self, n: usize) -> bool {
+        match self {
+            Mask::Values(v) => v.len() == n,
+            Mask::Cells(_) => true,
+        }
+    }
+}
+
 /// One micro-batch, as the context prepares it.
 pub struct UBatch<'a> {
     /// Token ids `[T]`.
@@ -155,14 +199,18 @@ pub struct UBatch<'a> {
     /// Each token's recurrent state slot `[T]` (its sequence; empty when
     /// the model has no short-convolution layers).
     pub slots: &'a [i32],
+    /// Each token's sequence `[T]` (the first of its sequences), what a
+    /// [`Mask::Cells`] tests the cells' sets against (may be empty when
+    /// no mask is built so).
+    pub seqs: &'a [i32],
     /// First cache row attention considers (the stream's start).
     pub kv_start: usize,
     /// Cache rows attention considers.
     pub n_kv: usize,
-    /// Mask of full-attention layers `[n_kv, T]`, row-major by token: 0 or -inf.
-    pub mask: &'a [f32],
+    /// Mask of full-attention layers `[n_kv, T]`.
+    pub mask: Mask<'a>,
     /// Mask of sliding-window layers `[n_kv, T]` (needed iff the model has them).
-    pub mask_swa: Option<&'a [f32]>,
+    pub mask_swa: Option<Mask<'a>>,
     /// Tokens (indices into `0..T`) whose logits are wanted, in output order.
     pub outputs: &'a [i32],
     /// Two-window SelfExtend's inputs (the cache must hold grouped K rows).
@@ -182,8 +230,9 @@ pub struct SwaInputs<'a> {
     pub kv_start: usize,
     /// Rows attention considers.
     pub n_kv: usize,
-    /// The sliding-window mask over them `[n_kv, T]`.
-    pub mask: &'a [f32],
+    /// The sliding-window mask over them `[n_kv, T]` (built from the
+    /// ring's own cells with [`Mask::Cells`]).
+    pub mask: Mask<'a>,
 }
 
 /// Everything a forward pass reads and writes besides weights and scratch.
@@ -225,6 +274,7 @@ pub struct Scratch<T> {
     outs: T,     // [T] i32
     rows_swa: T, // [T] i32, rows of the sliding-window cache
     slots: T,    // [T] i32, recurrent state slot of each token
+    seqs: T,     // [T] i32, sequence of each token (masks built from cells)
     conv_b: T,   // [n_embd, T] f32 (short-conv layers; else [1]), gate b
     conv_c: T,   // [n_embd, T] f32, gate c
     conv_x: T,   // [n_embd, T] f32, input x, then b * x
@@ -316,6 +366,7 @@ impl<T: glint_backend::Tensor> Scratch<T> {
             outs: a(i, t, "inp_out_ids")?,
             rows_swa: a(i, t, "inp_rows_swa")?,
             slots: a(i, t, "inp_slots")?,
+            seqs: a(i, t, "inp_seqs")?,
             conv_b: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_b")?,
             conv_c: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_c")?,
             conv_x: a(f, if hp.n_conv > 0 { n_embd * t } else { 1 }, "conv_x")?,
@@ -444,7 +495,7 @@ pub fn forward<B: Backend>(
     check_ubatch(hp, mem, s, ub)?;
     let t = ub.tokens.len();
     let n_embd = hp.n_embd;
-    let inp = Inputs::write(b, hp, s, ub)?;
+    let inp = Inputs::write(b, hp, mem, s, ub)?;
 
     // x: [n_embd, T], the residual stream; x2 receives each new value.
     let mut x = view(b, &s.x, &[n_embd, t])?;
@@ -558,26 +609,40 @@ fn check_ubatch<T>(
             ));
         }
     }
-    if ub.mask.len() != ub.n_kv * t {
+    if !ub.mask.holds(ub.n_kv * t) {
         return bad(format!(
-            "mask has {} values, expected {} x {t}",
-            ub.mask.len(),
-            ub.n_kv
+            "mask has {:?}, expected {} x {t} values",
+            ub.mask, ub.n_kv
+        ));
+    }
+    let cells_masks = [
+        Some(&ub.mask),
+        ub.mask_swa.as_ref(),
+        ub.swa.as_ref().map(|w| &w.mask),
+    ];
+    if cells_masks
+        .iter()
+        .any(|m| matches!(m, Some(Mask::Cells(_))))
+        && ub.seqs.len() != t
+    {
+        return bad(format!(
+            "a mask built from cells needs each token's sequence: {} for {t} tokens",
+            ub.seqs.len()
         ));
     }
     match (&ub.swa, mem.swa) {
         (Some(w), Some(ring)) => {
             if w.rows.len() != t
-                || w.mask.len() != w.n_kv * t
+                || !w.mask.holds(w.n_kv * t)
                 || w.n_kv == 0
                 || w.n_kv * t > s.n_kv_max * s.n_tokens_max
                 || w.kv_start + w.n_kv > ring.n_rows
             {
                 return bad(format!(
-                    "sliding-window cache: {} rows, a mask of {} values and a window {}..{} for \
-                     {t} tokens and its {} rows",
+                    "sliding-window cache: {} rows, a mask {:?} and a window {}..{} for {t} \
+                     tokens and its {} rows",
                     w.rows.len(),
-                    w.mask.len(),
+                    w.mask,
                     w.kv_start,
                     w.kv_start + w.n_kv,
                     ring.n_rows
@@ -591,7 +656,7 @@ fn check_ubatch<T>(
             }
         }
         (None, None) => {
-            if has_swa(hp) && ub.mask_swa.map(<[f32]>::len) != Some(ub.n_kv * t) {
+            if has_swa(hp) && !ub.mask_swa.is_some_and(|m| m.holds(ub.n_kv * t)) {
                 return bad(
                     "the model has sliding-window layers: a mask_swa of n_kv x T is needed".into(),
                 );
@@ -666,6 +731,7 @@ impl<T: glint_backend::Tensor> Inputs<T> {
     fn write<B: Backend<Tensor = T>>(
         b: &B,
         hp: &HParams,
+        mem: &Memories<T>,
         s: &Scratch<T>,
         ub: &UBatch,
     ) -> Result<Self, ModelError> {
@@ -677,7 +743,32 @@ impl<T: glint_backend::Tensor> Inputs<T> {
         b.write(&ids, 0, bytemuck::cast_slice(ub.tokens))?;
         b.write(&pos, 0, bytemuck::cast_slice(ub.pos))?;
         b.write(&rows, 0, bytemuck::cast_slice(ub.rows))?;
-        b.write(&mask, 0, bytemuck::cast_slice(ub.mask))?;
+        let from_cells = [
+            Some(&ub.mask),
+            ub.mask_swa.as_ref(),
+            ub.swa.as_ref().map(|w| &w.mask),
+        ]
+        .iter()
+        .any(|m| matches!(m, Some(Mask::Cells(_))));
+        let seqs = view(b, &s.seqs, &[t])?;
+        if from_cells {
+            b.write(&seqs, 0, bytemuck::cast_slice(ub.seqs))?;
+        }
+        // A mask into `out` over `n_kv` rows from `start` of `cells`.
+        let fill = |m: &Mask, out: &T, cells: &T, start: usize| -> Result<(), ModelError> {
+            match m {
+                Mask::Values(v) => b.write(out, 0, bytemuck::cast_slice(v))?,
+                Mask::Cells(p) => {
+                    let p = KqMask {
+                        first_row: start,
+                        ..*p
+                    };
+                    b.kq_mask(cells, &pos, &seqs, &p, out)?
+                }
+            }
+            Ok(())
+        };
+        fill(&ub.mask, &mask, &mem.kv.cells, ub.kv_start)?;
         let slots = if hp.n_conv > 0 {
             let v = view(b, &s.slots, &[t])?;
             b.write(&v, 0, bytemuck::cast_slice(ub.slots))?;
@@ -688,14 +779,18 @@ impl<T: glint_backend::Tensor> Inputs<T> {
         let (mask_swa, rows_swa) = match (&ub.swa, ub.mask_swa) {
             (Some(w), _) => {
                 let v = view(b, &s.mask_swa, &[w.n_kv, t])?;
-                b.write(&v, 0, bytemuck::cast_slice(w.mask))?;
+                // check_ubatch: a ring in the batch has a ring in `mem`.
+                let ring = mem.swa.ok_or_else(|| {
+                    ModelError::Batch("sliding-window inputs without their cache".into())
+                })?;
+                fill(&w.mask, &v, &ring.cells, w.kv_start)?;
                 let r = view(b, &s.rows_swa, &[t])?;
                 b.write(&r, 0, bytemuck::cast_slice(w.rows))?;
                 (Some(v), Some(r))
             }
             (None, Some(m)) if has_swa(hp) => {
                 let v = view(b, &s.mask_swa, &[ub.n_kv, t])?;
-                b.write(&v, 0, bytemuck::cast_slice(m))?;
+                fill(&m, &v, &mem.kv.cells, ub.kv_start)?;
                 (Some(v), None)
             }
             _ => (None, None),

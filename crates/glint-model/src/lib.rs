@@ -14,8 +14,8 @@ use glint_gguf::GgufError;
 
 pub use arch::{arch_info, ArchInfo, ARCHS};
 pub use forward::{
-    forward, ConvStorage, KvStorage, Memories, Output, Scratch, SwaInputs, UBatch, WindowInputs,
-    OUTPUTS_AT_FIRST, TOPK_CAP, TOPK_MAX_K,
+    forward, ConvStorage, KvStorage, Mask, Memories, Output, Scratch, SwaInputs, UBatch,
+    WindowInputs, OUTPUTS_AT_FIRST, TOPK_CAP, TOPK_MAX_K,
 };
 pub use hparams::{HParams, RopeOverrides, RopeScaling};
 pub use weights::{AttnWeights, ConvWeights, LayerWeights, Mixer, Weights};

@@ -2,9 +2,9 @@
 //! sequence ids into its memory, keeping logits only for the tokens that
 //! ask.
 
-use glint_backend::Backend;
+use glint_backend::{Backend, KqMask, MaskWindow};
 use glint_kv::{KvCells, KvParams, MaskParams, Query, StreamLayout, SwaType, TokenMeta};
-use glint_model::{forward, HParams, Memories, SwaInputs, UBatch, WindowInputs};
+use glint_model::{forward, HParams, Mask, Memories, SwaInputs, UBatch, WindowInputs};
 
 use crate::backend::{on_exec, with_exec, Exec, ExecState, Loaded};
 use crate::memory::{Checkpoint, KvCacheParams, SeqMemory};
@@ -44,6 +44,9 @@ pub struct Context {
     params: ContextParams,
     exec: ExecState,
     out: Outputs,
+    /// Build attention masks on the host and upload them (llama.cpp's
+    /// way), not on the backend from its copy of the cells.
+    host_masks: bool,
 }
 
 impl Context {
@@ -97,7 +100,18 @@ impl Context {
             params,
             exec,
             out: Outputs::default(),
+            host_masks: std::env::var_os("GLINT_HOST_MASKS").is_some_and(|v| v != "0"),
         })
+    }
+
+    /// Build the attention masks on the host and upload them, `[n_kv,
+    /// n_tokens]` f32 a micro-batch (llama.cpp's way; `GLINT_HOST_MASKS=1`
+    /// at creation), instead of on the backend from its copy of the cells
+    /// (the default: only the cells that changed travel). The two give
+    /// the same masks; this is for A/B runs and tests. Two-window
+    /// SelfExtend always builds its masks on the host.
+    pub fn set_host_masks(&mut self, on: bool) {
+        self.host_masks = on;
     }
 
     /// The model.
@@ -280,7 +294,14 @@ impl Context {
             queries,
             streams,
             [Some(MaskParams::causal()), has_swa.then(|| self.swa_mask())],
+            self.masks_on_host(),
         )
+    }
+
+    /// Whether this context's masks are built on the host (see
+    /// [`Context::set_host_masks`]).
+    fn masks_on_host(&self) -> bool {
+        self.host_masks || self.params.self_extend_window.is_some()
     }
 
     /// The sliding-window layers' mask: causal within the model's window.
@@ -303,7 +324,14 @@ impl Context {
         let Some(cells) = self.ring_cells() else {
             return Ok(None);
         };
-        span(cells, queries, streams, [Some(self.swa_mask()), None]).map(Some)
+        span(
+            cells,
+            queries,
+            streams,
+            [Some(self.swa_mask()), None],
+            self.masks_on_host(),
+        )
+        .map(Some)
     }
 }
 
@@ -313,25 +341,67 @@ impl Context {
 /// the rows from the first stream's start to the last one's `n_kv`, each
 /// masked to the cells of its own stream: the kernels need no notion of
 /// streams, and masked cells cost a comparison (the cpu kernels skip them).
+/// Unless `on_host`, the masks are for the backend to build from its copy
+/// of the cells ([`SpanMask::Cells`]): a cell of another stream never
+/// holds a query's sequence, and the cells past a stream's `n_kv` are
+/// empty, so that gives the masks built here.
 fn span(
     cells: &KvCells,
     queries: &[Query],
     streams: &[u32],
     params: [Option<MaskParams>; 2],
+    on_host: bool,
 ) -> Result<KvSpan, Error> {
     let kv_size = cells.params().kv_size as usize;
     let (lo, hi) = (
         *streams.iter().min().unwrap_or(&0),
         *streams.iter().max().unwrap_or(&0),
     );
+    if !on_host {
+        let span = (hi - lo) as usize * kv_size + cells.n_kv(hi) as usize;
+        let build = |p: MaskParams| -> Result<SpanMask, Error> {
+            let mut visible = 0;
+            if lo == hi {
+                visible = cells.mask_visible(queries, cells.n_kv(lo), &p)?;
+            }
+            for st in (lo < hi).then_some(lo..=hi).into_iter().flatten() {
+                let qs: Vec<Query> = (0..queries.len())
+                    .filter(|&t| streams[t] == st)
+                    .map(|t| queries[t])
+                    .collect();
+                if !qs.is_empty() {
+                    visible += cells.mask_visible(&qs, cells.n_kv(st), &p)?;
+                }
+            }
+            Ok(SpanMask::Cells(KqMask {
+                first_row: lo as usize * kv_size,
+                causal: p.causal,
+                window: match p.swa_type {
+                    SwaType::None => MaskWindow::None,
+                    SwaType::Standard => MaskWindow::Standard(p.n_swa),
+                    SwaType::Chunked => MaskWindow::Chunked(p.n_swa),
+                    SwaType::Symmetric => MaskWindow::Symmetric(p.n_swa),
+                },
+                alibi: p.alibi,
+                visible: Some(visible),
+            }))
+        };
+        let [mask, swa] = params.map(|p| p.map(build).transpose());
+        return Ok(KvSpan {
+            kv_start: lo as usize * kv_size,
+            n_kv: span,
+            mask: mask?.unwrap_or(SpanMask::Values(Vec::new())),
+            mask_swa: swa?,
+        });
+    }
     if lo == hi {
         let n_kv = cells.n_kv(lo);
         let [mask, swa] = params.map(|p| p.map(|p| cells.mask(queries, n_kv, &p)).transpose());
         return Ok(KvSpan {
             kv_start: lo as usize * kv_size,
             n_kv: n_kv as usize,
-            mask: mask?.unwrap_or_default(),
-            mask_swa: swa?,
+            mask: SpanMask::Values(mask?.unwrap_or_default()),
+            mask_swa: swa?.map(SpanMask::Values),
         });
     }
     let span = (hi - lo) as usize * kv_size + cells.n_kv(hi) as usize;
@@ -361,8 +431,8 @@ fn span(
     Ok(KvSpan {
         kv_start: lo as usize * kv_size,
         n_kv: span,
-        mask: mask.unwrap_or_default(),
-        mask_swa: swa,
+        mask: SpanMask::Values(mask.unwrap_or_default()),
+        mask_swa: swa.map(SpanMask::Values),
     })
 }
 
@@ -429,15 +499,17 @@ impl Context {
         } else {
             Vec::new()
         };
+        let seqs: Vec<i32> = queries.iter().map(|q| q.seq_id).collect();
         let ub = UBatch {
             tokens: &batch.tokens[start..end],
             pos: &batch.pos[start..end],
             rows: &rows[start..end],
             slots: &slots,
+            seqs: &seqs,
             kv_start: span.kv_start,
             n_kv: span.n_kv,
-            mask: &span.mask,
-            mask_swa: span.mask_swa.as_deref(),
+            mask: span.mask.as_mask(),
+            mask_swa: span.mask_swa.as_ref().map(SpanMask::as_mask),
             outputs: &outputs,
             window: window.as_ref().map(|(far, pos_q, pos_k)| WindowInputs {
                 pos_q,
@@ -449,7 +521,7 @@ impl Context {
                     rows,
                     kv_start: r.kv_start,
                     n_kv: r.n_kv,
-                    mask: &r.mask,
+                    mask: r.mask.as_mask(),
                 }),
                 _ => None,
             },
@@ -792,14 +864,11 @@ impl Context {
                     .filter(|&p| p >= 0)
             })
             .collect();
-        let mut far = vec![f32::NEG_INFINITY; span.mask.len()];
+        let mask = span.mask.values_mut();
+        let mut far = vec![f32::NEG_INFINITY; mask.len()];
         for (t, q) in queries.iter().enumerate() {
             let row = t * span.n_kv..(t + 1) * span.n_kv;
-            for ((m, f), p) in span.mask[row.clone()]
-                .iter_mut()
-                .zip(&mut far[row])
-                .zip(&pos)
-            {
+            for ((m, f), p) in mask[row.clone()].iter_mut().zip(&mut far[row]).zip(&pos) {
                 if let Some(p) = *p {
                     if *m != f32::NEG_INFINITY && !w.near(q.pos, p) {
                         (*f, *m) = (*m, f32::NEG_INFINITY);
@@ -954,6 +1023,11 @@ fn forward_ubatch<B: Backend>(
     ub: &UBatch,
 ) -> Result<bool, Error> {
     x.scratch.reserve_outputs(&l.be, hp, ub.outputs.len())?;
+    // The backend's copies of the cells, which masks are built from.
+    x.mem.kv.sync_cells(&l.be)?;
+    if let Some(r) = x.mem.swa.as_mut() {
+        r.cache.sync_cells(&l.be)?;
+    }
     let mem = Memories {
         kv: &x.mem.kv.storage,
         swa: x.mem.swa.as_ref().map(|r| &r.cache.storage),
@@ -1057,6 +1131,31 @@ struct KvSpan {
     /// Rows from there.
     n_kv: usize,
     /// mask, mask_swa: [n_kv, n_tokens] f32, 0 or -inf
-    mask: Vec<f32>,
-    mask_swa: Option<Vec<f32>>,
+    mask: SpanMask,
+    mask_swa: Option<SpanMask>,
+}
+
+/// A mask of a [`KvSpan`].
+enum SpanMask {
+    /// Built here: `[n_kv, n_tokens]` f32.
+    Values(Vec<f32>),
+    /// For the backend to build from its copy of the cells.
+    Cells(KqMask),
+}
+
+impl SpanMask {
+    fn as_mask(&self) -> Mask<'_> {
+        match self {
+            SpanMask::Values(v) => Mask::Values(v),
+            SpanMask::Cells(p) => Mask::Cells(*p),
+        }
+    }
+
+    /// The values built here (empty for a mask the backend builds).
+    fn values_mut(&mut self) -> &mut [f32] {
+        match self {
+            SpanMask::Values(v) => v,
+            SpanMask::Cells(_) => &mut [],
+        }
+    }
 }

@@ -17,10 +17,15 @@
 //! rows were rotated, so the positions they were rotated to stay.
 
 use glint_backend::{Backend, GgmlType, Tensor, TensorDesc, Usage};
-use glint_kv::{CellLog, CellPlan, KvCells, KvParams, ModelIdentity, RowCopy, TokenMeta};
+use glint_kv::{
+    CellLog, CellPlan, KvCells, KvParams, ModelIdentity, RowCopy, TokenMeta, CELL_WORDS,
+};
 use glint_model::{HParams, KvStorage};
 
 use crate::recurrent::{Recurrent, RecurrentUndo};
+
+// The cells as the kv crate writes them are the words the kernels read.
+const _: () = assert!(CELL_WORDS == glint_backend::CELL_WORDS);
 use crate::Error;
 
 /// Sizes of a KV cache.
@@ -94,6 +99,9 @@ pub(crate) struct KvCache<B: Backend> {
     shifts: B::Tensor,
     /// Two-window SelfExtend: `storage.k2` holds K at grouped positions.
     window: Option<crate::params::SelfExtendWindow>,
+    /// The words of the cells [`KvCache::sync_cells`] writes, kept so a
+    /// decode step allocates nothing: `[CELL_WORDS, changed cells]` i32.
+    words: Vec<i32>,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -126,7 +134,31 @@ impl<B: Backend> KvCache<B> {
             storage,
             shifts,
             window: p.window,
+            words: Vec::new(),
         })
+    }
+
+    /// Brings the backend's copy of the cells (`storage.cells`, what masks
+    /// are built from) up to date: the cells changed since the last call,
+    /// one write a stream that has any (a decode step: one cell a
+    /// sequence, 36 bytes). On an error every cell counts as changed, so
+    /// the next call writes them all.
+    pub(crate) fn sync_cells(&mut self, be: &B) -> Result<(), Error> {
+        let kv_size = self.cells.params().kv_size as usize;
+        for st in 0..self.cells.n_stream() {
+            let r = self.cells.take_changed(st);
+            if r.is_empty() {
+                continue;
+            }
+            self.words.resize(r.len() * CELL_WORDS, 0);
+            self.cells.cell_words(st, r.clone(), &mut self.words);
+            let at = (st as usize * kv_size + r.start) * CELL_WORDS * 4;
+            if let Err(e) = be.write(&self.storage.cells, at, bytemuck::cast_slice(&self.words)) {
+                self.cells.mark_all_changed();
+                return Err(e.into());
+            }
+        }
+        Ok(())
     }
 
     /// What a saved sequence must agree on with this cache.
