@@ -2,15 +2,14 @@
 // not uploaded: one invocation per (cell j, query t), out[t * n_kv + j].
 // glint_backend::KqMask::value is its plain twin, to the bit.
 // Bindings, in order:
-//   0 cells:  [CELL_WORDS, n_rows] i32: position (-1 empty), then the
-//             sequence set, bit s % 32 of word 1 + s / 32
+//   0 cells:  [w, n_rows] i32: position (-1 empty), then the sequence
+//             set, bit s % 32 of word 1 + s / 32 (w - 1 words: sequences
+//             0 .. 32 (w - 1))
 //   1 pos:    [m] i32, each query's position
 //   2 seqs:   [m] i32, each query's sequence
 //   3 out:    [n_kv, m] f32: 0 (or ALiBi's -|p0 - p1|) or -inf
 //   4 params: uniform Params
 #include "index.wgsl"
-
-const CELL_WORDS: u32 = 9u;
 
 struct Params {
     n_kv: u32,
@@ -20,6 +19,7 @@ struct Params {
     window: u32,    // 0 none, 1 standard, 2 chunked, 3 symmetric
     n_swa: u32,     // the window (> 0 with one)
     alibi: u32,     // 1: a visible key's value is -|p0 - p1|
+    w: u32,         // words a cell, 2 to 9
 }
 
 @group(0) @binding(0) var<storage, read> cells: array<i32>;
@@ -50,12 +50,12 @@ fn main(inv: Inv) {
         return;
     }
     let t = i / p.n_kv;
-    let c = (p.first_row + i % p.n_kv) * CELL_WORDS;
+    let c = (p.first_row + i % p.n_kv) * p.w;
     let p0 = cells[c];
     let p1 = pos[t];
     let s = seqs[t];
     var held = false;
-    if (s >= 0 && s < 256) {
+    if (s >= 0 && u32(s) < 32u * (p.w - 1u)) {
         let w = bitcast<u32>(cells[c + 1u + u32(s) / 32u]);
         held = ((w >> (u32(s) % 32u)) & 1u) == 1u;
     }

@@ -111,10 +111,11 @@ struct Budget {
     /// went with them: SmolLM2 5 -> 4 writes, 11804 -> 268 bytes; Gemma 3
     /// 6 -> 5, 8044 -> 524. Without immediates the arena's write comes
     /// back (6). The masks are built on the device from its copy of the
-    /// cells since: SmolLM2 5 writes, 52 bytes (4 of each input, 36 of
-    /// the new cell), Gemma 3 the same (its two masks uploaded were 512).
+    /// cells since: SmolLM2 5 writes, 24 bytes (4 of each input, 8 of the
+    /// new cell: its position and a word of sequence bits), Gemma 3 the
+    /// same (its two masks uploaded were 512).
     queue_writes: u64,
-    /// Bytes written per sequence of the step (met: 52). An uploaded
+    /// Bytes written per sequence of the step (met: 24). An uploaded
     /// mask would be 4 bytes a cell of the span (256 here).
     queue_write_bytes_per_seq: u64,
     /// Pipelines created after warm-up (met: 0).
@@ -156,7 +157,7 @@ const BUDGET: Budget = Budget {
     submits: 1,
     created: 0,
     queue_writes: 5,
-    queue_write_bytes_per_seq: 52,
+    queue_write_bytes_per_seq: 24,
     pipelines_created: 0,
     readback_bytes: 4,
     weight_bytes_ratio: 1.0,

@@ -296,9 +296,9 @@ pub fn argmax<T: Tensor + ?Sized>(x: &T, out: &T) -> Result<()> {
     len(OP, "out", out.desc(), x.desc().n_rows())
 }
 
-/// `kq_mask`: cells I32 `[CELL_WORDS, n_rows]`; pos, seqs I32 `[m]`; out
-/// F32 `[n_kv, m]` with `first_row + n_kv <= n_rows`; a window of size
-/// > 0. Returns `(n_kv, m)`.
+/// `kq_mask`: cells I32 `[w, n_rows]` with `2 <= w <= CELL_WORDS`; pos,
+/// seqs I32 `[m]`; out F32 `[n_kv, m]` with `first_row + n_kv <= n_rows`;
+/// a window of size > 0. Returns `(n_kv, m)`.
 pub fn kq_mask<T: Tensor + ?Sized>(
     cells: &T,
     pos: &T,
@@ -317,7 +317,14 @@ pub fn kq_mask<T: Tensor + ?Sized>(
     matrix(OP, "out", out.desc(), n_kv, m)?;
     len(OP, "pos", pos.desc(), m)?;
     len(OP, "seqs", seqs.desc(), m)?;
-    let n_rows = cols(OP, "cells", cells.desc(), crate::CELL_WORDS)?;
+    let w = cells.desc().ne[0];
+    if !(2..=crate::CELL_WORDS).contains(&w) {
+        return Err(shape(
+            OP,
+            format!("cells of {w} words (2 to {})", crate::CELL_WORDS),
+        ));
+    }
+    let n_rows = cols(OP, "cells", cells.desc(), w)?;
     if p.first_row.checked_add(n_kv).is_none_or(|end| end > n_rows) {
         return Err(shape(
             OP,

@@ -496,8 +496,8 @@ pub trait Backend: Send + Sync {
     /// The attention mask of `m` queries over `n_kv` cells, built from a
     /// copy of the cache's cells on the backend (the mask is not uploaded):
     /// `out[j, t] = p.value(cells[p.first_row + j], pos[t], seqs[t])`
-    /// ([`KqMask::value`]: 0 or -inf, ALiBi's bias). `cells`: I32
-    /// `[CELL_WORDS, n_rows]` ([`CELL_WORDS`]); `pos`, `seqs`: I32 `[m]`
+    /// ([`KqMask::value`]: 0 or -inf, ALiBi's bias). `cells`: I32 `[w,
+    /// n_rows]`, `w` words a cell, 2 to [`CELL_WORDS`]; `pos`, `seqs`: I32 `[m]`
     /// (each query's position and sequence); `out`: F32 `[n_kv, m]`.
     fn kq_mask(
         &self,

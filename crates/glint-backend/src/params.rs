@@ -178,10 +178,11 @@ pub enum Glu {
     GeGlu,
 }
 
-/// Words of one cell in a device copy of a cache's cells
+/// Most words of one cell in a device copy of a cache's cells
 /// ([`Backend::kq_mask`](crate::Backend::kq_mask)): its position (`-1`:
 /// empty), then its sequence set, bit `s % 32` of word `1 + s / 32` for
-/// sequence `s`, ids `0..256` (llama.cpp's `LLAMA_MAX_SEQ`).
+/// sequence `s`, ids `0..256` (llama.cpp's `LLAMA_MAX_SEQ`). A copy for a
+/// cache of fewer sequences keeps fewer words a cell (2 for up to 32).
 pub const CELL_WORDS: usize = 1 + 256 / 32;
 
 /// Sliding-window kinds of a built mask (llama.cpp's `llama_swa_type`),
@@ -246,15 +247,15 @@ pub struct KqMask {
 
 impl KqMask {
     /// The mask's value for a query at position `pos` of sequence `seq`
-    /// and the cell `cell` (its [`CELL_WORDS`] words): `-inf` when the cell
-    /// is empty, does not hold `seq` (ids outside `0..256` are held by no
-    /// cell), holds a later position (causal) or is outside the window;
+    /// and the cell `cell` (its words, 2 to [`CELL_WORDS`]): `-inf` when
+    /// the cell is empty, does not hold `seq` (ids outside `0..32 (words -
+    /// 1)` are held by no cell), holds a later position (causal) or is outside the window;
     /// else 0, or `-|p0 - pos|` with ALiBi. A query at a negative position
     /// sees no cell. The kernels' plain twin.
     pub fn value(&self, cell: &[i32], pos: i32, seq: i32) -> f32 {
         let p0 = cell[0];
-        let held =
-            (0..256).contains(&seq) && (cell[1 + seq as usize / 32] as u32) >> (seq % 32) & 1 == 1;
+        let held = (0..32 * (cell.len() as i32 - 1)).contains(&seq)
+            && (cell[1 + seq as usize / 32] as u32) >> (seq % 32) & 1 == 1;
         if p0 < 0 || pos < 0 || !held || (self.causal && p0 > pos) || self.window.hides(p0, pos) {
             return f32::NEG_INFINITY;
         }

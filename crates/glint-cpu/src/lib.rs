@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use glint_backend::{
     check, AttnParams, Backend, BackendError, GgmlType, Glu, KqMask, MemoryReport, Result,
-    RopeParams, SharedBytes, TensorDesc, Unary, Usage, CELL_WORDS,
+    RopeParams, SharedBytes, TensorDesc, Unary, Usage,
 };
 
 pub use attention::{attention_window, attention_with, Cache, Far};
@@ -526,14 +526,15 @@ impl Backend for CpuBackend {
         let (cg, pg, sg) = (cells.read_guard()?, pos.read_guard()?, seqs.read_guard()?);
         let mut og = out.write_guard(OP)?;
         let (cs, ps, ss) = (cg.i32s(), pg.i32s(), sg.i32s());
-        let cs = &cs[p.first_row * CELL_WORDS..(p.first_row + n_kv) * CELL_WORDS];
+        let w = cells.desc.ne[0];
+        let cs = &cs[p.first_row * w..(p.first_row + n_kv) * w];
         let o = og.f32s_mut();
         if n_kv == 0 {
             return Ok(());
         }
         self.run(o.len(), |par| {
             elementwise::rows(par, o, n_kv, |t, row| {
-                for (m, cell) in row.iter_mut().zip(cs.chunks_exact(CELL_WORDS)) {
+                for (m, cell) in row.iter_mut().zip(cs.chunks_exact(w)) {
                     *m = p.value(cell, ps[t], ss[t]);
                 }
             })

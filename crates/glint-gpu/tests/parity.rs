@@ -93,14 +93,17 @@ fn kq_mask_from_cells() {
         let (n_rows, m) = (300 + r.below(200), 1 + r.below(40));
         let first_row = r.below(50);
         let n_kv = 1 + r.below(n_rows - first_row);
-        let mut cells = vec![0i32; CELL_WORDS * n_rows];
-        for c in cells.chunks_exact_mut(CELL_WORDS) {
+        // Words a cell: the most, the fewest, or any between.
+        let w = [CELL_WORDS, 2, 2 + r.below(CELL_WORDS - 1)][r.below(3)];
+        let n_seq = 32 * (w - 1);
+        let mut cells = vec![0i32; w * n_rows];
+        for c in cells.chunks_exact_mut(w) {
             c[0] = if r.chance(15) { -1 } else { r.range(0, 400) };
             for _ in 0..r.below(4) {
                 let s = if r.chance(70) {
                     r.below(4)
                 } else {
-                    r.below(256)
+                    r.below(n_seq)
                 };
                 c[1 + s / 32] |= (1u32 << (s % 32)) as i32;
             }
@@ -113,13 +116,14 @@ fn kq_mask_from_cells() {
                 0 => -1,
                 1 => 300,
                 2 => r.below(256) as i32,
+                3 => n_seq as i32,
                 _ => r.below(4) as i32,
             })
             .collect();
         let (cp, pp, sp) = (
             pair(
                 GgmlType::I32,
-                [CELL_WORDS, n_rows, 1, 1],
+                [w, n_rows, 1, 1],
                 Usage::Scratch,
                 Some(bytemuck::cast_slice(&cells)),
             ),

@@ -1221,15 +1221,24 @@ impl KvCells {
         }
     }
 
+    /// Words a cell takes in [`KvCells::cell_words`]: its position, then
+    /// a word for every 32 sequences of `n_seq_max` (2 for up to 32, at
+    /// most [`CELL_WORDS`]).
+    pub fn cell_words_len(&self) -> usize {
+        1 + self.params.n_seq_max.div_ceil(32) as usize
+    }
+
     /// Writes stream `stream`'s cells `cells` as a device copy holds them:
-    /// per cell, its position (-1 empty), then its sequence set as
-    /// [`SeqSet::words32`] (`out`: `1 + MAX_SEQ / 32` words a cell).
+    /// per cell, its position (-1 empty), then its sequence set as the
+    /// first [`KvCells::cell_words_len`] - 1 of [`SeqSet::words32`] (the
+    /// others are 0: no sequence id reaches them).
     ///
     /// Preconditions: the stream exists, `cells` within its `kv_size`,
-    /// `out` that many cells long (else panics).
+    /// `out` that many cells of `cell_words_len` words (else panics).
     pub fn cell_words(&self, stream: u32, cells: std::ops::Range<usize>, out: &mut [i32]) {
         let st = &self.streams[stream as usize];
-        let w = CELL_WORDS;
+        let w = self.cell_words_len();
+        debug_assert!(w <= CELL_WORDS);
         assert_eq!(
             out.len(),
             cells.len() * w,

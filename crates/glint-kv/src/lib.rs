@@ -65,8 +65,9 @@ pub use extend::{
 };
 pub use seqset::{SeqSet, MAX_SEQ};
 
-/// Words of one cell as [`KvCells::cell_words`] writes it: its position,
-/// then its sequence set.
+/// Most words of one cell as [`KvCells::cell_words`] writes it: its
+/// position, then its sequence set (fewer words for fewer sequences:
+/// [`KvCells::cell_words_len`]).
 pub const CELL_WORDS: usize = 1 + MAX_SEQ as usize / 32;
 pub use state::{
     fnv1a, fnv1a_update, seal_state, ModelIdentity, SeqStateRead, SeqStateWrite, FNV1A_OFFSET,

@@ -147,14 +147,16 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
     // The device copy's words, and the count of a few queries' visible
     // pairs without the mask.
     let st = naive.stream(s);
-    let mut words = vec![0i32; naive.kv_size * CELL_WORDS];
+    let cw = real.cell_words_len();
+    assert_eq!(
+        cw,
+        1 + (naive.n_seq as usize).div_ceil(32),
+        "{ctx}: words a cell"
+    );
+    let mut words = vec![0i32; naive.kv_size * cw];
     real.cell_words(st as u32, 0..naive.kv_size, &mut words);
-    for (j, (w, c)) in words
-        .chunks_exact(CELL_WORDS)
-        .zip(&naive.streams[st])
-        .enumerate()
-    {
-        let held: BTreeSet<i32> = (0..256)
+    for (j, (w, c)) in words.chunks_exact(cw).zip(&naive.streams[st]).enumerate() {
+        let held: BTreeSet<i32> = (0..32 * (cw as i32 - 1))
             .filter(|&q| (w[1 + q as usize / 32] as u32) >> (q % 32) & 1 == 1)
             .collect();
         assert_eq!(
@@ -192,7 +194,7 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
     };
     for (t, q) in queries.iter().enumerate() {
         for j in 0..n_kv as usize {
-            let v = built.value(&words[j * CELL_WORDS..][..CELL_WORDS], q.pos, q.seq_id);
+            let v = built.value(&words[j * cw..][..cw], q.pos, q.seq_id);
             let want = m[t * n_kv as usize + j];
             assert_eq!(
                 v.to_bits(),
@@ -276,7 +278,8 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         v_row_bytes: 4,
     };
     // A device's copy of the cells, kept by `take_changed`: garbage at first.
-    let mut mirror = vec![vec![7i32; kv_size as usize * CELL_WORDS]; real.n_stream() as usize];
+    let cw = real.cell_words_len();
+    let mut mirror = vec![vec![7i32; kv_size as usize * cw]; real.n_stream() as usize];
     let n = n_seq as i64;
     let mut rollbacks_with_shift = 0;
     let mut unshared = 0;
@@ -577,7 +580,7 @@ fn run(seed: u64, kv_size: u32, n_seq: u32, layout: StreamLayout, steps: usize) 
         // A copy kept up to date by the changed cells alone is the cells.
         for (st, copy) in mirror.iter_mut().enumerate() {
             let r = real.take_changed(st as u32);
-            let w = CELL_WORDS;
+            let w = cw;
             real.cell_words(st as u32, r.clone(), &mut copy[r.start * w..r.end * w]);
             let mut all = vec![0i32; copy.len()];
             real.cell_words(st as u32, 0..kv_size as usize, &mut all);

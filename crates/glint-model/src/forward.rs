@@ -32,15 +32,16 @@ pub struct KvStorage<T> {
     /// V cache element type.
     pub type_v: GgmlType,
     /// A copy of the cache's cells, what [`Mask::Cells`] builds masks
-    /// from: `[CELL_WORDS, n_rows]` i32 (a row's position, -1 empty, then
-    /// its sequence set; [`Backend::kq_mask`]). The caller keeps it in
-    /// step with its bookkeeping; it starts with every row empty.
+    /// from: `[w, n_rows]` i32, `w` words a row (its position, -1 empty,
+    /// then its sequence set; [`Backend::kq_mask`]). The caller keeps it
+    /// in step with its bookkeeping; it starts with every row empty.
     pub cells: T,
 }
 
 impl<T: glint_backend::Tensor> KvStorage<T> {
     /// Allocate `n_rows` rows for each of the model layers `layers` (and
-    /// as many grouped K rows when `grouped`: two-window SelfExtend).
+    /// as many grouped K rows when `grouped`: two-window SelfExtend), and
+    /// the cells' copy of `cell_words` words a row (2 to [`CELL_WORDS`]).
     pub fn new<B: Backend<Tensor = T>>(
         backend: &B,
         hp: &HParams,
@@ -48,7 +49,13 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
         n_rows: usize,
         [type_k, type_v]: [GgmlType; 2],
         grouped: bool,
+        cell_words: usize,
     ) -> Result<Self, ModelError> {
+        if !(2..=CELL_WORDS).contains(&cell_words) {
+            return Err(ModelError::Invalid(format!(
+                "cells of {cell_words} words (2 to {CELL_WORDS})"
+            )));
+        }
         for ty in [type_k, type_v] {
             if !matches!(
                 ty,
@@ -89,14 +96,14 @@ impl<T: glint_backend::Tensor> KvStorage<T> {
         }
         let cells = backend.alloc(TensorDesc {
             ty: GgmlType::I32,
-            ne: [CELL_WORDS, n_rows, 1, 1],
+            ne: [cell_words, n_rows, 1, 1],
             label: "cache_cells".into(),
             // Bookkeeping beside the cache, as the K-shift's per-cell
             // shifts: the KV cache's bytes stay its K/V rows (llama.cpp's).
             usage: Usage::Scratch,
         })?;
-        let empty: Vec<i32> = (0..n_rows * CELL_WORDS)
-            .map(|i| if i % CELL_WORDS == 0 { -1 } else { 0 })
+        let empty: Vec<i32> = (0..n_rows * cell_words)
+            .map(|i| if i % cell_words == 0 { -1 } else { 0 })
             .collect();
         backend.write(&cells, 0, bytemuck::cast_slice(&empty))?;
         Ok(KvStorage {

@@ -100,7 +100,7 @@ pub(crate) struct KvCache<B: Backend> {
     /// Two-window SelfExtend: `storage.k2` holds K at grouped positions.
     window: Option<crate::params::SelfExtendWindow>,
     /// The words of the cells [`KvCache::sync_cells`] writes, kept so a
-    /// decode step allocates nothing: `[CELL_WORDS, changed cells]` i32.
+    /// decode step allocates nothing: `[w, changed cells]` i32.
     words: Vec<i32>,
 }
 
@@ -121,6 +121,7 @@ impl<B: Backend> KvCache<B> {
             n_rows,
             [p.type_k, p.type_v],
             p.window.is_some(),
+            cells.cell_words_len(),
         )?;
         let shifts = be.alloc(TensorDesc {
             ty: GgmlType::I32,
@@ -150,9 +151,10 @@ impl<B: Backend> KvCache<B> {
             if r.is_empty() {
                 continue;
             }
-            self.words.resize(r.len() * CELL_WORDS, 0);
+            let w = self.cells.cell_words_len();
+            self.words.resize(r.len() * w, 0);
             self.cells.cell_words(st, r.clone(), &mut self.words);
-            let at = (st as usize * kv_size + r.start) * CELL_WORDS * 4;
+            let at = (st as usize * kv_size + r.start) * w * 4;
             if let Err(e) = be.write(&self.storage.cells, at, bytemuck::cast_slice(&self.words)) {
                 self.cells.mark_all_changed();
                 return Err(e.into());

@@ -9,7 +9,7 @@ use super::T;
 use crate::pipelines::PipelineKey;
 use crate::GpuBackend;
 
-/// cells: [CELL_WORDS, n_rows] i32; pos, seqs: [m] i32; out: [n_kv, m] f32.
+/// cells: [w, n_rows] i32 (w words a cell, 2 to CELL_WORDS); pos, seqs: [m] i32; out: [n_kv, m] f32.
 /// The caller's count of visible pairs (`p.visible`) becomes `out`'s
 /// [`GpuTensor::finite`](crate::GpuTensor), as a write of those values
 /// would have made it: attention's tile choice and the work counters read
@@ -31,10 +31,7 @@ pub(crate) fn kq_mask(
         })
     };
     small(total, "n_kv x m")?;
-    small(
-        (p.first_row + n_kv) * glint_backend::CELL_WORDS,
-        "cell words",
-    )?;
+    small((p.first_row + n_kv) * cells.desc.ne[0], "cell words")?;
     let (window, n_swa) = p.window.code();
     let params = [
         n_kv as u32,
@@ -44,6 +41,7 @@ pub(crate) fn kq_mask(
         window,
         n_swa,
         p.alibi as u32,
+        cells.desc.ne[0] as u32,
     ];
     let key = PipelineKey::new("kq_mask.wgsl", "main", 3, 1);
     be.launch(
