@@ -17,6 +17,8 @@
 #   GLINT_ATTN_TILE=all       decode attention by tiles of one token too
 #   GLINT_WGPU_NO_IMMEDIATES  params from the uniform arena, not immediates
 #   GLINT_MATVEC_WG_ROWS=1    a matvec row a workgroup, not a subgroup
+#   GLINT_HOST_MASKS=1        masks built on the host and uploaded, not
+#                             built on the device from its copy of the cells
 set -u -o pipefail
 GLINT=${1:-target/release/glint}
 KERNELS=${2:-}
@@ -39,6 +41,10 @@ for m in smollm2-135m:q4_1 llama2-7b:q4_0; do
     run $B --synthetic $m -p 512 -n 0 -d 4096 -r 1
     run GLINT_ATTN_TILE=0 $B --synthetic $m -p 512 -n 0 -d 4096 -r 1
 done
+# Masks uploaded (9.4 MB for a 512-token batch at depth 4096) against
+# built from the cells on the device.
+run GLINT_HOST_MASKS=1 $B --synthetic smollm2-135m:q4_1 -p 512 -n 32 -d 4096 -r 1
+run $B --synthetic smollm2-135m:q4_1 -p 512 -n 32 -d 4096 -r 1
 # Decode attention (a quarter to a third of a small model's step on an
 # H200): tiles of one token against `main`, with the per-kernel profile.
 for m in smollm2-135m:q4_1 gemma3-270m:q4_k; do
