@@ -19,6 +19,8 @@
 #   GLINT_MATVEC_WG_ROWS=1    a matvec row a workgroup, not a subgroup
 #   GLINT_HOST_MASKS=1        masks built on the host and uploaded, not
 #                             built on the device from its copy of the cells
+#   GLINT_CHAIN=0             each greedy token read back before the next
+#                             step is recorded, not chained on the device
 set -u -o pipefail
 GLINT=${1:-target/release/glint}
 KERNELS=${2:-}
@@ -57,6 +59,12 @@ done
 # against workgroup rows, on the 7B's decode.
 run GLINT_WGPU_NO_IMMEDIATES=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
 run GLINT_MATVEC_WG_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
+# Greedy steps chained on the device against each token read first: the
+# small models, where the host's time a step is most of it.
+for m in smollm2-135m:q4_1 gemma3-270m:q4_k llama2-7b:q4_0; do
+    run $B --synthetic $m -p 0 -n 128 -r 2
+    run GLINT_CHAIN=0 $B --synthetic $m -p 0 -n 128 -r 2
+done
 if [ -n "$KERNELS" ] && [ -x "$KERNELS" ]; then
     run "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q4_1,Q5_0,Q8_0,Q4_K,Q6_K --matvec 4096x28672
 fi

@@ -122,15 +122,36 @@ fn prompt(
 
 /// `n` steps at positions `pos0..`, each one token of each of sequences
 /// `0..n_seq` in one batch, each waited for (the greedy tokens of all the
-/// sequences, read back together).
+/// sequences, read back together). One sequence after a prompt decodes
+/// its greedy tokens chained on the device ([`Context::decode_greedy`]:
+/// each step started before the token before it is read back; the first
+/// step of an empty cache decodes a random token) unless `GLINT_CHAIN=0`;
+/// with `wait`, the last step is waited for, else its token is left in
+/// flight for the next call.
 fn generate(
     ctx: &mut Context,
     n: u32,
     pos0: u32,
     n_seq: u32,
     rng: &mut TokenRng,
+    wait: bool,
 ) -> Result<(), Error> {
     let n_vocab = ctx.model().n_vocab();
+    let chain = std::env::var_os("GLINT_CHAIN").is_none_or(|v| v != "0");
+    if chain && n_seq == 1 && n > 0 {
+        let mut left = n;
+        if pos0 == 0 {
+            ctx.decode(&Batch::from_tokens(&[rng.token(n_vocab)], 0, 0))?;
+            left -= 1;
+        }
+        for _ in 0..left {
+            ctx.decode_greedy(0)?;
+        }
+        if wait {
+            ctx.argmax(0)?;
+        }
+        return Ok(());
+    }
     let mut batch = Batch::new();
     for i in 0..n {
         batch.clear();
@@ -168,9 +189,9 @@ pub fn step_counters(
     let n_seq = n_seq.max(1);
     ctx.clear();
     prompt(ctx, n_prompt.max(1), 0, n_seq, rng)?;
-    generate(ctx, 2, n_prompt.max(1), n_seq, rng)?;
+    generate(ctx, 2, n_prompt.max(1), n_seq, rng, false)?;
     let before = model.gpu_counters().unwrap_or_default();
-    generate(ctx, 1, n_prompt.max(1) + 2, n_seq, rng)?;
+    generate(ctx, 1, n_prompt.max(1) + 2, n_seq, rng, false)?;
     let after = model.gpu_counters().unwrap_or_default();
     Ok(Some(after.since(&before)))
 }
@@ -206,7 +227,7 @@ pub fn warm_up(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<(),
         prompt(ctx, test.n_prompt, 0, test.n_seq(), rng)?;
     }
     if test.n_gen > 0 {
-        generate(ctx, 1, test.n_prompt, test.n_seq(), rng)?;
+        generate(ctx, 1, test.n_prompt, test.n_seq(), rng, true)?;
     }
     Ok(())
 }
@@ -224,7 +245,7 @@ pub fn run_once(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<f6
         prompt(ctx, test.n_prompt, test.n_depth, p, rng)?;
     }
     if test.n_gen > 0 {
-        generate(ctx, test.n_gen, test.n_depth + test.n_prompt, p, rng)?;
+        generate(ctx, test.n_gen, test.n_depth + test.n_prompt, p, rng, true)?;
     }
     Ok(t0.elapsed().as_secs_f64())
 }

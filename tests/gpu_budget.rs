@@ -272,7 +272,45 @@ fn one_decode_step_stays_within_the_budget() {
             "{name} x4: one read for the 4 tokens: {c4:?}"
         );
         check_step(&format!("{name} x4"), &model, &c4, 4);
+        // Greedy decoding chained on the device (`decode_greedy`): the
+        // same step, its token taken from the previous step's argmax on
+        // the device (no upload), started with the read of its own token
+        // (one submit), the previous token's read finished meanwhile.
+        let cc = chained_step(&model);
+        eprintln!("{name} chained: {cc:?}");
+        assert_eq!(cc.dispatches, c.dispatches, "{name} chained: {cc:?}");
+        assert_eq!(
+            (cc.submits, cc.readbacks, cc.queue_writes),
+            (1, 1, c.queue_writes - 1),
+            "{name} chained: one submit, one read, no token written: {cc:?}"
+        );
+        check_step(&format!("{name} chained"), &model, &cc, 1);
     }
+}
+
+/// The counters of a greedy step chained on the device after two warm-up
+/// steps, in the context and at the position of [`common::one_gpu_step`].
+fn chained_step(model: &Model) -> glint::GpuCounters {
+    let mut ctx = glint::Context::new(
+        model,
+        glint::ContextParams {
+            n_ctx: 64,
+            n_seq_max: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids = model
+        .tokenizer()
+        .encode("The capital of France is", true, true)
+        .unwrap();
+    ctx.decode(&glint::Batch::from_tokens(&ids, 0, 0)).unwrap();
+    for _ in 0..2 {
+        ctx.decode_greedy(0).unwrap();
+    }
+    let before = model.gpu_counters().unwrap();
+    ctx.decode_greedy(0).unwrap();
+    model.gpu_counters().unwrap().since(&before)
 }
 
 /// `glint devices` lists the cpu and the Vulkan adapter with its limits

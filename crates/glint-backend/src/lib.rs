@@ -231,6 +231,21 @@ pub trait Backend: Send + Sync {
     /// Wait for all queued work.
     fn sync(&self) -> Result<()>;
 
+    /// A read in flight ([`Backend::read_start`]).
+    type Reading: Send;
+
+    /// Start reading `len` bytes at byte `offset` of `t` as they will be
+    /// after all queued ops, and start those ops: more may be queued (and
+    /// started by another read) before [`Backend::read_finish`] collects
+    /// the bytes, which then waits only for the ops queued before this
+    /// call. At most two reads are in flight at a time (a third is an
+    /// error); one dropped unfinished gives its room back.
+    fn read_start(&self, t: &Self::Tensor, offset: usize, len: usize) -> Result<Self::Reading>;
+
+    /// The bytes of a read begun by [`Backend::read_start`] (`out.len()`
+    /// must be the `len` it was started with).
+    fn read_finish(&self, r: Self::Reading, out: &mut [u8]) -> Result<()>;
+
     /// Run `f`, which issues a run of ops (a forward pass), where they are
     /// cheapest to issue from. The cpu backend runs it on one of its own
     /// workers, so each op's parallel loop starts right there instead of

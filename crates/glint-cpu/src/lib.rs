@@ -290,6 +290,26 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    /// The ops ran when they were called: the bytes are read now.
+    type Reading = Vec<u8>;
+
+    fn read_start(&self, t: &CpuTensor, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.read(t, offset, &mut v)?;
+        Ok(v)
+    }
+
+    fn read_finish(&self, r: Vec<u8>, out: &mut [u8]) -> Result<()> {
+        if r.len() != out.len() {
+            return Err(BackendError::Shape {
+                op: "read_finish",
+                detail: format!("{} bytes were read, {} asked for", r.len(), out.len()),
+            });
+        }
+        out.copy_from_slice(&r);
+        Ok(())
+    }
+
     /// `f` on one of the pool's workers, the others kept awake for it:
     /// each spins on [`rayon::yield_now`] (running whatever work `f`'s ops
     /// share out) until `f` returns. A worker with nothing to do sleeps

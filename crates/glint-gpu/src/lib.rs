@@ -85,6 +85,9 @@ pub struct GpuBackend {
     param_align: usize,
     /// Persistent readback buffer (MAP_READ), grown when a read needs more.
     staging: Mutex<Option<wgpu::Buffer>>,
+    /// The readback buffers of reads in flight (`Backend::read_start`):
+    /// two, so a step's token is read while the next step runs.
+    readings: Arc<Mutex<[submit::ReadSlot; 2]>>,
     binds: Arc<tensor::BindCache>,
     counters: Arc<Counters>,
     /// What was asked of the device (dispatches, submits, buffers, ...).
@@ -133,6 +136,7 @@ impl GpuBackend {
             params,
             param_align,
             staging: Mutex::new(None),
+            readings: Arc::default(),
             binds: Arc::default(),
             counters: Arc::default(),
             work: counters::Work::default(),
@@ -430,6 +434,16 @@ impl Backend for GpuBackend {
     fn sync(&self) -> Result<()> {
         self.flush();
         self.wait()
+    }
+
+    type Reading = submit::Reading;
+
+    fn read_start(&self, t: &GpuTensor, offset: usize, len: usize) -> Result<submit::Reading> {
+        self.read_begin(t, offset, len)
+    }
+
+    fn read_finish(&self, r: submit::Reading, out: &mut [u8]) -> Result<()> {
+        self.read_end(r, out)
     }
 
     fn memory(&self) -> MemoryReport {

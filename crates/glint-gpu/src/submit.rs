@@ -71,8 +71,16 @@ impl GpuBackend {
         self.submit(&mut p);
     }
 
-    fn submit(&self, p: &mut Pending) {
+    /// Submit the recorded ops, as [`GpuBackend::flush`]; the submission's
+    /// index, if there were any.
+    fn flush_index(&self) -> Option<wgpu::SubmissionIndex> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        self.submit(&mut p)
+    }
+
+    fn submit(&self, p: &mut Pending) -> Option<wgpu::SubmissionIndex> {
         p.pass = None;
+        let mut index = None;
         let mut profiled = std::mem::take(&mut p.profiled);
         if let Some(mut enc) = p.encoder.take() {
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
@@ -85,7 +93,7 @@ impl GpuBackend {
                 Work::add(&self.work.queue_write_bytes, p.params.len() as u64);
                 self.ctx.queue.write_buffer(&self.params, 0, &p.params);
             }
-            self.ctx.queue.submit([enc.finish()]);
+            index = Some(self.ctx.queue.submit([enc.finish()]));
             Work::add(&self.work.submits, 1);
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
                 // A lost reading is a hole in the profile, not an error of
@@ -96,6 +104,7 @@ impl GpuBackend {
         p.params.clear();
         p.n_ops = 0;
         p.bound.clear();
+        index
     }
 
     pub(crate) fn wait(&self) -> Result<()> {
@@ -411,6 +420,151 @@ impl GpuBackend {
         r
     }
 }
+
+/// The readback buffer of a read in flight ([`Reading`]), kept between
+/// reads; `None` until one is needed, or after a read was dropped
+/// unfinished (its buffer may still be mapping).
+#[derive(Default)]
+pub(crate) struct ReadSlot {
+    buf: Option<wgpu::Buffer>,
+    busy: bool,
+}
+
+/// A read in flight (`Backend::read_start`): the copy into its slot's
+/// buffer was submitted with every op before it, and the buffer's mapping
+/// asked for.
+pub struct Reading {
+    slots: std::sync::Arc<std::sync::Mutex<[ReadSlot; 2]>>,
+    slot: usize,
+    buf: wgpu::Buffer,
+    /// Bytes mapped (whole multiples of MAP_ALIGNMENT) and where the
+    /// asked-for bytes start in them, and how many.
+    mapped: u64,
+    skip: usize,
+    len: usize,
+    /// The submission that copies the bytes (`None`: there was none, an
+    /// error when finished).
+    index: Option<wgpu::SubmissionIndex>,
+    mapping: std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    done: bool,
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut slots[self.slot];
+        if !self.done {
+            // Maybe still mapping: the next read there makes a new buffer.
+            s.buf = None;
+        }
+        s.busy = false;
+    }
+}
+
+impl GpuBackend {
+    /// `Backend::read_start`: copy the bytes into a free slot's buffer
+    /// after all recorded work, submit, and ask for the mapping.
+    pub(crate) fn read_begin(&self, t: &GpuTensor, offset: usize, len: usize) -> Result<Reading> {
+        self.check_owner("read_start", t)?;
+        let end = in_range("read_start", t, offset, len)?;
+        if len == 0 {
+            return Err(BackendError::Shape {
+                op: "read_start",
+                detail: "a read of 0 bytes".into(),
+            });
+        }
+        let start4 = offset / 4 * 4;
+        let size = (end.div_ceil(4) * 4 - start4) as u64;
+        let mapped = size.next_multiple_of(wgpu::MAP_ALIGNMENT);
+        let (slot, buf) = {
+            let mut slots = self.readings.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(slot) = slots.iter().position(|s| !s.busy) else {
+                return Err(BackendError::Device(
+                    "read_start: two reads are in flight already".into(),
+                ));
+            };
+            let s = &mut slots[slot];
+            if s.buf.as_ref().is_none_or(|b| b.size() < mapped) {
+                Work::add(&self.work.buffers_created, 1);
+                s.buf = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("reading"),
+                    size: mapped.max(READING_MIN_BYTES),
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }));
+            }
+            s.busy = true;
+            (slot, s.buf.clone().expect("made above"))
+        };
+        Work::add(&self.work.readbacks, 1);
+        Work::add(&self.work.readback_bytes, size);
+        self.record(|enc| {
+            enc.copy_buffer_to_buffer(&t.buf, t.offset + start4 as u64, &buf, 0, size)
+        });
+        // The copy was recorded: there is a submission.
+        let index = self.flush_index();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // From here the slot is released when the reading drops.
+        let r = Reading {
+            slots: self.readings.clone(),
+            slot,
+            buf,
+            mapped,
+            skip: offset - start4,
+            len,
+            index,
+            mapping: rx,
+            done: false,
+        };
+        r.buf
+            .slice(..mapped)
+            .map_async(wgpu::MapMode::Read, move |m| {
+                let _ = tx.send(m);
+            });
+        self.ctx.take_error()?;
+        Ok(r)
+    }
+
+    /// `Backend::read_finish`: wait for the read's submission, copy the
+    /// bytes out of the mapping and unmap.
+    pub(crate) fn read_end(&self, mut r: Reading, out: &mut [u8]) -> Result<()> {
+        if out.len() != r.len {
+            return Err(BackendError::Shape {
+                op: "read_finish",
+                detail: format!("{} bytes were read, {} asked for", r.len, out.len()),
+            });
+        }
+        self.ctx
+            .device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(r.index.clone().ok_or_else(|| {
+                    BackendError::Device("read_finish: the copy was never submitted".into())
+                })?),
+                timeout: None,
+            })
+            .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+        self.ctx.take_error()?;
+        match r.mapping.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(BackendError::Device(format!("map: {e}"))),
+            Err(_) => return Err(BackendError::Device("map: callback never ran".into())),
+        }
+        {
+            let view = r
+                .buf
+                .slice(..r.mapped)
+                .get_mapped_range()
+                .map_err(|e| BackendError::Device(format!("map: {e}")))?;
+            out.copy_from_slice(&view[r.skip..r.skip + r.len]);
+        }
+        r.buf.unmap();
+        r.done = true;
+        Ok(())
+    }
+}
+
+/// A reading buffer's smallest size: a few greedy tokens.
+const READING_MIN_BYTES: u64 = 256;
 
 /// The readback buffer's smallest size: a greedy token, a row of logits.
 const STAGING_MIN_BYTES: u64 = 1 << 16;

@@ -197,8 +197,13 @@ impl Mask<'_> {
 
 /// One micro-batch, as the context prepares it.
 pub struct UBatch<'a> {
-    /// Token ids `[T]`.
+    /// Token ids `[T]` (placeholders with `device_tokens`).
     pub tokens: &'a [i32],
+    /// The tokens are the greedy choices of the previous forward pass's
+    /// first `T` output rows ([`Output::argmax`], still on the backend),
+    /// not `tokens`: nothing is uploaded, and the host need not have read
+    /// them (decoding chained on the device).
+    pub device_tokens: bool,
     /// Positions `[T]` (what RoPE rotates by).
     pub pos: &'a [i32],
     /// Cache rows receiving each token's K and V `[T]`.
@@ -678,7 +683,7 @@ fn check_ubatch<T>(
     if let Some(&tok) = ub
         .tokens
         .iter()
-        .find(|&&x| x < 0 || x as usize >= hp.n_vocab)
+        .find(|&&x| !ub.device_tokens && (x < 0 || x as usize >= hp.n_vocab))
     {
         return bad(format!(
             "token id {tok} outside the vocabulary (0..{})",
@@ -743,11 +748,18 @@ impl<T: glint_backend::Tensor> Inputs<T> {
         ub: &UBatch,
     ) -> Result<Self, ModelError> {
         let t = ub.tokens.len();
-        let ids = view(b, &s.ids, &[t])?;
         let pos = view(b, &s.pos, &[t])?;
         let rows = view(b, &s.rows, &[t])?;
         let mask = view(b, &s.mask, &[ub.n_kv, t])?;
-        b.write(&ids, 0, bytemuck::cast_slice(ub.tokens))?;
+        // The previous pass's greedy tokens are read by the gather before
+        // this pass's head writes its own.
+        let ids = if ub.device_tokens {
+            view(b, &s.argmax, &[t])?
+        } else {
+            let ids = view(b, &s.ids, &[t])?;
+            b.write(&ids, 0, bytemuck::cast_slice(ub.tokens))?;
+            ids
+        };
         b.write(&pos, 0, bytemuck::cast_slice(ub.pos))?;
         b.write(&rows, 0, bytemuck::cast_slice(ub.rows))?;
         let from_cells = [

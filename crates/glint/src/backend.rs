@@ -36,6 +36,9 @@ pub(crate) struct Exec<B: Backend> {
     pub(crate) scratch: Scratch<B::Tensor>,
     /// Output of the last micro-batch, not read back yet: `[n_vocab, n_out]`.
     pub(crate) pending: Option<glint_model::Output<B::Tensor>>,
+    /// The read of `pending`'s first greedy token, started by
+    /// `Context::decode_greedy` as it submitted the step that made it.
+    pub(crate) reading: Option<B::Reading>,
 }
 
 // One per context, never moved on a hot path.
@@ -204,5 +207,6 @@ fn new_exec<B: Backend>(
         mem,
         scratch,
         pending: None,
+        reading: None,
     })
 }

@@ -47,6 +47,9 @@ pub struct Context {
     /// Build attention masks on the host and upload them (llama.cpp's
     /// way), not on the backend from its copy of the cells.
     host_masks: bool,
+    /// The batch being decoded takes its tokens from the previous one's
+    /// greedy choices on the backend ([`Context::decode_greedy`]).
+    chained: bool,
 }
 
 impl Context {
@@ -101,6 +104,7 @@ impl Context {
             exec,
             out: Outputs::default(),
             host_masks: std::env::var_os("GLINT_HOST_MASKS").is_some_and(|v| v != "0"),
+            chained: false,
         })
     }
 
@@ -202,6 +206,56 @@ impl Context {
     /// gives one sequence non-increasing positions is an error and changes
     /// nothing; a decode that fails later is rolled back cell by cell.
     pub fn decode(&mut self, batch: &Batch) -> Result<(), Error> {
+        self.chained = false;
+        self.decode_batch(batch)
+    }
+
+    /// Greedy decoding chained on the backend: decodes into `seq`, at its
+    /// next position, the most likely token after the last decode's one
+    /// output row, and returns that token. What [`Context::argmax`] of
+    /// that row and a [`Context::decode`] of its token alone would do, to
+    /// the bit, except for the order: the step that decodes the token
+    /// takes it from the device, so it is recorded and started before the
+    /// token comes back (4 bytes), and the host's work on one step (and
+    /// on what it does with the token) overlaps the device's on the step
+    /// before. The token's own output row is pending afterwards, as after
+    /// a decode, so the next call chains from it; a caller that stops (at
+    /// an end-of-generation token, say) has decoded the token it stops at.
+    pub fn decode_greedy(&mut self, seq: i32) -> Result<u32, Error> {
+        if self.out.host.len() != 1 {
+            return Err(Error::Invalid(format!(
+                "decode_greedy chains from a decode with one output row; the last had {}",
+                self.out.host.len()
+            )));
+        }
+        let pos = self
+            .seq_pos_max(seq)?
+            .checked_add(1)
+            .ok_or_else(|| Error::Invalid(format!("sequence {seq} is at the largest position")))?;
+        let model = self.model.clone();
+        // The read of the token: started when the step that chose it was
+        // submitted, or now.
+        with_exec!(model.backend(), &mut self.exec, |l, x| start_reading(l, x))?;
+        let mut b = Batch::new();
+        b.add(0, pos, &[seq], true);
+        self.chained = true;
+        let decoded = self.decode_batch(&b);
+        self.chained = false;
+        let started = decoded
+            .and_then(|()| with_exec!(model.backend(), &mut self.exec, |l, x| chain_reading(l, x)));
+        if started.is_err() {
+            // Whatever was in flight belongs to a step that did not happen.
+            on_exec!(&mut self.exec, |x| x.reading = None);
+        }
+        started
+    }
+
+    fn decode_batch(&mut self, batch: &Batch) -> Result<(), Error> {
+        // A read of the previous output's token, if one was started, is of
+        // an output this batch replaces (a chained batch took it first).
+        if !self.chained {
+            on_exec!(&mut self.exec, |x| x.reading = None);
+        }
         let metas = self.check_batch(batch)?;
         let model = self.model.clone();
         let (undo, plan) = with_exec!(model.backend(), &mut self.exec, |l, x| x
@@ -502,6 +556,7 @@ impl Context {
         let seqs: Vec<i32> = queries.iter().map(|q| q.seq_id).collect();
         let ub = UBatch {
             tokens: &batch.tokens[start..end],
+            device_tokens: self.chained,
             pos: &batch.pos[start..end],
             rows: &rows[start..end],
             slots: &slots,
@@ -1107,6 +1162,36 @@ fn read_top_k<B: Backend>(
 }
 
 /// The argmax of the first `count` pending output rows, in one read.
+/// `decode_greedy`'s read of the pending output's first greedy token:
+/// kept from the step that made it, or started now.
+fn start_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>) -> Result<(), Error> {
+    if x.reading.is_none() {
+        let out = x.pending.as_ref().ok_or_else(|| {
+            Error::Invalid("decode_greedy: the last decode's output was not kept".into())
+        })?;
+        x.reading = Some(l.be.read_start(&out.argmax, 0, 4)?);
+    }
+    Ok(())
+}
+
+/// After a chained step was recorded: start it with the read of its
+/// greedy token (kept for the next call), then finish the read of the
+/// token it decoded, and return that.
+fn chain_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>) -> Result<u32, Error> {
+    let prev = x
+        .reading
+        .take()
+        .ok_or_else(|| Error::Internal("decode_greedy: no read in flight".into()))?;
+    let out = x
+        .pending
+        .as_ref()
+        .ok_or_else(|| Error::Internal("decode_greedy: the step left no output".into()))?;
+    x.reading = Some(l.be.read_start(&out.argmax, 0, 4)?);
+    let mut t = [0u8; 4];
+    l.be.read_finish(prev, &mut t)?;
+    Ok(i32::from_le_bytes(t).max(0) as u32)
+}
+
 fn read_argmax<B: Backend>(
     l: &Loaded<B>,
     x: &mut Exec<B>,

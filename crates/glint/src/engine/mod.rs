@@ -637,6 +637,9 @@ pub struct DecodeStats {
     pub checkpoints_restored: u64,
     /// Prompt tokens those restores kept (not prefilled again).
     pub checkpoint_tokens: u64,
+    /// Of `n_decode`, greedy steps of a request running alone, chained on
+    /// the device (each started before its token was read back).
+    pub n_chained: u64,
 }
 
 /// The engine thread: wait for work, then step until every slot is idle.

@@ -42,6 +42,14 @@ enum Phase {
     Follow,
     /// `next` was sampled and goes in the next batch.
     Generate { next: u32 },
+    /// A greedy request running alone (a model without recurrent layers,
+    /// whose last token can be taken back): its next token is the greedy
+    /// choice of batch row `idx` of the last decode, still on the device.
+    /// The next step decodes it chained ([`Context::decode_greedy`]: the
+    /// step started before the token is read back) while the request runs
+    /// alone, else samples it as usual first. A request that ends at a
+    /// chained token has it removed from the cells again.
+    Chain { idx: usize },
 }
 
 /// A running choice: its sampler, detokenizer and stop-string state.
@@ -145,6 +153,9 @@ pub(crate) struct Scheduler<'a> {
     checkpoint_min_step: usize,
     /// Most bytes of checkpoints a slot keeps.
     checkpoint_bytes: usize,
+    /// Chain greedy steps on the device when one request runs alone
+    /// (`GLINT_CHAIN=0`: never).
+    chain: bool,
 }
 
 /// Recurrent models: the last this many prompt tokens are decoded apart
@@ -194,6 +205,7 @@ impl<'a> Scheduler<'a> {
             n_checkpoints: 0,
             checkpoint_min_step: CHECKPOINT_TAIL,
             checkpoint_bytes: usize::MAX,
+            chain: std::env::var_os("GLINT_CHAIN").is_none_or(|v| v != "0"),
         }
     }
 
@@ -308,6 +320,7 @@ impl<'a> Scheduler<'a> {
         i: usize,
         action: SlotAction,
     ) -> Result<SlotOutcome, Error> {
+        self.resolve_chains(ctx);
         let s = self
             .slots
             .get(i)
@@ -401,6 +414,8 @@ impl<'a> Scheduler<'a> {
         inputs: &[Vec<u32>],
         pooling: crate::embed::Pooling,
     ) -> Result<Vec<Vec<Vec<f32>>>, Error> {
+        // Its decodes replace the output a chained slot's token is in.
+        self.resolve_chains(ctx);
         let i = (0..self.slots.len())
             .find(|&i| self.slots[i].job.is_none())
             .ok_or_else(|| Error::Invalid("every slot is busy: no sequence to embed in".into()))?;
@@ -807,6 +822,11 @@ impl<'a> Scheduler<'a> {
     /// Build one batch (a token per generating slot, then prompt chunks up to
     /// `n_batch`), decode it, and sample where logits came out.
     fn decode_step(&mut self, ctx: &mut Context) {
+        if let Some(i) = self.chained_slot() {
+            self.chain_step(ctx, i);
+            return;
+        }
+        self.resolve_chains(ctx);
         let n_batch = ctx.params().n_batch as usize;
         let n_ctx = ctx.n_ctx_stream() as usize;
         let mut batch = Batch::new();
@@ -931,13 +951,84 @@ impl<'a> Scheduler<'a> {
             }
         }
 
+        // One request alone with its one output: its greedy steps may chain.
+        let alone = outs.len() == 1 && self.n_busy() == 1 && self.queue.is_empty();
         for (i, idx, first) in outs {
             if first {
-                self.prompt_done(ctx, i, idx);
+                self.prompt_done(ctx, i, idx, alone);
             } else {
-                self.sample(ctx, i, idx);
+                self.sample(ctx, i, idx, alone);
             }
         }
+    }
+
+    /// The slot whose chained step this step is: the only busy one, in
+    /// [`Phase::Chain`], with no request waiting.
+    fn chained_slot(&self) -> Option<usize> {
+        let mut busy = (0..self.slots.len()).filter(|&i| self.slots[i].job.is_some());
+        let i = busy.next()?;
+        let alone = busy.next().is_none() && self.queue.is_empty();
+        (alone && matches!(self.slots[i].phase, Phase::Chain { .. })).then_some(i)
+    }
+
+    /// Sample every chained slot's token as usual (before anything else
+    /// decodes: its output is the last decode's).
+    fn resolve_chains(&mut self, ctx: &mut Context) {
+        for i in 0..self.slots.len() {
+            if let Phase::Chain { idx } = self.slots[i].phase {
+                self.sample(ctx, i, idx, false);
+            }
+        }
+    }
+
+    /// Slot `i`'s next step, chained on the device: its token (the greedy
+    /// choice of the last decode) decoded without being read first, then
+    /// handed to the request. Where the step needs what the plain path
+    /// does (no free cell, the context's end, a position that moved), the
+    /// token is sampled as usual and the next step takes the plain path.
+    fn chain_step(&mut self, ctx: &mut Context, i: usize) {
+        let Phase::Chain { idx } = self.slots[i].phase else {
+            return;
+        };
+        let n_ctx = ctx.n_ctx_stream() as usize;
+        if let Err(e) = self.make_room(ctx, i, 1, false) {
+            self.fail(ctx, i, e);
+            return;
+        }
+        let got = self.take(ctx, &mut HashMap::new(), i, 1);
+        let s = &self.slots[i];
+        let next = ctx.seq_pos_max(s.seq).ok().map(|p| p + 1);
+        if got == 0 || s.n_past as usize + 1 > n_ctx || next != Some(s.n_past) {
+            self.sample(ctx, i, idx, false);
+            return;
+        }
+        let seq = s.seq;
+        let id = match ctx.decode_greedy(seq) {
+            Ok(id) => id,
+            Err(e) => {
+                // As a failed batch: rolled back, the request fails.
+                if let Some(j) = self.slots[i].job.take() {
+                    j.send(Event::Failed(e.to_string()));
+                }
+                self.slots[i].phase = Phase::Idle;
+                Self::forget(ctx, &mut self.slots[i]);
+                self.error.get_or_insert(e);
+                return;
+            }
+        };
+        self.stats.n_decode += 1;
+        self.stats.n_chained += 1;
+        self.stats.n_tokens_max = self.stats.n_tokens_max.max(1);
+        self.stats.busy_slots += 1;
+        let s = &mut self.slots[i];
+        s.cache.push(id);
+        s.n_past += 1;
+        s.last_used = self.step;
+        if let Some(job) = s.job.as_mut() {
+            // What `pick` does with a greedy token.
+            job.chain.accept(id);
+        }
+        self.emitted(ctx, i, Some(Ok((id, None))), true);
     }
 
     /// Cells for `n` more tokens of slot `i` in this batch (fewer when its
@@ -955,7 +1046,7 @@ impl<'a> Scheduler<'a> {
     /// Slot `i`'s prompt is decoded (logits at batch row `idx`): run the
     /// request's hook, copy the prompt into its other choices' slots, and
     /// sample the first token of every choice.
-    fn prompt_done(&mut self, ctx: &mut Context, i: usize, idx: usize) {
+    fn prompt_done(&mut self, ctx: &mut Context, i: usize, idx: usize, alone: bool) {
         let Some(job) = self.slots[i].job.as_ref() else {
             return;
         };
@@ -992,39 +1083,65 @@ impl<'a> Scheduler<'a> {
             fs.phase = Phase::Prefill; // sampled right below
             self.slots[i].shared |= same_stream;
         }
-        self.sample(ctx, i, idx);
+        self.sample(ctx, i, idx, alone && followers.is_empty());
         for f in followers {
             if matches!(self.slots[f].phase, Phase::Prefill) {
-                self.sample(ctx, f, idx);
+                self.sample(ctx, f, idx, false);
             }
         }
     }
 
-    /// Sample slot `i`'s next token from batch row `idx` and act on it.
-    fn sample(&mut self, ctx: &mut Context, i: usize, idx: usize) {
-        enum Then {
-            Finish(StopReason),
-            Fail(Error),
-            Cancel,
-            Next(u32),
+    /// Sample slot `i`'s next token from batch row `idx` and act on it;
+    /// with `may_chain` (the request runs alone), a greedy request's token
+    /// is left on the device for the next step to decode chained.
+    fn sample(&mut self, ctx: &mut Context, i: usize, idx: usize, may_chain: bool) {
+        let Some(job) = self.slots[i].job.as_mut() else {
+            return;
+        };
+        if job.req.max_tokens == Some(0) {
+            self.emitted(ctx, i, None, false);
+            return;
         }
+        if may_chain && self.chain && job.greedy && !ctx.has_recurrent() {
+            self.slots[i].phase = Phase::Chain { idx };
+            return;
+        }
+        let picked = pick(ctx, job, idx, self.trie.as_deref(), self.tok);
+        self.emitted(ctx, i, Some(picked), false);
+    }
+
+    /// Act on slot `i`'s token (`None`: it may have none): hand it to the
+    /// request and go on, or end. `chained`: the token is decoded already
+    /// and its output pending (the next is [`Phase::Chain`]).
+    fn emitted(
+        &mut self,
+        ctx: &mut Context,
+        i: usize,
+        picked: Option<Result<(u32, Option<Logprob>), Error>>,
+        chained: bool,
+    ) {
         let tok = self.tok;
-        let then = {
-            let Some(job) = self.slots[i].job.as_mut() else {
-                return;
-            };
-            if job.req.max_tokens == Some(0) {
-                Then::Finish(StopReason::NPredict)
-            } else {
-                match pick(ctx, job, idx, self.trie.as_deref(), tok) {
-                    Err(e) => Then::Fail(e),
-                    Ok((id, logprob)) => {
-                        watch_trigger(tok, job, id);
-                        emit(tok, job, id, logprob)
-                    }
-                }
+        let Some(job) = self.slots[i].job.as_mut() else {
+            return;
+        };
+        let then = match picked {
+            None => Then::Finish(StopReason::NPredict),
+            Some(Err(e)) => Then::Fail(e),
+            Some(Ok((id, logprob))) => {
+                watch_trigger(tok, job, id);
+                emit(tok, job, id, logprob)
             }
         };
+        if chained && !matches!(then, Then::Next(_)) {
+            // The token was decoded before it was read: a request that
+            // ends at it leaves the cells as the plain path does, without
+            // it (llama-server's: the last token is never decoded).
+            let s = &mut self.slots[i];
+            if ctx.seq_rm(s.seq, s.n_past - 1, -1).is_ok() {
+                s.cache.pop();
+                s.n_past -= 1;
+            }
+        }
         match then {
             Then::Finish(r) => self.finish(i, r),
             Then::Fail(e) => self.fail(ctx, i, e),
@@ -1033,48 +1150,8 @@ impl<'a> Scheduler<'a> {
                 self.slots[i].job = None;
                 self.slots[i].phase = Phase::Idle;
             }
+            Then::Next(_) if chained => self.slots[i].phase = Phase::Chain { idx: 0 },
             Then::Next(id) => self.slots[i].phase = Phase::Generate { next: id },
-        }
-
-        /// Hand `id` to the request; what the slot does next.
-        fn emit(tok: &Tokenizer, job: &mut Active, id: u32, logprob: Option<Logprob>) -> Then {
-            job.n_gen += 1;
-            let logprob = logprob.map(|(lp, top)| TokenLogprob {
-                token: id,
-                text: piece(tok, id),
-                logprob: lp,
-                top: top
-                    .into_iter()
-                    .map(|(t, l)| (t, piece(tok, t), l))
-                    .collect(),
-            });
-            let eog = tok.is_eog(id) && !job.req.ignore_eos;
-            let text = if eog {
-                String::new()
-            } else {
-                job.dec.push(id).unwrap_or_default()
-            };
-            job.held.push_str(&text);
-            let (out, stopped) = split_stop(&mut job.held, &job.req.stop);
-            let delta = Event::Delta {
-                index: job.index,
-                token: Some(id),
-                text: out,
-                logprob,
-            };
-            if !job.send(delta) {
-                Then::Cancel
-            } else if stopped {
-                // What follows a stop string is dropped, bytes held back too.
-                job.dec.flush();
-                Then::Finish(StopReason::StopString)
-            } else if eog {
-                Then::Finish(StopReason::EndOfGeneration)
-            } else if job.req.max_tokens.is_some_and(|m| job.n_gen >= m) {
-                Then::Finish(StopReason::NPredict)
-            } else {
-                Then::Next(id)
-            }
         }
     }
 
@@ -1119,6 +1196,55 @@ impl<'a> Scheduler<'a> {
 }
 
 type Logprob = (f32, Vec<(u32, f32)>);
+
+/// What a slot does after its token.
+enum Then {
+    Finish(StopReason),
+    Fail(Error),
+    Cancel,
+    Next(u32),
+}
+
+/// Hand `id` to the request; what the slot does next.
+fn emit(tok: &Tokenizer, job: &mut Active, id: u32, logprob: Option<Logprob>) -> Then {
+    job.n_gen += 1;
+    let logprob = logprob.map(|(lp, top)| TokenLogprob {
+        token: id,
+        text: piece(tok, id),
+        logprob: lp,
+        top: top
+            .into_iter()
+            .map(|(t, l)| (t, piece(tok, t), l))
+            .collect(),
+    });
+    let eog = tok.is_eog(id) && !job.req.ignore_eos;
+    let text = if eog {
+        String::new()
+    } else {
+        job.dec.push(id).unwrap_or_default()
+    };
+    job.held.push_str(&text);
+    let (out, stopped) = split_stop(&mut job.held, &job.req.stop);
+    let delta = Event::Delta {
+        index: job.index,
+        token: Some(id),
+        text: out,
+        logprob,
+    };
+    if !job.send(delta) {
+        Then::Cancel
+    } else if stopped {
+        // What follows a stop string is dropped, bytes held back too.
+        job.dec.flush();
+        Then::Finish(StopReason::StopString)
+    } else if eog {
+        Then::Finish(StopReason::EndOfGeneration)
+    } else if job.req.max_tokens.is_some_and(|m| job.n_gen >= m) {
+        Then::Finish(StopReason::NPredict)
+    } else {
+        Then::Next(id)
+    }
+}
 
 /// The next token from batch row `idx`, with its logprobs when asked for.
 fn pick(
