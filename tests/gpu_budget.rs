@@ -300,6 +300,7 @@ fn chained_step(model: &Model) -> glint::GpuCounters {
         },
     )
     .unwrap();
+    ctx.set_host_masks(false);
     let ids = model
         .tokenizer()
         .encode("The capital of France is", true, true)

@@ -295,6 +295,9 @@ pub fn gpu_step_in(
         },
     )
     .unwrap();
+    // The budgets are for masks built on the device, whatever the
+    // environment says (GLINT_HOST_MASKS).
+    ctx.set_host_masks(false);
     let ids = model
         .tokenizer()
         .encode("The capital of France is", true, true)

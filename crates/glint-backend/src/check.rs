@@ -331,8 +331,12 @@ pub fn kq_mask<T: Tensor + ?Sized>(
             format!("cells {}..+{n_kv} of a copy of {n_rows} cells", p.first_row),
         ));
     }
-    if p.window != crate::MaskWindow::None && p.window.code().1 == 0 {
-        return Err(shape(OP, "a sliding window of size 0".into()));
+    let n_swa = p.window.code().1;
+    if p.window != crate::MaskWindow::None && (n_swa == 0 || n_swa > i32::MAX as u32) {
+        return Err(shape(
+            OP,
+            format!("a sliding window of size {n_swa} (1 to {})", i32::MAX),
+        ));
     }
     Ok((n_kv, m))
 }

@@ -238,8 +238,8 @@ pub trait Backend: Send + Sync {
     /// after all queued ops, and start those ops: more may be queued (and
     /// started by another read) before [`Backend::read_finish`] collects
     /// the bytes, which then waits only for the ops queued before this
-    /// call. At most two reads are in flight at a time (a third is an
-    /// error); one dropped unfinished gives its room back.
+    /// call. Several reads may be in flight; one dropped unfinished gives
+    /// its room back.
     fn read_start(&self, t: &Self::Tensor, offset: usize, len: usize) -> Result<Self::Reading>;
 
     /// The bytes of a read begun by [`Backend::read_start`] (`out.len()`

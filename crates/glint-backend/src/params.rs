@@ -212,9 +212,13 @@ impl MaskWindow {
         }
     }
 
-    /// Whether a key at `p0` is outside the window of a query at `p1`.
+    /// Whether a key at `p0` is outside the window of a query at `p1` (a
+    /// window of 0, which `kq_mask` refuses, hides nothing).
     pub fn hides(self, p0: i32, p1: i32) -> bool {
         let (p0, p1) = (p0 as i64, p1 as i64);
+        if self.code().1 == 0 {
+            return false;
+        }
         match self {
             MaskWindow::None => false,
             MaskWindow::Standard(n) => p1 - p0 >= n as i64,
@@ -253,7 +257,9 @@ impl KqMask {
     /// else 0, or `-|p0 - pos|` with ALiBi. A query at a negative position
     /// sees no cell. The kernels' plain twin.
     pub fn value(&self, cell: &[i32], pos: i32, seq: i32) -> f32 {
-        let p0 = cell[0];
+        let Some(&p0) = cell.first() else {
+            return f32::NEG_INFINITY;
+        };
         let held = (0..32 * (cell.len() as i32 - 1)).contains(&seq)
             && (cell[1 + seq as usize / 32] as u32) >> (seq % 32) & 1 == 1;
         if p0 < 0 || pos < 0 || !held || (self.causal && p0 > pos) || self.window.hides(p0, pos) {

@@ -85,9 +85,10 @@ pub struct GpuBackend {
     param_align: usize,
     /// Persistent readback buffer (MAP_READ), grown when a read needs more.
     staging: Mutex<Option<wgpu::Buffer>>,
-    /// The readback buffers of reads in flight (`Backend::read_start`):
-    /// two, so a step's token is read while the next step runs.
-    readings: Arc<Mutex<[submit::ReadSlot; 2]>>,
+    /// The readback buffers of reads in flight (`Backend::read_start`),
+    /// kept between reads: as many as were ever in flight together (two
+    /// for each context chaining greedy steps).
+    readings: Arc<Mutex<Vec<submit::ReadSlot>>>,
     binds: Arc<tensor::BindCache>,
     counters: Arc<Counters>,
     /// What was asked of the device (dispatches, submits, buffers, ...).

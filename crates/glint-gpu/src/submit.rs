@@ -434,7 +434,8 @@ pub(crate) struct ReadSlot {
 /// buffer was submitted with every op before it, and the buffer's mapping
 /// asked for.
 pub struct Reading {
-    slots: std::sync::Arc<std::sync::Mutex<[ReadSlot; 2]>>,
+    slots: std::sync::Arc<std::sync::Mutex<Vec<ReadSlot>>>,
+    device: wgpu::Device,
     slot: usize,
     buf: wgpu::Buffer,
     /// Bytes mapped (whole multiples of MAP_ALIGNMENT) and where the
@@ -451,10 +452,19 @@ pub struct Reading {
 
 impl Drop for Reading {
     fn drop(&mut self) {
+        if !self.done {
+            // Mapped by now (its step done, the callback run by this poll):
+            // unmapped and kept; else still mapping, and the next read in
+            // this slot makes a new buffer.
+            let _ = self.device.poll(wgpu::PollType::Poll);
+            if matches!(self.mapping.try_recv(), Ok(Ok(()))) {
+                self.buf.unmap();
+                self.done = true;
+            }
+        }
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut slots[self.slot];
         if !self.done {
-            // Maybe still mapping: the next read there makes a new buffer.
             s.buf = None;
         }
         s.busy = false;
@@ -478,10 +488,12 @@ impl GpuBackend {
         let mapped = size.next_multiple_of(wgpu::MAP_ALIGNMENT);
         let (slot, buf) = {
             let mut slots = self.readings.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(slot) = slots.iter().position(|s| !s.busy) else {
-                return Err(BackendError::Device(
-                    "read_start: two reads are in flight already".into(),
-                ));
+            let slot = match slots.iter().position(|s| !s.busy) {
+                Some(slot) => slot,
+                None => {
+                    slots.push(ReadSlot::default());
+                    slots.len() - 1
+                }
             };
             let s = &mut slots[slot];
             if s.buf.as_ref().is_none_or(|b| b.size() < mapped) {
@@ -507,6 +519,7 @@ impl GpuBackend {
         // From here the slot is released when the reading drops.
         let r = Reading {
             slots: self.readings.clone(),
+            device: self.ctx.device.clone(),
             slot,
             buf,
             mapped,

@@ -1140,8 +1140,9 @@ impl KvCells {
 
     /// How many (query, cell) pairs [`KvCells::mask`] with the same
     /// arguments would let through (its entries above -inf), counted
-    /// without building it: per sequence of the queries, the positions of
-    /// its cells sorted once, then a range per query. Errors as `mask`.
+    /// without building it: a pass over the cells a query for a few
+    /// queries; for more, per sequence of the queries the positions of its
+    /// cells sorted once, then a range per query. Errors as `mask`.
     pub fn mask_visible(&self, queries: &[Query], n_kv: u32, params: &MaskParams) -> Result<u64> {
         // `mask` of no query checks the arguments that do not depend on
         // queries; the queries are checked as it checks them.
@@ -1162,6 +1163,22 @@ impl KvCells {
         let Some(st) = stream else { return Ok(0) };
         let stream = &self.streams[st];
         let n_kv = n_kv as usize;
+        if queries.len() <= 4 {
+            // A decode step: a pass over the cells a query, no sorting.
+            let mut total = 0u64;
+            for q in queries {
+                total += (0..n_kv)
+                    .filter(|&j| {
+                        let p0 = stream.pos[j];
+                        p0 >= 0
+                            && stream.seqs[j].contains(q.seq_id)
+                            && !(params.causal && p0 > q.pos)
+                            && !params.is_masked_swa(p0, q.pos)
+                    })
+                    .count() as u64;
+            }
+            return Ok(total);
+        }
         let mut seqs: Vec<SeqId> = queries.iter().map(|q| q.seq_id).collect();
         seqs.sort_unstable();
         seqs.dedup();

@@ -165,7 +165,7 @@ fn compare(real: &KvCells, naive: &Naive, rng: &mut Rng, ctx: &str) {
             "{ctx}: cell words {st}/{j}"
         );
     }
-    let queries: Vec<Query> = (0..rng.range(1, 6))
+    let queries: Vec<Query> = (0..rng.range(1, 10))
         .map(|_| {
             let seq_id = if naive.per_seq {
                 s

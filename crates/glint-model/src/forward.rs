@@ -202,7 +202,8 @@ pub struct UBatch<'a> {
     /// The tokens are the greedy choices of the previous forward pass's
     /// first `T` output rows ([`Output::argmax`], still on the backend),
     /// not `tokens`: nothing is uploaded, and the host need not have read
-    /// them (decoding chained on the device).
+    /// them (decoding chained on the device). The caller sees that the
+    /// previous pass had `T` output rows at least.
     pub device_tokens: bool,
     /// Positions `[T]` (what RoPE rotates by).
     pub pos: &'a [i32],
@@ -609,6 +610,12 @@ fn check_ubatch<T>(
     if let Some(w) = &ub.window {
         if kv.k2.is_empty() || !s.window {
             return bad("a SelfExtend window needs a cache and scratch made for it".into());
+        }
+        if matches!(ub.mask, Mask::Cells(_)) {
+            return bad(
+                "a SelfExtend window needs the mask's values (split into near and far pairs)"
+                    .into(),
+            );
         }
         if w.pos_q.len() != t || w.pos_k.len() != t || w.mask_far.len() != ub.n_kv * t {
             return bad(format!(

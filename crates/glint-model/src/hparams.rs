@@ -153,6 +153,15 @@ impl HParams {
             None => f.require_arch_usize(Key::VocabSize)?,
         };
         let n_swa = f.arch_usize(Key::SlidingWindow)?.unwrap_or(0);
+        // Positions are i32: a wider window is a lie (the mask kernels
+        // compare positions in i32).
+        if n_swa > i32::MAX as usize {
+            return Err(ModelError::Invalid(format!(
+                "{} = {n_swa}: a sliding window must be at most {}",
+                f.arch_key(Key::SlidingWindow)?,
+                i32::MAX
+            )));
+        }
         let swa_layers = read_swa_layers(f, arch, n_layer, n_swa)?;
         let n_conv = if conv_layers.iter().any(|&c| c) {
             let l = f.require_arch_usize(Key::ShortConvLCache)?;

@@ -207,7 +207,7 @@ impl Context {
     /// nothing; a decode that fails later is rolled back cell by cell.
     pub fn decode(&mut self, batch: &Batch) -> Result<(), Error> {
         self.chained = false;
-        self.decode_batch(batch)
+        self.decode_batch(batch).map(drop)
     }
 
     /// Greedy decoding chained on the backend: decodes into `seq`, at its
@@ -219,8 +219,12 @@ impl Context {
     /// token comes back (4 bytes), and the host's work on one step (and
     /// on what it does with the token) overlaps the device's on the step
     /// before. The token's own output row is pending afterwards, as after
-    /// a decode, so the next call chains from it; a caller that stops (at
+    /// a decode, so the next call chains from it, and its read is kept in
+    /// flight between calls (a `decode` drops it); a caller that stops (at
     /// an end-of-generation token, say) has decoded the token it stops at.
+    /// The token is the device's argmax of the row, before a final logit
+    /// soft-cap (as [`Context::argmax`] gives it before the logits are
+    /// read). An error changes nothing, as a failed `decode`.
     pub fn decode_greedy(&mut self, seq: i32) -> Result<u32, Error> {
         if self.out.host.len() != 1 {
             return Err(Error::Invalid(format!(
@@ -241,16 +245,31 @@ impl Context {
         self.chained = true;
         let decoded = self.decode_batch(&b);
         self.chained = false;
-        let started = decoded
-            .and_then(|()| with_exec!(model.backend(), &mut self.exec, |l, x| chain_reading(l, x)));
-        if started.is_err() {
-            // Whatever was in flight belongs to a step that did not happen.
+        let undo = match decoded {
+            Ok(undo) => undo,
+            Err(e) => {
+                // Whatever was in flight belongs to a step that did not happen.
+                on_exec!(&mut self.exec, |x| x.reading = None);
+                return Err(e);
+            }
+        };
+        let read = with_exec!(model.backend(), &mut self.exec, |l, x| chain_reading(l, x));
+        if let Err(e) = read {
+            // The step was decoded but its token not read: undone, as a
+            // failed decode is.
             on_exec!(&mut self.exec, |x| x.reading = None);
+            self.out = Outputs::default();
+            with_exec!(model.backend(), &mut self.exec, |l, x| x
+                .mem
+                .rollback(&l.be, undo))
+            .map_err(|r| Error::Internal(format!("{e}; and undoing the step failed: {r}")))?;
+            return Err(e);
         }
-        started
+        read
     }
 
-    fn decode_batch(&mut self, batch: &Batch) -> Result<(), Error> {
+    /// Decode `batch`; what it changed in the memory, for undoing it.
+    fn decode_batch(&mut self, batch: &Batch) -> Result<crate::memory::Undo, Error> {
         // A read of the previous output's token, if one was started, is of
         // an output this batch replaces (a chained batch took it first).
         if !self.chained {
@@ -272,7 +291,7 @@ impl Context {
             .map_err(|r| Error::Internal(format!("{e}; and undoing the batch failed: {r}")))?;
             return Err(e);
         }
-        Ok(())
+        Ok(undo)
     }
 
     /// Output rows in batch order: each token's row, or -1.
@@ -1161,7 +1180,6 @@ fn read_top_k<B: Backend>(
     Ok(bytemuck::cast_slice::<u8, i32>(&buf).to_vec())
 }
 
-/// The argmax of the first `count` pending output rows, in one read.
 /// `decode_greedy`'s read of the pending output's first greedy token:
 /// kept from the step that made it, or started now.
 fn start_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>) -> Result<(), Error> {
@@ -1192,6 +1210,7 @@ fn chain_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>) -> Result<u32, Erro
     Ok(i32::from_le_bytes(t).max(0) as u32)
 }
 
+/// The argmax of the first `count` pending output rows, in one read.
 fn read_argmax<B: Backend>(
     l: &Loaded<B>,
     x: &mut Exec<B>,

@@ -141,9 +141,9 @@ impl<B: Backend> KvCache<B> {
 
     /// Brings the backend's copy of the cells (`storage.cells`, what masks
     /// are built from) up to date: the cells changed since the last call,
-    /// one write a stream that has any (a decode step: one cell a
-    /// sequence, 36 bytes). On an error every cell counts as changed, so
-    /// the next call writes them all.
+    /// one write of their range a stream that has any (a decode step of
+    /// one sequence: one cell, 8 bytes up to 32 sequences). On an error
+    /// every cell counts as changed, so the next call writes them all.
     pub(crate) fn sync_cells(&mut self, be: &B) -> Result<(), Error> {
         let kv_size = self.cells.params().kv_size as usize;
         for st in 0..self.cells.n_stream() {

@@ -42,8 +42,10 @@ enum Phase {
     Follow,
     /// `next` was sampled and goes in the next batch.
     Generate { next: u32 },
-    /// A greedy request running alone (a model without recurrent layers,
-    /// whose last token can be taken back): its next token is the greedy
+    /// A greedy request running alone (in a memory whose last token can be
+    /// taken back as if never decoded: no recurrent layers, no
+    /// sliding-window ring, whose window the token would move on): its
+    /// next token is the greedy
     /// choice of batch row `idx` of the last decode, still on the device.
     /// The next step decodes it chained ([`Context::decode_greedy`]: the
     /// step started before the token is read back) while the request runs
@@ -1102,7 +1104,7 @@ impl<'a> Scheduler<'a> {
             self.emitted(ctx, i, None, false);
             return;
         }
-        if may_chain && self.chain && job.greedy && !ctx.has_recurrent() {
+        if may_chain && self.chain && job.greedy && !ctx.needs_checkpoints() {
             self.slots[i].phase = Phase::Chain { idx };
             return;
         }
