@@ -291,20 +291,7 @@ fn one_decode_step_stays_within_the_budget() {
 /// The counters of a greedy step chained on the device after two warm-up
 /// steps, in the context and at the position of [`common::one_gpu_step`].
 fn chained_step(model: &Model) -> glint::GpuCounters {
-    let mut ctx = glint::Context::new(
-        model,
-        glint::ContextParams {
-            n_ctx: 64,
-            n_seq_max: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    ctx.set_host_masks(false);
-    let ids = model
-        .tokenizer()
-        .encode("The capital of France is", true, true)
-        .unwrap();
+    let (mut ctx, ids) = common::step_context(model, 1);
     ctx.decode(&glint::Batch::from_tokens(&ids, 0, 0)).unwrap();
     for _ in 0..2 {
         ctx.decode_greedy(0).unwrap();

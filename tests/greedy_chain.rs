@@ -7,15 +7,10 @@
 
 mod common;
 
-use glint::{BackendKind, Batch, Context, ContextParams, CpuPrecision, Model, ModelParams};
+use glint::{BackendKind, Batch, Context, ContextParams, Model};
 
 fn model(backend: BackendKind) -> Model {
-    let p = ModelParams {
-        backend,
-        cpu_precision: CpuPrecision::F32,
-        ..Default::default()
-    };
-    Model::load(common::model("smollm2"), &p).unwrap()
+    common::f32_model("smollm2", backend)
 }
 
 const STEPS: usize = 12;

@@ -9,15 +9,10 @@
 
 mod common;
 
-use glint::{BackendKind, Batch, Context, ContextParams, CpuPrecision, Model, ModelParams};
+use glint::{BackendKind, Batch, Context, ContextParams, Model};
 
 fn model(name: &str, backend: BackendKind) -> Model {
-    let p = ModelParams {
-        backend,
-        cpu_precision: CpuPrecision::F32,
-        ..Default::default()
-    };
-    Model::load(common::model(name), &p).unwrap()
+    common::f32_model(name, backend)
 }
 
 /// Every output row's logits after each decode of a script of cache edits

@@ -7,9 +7,7 @@
 
 mod common;
 
-use glint::{
-    BackendKind, Batch, CacheType, Context, ContextParams, CpuPrecision, Model, ModelParams,
-};
+use glint::{BackendKind, Batch, CacheType, Context, ContextParams, Model};
 
 const PROMPT: &str = "The history of the printing press begins in the fifteenth century, \
 when Johannes Gutenberg combined movable metal type, oil-based inks and a wooden \
@@ -17,12 +15,7 @@ press adapted from those used for wine. Within fifty years printing had spread t
 more than two hundred cities, and the price of books fell so far that";
 
 fn model(backend: BackendKind) -> Model {
-    let p = ModelParams {
-        backend,
-        cpu_precision: CpuPrecision::F32,
-        ..Default::default()
-    };
-    Model::load(common::model("smollm2"), &p).unwrap()
+    common::f32_model("smollm2", backend)
 }
 
 fn context(m: &Model, ty: CacheType, n_ctx: u32) -> Context {

@@ -5,18 +5,13 @@
 
 mod common;
 
-use glint::{BackendKind, Batch, Context, ContextParams, CpuPrecision, Model, ModelParams};
+use glint::{BackendKind, Batch, Context, ContextParams, Model};
 
 /// As in wgpu_model.rs: same f32 arithmetic, summation order differs.
 const WGPU_VS_CPU_F32: f32 = 2e-2;
 
 fn model(backend: BackendKind) -> Model {
-    let p = ModelParams {
-        backend,
-        cpu_precision: CpuPrecision::F32,
-        ..Default::default()
-    };
-    Model::load(common::model("smollm2"), &p).unwrap()
+    common::f32_model("smollm2", backend)
 }
 
 /// Prompt, then compress its positions (seq_div by 2, then shift the tail),

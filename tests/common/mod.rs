@@ -84,6 +84,17 @@ pub fn cpu_model(name: &str) -> glint::Model {
     glint::Model::load(model(name), &p).unwrap()
 }
 
+/// The real model `name` on `backend`, the cpu backend in f32 (the
+/// arithmetic the WGSL kernels do: no quantized activations).
+pub fn f32_model(name: &str, backend: glint::BackendKind) -> glint::Model {
+    let p = glint::ModelParams {
+        backend,
+        cpu_precision: glint::CpuPrecision::F32,
+        ..Default::default()
+    };
+    glint::Model::load(model(name), &p).unwrap()
+}
+
 /// A context of `n_ctx` cells, everything else at its default.
 pub fn context(model: &glint::Model, n_ctx: u32) -> glint::Context {
     glint::Context::new(
@@ -277,14 +288,10 @@ pub fn gpu_step(model: &glint::Model, warm: usize, n_seq: usize) -> glint::GpuCo
     gpu_step_in(model, warm, n_seq, &mut |step| step())
 }
 
-/// [`gpu_step`] with the counted step run inside `around` (which must call
-/// it once): for measuring what else the step does, its heap allocations.
-pub fn gpu_step_in(
-    model: &glint::Model,
-    warm: usize,
-    n_seq: usize,
-    around: &mut dyn FnMut(&mut dyn FnMut()),
-) -> glint::GpuCounters {
+/// The context of [`gpu_step`] (64 cells a sequence, one unified stream,
+/// masks built on the device whatever GLINT_HOST_MASKS says) and the
+/// prompt's ids.
+pub fn step_context(model: &glint::Model, n_seq: usize) -> (glint::Context, Vec<u32>) {
     let mut ctx = glint::Context::new(
         model,
         glint::ContextParams {
@@ -295,13 +302,23 @@ pub fn gpu_step_in(
         },
     )
     .unwrap();
-    // The budgets are for masks built on the device, whatever the
-    // environment says (GLINT_HOST_MASKS).
     ctx.set_host_masks(false);
     let ids = model
         .tokenizer()
         .encode("The capital of France is", true, true)
         .unwrap();
+    (ctx, ids)
+}
+
+/// [`gpu_step`] with the counted step run inside `around` (which must call
+/// it once): for measuring what else the step does, its heap allocations.
+pub fn gpu_step_in(
+    model: &glint::Model,
+    warm: usize,
+    n_seq: usize,
+    around: &mut dyn FnMut(&mut dyn FnMut()),
+) -> glint::GpuCounters {
+    let (mut ctx, ids) = step_context(model, n_seq);
     let mut next = Vec::new();
     for s in 0..n_seq {
         ctx.decode(&glint::Batch::from_tokens(&ids, 0, s as i32))

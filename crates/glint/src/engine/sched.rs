@@ -930,17 +930,7 @@ impl<'a> Scheduler<'a> {
         }
 
         if let Err(e) = ctx.decode(&batch) {
-            // The cells of a failed decode are rolled back; every request in
-            // the batch fails (its cache no longer matches).
-            let msg = e.to_string();
-            for i in fed {
-                if let Some(j) = self.slots[i].job.take() {
-                    j.send(Event::Failed(msg.clone()));
-                }
-                self.slots[i].phase = Phase::Idle;
-                Self::forget(ctx, &mut self.slots[i]);
-            }
-            self.error.get_or_insert(e);
+            self.batch_failed(ctx, &fed, e);
             return;
         }
         self.stats.n_decode += 1;
@@ -962,6 +952,20 @@ impl<'a> Scheduler<'a> {
                 self.sample(ctx, i, idx, alone);
             }
         }
+    }
+
+    /// A decode of slots `fed` failed: its cells are rolled back, and every
+    /// request in it fails (its cache no longer matches).
+    fn batch_failed(&mut self, ctx: &mut Context, fed: &[usize], e: Error) {
+        let msg = e.to_string();
+        for &i in fed {
+            if let Some(j) = self.slots[i].job.take() {
+                j.send(Event::Failed(msg.clone()));
+            }
+            self.slots[i].phase = Phase::Idle;
+            Self::forget(ctx, &mut self.slots[i]);
+        }
+        self.error.get_or_insert(e);
     }
 
     /// The slot whose chained step this step is: the only busy one, in
@@ -1008,13 +1012,7 @@ impl<'a> Scheduler<'a> {
         let id = match ctx.decode_greedy(seq) {
             Ok(id) => id,
             Err(e) => {
-                // As a failed batch: rolled back, the request fails.
-                if let Some(j) = self.slots[i].job.take() {
-                    j.send(Event::Failed(e.to_string()));
-                }
-                self.slots[i].phase = Phase::Idle;
-                Self::forget(ctx, &mut self.slots[i]);
-                self.error.get_or_insert(e);
+                self.batch_failed(ctx, &[i], e);
                 return;
             }
         };
