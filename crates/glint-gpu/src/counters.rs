@@ -57,7 +57,7 @@ pub struct GpuCounters {
     pub passes: u64,
     /// Command buffers submitted to the queue.
     pub submits: u64,
-    /// Buffers created (tensors, uniform blocks, staging).
+    /// Buffers created (tensors, uniform blocks, readback buffers).
     pub buffers_created: u64,
     /// Bind groups created.
     pub bind_groups_created: u64,

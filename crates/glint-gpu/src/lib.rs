@@ -8,7 +8,7 @@
 //!   warm, an op creates nothing: its params go to a uniform arena (one
 //!   queue write per submit, a dynamic offset per dispatch), its bind group
 //!   comes from a cache keyed by the buffers it binds (dropped with them),
-//!   and readbacks reuse one staging buffer.
+//!   and readbacks reuse a pool of readback buffers.
 //! - A binding may not exceed `max_storage_buffer_binding_size` (128 MiB on
 //!   lavapipe), so `mul_mat` weights and `get_rows` tables bigger than that
 //!   are bound as windows of whole rows at aligned offsets, one dispatch per
@@ -83,11 +83,10 @@ pub struct GpuBackend {
     /// multiples of `param_align` (the device's dynamic-offset alignment).
     params: wgpu::Buffer,
     param_align: usize,
-    /// Persistent readback buffer (MAP_READ), grown when a read needs more.
-    staging: Mutex<Option<wgpu::Buffer>>,
-    /// The readback buffers of reads in flight (`Backend::read_start`),
-    /// kept between reads: as many as were ever in flight together (two
-    /// for each context chaining greedy steps).
+    /// Persistent readback buffers (MAP_READ), grown when a read needs
+    /// more: as many as reads were ever in flight together (`read` takes
+    /// one for its duration, `Backend::read_start` until `read_finish`;
+    /// two for each context chaining greedy steps).
     readings: Arc<Mutex<Vec<submit::ReadSlot>>>,
     binds: Arc<tensor::BindCache>,
     counters: Arc<Counters>,
@@ -136,7 +135,6 @@ impl GpuBackend {
             pending: Mutex::new(Pending::new()),
             params,
             param_align,
-            staging: Mutex::new(None),
             readings: Arc::default(),
             binds: Arc::default(),
             counters: Arc::default(),

@@ -1,13 +1,13 @@
 //! The command encoder and its submission: ops record into one compute
 //! pass of one encoder, submitted on `read`, `sync`, a `write` to a buffer
 //! a recorded op uses, or after [`MAX_PENDING_OPS`] ops; reads and writes
-//! go through a staging buffer and the queue.
+//! go through the queue and a pool of readback buffers.
 //!
 //! Per op nothing is created once warm: the params of every op recorded go
 //! to one CPU-side block list, written to the params arena (a uniform
 //! buffer) by one queue write at submit and picked per dispatch by a
 //! dynamic offset; bind groups come from a cache keyed by their buffers;
-//! pipelines are compiled once. The readback buffer is persistent.
+//! pipelines are compiled once. The readback buffers are persistent.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -71,13 +71,6 @@ impl GpuBackend {
         self.submit(&mut p);
     }
 
-    /// Submit the recorded ops, as [`GpuBackend::flush`]; the submission's
-    /// index, if there were any.
-    fn flush_index(&self) -> Option<wgpu::SubmissionIndex> {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        self.submit(&mut p)
-    }
-
     fn submit(&self, p: &mut Pending) -> Option<wgpu::SubmissionIndex> {
         p.pass = None;
         let mut index = None;
@@ -118,17 +111,28 @@ impl GpuBackend {
         self.ctx.take_error()
     }
 
-    /// Run `f` on the encoder being recorded (created if there is none),
-    /// outside any compute pass: for copies.
-    fn record<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
+    /// Run `f` on the encoder being recorded (outside any compute pass:
+    /// for copies), then submit everything recorded, under one lock: the
+    /// submission's index is the one that holds `f`'s commands (another
+    /// thread's flush cannot take them first).
+    fn record_submit(
+        &self,
+        f: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Option<wgpu::SubmissionIndex> {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        f(self.encoder(&mut p));
+        self.submit(&mut p)
+    }
+
+    /// The encoder being recorded (made if there is none), its compute
+    /// pass ended.
+    fn encoder<'p>(&self, p: &'p mut Pending) -> &'p mut wgpu::CommandEncoder {
         p.pass = None;
-        let enc = p.encoder.get_or_insert_with(|| {
+        p.encoder.get_or_insert_with(|| {
             self.ctx
                 .device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
-        });
-        f(enc)
+        })
     }
 
     /// The bind group of one dispatch, `inputs`, `outputs`, then (unless
@@ -270,12 +274,8 @@ impl GpuBackend {
             }
         }
         if p.pass.is_none() {
-            let enc = p.encoder.get_or_insert_with(|| {
-                self.ctx
-                    .device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
-            });
-            let pass = enc
+            let pass = self
+                .encoder(&mut p)
                 .begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some("ops"),
                     timestamp_writes: None,
@@ -369,55 +369,11 @@ impl GpuBackend {
     }
 
     /// Copy `out.len()` bytes (multiple of 4) at `offset` (multiple of 4)
-    /// out of `buf`, after all recorded work.
+    /// out of `buf`, after all recorded work: a read started and finished
+    /// at once, in a readback buffer of the reads' pool.
     pub(crate) fn read_raw(&self, buf: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<()> {
-        let size = out.len() as u64;
-        Work::add(&self.work.readbacks, 1);
-        Work::add(&self.work.readback_bytes, size);
-        // One readback at a time: the staging buffer is held throughout.
-        // Mapped ranges are whole multiples of MAP_ALIGNMENT.
-        let mapped = size.next_multiple_of(wgpu::MAP_ALIGNMENT);
-        let mut held = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if held.as_ref().is_none_or(|b| b.size() < mapped) {
-            Work::add(&self.work.buffers_created, 1);
-            *held = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("staging"),
-                size: mapped.max(STAGING_MIN_BYTES),
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
-        }
-        let staging = held.as_ref().expect("made above");
-        self.record(|enc| enc.copy_buffer_to_buffer(buf, offset, staging, 0, size));
-        self.flush();
-        let mut read = || -> Result<()> {
-            let (tx, rx) = std::sync::mpsc::channel();
-            staging
-                .slice(..mapped)
-                .map_async(wgpu::MapMode::Read, move |r| {
-                    let _ = tx.send(r);
-                });
-            self.wait()?;
-            match rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(BackendError::Device(format!("map: {e}"))),
-                Err(_) => return Err(BackendError::Device("map: callback never ran".into())),
-            }
-            let view = staging
-                .slice(..mapped)
-                .get_mapped_range()
-                .map_err(|e| BackendError::Device(format!("map: {e}")))?;
-            out.copy_from_slice(&view[..out.len()]);
-            drop(view);
-            staging.unmap();
-            Ok(())
-        };
-        let r = read();
-        if r.is_err() {
-            // Maybe left mapped: the next read makes a new one.
-            *held = None;
-        }
-        r
+        let r = self.read_begin_raw(buf, offset, out.len() as u64, 0, out.len())?;
+        self.read_end(r, out)
     }
 }
 
@@ -485,6 +441,22 @@ impl GpuBackend {
         }
         let start4 = offset / 4 * 4;
         let size = (end.div_ceil(4) * 4 - start4) as u64;
+        let at = t.offset + start4 as u64;
+        self.read_begin_raw(&t.buf, at, size, offset - start4, len)
+    }
+
+    /// Copy `size` bytes (a multiple of 4) at `offset` (a multiple of 4)
+    /// of `src` into a free slot's buffer after all recorded work, submit,
+    /// and ask for the mapping; the read's bytes are `len` of them from
+    /// `skip`.
+    fn read_begin_raw(
+        &self,
+        src: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+        skip: usize,
+        len: usize,
+    ) -> Result<Reading> {
         let mapped = size.next_multiple_of(wgpu::MAP_ALIGNMENT);
         let (slot, buf) = {
             let mut slots = self.readings.lock().unwrap_or_else(|e| e.into_inner());
@@ -510,11 +482,7 @@ impl GpuBackend {
         };
         Work::add(&self.work.readbacks, 1);
         Work::add(&self.work.readback_bytes, size);
-        self.record(|enc| {
-            enc.copy_buffer_to_buffer(&t.buf, t.offset + start4 as u64, &buf, 0, size)
-        });
-        // The copy was recorded: there is a submission.
-        let index = self.flush_index();
+        let index = self.record_submit(|enc| enc.copy_buffer_to_buffer(src, offset, &buf, 0, size));
         let (tx, rx) = std::sync::mpsc::channel();
         // From here the slot is released when the reading drops.
         let r = Reading {
@@ -523,7 +491,7 @@ impl GpuBackend {
             slot,
             buf,
             mapped,
-            skip: offset - start4,
+            skip,
             len,
             index,
             mapping: rx,
@@ -576,11 +544,8 @@ impl GpuBackend {
     }
 }
 
-/// A reading buffer's smallest size: a few greedy tokens.
-const READING_MIN_BYTES: u64 = 256;
-
-/// The readback buffer's smallest size: a greedy token, a row of logits.
-const STAGING_MIN_BYTES: u64 = 1 << 16;
+/// A readback buffer's smallest size: a greedy token, a row of logits.
+const READING_MIN_BYTES: u64 = 1 << 16;
 
 /// The end of bytes `offset .. offset + len` of `t`, if they are inside it.
 fn in_range(op: &'static str, t: &GpuTensor, offset: usize, len: usize) -> Result<usize> {
