@@ -1073,6 +1073,44 @@ impl KvCells {
     /// Preconditions: all queries' sequences in one stream, positions >= 0,
     /// `n_kv <= kv_size`, `n_swa > 0` with a window.
     pub fn mask(&self, queries: &[Query], n_kv: u32, params: &MaskParams) -> Result<Vec<f32>> {
+        let stream = self.mask_stream(queries, n_kv, params)?;
+        let n_kv = n_kv as usize;
+        let mut out = vec![f32::NEG_INFINITY; queries.len() * n_kv];
+        let Some(st) = stream else { return Ok(out) };
+        let stream = &self.streams[st];
+        for (t, q) in queries.iter().enumerate() {
+            let row = &mut out[t * n_kv..(t + 1) * n_kv];
+            for (j, m) in row.iter_mut().enumerate() {
+                let p0 = stream.pos[j];
+                if p0 < 0 || !stream.seqs[j].contains(q.seq_id) {
+                    continue;
+                }
+                if params.causal && p0 > q.pos {
+                    continue;
+                }
+                if params.is_masked_swa(p0, q.pos) {
+                    continue;
+                }
+                *m = if params.alibi {
+                    -((p0 as i64 - q.pos as i64).abs() as f32)
+                } else {
+                    0.0
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stream of a mask's queries (`None` for no query) after the
+    /// checks [`KvCells::mask`] documents: `n_kv` within `kv_size`, a
+    /// window of size > 0, every query's sequence known and in one
+    /// stream, positions >= 0.
+    fn mask_stream(
+        &self,
+        queries: &[Query],
+        n_kv: u32,
+        params: &MaskParams,
+    ) -> Result<Option<usize>> {
         if n_kv > self.params.kv_size {
             return Err(KvError::BadQuery {
                 index: 0,
@@ -1111,31 +1149,7 @@ impl KvCells {
                 });
             }
         }
-        let n_kv = n_kv as usize;
-        let mut out = vec![f32::NEG_INFINITY; queries.len() * n_kv];
-        let Some(st) = stream else { return Ok(out) };
-        let stream = &self.streams[st];
-        for (t, q) in queries.iter().enumerate() {
-            let row = &mut out[t * n_kv..(t + 1) * n_kv];
-            for (j, m) in row.iter_mut().enumerate() {
-                let p0 = stream.pos[j];
-                if p0 < 0 || !stream.seqs[j].contains(q.seq_id) {
-                    continue;
-                }
-                if params.causal && p0 > q.pos {
-                    continue;
-                }
-                if params.is_masked_swa(p0, q.pos) {
-                    continue;
-                }
-                *m = if params.alibi {
-                    -((p0 as i64 - q.pos as i64).abs() as f32)
-                } else {
-                    0.0
-                };
-            }
-        }
-        Ok(out)
+        Ok(stream)
     }
 
     /// How many (query, cell) pairs [`KvCells::mask`] with the same
@@ -1144,23 +1158,9 @@ impl KvCells {
     /// queries; for more, per sequence of the queries the positions of its
     /// cells sorted once, then a range per query. Errors as `mask`.
     pub fn mask_visible(&self, queries: &[Query], n_kv: u32, params: &MaskParams) -> Result<u64> {
-        // `mask` of no query checks the arguments that do not depend on
-        // queries; the queries are checked as it checks them.
-        self.mask(&[], n_kv, params)?;
-        let mut stream = None;
-        for (index, q) in queries.iter().enumerate() {
-            let st = self.stream_idx(self.check_seq("mask", q.seq_id).map_err(|e| {
-                KvError::BadQuery {
-                    index,
-                    detail: e.to_string(),
-                }
-            })?);
-            if *stream.get_or_insert(st) != st || q.pos < 0 {
-                // `mask` names the error.
-                return self.mask(queries, n_kv, params).map(|_| 0);
-            }
-        }
-        let Some(st) = stream else { return Ok(0) };
+        let Some(st) = self.mask_stream(queries, n_kv, params)? else {
+            return Ok(0);
+        };
         let stream = &self.streams[st];
         let n_kv = n_kv as usize;
         if queries.len() <= 4 {
