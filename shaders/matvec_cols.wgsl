@@ -56,8 +56,13 @@ fn row_sum(ln: Lane, v: f32) -> f32 {
 var<private> ssq: array<f32, MAX_COLS>;
 
 // 1 / RMS of x's column c, from every lane's ssq[c] (after partials).
+// Q8: 1, the prologue having normed x before it quantized it.
 fn inv_rms(ln: Lane, c: u32) -> f32 {
+#ifdef Q8
+    return 1.0;
+#else
     return 1.0 / sqrt(row_sum(ln, ssq[c]) / f32(p.k) + p.eps);
+#endif
 }
 #endif
 
@@ -101,19 +106,114 @@ override COLS: u32 = MAX_COLS;
 // This invocation's partial sums of the row at byte `rb` of W with x's
 // columns 0..p.m (the rest stay 0).
 #ifdef P8
-// Elements e..e+3 of column c (e % 4 == 0).
-fn x4(c: u32, e: u32) -> vec4<f32> {
+// Elements e..e+3 of column c (e % 4 == 0), not stored (POST).
+fn x4_in(c: u32, e: u32) -> vec4<f32> {
     let i = (c * p.k + e) >> 2u;
 #ifdef POST
-    let a = x[i] + y[i] * ry[c] * pw[e >> 2u];
-    if (writes_x) {
-        xo[i] = a;
-    }
-    return a;
+    return x[i] + y[i] * ry[c] * pw[e >> 2u];
 #else
     return x[i];
 #endif
 }
+
+// Elements e..e+3 of column c (e % 4 == 0); POST: the writer stores them.
+fn x4(c: u32, e: u32) -> vec4<f32> {
+    let a = x4_in(c, e);
+#ifdef POST
+    if (writes_x) {
+        xo[(c * p.k + e) >> 2u] = a;
+    }
+#endif
+    return a;
+}
+
+#ifdef Q8
+// Flag Q8 (with P8, for the formats of 32-element blocks: ops/mul_mat.rs's
+// matvec_key sets it where the backend's int8 path is on and x fits): the
+// integer path, held to the cpu backend's Precision::Ggml. `q8_begin`
+// (each workgroup, first) quantizes x's columns, normed with NORM, the
+// post-norm added with POST, into workgroup memory as ggml's x86 cpu
+// quantizes Q8_0/Q8_1 blocks (glint-cpu's act.rs): levels round(v * (127
+// / amax)), ties to even (WGSL's round), d = amax / 127 and s = d *
+// sum(levels), both rounded to f16 as the blocks store them. Then a
+// lane takes one whole block of a row a step: its 8 words of levels
+// (quant/q8_dot.wgsl) in 8 dot4I8Packed with the block's, one integer sum,
+// scaled by the format's q8_block as ggml's vec_dot scales it.
+//
+// Room for Q8_BLOCKS blocks of all columns together: ops/mul_mat.rs's
+// Q8_MAX_ELEMENTS / 32 (15 KiB with `red`: under the 16 KiB every adapter
+// gives).
+const Q8_BLOCKS: u32 = 384u;
+var<workgroup> xq: array<u32, 8u * Q8_BLOCKS>; // [8, Q8_BLOCKS]: 4 levels a word
+var<workgroup> xd: array<vec2<f32>, Q8_BLOCKS>; // (d, s) a block
+
+// Quantize x's columns into xq/xd (block c * k / 32 + j: column c's
+// elements 32j ..); in uniform control flow, before any row.
+fn q8_begin(ln: Lane, lid: u32) {
+    let nb = p.k / 32u;
+    var ir: array<f32, MAX_COLS>;
+#ifdef NORM
+    // rms_norm.wgsl's scale, from the input's squares.
+    for (var c = 0u; c < COLS; c++) {
+        var s = 0.0;
+        if (c < p.m) {
+            for (var i = lid; i < p.k / 4u; i += WG) {
+                let a = x4_in(c, 4u * i);
+                s += dot(a, a);
+            }
+        }
+        ir[c] = 1.0 / sqrt(wg_sum(ln, s) / f32(p.k) + p.eps);
+    }
+#endif
+    for (var bi = lid; bi < p.m * nb; bi += WG) {
+        let c = bi / nb;
+        let e0 = (bi % nb) * 32u;
+        var v: array<vec4<f32>, 8>;
+        var amax = 0.0;
+        for (var t = 0u; t < 8u; t++) {
+            var a = x4(c, e0 + 4u * t);
+#ifdef NORM
+            // rms_norm then mul, as the cpu backend rounds them.
+            a = (a * ir[c]) * nw[(e0 >> 2u) + t];
+#endif
+            v[t] = a;
+            let ab = abs(a);
+            amax = max(amax, max(max(ab.x, ab.y), max(ab.z, ab.w)));
+        }
+        let d = amax / 127.0;
+        let id = select(0.0, 127.0 / amax, amax != 0.0);
+        var sum = 0i;
+        for (var t = 0u; t < 8u; t++) {
+            let q = vec4<i32>(clamp(round(v[t] * id), vec4<f32>(-128.0), vec4<f32>(127.0)));
+            sum += q.x + q.y + q.z + q.w;
+            xq[bi * 8u + t] = pack4xI8(q);
+        }
+        xd[bi] = unpack2x16float(pack2x16float(vec2<f32>(d, f32(sum) * d)));
+    }
+    workgroupBarrier();
+}
+
+// A lane a block a step: the integer sum of its levels with each column's,
+// scaled by q8_block.
+fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
+    var s: array<f32, MAX_COLS>;
+    let nb = p.k / 32u;
+    for (var b = lane; b < nb; b += lanes) {
+        let w = q8_weights(rb + b * TYPE_SIZE);
+        for (var c = 0u; c < COLS; c++) {
+            if (c < p.m) {
+                let xb = c * nb + b;
+                var sumi = 0i;
+                for (var t = 0u; t < 8u; t++) {
+                    sumi += dot4I8Packed(w.q[t], xq[xb * 8u + t]);
+                }
+                s[c] += q8_block(w, sumi, xd[xb]);
+            }
+        }
+    }
+    return s;
+}
+#else
 
 // How many pairs (groups of 8) a lane loads before it uses them.
 const UNROLL: u32 = 4u;
@@ -181,7 +281,12 @@ fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
     }
     return s;
 }
+#endif
 #else
+#ifdef Q8
+// Q8 reads x as vec4s (q8_begin): a variant without P8 must not compile.
+const Q8_WITHOUT_P8: u32 = q8_needs_p8;
+#endif
 #ifdef POST
 // POST forms its sums in the P8 x4 only: a variant without P8 must not
 // compile (ops/fused.rs's takes_post asks for POST only where P8 is set).

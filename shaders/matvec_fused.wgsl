@@ -122,6 +122,9 @@ fn glu(inv: Inv, ln: Lane) {
 #ifdef POST
     post_begin(ln, inv.lid.x, group_index(inv) == 0u);
 #endif
+#ifdef Q8
+    q8_begin(ln, inv.lid.x);
+#endif
 #ifdef SGROW
     let r0 = group_index(inv) * RPW;
     let first = r0 + ln.sg_id;
@@ -170,6 +173,9 @@ fn multi(inv: Inv, ln: Lane) {
     // Rows of every part: part 0's rows, then part 1's, then part 2's.
 #ifdef POST
     post_begin(ln, inv.lid.x, group_index(inv) == 0u);
+#endif
+#ifdef Q8
+    q8_begin(ln, inv.lid.x);
 #endif
 #ifdef SGROW
     let r0 = group_index(inv) * RPW;

@@ -17,6 +17,9 @@
 // epilogue: out = res + W . x (mul_mat_add), the bits of matvec then add.
 // NORM (matvec only): a binding `nw` ([k] f32, typed as x) after x, and
 // out = W . (RMSNorm(x) * nw), the norm folded in (matvec_cols.wgsl).
+// Q8 (matvec only, with P8; 32-element formats): x quantized to ggml's Q8
+// blocks by each workgroup and the dots taken in integers
+// (matvec_cols.wgsl).
 #include "index.wgsl"
 #include "TYPE_FILE"
 #include "reduce.wgsl"
@@ -75,6 +78,9 @@ const WG: u32 = 64u; // matvec
 // (m <= MAX_COLS).
 @compute @workgroup_size(WG)
 fn matvec(inv: Inv, ln: Lane) {
+#ifdef Q8
+    q8_begin(ln, inv.lid.x);
+#endif
 #ifdef SGROW
     let r0 = group_index(inv) * RPW;
     let first = r0 + ln.sg_id;

@@ -21,3 +21,25 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let z = vec4<f32>(8.0);
     return array<vec4<f32>, 2>(d * (nib4(w, 0u) - z), d * (nib4(w, 4u) - z));
 }
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// Levels q - 8: quant byte i's low nibbles are elements 4i .. 4i + 3,
+// its high nibbles 16 + 4i .. 19 + 4i.
+fn q8_weights(b: u32) -> Q8w {
+    var w: Q8w;
+    w.d = f16_at(b);
+    for (var i = 0u; i < 4u; i++) {
+        let v = u32_at(b + 2u + 4u * i);
+        w.q[i] = sub_bytes(v & 0x0f0f0f0fu, 8u);
+        w.q[i + 4u] = sub_bytes((v >> 4u) & 0x0f0f0f0fu, 8u);
+    }
+    return w;
+}
+
+// ggml's vec_dot_q4_0_q8_0: sumi * d * d_x.
+fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
+    return f32(sumi) * w.d * xs.x;
+}
+#endif

@@ -22,3 +22,25 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let w = u32_at(b + 4u + (g % 4u) * 4u);
     return array<vec4<f32>, 2>(d * nib4(w, 0u) + m, d * nib4(w, 4u) + m);
 }
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// Levels q (0 .. 15), nibbles as Q4_0.
+fn q8_weights(b: u32) -> Q8w {
+    var w: Q8w;
+    w.d = f16_at(b);
+    w.m = f16_at(b + 2u);
+    for (var i = 0u; i < 4u; i++) {
+        let v = u32_at(b + 4u + 4u * i);
+        w.q[i] = v & 0x0f0f0f0fu;
+        w.q[i + 4u] = (v >> 4u) & 0x0f0f0f0fu;
+    }
+    return w;
+}
+
+// ggml's vec_dot_q4_1_q8_1: (d * d_x) * sumi + m * s_x.
+fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
+    return (w.d * xs.x) * f32(sumi) + w.m * xs.y;
+}
+#endif

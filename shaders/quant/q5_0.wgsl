@@ -14,3 +14,25 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 }
 
 #include "quant/pair.wgsl"
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// Levels q - 16, nibbles as Q4_0 with bit j of qh on top.
+fn q8_weights(b: u32) -> Q8w {
+    var w: Q8w;
+    w.d = f16_at(b);
+    let qh = u32_at(b + 2u);
+    for (var i = 0u; i < 4u; i++) {
+        let v = u32_at(b + 6u + 4u * i);
+        w.q[i] = sub_bytes((v & 0x0f0f0f0fu) | bit4_bytes(qh >> (4u * i)), 16u);
+        w.q[i + 4u] = sub_bytes(((v >> 4u) & 0x0f0f0f0fu) | bit4_bytes(qh >> (16u + 4u * i)), 16u);
+    }
+    return w;
+}
+
+// ggml's vec_dot_q5_0_q8_0: (d * d_x) * sumi.
+fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
+    return (w.d * xs.x) * f32(sumi);
+}
+#endif

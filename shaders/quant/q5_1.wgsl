@@ -15,3 +15,26 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 }
 
 #include "quant/pair.wgsl"
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// Levels q (0 .. 31), bits as Q5_0.
+fn q8_weights(b: u32) -> Q8w {
+    var w: Q8w;
+    w.d = f16_at(b);
+    w.m = f16_at(b + 2u);
+    let qh = u32_at(b + 4u);
+    for (var i = 0u; i < 4u; i++) {
+        let v = u32_at(b + 8u + 4u * i);
+        w.q[i] = (v & 0x0f0f0f0fu) | bit4_bytes(qh >> (4u * i));
+        w.q[i + 4u] = ((v >> 4u) & 0x0f0f0f0fu) | bit4_bytes(qh >> (16u + 4u * i));
+    }
+    return w;
+}
+
+// ggml's vec_dot_q5_1_q8_1: (d * d_x) * sumi + m * s_x.
+fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
+    return (w.d * xs.x) * f32(sumi) + w.m * xs.y;
+}
+#endif

@@ -48,6 +48,13 @@ pub struct GpuOptions {
     ///
     /// [`GpuBackend::take_profile`]: crate::GpuBackend::take_profile
     pub profile: bool,
+    /// Matvecs over the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+    /// quantize x to ggml's Q8 blocks and take integer dot products
+    /// (`dot4I8Packed`): the numerics of the cpu backend's
+    /// `Precision::Ggml`, not of its `F32` oracle. Only where the instance
+    /// has the integer dot and the adapter the workgroup memory. Also on
+    /// when the environment has `GLINT_INT8=1`, off with `GLINT_INT8=0`.
+    pub int8_matvec: bool,
 }
 
 /// One adapter, as `--list-adapters` shows it.
@@ -101,6 +108,12 @@ pub struct Context {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// The instance's WGSL has `dot4I8Packed` and `pack4xI8` (the
+    /// `packed_4x8_integer_dot_product` extension): the int8 matvec can
+    /// compile. naga writes the native instruction where the device has it
+    /// (Vulkan's `shaderIntegerDotProduct`, HLSL's `dot4add_i8packed`) and
+    /// four byte products where it does not.
+    pub int8_dot: bool,
     /// Validation and out-of-memory errors not yet reported to a caller.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -130,6 +143,9 @@ impl Context {
         };
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let int8_dot = inst
+            .wgsl_language_features()
+            .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct);
         // Optional: kernels have variants with and without each one, and a
         // feature left out is not requested, so its variant cannot compile.
         let mut wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
@@ -180,6 +196,7 @@ impl Context {
             info,
             limits,
             features,
+            int8_dot,
             error,
         })
     }

@@ -69,6 +69,9 @@ pub struct FeaturesUsed {
     /// `IMMEDIATES`: each kernel's params are its dispatch's immediate
     /// data, not a block of the per-submit uniform arena.
     pub immediates: bool,
+    /// Matvecs of the 32-element formats take integer dots
+    /// ([`GpuOptions::int8_matvec`]).
+    pub int8: bool,
 }
 
 /// The wgpu backend: the device (context.rs), the pipeline cache
@@ -108,6 +111,9 @@ pub struct GpuBackend {
     attn_tiles: bool,
     /// Other batches run tiles of one token ([`GpuOptions::decode_tiles`]).
     decode_tiles: bool,
+    /// Matvecs of the 32-element formats take integer dots (flag `Q8`):
+    /// [`GpuOptions::int8_matvec`] where the device can.
+    int8: bool,
 }
 
 impl GpuBackend {
@@ -119,6 +125,12 @@ impl GpuBackend {
             .profile
             .then(|| profile::Profiler::new(&ctx.device, &ctx.queue));
         let attn_tile_env = std::env::var("GLINT_ATTN_TILE").ok();
+        let int8_env = std::env::var("GLINT_INT8").ok();
+        let int8 = match int8_env.as_deref() {
+            Some("0") => false,
+            Some("1") => true,
+            _ => opts.int8_matvec,
+        } && ops::int8_fits(&ctx);
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
         let params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -145,6 +157,7 @@ impl GpuBackend {
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
             attn_tiles: attn_tile_env.as_deref() != Some("0"),
             decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
+            int8,
         })
     }
 
@@ -261,6 +274,7 @@ impl GpuBackend {
             f16: self.ctx.features.contains(wgpu::Features::SHADER_F16),
             subgroups: self.ctx.features.contains(wgpu::Features::SUBGROUP),
             immediates: self.ctx.features.contains(wgpu::Features::IMMEDIATES),
+            int8: self.int8,
         }
     }
 }
@@ -279,6 +293,9 @@ impl Backend for GpuBackend {
         }
         if used.immediates {
             feats.push("immediates");
+        }
+        if used.int8 {
+            feats.push("int8 matvec");
         }
         if feats.is_empty() {
             feats.push("no optional features");

@@ -59,6 +59,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "quant/pair.wgsl",
     "quant/pair_nibbles.wgsl",
     "quant/pair_k_nibbles.wgsl",
+    "quant/q8_dot.wgsl",
     "quant/f32.wgsl",
     "quant/f16.wgsl",
     "quant/bf16.wgsl",
@@ -254,7 +255,7 @@ mod tests {
     /// and the params fit the 128 bytes a dispatch sets.
     #[test]
     fn immediates_take_every_kernels_params() {
-        let own = ["ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST"];
+        let own = ["ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "Q8"];
         for (path, text) in SOURCES {
             if !text.contains("@compute") || *path == "copy.wgsl" {
                 continue;
@@ -265,6 +266,9 @@ mod tests {
                 flags.extend(f.copied());
                 if f == Some(&"POST") {
                     flags.extend(["NORM", "P8"]);
+                }
+                if f == Some(&"Q8") {
+                    flags.push("P8");
                 }
                 let s = module_source(path, Some(GgmlType::Q8_0), &flags).unwrap();
                 assert!(!s.contains("var<uniform>"), "{path} {flags:?}");
@@ -361,13 +365,17 @@ mod tests {
     /// text is the same are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
-        const OWN: [&str; 8] = [
-            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW",
+        const OWN: [&str; 9] = [
+            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW", "Q8",
         ];
         // Flags that are only ever asked for with others (a variant
-        // without them is never made: POST's shader refuses to compile
-        // without P8; SGROW's subgroup rows need subgroups).
-        const NEEDS: [(&str, &[&str]); 2] = [("POST", &["NORM", "P8"]), ("SGROW", &[SUBGROUPS])];
+        // without them is never made: POST's and Q8's shaders refuse to
+        // compile without P8; SGROW's subgroup rows need subgroups).
+        const NEEDS: [(&str, &[&str]); 3] = [
+            ("POST", &["NORM", "P8"]),
+            ("SGROW", &[SUBGROUPS]),
+            ("Q8", &["P8"]),
+        ];
         let mut seen = std::collections::HashSet::new();
         let mut failed = Vec::new();
         for (path, text) in SOURCES {
@@ -414,7 +422,10 @@ mod tests {
                             let lacks = NEEDS.iter().any(|(f, needs)| {
                                 flags.contains(f) && needs.iter().any(|n| !flags.contains(n))
                             });
-                            if lacks {
+                            // Q8: the formats with an int8 matvec only.
+                            let no_int8 =
+                                flags.contains(&"Q8") && !ty.is_some_and(crate::ops::has_int8);
+                            if lacks || no_int8 {
                                 continue;
                             }
                             let src = module_source(path, ty, &flags).unwrap();
@@ -438,6 +449,26 @@ mod tests {
         eprintln!("{} variants translated to SPIR-V, MSL and HLSL", seen.len());
         // Typed kernels over 13 formats with their flags, and the rest.
         assert!(seen.len() > 150, "only {} variants", seen.len());
+    }
+
+    /// The formats `ops::has_int8` names are the ones whose files define
+    /// the int8 matvec's functions (under flag Q8), and only with it.
+    #[test]
+    fn the_int8_formats_are_the_files_with_q8() {
+        for info in glint_quant::TYPES {
+            let Some(file) = info.wgsl else {
+                continue;
+            };
+            let with = module_source("mul_mat.wgsl", Some(info.ty), &["P8", "Q8"]);
+            let without = module_source("mul_mat.wgsl", Some(info.ty), &["P8"]).unwrap();
+            let has = source(file).unwrap().contains("#ifdef Q8");
+            assert_eq!(crate::ops::has_int8(info.ty), has, "{}", info.name);
+            if has {
+                let s = with.unwrap();
+                assert!(s.contains("fn q8_weights(") && s.contains("fn q8_block("));
+                assert!(s.contains("dot4I8Packed") && !without.contains("dot4I8Packed"));
+            }
+        }
     }
 
     #[test]
@@ -465,9 +496,9 @@ mod tests {
             }
             n += 1;
         }
-        // Every quant/ file but the five of shared helpers belongs to a row.
+        // Every quant/ file but the six of shared helpers belongs to a row.
         let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
-        assert_eq!(files.count(), n + 5);
+        assert_eq!(files.count(), n + 6);
         assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }

@@ -42,6 +42,7 @@ fn both_feature_configurations_are_what_they_claim() {
         f16,
         subgroups,
         immediates,
+        int8: false,
     };
     assert_eq!(on.features_used(), used(true, true, true), "{}", on.name());
     assert!(

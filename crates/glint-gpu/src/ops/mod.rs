@@ -146,7 +146,9 @@ pub(crate) use fused::{mul_mats, mul_mats_glu};
 pub(crate) use get_rows::get_rows;
 pub(crate) use kq_mask::kq_mask;
 pub(crate) use kshift::kshift;
-pub(crate) use mul_mat::{mul_mat, mul_mat_add, mul_mat_normed, Norm, MATVEC_MAX_M};
+#[cfg(test)]
+pub(crate) use mul_mat::has_int8;
+pub(crate) use mul_mat::{int8_fits, mul_mat, mul_mat_add, mul_mat_normed, Norm, MATVEC_MAX_M};
 pub(crate) use rms_norm::{rms_norm, rms_norm_add};
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;

@@ -13,6 +13,37 @@ use crate::GpuBackend;
 /// A decode step of up to 8 sequences streams the weights once.
 pub(crate) const MATVEC_MAX_M: usize = 8;
 
+/// Elements of x (all columns together) the int8 matvec quantizes into
+/// workgroup memory: `matvec_cols.wgsl`'s `Q8_BLOCKS` blocks of 32. A 7B's
+/// down projection (k 11008) at one column, SmolLM2's or Gemma 3 270M's
+/// at four.
+pub(crate) const Q8_MAX_ELEMENTS: usize = 384 * 32;
+
+/// Workgroup memory of an int8 matvec: the levels (a byte an element), a
+/// block's (d, s) as two f32s, and reduce.wgsl's `red` (64 f32s).
+const Q8_WORKGROUP_BYTES: u32 = (Q8_MAX_ELEMENTS + Q8_MAX_ELEMENTS / 32 * 8 + MATVEC_WG * 4) as u32;
+
+/// Whether the device can run the int8 matvec: the instance's WGSL has
+/// the packed integer dot, the adapter the workgroup memory.
+pub(crate) fn int8_fits(ctx: &crate::context::Context) -> bool {
+    ctx.int8_dot && ctx.limits.max_compute_workgroup_storage_size >= Q8_WORKGROUP_BYTES
+}
+
+/// The formats with an int8 matvec (their files define `q8_weights` and
+/// `q8_block` under flag Q8): the 32-element blocks, whose activations
+/// ggml quantizes to Q8_0 or Q8_1.
+pub(crate) fn has_int8(ty: GgmlType) -> bool {
+    use GgmlType as G;
+    matches!(ty, G::Q4_0 | G::Q4_1 | G::Q5_0 | G::Q5_1 | G::Q8_0)
+}
+
+/// Whether a matvec of `ty` over x `[k, m]` takes the int8 path (flag
+/// `Q8`): the backend's int8 is on, the format has one, and x fits the
+/// workgroup memory.
+pub(crate) fn takes_int8(be: &GpuBackend, ty: GgmlType, (k, m): (usize, usize)) -> bool {
+    be.int8 && has_int8(ty) && k.is_multiple_of(32) && k * m <= Q8_MAX_ELEMENTS
+}
+
 /// The matvec pipeline's `COLS` constant for `m` columns: m rounded up to
 /// a power of two (at most 4 pipelines per kernel and type).
 pub(crate) fn cols(m: usize) -> f64 {
@@ -33,6 +64,7 @@ pub(crate) fn cols(m: usize) -> f64 {
 /// `u32_at` without its branch, were within the noise.
 ///
 /// With subgroups, also `SGROW` and its `RPW` ([`matvec_rows_per_group`]).
+/// Where [`takes_int8`], also `Q8`: x quantized, integer dots.
 pub(crate) fn matvec_key(
     be: &GpuBackend,
     key: PipelineKey,
@@ -43,6 +75,9 @@ pub(crate) fn matvec_key(
     let mut flags = be.flags(true, ty == GgmlType::F16);
     if k % 4 == 0 {
         flags.push("P8");
+    }
+    if takes_int8(be, ty, (k, m)) {
+        flags.push("Q8");
     }
     flags.extend_from_slice(extra);
     let rpw = matvec_rows_per_group(be);
