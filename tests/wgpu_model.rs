@@ -11,6 +11,11 @@ use glint::{BackendKind, Batch, CpuPrecision, Model, ModelParams};
 /// f32 activations; only summation order differs, through 30 layers.
 const WGPU_VS_CPU_F32: f32 = 2e-2;
 
+/// RMS of SmolLM2's wgpu int8 logits from llama.cpp's, as SmolLM2's are
+/// (seen: int8 0.153, the float kernels 0.133, the cpu backend's f32 path
+/// 0.133).
+const INT8_RMS_FROM_LLAMA_CPP: f64 = 0.25;
+
 /// The same for Gemma 3 (18 layers of Q5_0/Q4_K/Q6_K/Q8_0 weights, QK-norm
 /// fused into rope_store on wgpu, post-norms, GQA 4/1 at head_dim 256).
 const GEMMA3_WGPU_VS_CPU_F32: f32 = 2e-2;
@@ -21,11 +26,18 @@ fn last_logits(
     backend: BackendKind,
     precision: CpuPrecision,
 ) -> (Vec<f32>, String) {
-    let params = ModelParams {
-        backend,
-        cpu_precision: precision,
-        ..Default::default()
-    };
+    last_logits_with(
+        name,
+        prompt,
+        ModelParams {
+            backend,
+            cpu_precision: precision,
+            ..Default::default()
+        },
+    )
+}
+
+fn last_logits_with(name: &str, prompt: &[u32], params: ModelParams) -> (Vec<f32>, String) {
     let model = Model::load(common::model(name), &params).unwrap();
     let mut ctx = common::context(&model, 256);
     ctx.decode(&Batch::from_tokens(prompt, 0, 0)).unwrap();
@@ -59,6 +71,45 @@ fn smollm2_logits_on_wgpu_match_cpu() {
     let (_, want) = common::read_npy_f32(&common::reference("gen_smollm2/logits_last.npy"));
     assert_eq!(common::top_k(&gpu, 1), common::top_k(&want, 1));
     assert!(common::pearson(&gpu, &want) > 0.999);
+}
+
+/// With `--gpu-int8` SmolLM2's Q4_1 and Q8_0 matvecs take integer dots
+/// on activations quantized as ggml's cpu quantizes them (held to the cpu
+/// backend's ggml numerics kernel by kernel in glint-gpu's tests/int8.rs).
+/// End to end: the path is taken (the logits move from the float
+/// kernels' by the activations' rounding, far past the float kernels'
+/// own tolerance), and the logits stay llama.cpp's as closely as the
+/// float kernels' do. A prompt of 5 tokens: every matvec at 5 columns.
+#[test]
+fn smollm2_int8_on_wgpu_matches_llama_cpp() {
+    let prompt = [504u32, 3575, 282, 4649, 314];
+    let int8 = ModelParams {
+        backend: BackendKind::Wgpu,
+        gpu_int8: true,
+        ..Default::default()
+    };
+    let (gpu, name) = last_logits_with("smollm2", &prompt, int8);
+    assert!(name.contains("int8 matvec"), "{name}");
+    let (float, _) = last_logits("smollm2", &prompt, BackendKind::Wgpu, CpuPrecision::F32);
+    let moved = common::max_abs_diff(&gpu, &float);
+    let (_, want) = common::read_npy_f32(&common::reference("gen_smollm2/logits_last.npy"));
+    let (e_int8, e_float) = (rms_diff(&gpu, &want), rms_diff(&float, &want));
+    eprintln!(
+        "max |int8 - float| {moved}; rms from llama.cpp: int8 {e_int8:.4}, float {e_float:.4}"
+    );
+    assert!(
+        moved > 10.0 * WGPU_VS_CPU_F32,
+        "{moved}: not the int8 path?"
+    );
+    assert_eq!(common::top_k(&gpu, 1), common::top_k(&want, 1));
+    assert!(common::pearson(&gpu, &want) > 0.999);
+    assert!(e_int8 < INT8_RMS_FROM_LLAMA_CPP, "{e_int8}");
+}
+
+/// RMS of the difference of two logit vectors.
+fn rms_diff(a: &[f32], b: &[f32]) -> f64 {
+    let s: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    (s / a.len().max(1) as f64).sqrt()
 }
 
 /// Gemma 3's logits at the prompt's last position, then at one decoded

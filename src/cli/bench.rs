@@ -95,6 +95,12 @@ pub const FLAGS: &[Flag] = &[
     ),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
     flag!(
+        "gpu-int8",
+        [],
+        None,
+        "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matvecs (also GLINT_INT8=1)"
+    ),
+    flag!(
         "counters",
         [],
         None,
@@ -176,6 +182,7 @@ struct Config {
     format: Format,
     counters: bool,
     profile: bool,
+    gpu_int8: bool,
     /// `--grp-attn-mode window`: two-window SelfExtend attention.
     window: Option<glint::SelfExtendWindow>,
 }
@@ -337,6 +344,7 @@ fn config(p: &Parsed) -> Result<Config, String> {
         format,
         counters: p.has("counters"),
         profile: p.has("profile"),
+        gpu_int8: p.has("gpu-int8"),
         window: super::options::self_extend_window(p)?,
     })
 }
@@ -399,6 +407,7 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                     adapter: c.adapter,
                     n_threads,
                     gpu_profile: c.profile && backend != BackendKind::Cpu,
+                    gpu_int8: c.gpu_int8,
                     ..Default::default()
                 };
                 let model = Model::load(path, &mp).map_err(|e| e.to_string())?;

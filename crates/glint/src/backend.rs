@@ -95,6 +95,7 @@ impl LoadedBackend {
                 GpuBackend::new(glint_gpu::GpuOptions {
                     adapter_index: params.adapter,
                     profile: params.gpu_profile,
+                    int8_matvec: params.gpu_int8,
                     ..Default::default()
                 })
             };
