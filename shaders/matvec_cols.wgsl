@@ -128,29 +128,52 @@ fn x4(c: u32, e: u32) -> vec4<f32> {
 }
 
 #ifdef Q8
-// Flag Q8 (with P8, for the formats of 32-element blocks: ops/mul_mat.rs's
-// matvec_key sets it where the backend's int8 path is on and x fits): the
-// integer path, held to the cpu backend's Precision::Ggml. `q8_begin`
-// (each workgroup, first) quantizes x's columns, normed with NORM, the
-// post-norm added with POST, into workgroup memory as ggml's x86 cpu
-// quantizes Q8_0/Q8_1 blocks (glint-cpu's act.rs): levels round(v * (127
-// / amax)), ties to even (WGSL's round), d = amax / 127 and s = d *
-// sum(levels), both rounded to f16 as the blocks store them. Then a
-// lane takes one whole block of a row a step: its 8 words of levels
-// (quant/q8_dot.wgsl) in 8 dot4I8Packed with the block's, one integer sum,
-// scaled by the format's q8_block as ggml's vec_dot scales it.
+// Flag Q8 (with P8; ops/mul_mat.rs's matvec_key sets it where the
+// backend's int8 path is on, the format has one and x fits): the integer
+// path, held to the cpu backend's Precision::Ggml. `q8_begin` (each
+// workgroup, first) quantizes x's columns, normed with NORM, the post-norm
+// added with POST, into workgroup memory as glint-cpu's act.rs quantizes
+// them for the format's vec_dot_type:
+//   Q8_0/Q8_1 (32-element formats): ggml's x86 blocks of 32, levels
+//   round(v * (127 / amax)) ties to even (WGSL's round), d = amax / 127
+//   and s = d * sum(levels) both rounded to f16 as the blocks store them;
+//   Q8_K (K-quants): super-blocks of 256, levels round(v * iscale) with
+//   iscale = -127 / (the value of largest magnitude, the first), capped at
+//   127, d = 1 / iscale (f32), and the sums of each 16 levels.
+// Either way in units of 32 elements: 8 words of levels (4 a word, in
+// order) and a vec2<u32> of scales (Q8_0/Q8_1: the bits of d and s; Q8_K:
+// the bits of d, and the two 16-level sums as i16 halves).
+// Then a lane takes one unit of a row a step: the format's 8 words of
+// levels for the same 32 elements (quant/q8_dot.wgsl), 8 dot4I8Packed,
+// integer sums of each half (16 elements: the K-quants' groups), scaled
+// by the format's q8_block as ggml's vec_dot scales them.
 //
-// Room for Q8_BLOCKS blocks of all columns together: ops/mul_mat.rs's
+// Room for Q8_BLOCKS units of all columns together: ops/mul_mat.rs's
 // Q8_MAX_ELEMENTS / 32 (15 KiB with `red`: under the 16 KiB every adapter
 // gives).
 const Q8_BLOCKS: u32 = 384u;
 var<workgroup> xq: array<u32, 8u * Q8_BLOCKS>; // [8, Q8_BLOCKS]: 4 levels a word
-var<workgroup> xd: array<vec2<f32>, Q8_BLOCKS>; // (d, s) a block
+var<workgroup> xd: array<vec2<u32>, Q8_BLOCKS>; // a unit's scales
 
-// Quantize x's columns into xq/xd (block c * k / 32 + j: column c's
+// The input elements e..e+3 of column c as quantized: x (POST: the sum,
+// stored by the writer when `store`), normed with NORM (ir: the column's
+// 1 / RMS; rms_norm then mul, as the cpu backend rounds them).
+fn q8_in(c: u32, e: u32, ir: f32, store: bool) -> vec4<f32> {
+    var a: vec4<f32>;
+    if (store) {
+        a = x4(c, e);
+    } else {
+        a = x4_in(c, e);
+    }
+#ifdef NORM
+    a = (a * ir) * nw[e >> 2u];
+#endif
+    return a;
+}
+
+// Quantize x's columns into xq/xd (unit c * k / 32 + j: column c's
 // elements 32j ..); in uniform control flow, before any row.
 fn q8_begin(ln: Lane, lid: u32) {
-    let nb = p.k / 32u;
     var ir: array<f32, MAX_COLS>;
 #ifdef NORM
     // rms_norm.wgsl's scale, from the input's squares.
@@ -165,47 +188,80 @@ fn q8_begin(ln: Lane, lid: u32) {
         ir[c] = 1.0 / sqrt(wg_sum(ln, s) / f32(p.k) + p.eps);
     }
 #endif
-    for (var bi = lid; bi < p.m * nb; bi += WG) {
-        let c = bi / nb;
-        let e0 = (bi % nb) * 32u;
-        var v: array<vec4<f32>, 8>;
-        var amax = 0.0;
-        for (var t = 0u; t < 8u; t++) {
-            var a = x4(c, e0 + 4u * t);
-#ifdef NORM
-            // rms_norm then mul, as the cpu backend rounds them.
-            a = (a * ir[c]) * nw[(e0 >> 2u) + t];
-#endif
-            v[t] = a;
-            let ab = abs(a);
-            amax = max(amax, max(max(ab.x, ab.y), max(ab.z, ab.w)));
+    if (BLOCK_SIZE == 256u) {
+        // Q8_K: a super-block an invocation, read twice (its max, then
+        // its levels).
+        let nsb = p.k / 256u;
+        for (var sb = lid; sb < p.m * nsb; sb += WG) {
+            let c = sb / nsb;
+            let e0 = (sb % nsb) * 256u;
+            var mx = 0.0;
+            var amax = 0.0;
+            for (var t = 0u; t < 64u; t++) {
+                let a = q8_in(c, e0 + 4u * t, ir[c], false);
+                for (var i = 0u; i < 4u; i++) {
+                    if (abs(a[i]) > amax) {
+                        amax = abs(a[i]);
+                        mx = a[i];
+                    }
+                }
+            }
+            let iscale = select(0.0, -127.0 / mx, amax != 0.0);
+            let d = select(0.0, 1.0 / iscale, amax != 0.0);
+            for (var u = 0u; u < 8u; u++) {
+                let bi = sb * 8u + u;
+                var hs = vec2<i32>(0);
+                for (var t = 0u; t < 8u; t++) {
+                    let a = q8_in(c, e0 + 32u * u + 4u * t, ir[c], true);
+                    let q = vec4<i32>(clamp(round(a * iscale), vec4<f32>(-128.0), vec4<f32>(127.0)));
+                    hs[t / 4u] += q.x + q.y + q.z + q.w;
+                    xq[bi * 8u + t] = pack4xI8(q);
+                }
+                xd[bi] = vec2<u32>(bitcast<u32>(d), (bitcast<u32>(hs.x) & 0xffffu) | (bitcast<u32>(hs.y) << 16u));
+            }
         }
-        let d = amax / 127.0;
-        let id = select(0.0, 127.0 / amax, amax != 0.0);
-        var sum = 0i;
-        for (var t = 0u; t < 8u; t++) {
-            let q = vec4<i32>(clamp(round(v[t] * id), vec4<f32>(-128.0), vec4<f32>(127.0)));
-            sum += q.x + q.y + q.z + q.w;
-            xq[bi * 8u + t] = pack4xI8(q);
+    } else {
+        // Q8_0/Q8_1: a block an invocation.
+        let nb = p.k / 32u;
+        for (var bi = lid; bi < p.m * nb; bi += WG) {
+            let c = bi / nb;
+            let e0 = (bi % nb) * 32u;
+            var v: array<vec4<f32>, 8>;
+            var amax = 0.0;
+            for (var t = 0u; t < 8u; t++) {
+                let a = q8_in(c, e0 + 4u * t, ir[c], true);
+                v[t] = a;
+                let ab = abs(a);
+                amax = max(amax, max(max(ab.x, ab.y), max(ab.z, ab.w)));
+            }
+            let d = amax / 127.0;
+            let id = select(0.0, 127.0 / amax, amax != 0.0);
+            var sum = 0i;
+            for (var t = 0u; t < 8u; t++) {
+                let q = vec4<i32>(clamp(round(v[t] * id), vec4<f32>(-128.0), vec4<f32>(127.0)));
+                sum += q.x + q.y + q.z + q.w;
+                xq[bi * 8u + t] = pack4xI8(q);
+            }
+            let ds = unpack2x16float(pack2x16float(vec2<f32>(d, f32(sum) * d)));
+            xd[bi] = bitcast<vec2<u32>>(ds);
         }
-        xd[bi] = unpack2x16float(pack2x16float(vec2<f32>(d, f32(sum) * d)));
     }
     workgroupBarrier();
 }
 
-// A lane a block a step: the integer sum of its levels with each column's,
-// scaled by q8_block.
+// A lane a unit a step: the integer sums of its halves with each
+// column's, scaled by q8_block.
 fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
     var s: array<f32, MAX_COLS>;
     let nb = p.k / 32u;
     for (var b = lane; b < nb; b += lanes) {
-        let w = q8_weights(rb + b * TYPE_SIZE);
+        let w = q8_weights(rb, b);
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {
                 let xb = c * nb + b;
-                var sumi = 0i;
+                var sumi = vec2<i32>(0);
                 for (var t = 0u; t < 8u; t++) {
-                    sumi += dot4I8Packed(w.q[t], xq[xb * 8u + t]);
+                    sumi[t / 4u] += dot4I8Packed(w.q[t], xq[xb * 8u + t]);
                 }
                 s[c] += q8_block(w, sumi, xd[xb]);
             }

@@ -27,7 +27,8 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
 
 // Levels q - 8: quant byte i's low nibbles are elements 4i .. 4i + 3,
 // its high nibbles 16 + 4i .. 19 + 4i.
-fn q8_weights(b: u32) -> Q8w {
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + u * TYPE_SIZE;
     var w: Q8w;
     w.d = f16_at(b);
     for (var i = 0u; i < 4u; i++) {
@@ -39,7 +40,7 @@ fn q8_weights(b: u32) -> Q8w {
 }
 
 // ggml's vec_dot_q4_0_q8_0: sumi * d * d_x.
-fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
-    return f32(sumi) * w.d * xs.x;
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    return f32(sumi.x + sumi.y) * w.d * x_ds(xs).x;
 }
 #endif

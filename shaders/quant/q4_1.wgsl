@@ -27,7 +27,8 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
 #include "quant/q8_dot.wgsl"
 
 // Levels q (0 .. 15), nibbles as Q4_0.
-fn q8_weights(b: u32) -> Q8w {
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + u * TYPE_SIZE;
     var w: Q8w;
     w.d = f16_at(b);
     w.m = f16_at(b + 2u);
@@ -40,7 +41,8 @@ fn q8_weights(b: u32) -> Q8w {
 }
 
 // ggml's vec_dot_q4_1_q8_1: (d * d_x) * sumi + m * s_x.
-fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
-    return (w.d * xs.x) * f32(sumi) + w.m * xs.y;
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    let x = x_ds(xs);
+    return (w.d * x.x) * f32(sumi.x + sumi.y) + w.m * x.y;
 }
 #endif

@@ -19,7 +19,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 #include "quant/q8_dot.wgsl"
 
 // Levels q - 16, nibbles as Q4_0 with bit j of qh on top.
-fn q8_weights(b: u32) -> Q8w {
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + u * TYPE_SIZE;
     var w: Q8w;
     w.d = f16_at(b);
     let qh = u32_at(b + 2u);
@@ -32,7 +33,7 @@ fn q8_weights(b: u32) -> Q8w {
 }
 
 // ggml's vec_dot_q5_0_q8_0: (d * d_x) * sumi.
-fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
-    return (w.d * xs.x) * f32(sumi);
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    return (w.d * x_ds(xs).x) * f32(sumi.x + sumi.y);
 }
 #endif

@@ -20,7 +20,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 #include "quant/q8_dot.wgsl"
 
 // Levels q (0 .. 31), bits as Q5_0.
-fn q8_weights(b: u32) -> Q8w {
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + u * TYPE_SIZE;
     var w: Q8w;
     w.d = f16_at(b);
     w.m = f16_at(b + 2u);
@@ -34,7 +35,8 @@ fn q8_weights(b: u32) -> Q8w {
 }
 
 // ggml's vec_dot_q5_1_q8_1: (d * d_x) * sumi + m * s_x.
-fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
-    return (w.d * xs.x) * f32(sumi) + w.m * xs.y;
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    let x = x_ds(xs);
+    return (w.d * x.x) * f32(sumi.x + sumi.y) + w.m * x.y;
 }
 #endif

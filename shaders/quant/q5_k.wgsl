@@ -40,3 +40,35 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
         (dm.x * sm.y) * q1 - vec4<f32>(dm.y * sm.w),
     );
 }
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// Unit u of the row: sub-block j = u % 8 of super-block u / 8, levels q
+// (0 .. 31: nibble j % 2 of qs[32 (j / 2) ..], bit j of qh[..] on top);
+// scales as Q4_K.
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + (u / 8u) * TYPE_SIZE;
+    let j = u % 8u;
+    let dm = unpack2x16float(u32_at(b)); // d, dmin
+    let sm = scale_min_k4(b + 4u, j);
+    var w: Q8w;
+    w.d = dm.x;
+    w.m = dm.y * sm.y;
+    w.sc = vec2<i32>(i32(sm.x));
+    let qs = b + 48u + 32u * (j / 2u);
+    for (var t = 0u; t < 8u; t++) {
+        let lo = (u32_at(qs + 4u * t) >> (4u * (j % 2u))) & 0x0f0f0f0fu;
+        let hi = ((u32_at(b + 16u + 4u * t) >> j) & 0x01010101u) << 4u;
+        w.q[t] = lo | hi;
+    }
+    return w;
+}
+
+// ggml's vec_dot_q5_K_q8_K for one sub-block, as Q4_K's.
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    let d = x_d(xs);
+    let bs = x_bsums(xs);
+    return (w.d * d) * f32(w.sc.x * (sumi.x + sumi.y)) - (w.m * d) * f32(bs.x + bs.y);
+}
+#endif

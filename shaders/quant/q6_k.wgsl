@@ -47,3 +47,35 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let q1 = field4(wl, 4u, 0xfu) + 16.0 * field4(wh, sh + 4u, 3u);
     return array<vec4<f32>, 2>((d * sc0) * (q0 - z), (d * sc1) * (q1 - z));
 }
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// Unit u of the row: elements 32j .. 32j + 31 of super-block u / 8 (j =
+// u % 8; half h = j / 4, r = j % 4): low 4 bits nibble r / 2 of
+// ql[64h + 32 (r % 2) ..], high 2 bits bits 2r of qh[32h ..]; levels q - 32;
+// its two groups' scales[2j], scales[2j + 1].
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + (u / 8u) * TYPE_SIZE;
+    let j = u % 8u;
+    let h = j / 4u;
+    let r = j % 4u;
+    let sc = u16_at(b + 192u + 2u * j);
+    var w: Q8w;
+    w.d = f16_at(b + 208u);
+    w.sc = vec2<i32>(bitcast<i32>(sc << 24u) >> 24u, bitcast<i32>(sc << 16u) >> 24u);
+    let ql = b + 64u * h + 32u * (r % 2u);
+    for (var t = 0u; t < 8u; t++) {
+        let lo = (u32_at(ql + 4u * t) >> (4u * (r / 2u))) & 0x0f0f0f0fu;
+        let hi = ((u32_at(b + 128u + 32u * h + 4u * t) >> (2u * r)) & 0x03030303u) << 4u;
+        w.q[t] = sub_bytes(lo | hi, 32u);
+    }
+    return w;
+}
+
+// ggml's vec_dot_q6_K_q8_K for one unit: (d * d_y) * the groups' scaled
+// integer sums.
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    return (w.d * x_d(xs)) * f32(w.sc.x * sumi.x + w.sc.y * sumi.y);
+}
+#endif

@@ -15,7 +15,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 #include "quant/q8_dot.wgsl"
 
 // Levels as stored.
-fn q8_weights(b: u32) -> Q8w {
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + u * TYPE_SIZE;
     var w: Q8w;
     w.d = f16_at(b);
     for (var t = 0u; t < 8u; t++) {
@@ -25,7 +26,7 @@ fn q8_weights(b: u32) -> Q8w {
 }
 
 // ggml's vec_dot_q8_0_q8_0: sumi * (d * d_x).
-fn q8_block(w: Q8w, sumi: i32, xs: vec2<f32>) -> f32 {
-    return f32(sumi) * (w.d * xs.x);
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    return f32(sumi.x + sumi.y) * (w.d * x_ds(xs).x);
 }
 #endif

@@ -1,13 +1,17 @@
-// The integer path of the 32-element formats (matvec_cols.wgsl, flag Q8):
-// a weight block as 8 words of signed levels, four elements a word in
-// order (word t: elements 4t .. 4t + 3), to meet x's Q8 levels in
-// dot4I8Packed; `d` and `m` its scale and min. The format file defines
-// q8_weights (the block at a byte) and q8_block (ggml's vec_dot of one
-// block: the scales times the integer sum, in ggml's order).
+// The integer path of the matvec (matvec_cols.wgsl, flag Q8): a unit of
+// 32 elements of a weight row as 8 words of signed levels, four elements a
+// word in order (word t: elements 4t .. 4t + 3 of the unit), to meet x's
+// Q8 levels in dot4I8Packed; `d` and `m` the scales the format multiplies
+// the sums by, `sc` the integer scales of the unit's two halves (16
+// elements each: the K-quants' groups; 1 where the format has none). The
+// format file defines q8_weights (unit b of the row at byte rb) and
+// q8_block (ggml's vec_dot of one unit: the scales times the integer sums
+// of the halves, in ggml's order).
 struct Q8w {
     q: array<u32, 8>,
     d: f32,
     m: f32,
+    sc: vec2<i32>,
 }
 
 // Each byte of v (0 .. 127) less `bias` (at most 128), as a signed byte:
@@ -20,4 +24,21 @@ fn sub_bytes(v: u32, bias: u32) -> u32 {
 // Bits 0..3 of h as bit 4 of bytes 0..3: Q5's fifth bits of four elements.
 fn bit4_bytes(h: u32) -> u32 {
     return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
+}
+
+// x's scales of a Q8_0/Q8_1 unit (a block): d and s, as stored (f16
+// values).
+fn x_ds(xs: vec2<u32>) -> vec2<f32> {
+    return bitcast<vec2<f32>>(xs);
+}
+
+// x's scale of a Q8_K unit (its super-block's d, f32), and the sums of
+// the unit's two halves' levels.
+fn x_d(xs: vec2<u32>) -> f32 {
+    return bitcast<f32>(xs.x);
+}
+
+fn x_bsums(xs: vec2<u32>) -> vec2<i32> {
+    let v = bitcast<i32>(xs.y);
+    return vec2<i32>((v << 16u) >> 16u, v >> 16u);
 }

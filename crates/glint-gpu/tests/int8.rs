@@ -38,12 +38,15 @@ mod int8_tol {
     pub const FROM_F32: f64 = 1e-3;
 }
 
-const INT8_TYPES: [GgmlType; 5] = [
+const INT8_TYPES: [GgmlType; 8] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
 ];
 
 /// The int8 backends: every optional feature (subgroup rows, immediates),
@@ -87,11 +90,17 @@ impl Case {
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                let vals = r.vec_scaled(k * n, 1.0);
-                let mut b = vec![0u8; rb * n];
-                for (row, dst) in vals.chunks(k).zip(b.chunks_mut(rb)) {
-                    glint_quant::quantize_row(ty, row, dst).unwrap();
-                }
+                let b = if ty == GgmlType::Q5_K {
+                    // No quantizer for it: random blocks, sized scales.
+                    random_k_blocks(r, ty, n * k / 256)
+                } else {
+                    let vals = r.vec_scaled(k * n, 1.0);
+                    let mut b = vec![0u8; rb * n];
+                    for (row, dst) in vals.chunks(k).zip(b.chunks_mut(rb)) {
+                        glint_quant::quantize_row(ty, row, dst).unwrap();
+                    }
+                    b
+                };
                 let desc = TensorDesc {
                     ty,
                     ne: [k, n, 1, 1],
@@ -244,9 +253,11 @@ fn int8_matvecs_follow_the_cpu_ggml_numerics() {
         assert!(gpu.features_used().int8, "{}", gpu.name());
         assert!(gpu.name().contains("int8 matvec"), "{}", gpu.name());
         for ty in INT8_TYPES {
-            // k: 10 blocks (not a multiple of the lanes); m: 1, 3 of the 4
-            // a pipeline takes, and 8 (every column).
-            for (k, m) in [(320, 1), (320, 3), (256, 8)] {
+            // k: 10 blocks (not a multiple of the lanes; K-quants: 2
+            // super-blocks); m: 1, 3 of the 4 a pipeline takes, and 8
+            // (every column).
+            let k = if ty.block_size() == 256 { 512 } else { 320 };
+            for (k, m) in [(k, 1), (k, 3), (256, 8)] {
                 let case = Case::new(&mut r, ty, k, m);
                 let (g, want, far) = (run(gpu, &case), run(&ggml, &case), run(&f32s, &case));
                 for ((name, kind, got), ((_, _, w), (_, _, f))) in
@@ -285,20 +296,29 @@ fn int8_matvecs_follow_the_cpu_ggml_numerics() {
     }
 }
 
-/// x of 384 blocks (all the workgroup memory holds: SmolLM2's down
-/// projection at 8 columns) takes the int8 path, to its last block; one
-/// block more takes the float path, held to the F32 oracle.
+/// x of 384 units of 32 (all the workgroup memory holds: SmolLM2's down
+/// projection at 8 columns) takes the int8 path, to its last unit; a
+/// block (a K-quant's super-block) more takes the float path, held to the
+/// F32 oracle.
 #[test]
 fn int8_takes_what_fits_its_workgroup_memory() {
     let (ggml, f32s) = (cpu(Precision::Ggml), cpu(Precision::F32));
     let mut r = Rng(seed());
     let gpu = int8_gpus()[0];
-    for (k, m, int8) in [(1536, 8, true), (4096, 3, true), (1568, 8, false)] {
-        let case = Case::new(&mut r, GgmlType::Q4_1, k, m);
+    use GgmlType::{Q4_1, Q6_K};
+    let cases = [
+        (Q4_1, 1536, 8, true),
+        (Q4_1, 4096, 3, true),
+        (Q4_1, 1568, 8, false),
+        (Q6_K, 1536, 8, true),
+        (Q6_K, 1792, 8, false),
+    ];
+    for (ty, k, m, int8) in cases {
+        let case = Case::new(&mut r, ty, k, m);
         let (g, want, far) = (run(gpu, &case), run(&ggml, &case), run(&f32s, &case));
         // mul_mat, then mul_mat_add.
         for i in 0..2 {
-            let what = format!("k{k} m{m}: {}", g[i].0);
+            let what = format!("{ty:?} k{k} m{m}: {}", g[i].0);
             let (eg, ef) = (
                 worst(&errors(&g[i].2, &want[i].2)),
                 worst(&errors(&g[i].2, &far[i].2)),

@@ -31,17 +31,21 @@ pub(crate) fn int8_fits(ctx: &crate::context::Context) -> bool {
 
 /// The formats with an int8 matvec (their files define `q8_weights` and
 /// `q8_block` under flag Q8): the 32-element blocks, whose activations
-/// ggml quantizes to Q8_0 or Q8_1.
+/// ggml quantizes to Q8_0 or Q8_1, and Q4_K, Q5_K and Q6_K (Q8_K). Not
+/// yet Q2_K and Q3_K.
 pub(crate) fn has_int8(ty: GgmlType) -> bool {
     use GgmlType as G;
-    matches!(ty, G::Q4_0 | G::Q4_1 | G::Q5_0 | G::Q5_1 | G::Q8_0)
+    matches!(
+        ty,
+        G::Q4_0 | G::Q4_1 | G::Q5_0 | G::Q5_1 | G::Q8_0 | G::Q4_K | G::Q5_K | G::Q6_K
+    )
 }
 
 /// Whether a matvec of `ty` over x `[k, m]` takes the int8 path (flag
 /// `Q8`): the backend's int8 is on, the format has one, and x fits the
 /// workgroup memory.
 pub(crate) fn takes_int8(be: &GpuBackend, ty: GgmlType, (k, m): (usize, usize)) -> bool {
-    be.int8 && has_int8(ty) && k.is_multiple_of(32) && k * m <= Q8_MAX_ELEMENTS
+    be.int8 && has_int8(ty) && k.is_multiple_of(ty.block_size()) && k * m <= Q8_MAX_ELEMENTS
 }
 
 /// The matvec pipeline's `COLS` constant for `m` columns: m rounded up to
