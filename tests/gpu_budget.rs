@@ -285,6 +285,27 @@ fn one_decode_step_stays_within_the_budget() {
             "{name} chained: one submit, one read, no token written: {cc:?}"
         );
         check_step(&format!("{name} chained"), &model, &cc, 1);
+        // The int8 matvec (`--gpu-int8`): each matvec's workgroups quantize
+        // x themselves, so no dispatch of its own: the same step, at one
+        // sequence and at four.
+        let p8 = ModelParams {
+            gpu_int8: true,
+            ..p
+        };
+        let m8 = Model::load(common::model(name), &p8).unwrap();
+        assert!(
+            m8.backend_name().contains("int8 matvec"),
+            "{}",
+            m8.backend_name()
+        );
+        for n_seq in [1, 4] {
+            let what = format!("{name} int8 x{n_seq}");
+            let c8 = common::gpu_step_in(&m8, 2, n_seq, &mut |step| allocs = heap::count(step));
+            eprintln!("{what}: {c8:?}, {allocs} heap allocations");
+            assert!(allocs <= b_heap(&c8), "{what}: {allocs} heap allocations");
+            assert_eq!(c8.dispatches, c.dispatches, "{what}: {c8:?}");
+            check_step(&what, &m8, &c8, n_seq as u32);
+        }
     }
 }
 
