@@ -21,6 +21,8 @@
 #                             built on the device from its copy of the cells
 #   GLINT_CHAIN=0             each greedy token read back before the next
 #                             step is recorded, not chained on the device
+#   GLINT_INT8=1              integer dots in the matvecs (dot4I8Packed on
+#                             x quantized as ggml's cpu does), not f32
 set -u -o pipefail
 GLINT=${1:-target/release/glint}
 KERNELS=${2:-}
@@ -64,6 +66,14 @@ run GLINT_MATVEC_WG_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
 for m in smollm2-135m:q4_1 gemma3-270m:q4_k llama2-7b:q4_0; do
     run $B --synthetic $m -p 0 -n 128 -r 2
     run GLINT_CHAIN=0 $B --synthetic $m -p 0 -n 128 -r 2
+done
+# Integer dots against f32 in the matvecs: the 32-element formats and
+# the K-quants, one sequence and four (the goal is tg at >= 85%
+# of the copy bandwidth: the int8 path is the one most likely to get
+# there where the float dots are bound by the instructions, not the bytes).
+for m in llama2-7b:q4_0 llama2-7b:q4_k gemma3-270m:q4_k; do
+    run $B --synthetic $m -p 0 -n 128 -r 2 -npl 1,4 --counters
+    run GLINT_INT8=1 $B --synthetic $m -p 0 -n 128 -r 2 -npl 1,4 --counters
 done
 if [ -n "$KERNELS" ] && [ -x "$KERNELS" ]; then
     run "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q4_1,Q5_0,Q8_0,Q4_K,Q6_K --matvec 4096x28672

@@ -150,8 +150,14 @@ fn x4(c: u32, e: u32) -> vec4<f32> {
 //
 // Room for Q8_BLOCKS units of all columns together: ops/mul_mat.rs's
 // Q8_MAX_ELEMENTS / 32 (15 KiB with `red`: under the 16 KiB every adapter
-// gives).
+// gives), or with flag Q8W (where x needs more and the adapter has 32 KiB)
+// Q8_WIDE_ELEMENTS / 32 (30 KiB): a workgroup's memory is what its
+// pipeline declares, so only the matvecs that need it pay for it.
+#ifdef Q8W
+const Q8_BLOCKS: u32 = 768u;
+#else
 const Q8_BLOCKS: u32 = 384u;
+#endif
 var<workgroup> xq: array<u32, 8u * Q8_BLOCKS>; // [8, Q8_BLOCKS]: 4 levels a word
 var<workgroup> xd: array<vec2<u32>, Q8_BLOCKS>; // a unit's scales
 

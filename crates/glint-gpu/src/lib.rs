@@ -114,6 +114,8 @@ pub struct GpuBackend {
     /// Matvecs of the 32-element formats take integer dots (flag `Q8`):
     /// [`GpuOptions::int8_matvec`] where the device can.
     int8: bool,
+    /// The adapter has the wide int8 matvec's workgroup memory (flag Q8W).
+    int8_wide: bool,
 }
 
 impl GpuBackend {
@@ -131,6 +133,7 @@ impl GpuBackend {
             Some("1") => true,
             _ => opts.int8_matvec,
         } && ops::int8_fits(&ctx);
+        let int8_wide = ops::int8_wide_fits(&ctx);
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
         let params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -158,6 +161,7 @@ impl GpuBackend {
             attn_tiles: attn_tile_env.as_deref() != Some("0"),
             decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
             int8,
+            int8_wide,
         })
     }
 

@@ -365,16 +365,17 @@ mod tests {
     /// text is the same are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
-        const OWN: [&str; 9] = [
-            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW", "Q8",
+        const OWN: [&str; 10] = [
+            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW", "Q8", "Q8W",
         ];
         // Flags that are only ever asked for with others (a variant
         // without them is never made: POST's and Q8's shaders refuse to
         // compile without P8; SGROW's subgroup rows need subgroups).
-        const NEEDS: [(&str, &[&str]); 3] = [
+        const NEEDS: [(&str, &[&str]); 4] = [
             ("POST", &["NORM", "P8"]),
             ("SGROW", &[SUBGROUPS]),
             ("Q8", &["P8"]),
+            ("Q8W", &["Q8"]),
         ];
         let mut seen = std::collections::HashSet::new();
         let mut failed = Vec::new();

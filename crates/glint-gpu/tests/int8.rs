@@ -297,21 +297,27 @@ fn int8_matvecs_follow_the_cpu_ggml_numerics() {
 }
 
 /// x of 384 units of 32 (all the workgroup memory holds: SmolLM2's down
-/// projection at 8 columns) takes the int8 path, to its last unit; a
-/// block (a K-quant's super-block) more takes the float path, held to the
-/// F32 oracle.
+/// projection at 8 columns) takes the int8 path, to its last unit, and up
+/// to 768 units its wide variant (flag Q8W, where the adapter has 32 KiB
+/// of workgroup memory); a block (a K-quant's super-block) more takes the
+/// float path, held to the F32 oracle.
 #[test]
 fn int8_takes_what_fits_its_workgroup_memory() {
     let (ggml, f32s) = (cpu(Precision::Ggml), cpu(Precision::F32));
     let mut r = Rng(seed());
     let gpu = int8_gpus()[0];
     use GgmlType::{Q4_1, Q6_K};
+    // lavapipe has 32 KiB of workgroup memory: the wide variant's too.
     let cases = [
         (Q4_1, 1536, 8, true),
         (Q4_1, 4096, 3, true),
-        (Q4_1, 1568, 8, false),
+        (Q4_1, 1568, 8, true),  // wide
+        (Q4_1, 4096, 6, true),  // wide, to its last unit
+        (Q4_1, 14336, 1, true), // wide: an 8B's down projection
+        (Q4_1, 3104, 8, false), // past the wide variant
         (Q6_K, 1536, 8, true),
-        (Q6_K, 1792, 8, false),
+        (Q6_K, 3072, 8, true), // wide
+        (Q6_K, 3328, 8, false),
     ];
     for (ty, k, m, int8) in cases {
         let case = Case::new(&mut r, ty, k, m);

@@ -148,7 +148,9 @@ pub(crate) use kq_mask::kq_mask;
 pub(crate) use kshift::kshift;
 #[cfg(test)]
 pub(crate) use mul_mat::has_int8;
-pub(crate) use mul_mat::{int8_fits, mul_mat, mul_mat_add, mul_mat_normed, Norm, MATVEC_MAX_M};
+pub(crate) use mul_mat::{
+    int8_fits, int8_wide_fits, mul_mat, mul_mat_add, mul_mat_normed, Norm, MATVEC_MAX_M,
+};
 pub(crate) use rms_norm::{rms_norm, rms_norm_add};
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;

@@ -14,19 +14,33 @@ use crate::GpuBackend;
 pub(crate) const MATVEC_MAX_M: usize = 8;
 
 /// Elements of x (all columns together) the int8 matvec quantizes into
-/// workgroup memory: `matvec_cols.wgsl`'s `Q8_BLOCKS` blocks of 32. A 7B's
-/// down projection (k 11008) at one column, SmolLM2's or Gemma 3 270M's
-/// at four.
+/// workgroup memory: `matvec_cols.wgsl`'s `Q8_BLOCKS` units of 32. A 7B's
+/// down projection (k 11008) at one column, SmolLM2's at eight.
 pub(crate) const Q8_MAX_ELEMENTS: usize = 384 * 32;
 
-/// Workgroup memory of an int8 matvec: the levels (a byte an element), a
-/// block's (d, s) as two f32s, and reduce.wgsl's `red` (64 f32s).
-const Q8_WORKGROUP_BYTES: u32 = (Q8_MAX_ELEMENTS + Q8_MAX_ELEMENTS / 32 * 8 + MATVEC_WG * 4) as u32;
+/// The same with flag `Q8W`, where the adapter has the workgroup memory
+/// ([`int8_wide_fits`]): an 8B's down projection (k 14336) at one column,
+/// a 7B's other matvecs at six.
+pub(crate) const Q8_WIDE_ELEMENTS: usize = 768 * 32;
+
+/// Workgroup memory of an int8 matvec quantizing up to `elements` of x:
+/// the levels (a byte an element), a unit's scales (two u32s), and
+/// reduce.wgsl's `red` (64 f32s).
+const fn q8_workgroup_bytes(elements: usize) -> u32 {
+    (elements + elements / 32 * 8 + MATVEC_WG * 4) as u32
+}
 
 /// Whether the device can run the int8 matvec: the instance's WGSL has
-/// the packed integer dot, the adapter the workgroup memory.
+/// the packed integer dot, the adapter the workgroup memory (15 KiB).
 pub(crate) fn int8_fits(ctx: &crate::context::Context) -> bool {
-    ctx.int8_dot && ctx.limits.max_compute_workgroup_storage_size >= Q8_WORKGROUP_BYTES
+    ctx.int8_dot
+        && ctx.limits.max_compute_workgroup_storage_size >= q8_workgroup_bytes(Q8_MAX_ELEMENTS)
+}
+
+/// Whether the adapter has the wide variant's workgroup memory (30 KiB:
+/// every Vulkan, Metal and DX12 GPU has 32).
+pub(crate) fn int8_wide_fits(ctx: &crate::context::Context) -> bool {
+    ctx.limits.max_compute_workgroup_storage_size >= q8_workgroup_bytes(Q8_WIDE_ELEMENTS)
 }
 
 /// The formats with an int8 matvec (their files define `q8_weights` and
@@ -41,11 +55,25 @@ pub(crate) fn has_int8(ty: GgmlType) -> bool {
     )
 }
 
-/// Whether a matvec of `ty` over x `[k, m]` takes the int8 path (flag
-/// `Q8`): the backend's int8 is on, the format has one, and x fits the
-/// workgroup memory.
-pub(crate) fn takes_int8(be: &GpuBackend, ty: GgmlType, (k, m): (usize, usize)) -> bool {
-    be.int8 && has_int8(ty) && k.is_multiple_of(ty.block_size()) && k * m <= Q8_MAX_ELEMENTS
+/// The int8 flags of a matvec of `ty` over x `[k, m]`: `Q8` where the
+/// backend's int8 is on, the format has one, and x fits the workgroup
+/// memory, with `Q8W` where it fits only the wide variant's; none else.
+pub(crate) fn int8_flags(
+    be: &GpuBackend,
+    ty: GgmlType,
+    (k, m): (usize, usize),
+) -> &'static [&'static str] {
+    let whole = k.is_multiple_of(ty.block_size());
+    let n = k * m;
+    if !be.int8 || !has_int8(ty) || !whole {
+        &[]
+    } else if n <= Q8_MAX_ELEMENTS {
+        &["Q8"]
+    } else if n <= Q8_WIDE_ELEMENTS && be.int8_wide {
+        &["Q8", "Q8W"]
+    } else {
+        &[]
+    }
 }
 
 /// The matvec pipeline's `COLS` constant for `m` columns: m rounded up to
@@ -68,7 +96,8 @@ pub(crate) fn cols(m: usize) -> f64 {
 /// `u32_at` without its branch, were within the noise.
 ///
 /// With subgroups, also `SGROW` and its `RPW` ([`matvec_rows_per_group`]).
-/// Where [`takes_int8`], also `Q8`: x quantized, integer dots.
+/// Where the int8 path takes it, `Q8` ([`int8_flags`]): x quantized,
+/// integer dots.
 pub(crate) fn matvec_key(
     be: &GpuBackend,
     key: PipelineKey,
@@ -80,9 +109,7 @@ pub(crate) fn matvec_key(
     if k % 4 == 0 {
         flags.push("P8");
     }
-    if takes_int8(be, ty, (k, m)) {
-        flags.push("Q8");
-    }
+    flags.extend_from_slice(int8_flags(be, ty, (k, m)));
     flags.extend_from_slice(extra);
     let rpw = matvec_rows_per_group(be);
     if rpw > 0 {
