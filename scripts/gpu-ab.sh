@@ -71,7 +71,7 @@ done
 # the K-quants, one sequence and four (the goal is tg at >= 85%
 # of the copy bandwidth: the int8 path is the one most likely to get
 # there where the float dots are bound by the instructions, not the bytes).
-for m in llama2-7b:q4_0 llama2-7b:q4_k gemma3-270m:q4_k; do
+for m in llama2-7b:q4_0 llama3-8b:q4_k gemma3-270m:q4_k; do
     run $B --synthetic $m -p 0 -n 128 -r 2 -npl 1,4 --counters
     run GLINT_INT8=1 $B --synthetic $m -p 0 -n 128 -r 2 -npl 1,4 --counters
 done
