@@ -140,7 +140,12 @@ fn x4(c: u32, e: u32) -> vec4<f32> {
 //   Q8_K (K-quants): super-blocks of 256, levels round(v * iscale) with
 //   iscale = -127 / (the value of largest magnitude, the first), capped at
 //   127, d = 1 / iscale (f32), and the sums of each 16 levels.
-// Either way in units of 32 elements: 8 words of levels (4 a word, in
+// The quotients are WGSL's `/`: correctly rounded on lavapipe, as on the
+// cpu, but WGSL allows 2.5 ulp (GPUs multiply by a reciprocal), so on a
+// GPU a level may move where x * (127 / amax) lands within an ulp of a
+// half (a correction step on the remainder needs a fused fma, which
+// lavapipe does not give: it made levels move there). Either way in units
+// of 32 elements: 8 words of levels (4 a word, in
 // order) and a vec2<u32> of scales (Q8_0/Q8_1: the bits of d and s; Q8_K:
 // the bits of d, and the two 16-level sums as i16 halves).
 // Then a lane takes one unit of a row a step: the format's 8 words of
@@ -160,6 +165,25 @@ const Q8_BLOCKS: u32 = 384u;
 #endif
 var<workgroup> xq: array<u32, 8u * Q8_BLOCKS>; // [8, Q8_BLOCKS]: 4 levels a word
 var<workgroup> xd: array<vec2<u32>, Q8_BLOCKS>; // a unit's scales
+
+// v rounded to f16 (to nearest, ties to even, as the cpu's half crate),
+// as an f32: pack2x16float's rounding, subnormals and overflow are the
+// implementation's, and activation blocks of amax < 0.0078 have
+// subnormal scales.
+fn f16_round(v: f32) -> f32 {
+    let a = abs(v);
+    var r: f32;
+    if (a >= 65520.0) {
+        r = bitcast<f32>(0x7f800000u); // past f16's largest: inf
+    } else if (a < 6.103515625e-05) {
+        // Subnormal: multiples of 2^-24 (scaling by 2^24 is exact).
+        r = round(a * 16777216.0) * 5.9604644775390625e-08;
+    } else {
+        let bits = bitcast<u32>(a);
+        r = bitcast<f32>((bits + 0xfffu + ((bits >> 13u) & 1u)) & ~0x1fffu);
+    }
+    return select(r, -r, v < 0.0);
+}
 
 // The input elements e..e+3 of column c as quantized: x (POST: the sum,
 // stored by the writer when `store`), normed with NORM (ir: the column's
@@ -248,7 +272,7 @@ fn q8_begin(ln: Lane, lid: u32) {
                 sum += q.x + q.y + q.z + q.w;
                 xq[bi * 8u + t] = pack4xI8(q);
             }
-            let ds = unpack2x16float(pack2x16float(vec2<f32>(d, f32(sum) * d)));
+            let ds = vec2<f32>(f16_round(d), f16_round(f32(sum) * d));
             xd[bi] = bitcast<vec2<u32>>(ds);
         }
     }

@@ -17,6 +17,9 @@
 //   or (GLU) out [n0, m]: entry `glu`, out = act(W_0 . x) * (W_1 . x) with
 //             act silu (OP 2) or gelu (OP 3), as binary.wgsl's glu (n1 = n0)
 //   last: params, uniform Params
+// Q8 (with P8; the formats whose files define q8_weights): each workgroup
+// quantizes its input (normed, the post-norm added) as ggml's cpu does and
+// takes the dots in integers (matvec_cols.wgsl).
 // One workgroup (SGROW: subgroup) per row (of all the parts), every column
 // (m <= MAX_COLS), as the matvec: the sums are matvec_cols.wgsl's.
 #include "index.wgsl"

@@ -17,8 +17,8 @@
 // epilogue: out = res + W . x (mul_mat_add), the bits of matvec then add.
 // NORM (matvec only): a binding `nw` ([k] f32, typed as x) after x, and
 // out = W . (RMSNorm(x) * nw), the norm folded in (matvec_cols.wgsl).
-// Q8 (matvec only, with P8; 32-element formats): x quantized to ggml's Q8
-// blocks by each workgroup and the dots taken in integers
+// Q8 (matvec only, with P8; the formats whose files define q8_weights):
+// x quantized to ggml's Q8_0/Q8_1/Q8_K blocks by each workgroup and the dots taken in integers
 // (matvec_cols.wgsl).
 #include "index.wgsl"
 #include "TYPE_FILE"

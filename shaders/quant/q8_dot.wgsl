@@ -39,6 +39,5 @@ fn x_d(xs: vec2<u32>) -> f32 {
 }
 
 fn x_bsums(xs: vec2<u32>) -> vec2<i32> {
-    let v = bitcast<i32>(xs.y);
-    return vec2<i32>((v << 16u) >> 16u, v >> 16u);
+    return vec2<i32>(bitcast<i32>(xs.y << 16u) >> 16u, bitcast<i32>(xs.y) >> 16u);
 }

@@ -69,7 +69,7 @@ pub struct FeaturesUsed {
     /// `IMMEDIATES`: each kernel's params are its dispatch's immediate
     /// data, not a block of the per-submit uniform arena.
     pub immediates: bool,
-    /// Matvecs of the 32-element formats take integer dots
+    /// Matvecs of the formats with an int8 path take integer dots
     /// ([`GpuOptions::int8_matvec`]).
     pub int8: bool,
 }
@@ -111,7 +111,7 @@ pub struct GpuBackend {
     attn_tiles: bool,
     /// Other batches run tiles of one token ([`GpuOptions::decode_tiles`]).
     decode_tiles: bool,
-    /// Matvecs of the 32-element formats take integer dots (flag `Q8`):
+    /// Matvecs of the formats with an int8 path take integer dots (flag `Q8`):
     /// [`GpuOptions::int8_matvec`] where the device can.
     int8: bool,
     /// The adapter has the wide int8 matvec's workgroup memory (flag Q8W).
