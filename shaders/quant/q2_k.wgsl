@@ -19,3 +19,37 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 }
 
 #include "quant/pair.wgsl"
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// Unit u of the row: elements 32j .. 32j + 31 of super-block u / 8 (j =
+// u % 8; h = j / 4, s = j % 4): levels bits 2s of qs[32h ..] (0 .. 3); its
+// two groups' scales and mins from scales[2j], scales[2j + 1].
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + (u / 8u) * TYPE_SIZE;
+    let j = u % 8u;
+    let dm = unpack2x16float(u32_at(b + 80u)); // d, dmin
+    let sc = u16_at(b + 2u * j);
+    var w: Q8w;
+    w.d = dm.x;
+    w.m = dm.y;
+    w.sc = vec2<i32>(i32(sc & 0xfu), i32((sc >> 8u) & 0xfu));
+    w.mn = vec2<i32>(i32((sc >> 4u) & 0xfu), i32(sc >> 12u));
+    let qs = b + 16u + 32u * (j / 4u);
+    for (var t = 0u; t < 8u; t++) {
+        w.q[t] = (u32_at(qs + 4u * t) >> (2u * (j % 4u))) & 0x03030303u;
+    }
+    return w;
+}
+
+// ggml's vec_dot_q2_K_q8_K for one unit: (d * d_y) * the groups' scaled
+// sums - (dmin * d_y) * their mins times the activations' group sums.
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    let d = x_d(xs);
+    let bs = x_bsums(xs);
+    let isum = w.sc.x * sumi.x + w.sc.y * sumi.y;
+    let summs = w.mn.x * bs.x + w.mn.y * bs.y;
+    return (w.d * d) * f32(isum) - (w.m * d) * f32(summs);
+}
+#endif

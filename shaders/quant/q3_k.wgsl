@@ -26,3 +26,39 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 }
 
 #include "quant/pair.wgsl"
+
+#ifdef Q8
+#include "quant/q8_dot.wgsl"
+
+// The signed 6-bit scale of group g (0 .. 16) of the super-block at b.
+fn q3_scale(b: u32, g: u32) -> i32 {
+    let lo = (byte_at(b + 96u + g % 8u) >> (4u * (g / 8u))) & 0xfu;
+    let hi = (byte_at(b + 104u + g % 4u) >> (2u * (g / 4u))) & 3u;
+    return i32(lo | (hi << 4u)) - 32;
+}
+
+// Unit u of the row: elements 32j .. 32j + 31 of super-block u / 8 (j =
+// u % 8; h = j / 4, s = j % 4): low bits 2s of qs[32h ..], bit j of
+// hmask[..] on top, levels (low | high << 2) - 4 (-4 .. 3); its two
+// groups' scales.
+fn q8_weights(rb: u32, u: u32) -> Q8w {
+    let b = rb + (u / 8u) * TYPE_SIZE;
+    let j = u % 8u;
+    var w: Q8w;
+    w.d = f16_at(b + 108u);
+    w.sc = vec2<i32>(q3_scale(b, 2u * j), q3_scale(b, 2u * j + 1u));
+    let qs = b + 32u + 32u * (j / 4u);
+    for (var t = 0u; t < 8u; t++) {
+        let lo = (u32_at(qs + 4u * t) >> (2u * (j % 4u))) & 0x03030303u;
+        let hi = ((u32_at(b + 4u * t) >> j) & 0x01010101u) << 2u;
+        w.q[t] = sub_bytes(lo | hi, 4u);
+    }
+    return w;
+}
+
+// ggml's vec_dot_q3_K_q8_K for one unit: (d * d_y) * the groups' scaled
+// integer sums.
+fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    return (w.d * x_d(xs)) * f32(w.sc.x * sumi.x + w.sc.y * sumi.y);
+}
+#endif

@@ -3,7 +3,8 @@
 // word in order (word t: elements 4t .. 4t + 3 of the unit), to meet x's
 // Q8 levels in dot4I8Packed; `d` and `m` the scales the format multiplies
 // the sums by, `sc` the integer scales of the unit's two halves (16
-// elements each: the K-quants' groups; 1 where the format has none). The
+// elements each: the K-quants' groups; 1 where the format has none), `mn`
+// Q2_K's integer mins of the two halves. The
 // format file defines q8_weights (unit b of the row at byte rb) and
 // q8_block (ggml's vec_dot of one unit: the scales times the integer sums
 // of the halves, in ggml's order).
@@ -12,6 +13,7 @@ struct Q8w {
     d: f32,
     m: f32,
     sc: vec2<i32>,
+    mn: vec2<i32>,
 }
 
 // Each byte of v (0 .. 127) less `bias` (at most 128), as a signed byte:

@@ -98,7 +98,7 @@ pub const FLAGS: &[Flag] = &[
         "gpu-int8",
         [],
         None,
-        "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matvecs (also GLINT_INT8=1)"
+        "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (also GLINT_INT8=1)"
     ),
     flag!(
         "counters",

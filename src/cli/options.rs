@@ -29,7 +29,7 @@ pub const FLAGS: &[Flag] = &[
     flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
-    flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
+    flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
     flag!("cache-type-k", ["-ctk"], Some("f16|f32|q8_0|q4_0"), "K cache type (default f16)"),
     flag!("cache-type-v", ["-ctv"], Some("f16|f32|q8_0|q4_0"), "V cache type (default f16)"),
     flag!("seed", ["-s"], Some("N"), "sampling seed (default random)"),
@@ -110,7 +110,7 @@ pub const DEVICE_FLAGS: &[Flag] = &[
     flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
-    flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
+    flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
     flag!("help", ["-h"], None, "this text"),
 ];
 

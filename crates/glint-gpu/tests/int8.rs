@@ -40,12 +40,14 @@ mod int8_tol {
     pub const FROM_F32: f64 = 1e-3;
 }
 
-const INT8_TYPES: [GgmlType; 8] = [
+const INT8_TYPES: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -92,7 +94,7 @@ impl Case {
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                let b = if ty == GgmlType::Q5_K {
+                let b = if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K) {
                     // No quantizer for it: random blocks, sized scales.
                     random_k_blocks(r, ty, n * k / 256)
                 } else {

@@ -45,13 +45,22 @@ pub(crate) fn int8_wide_fits(ctx: &crate::context::Context) -> bool {
 
 /// The formats with an int8 matvec (their files define `q8_weights` and
 /// `q8_block` under flag Q8): the 32-element blocks, whose activations
-/// ggml quantizes to Q8_0 or Q8_1, and Q4_K, Q5_K and Q6_K (Q8_K). Not
-/// yet Q2_K and Q3_K.
+/// ggml quantizes to Q8_0 or Q8_1, and the K-quants (Q8_K): every
+/// quantized format with a kernel.
 pub(crate) fn has_int8(ty: GgmlType) -> bool {
     use GgmlType as G;
     matches!(
         ty,
-        G::Q4_0 | G::Q4_1 | G::Q5_0 | G::Q5_1 | G::Q8_0 | G::Q4_K | G::Q5_K | G::Q6_K
+        G::Q4_0
+            | G::Q4_1
+            | G::Q5_0
+            | G::Q5_1
+            | G::Q8_0
+            | G::Q2_K
+            | G::Q3_K
+            | G::Q4_K
+            | G::Q5_K
+            | G::Q6_K
     )
 }
 
