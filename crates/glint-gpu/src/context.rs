@@ -49,8 +49,8 @@ pub struct GpuOptions {
     /// [`GpuBackend::take_profile`]: crate::GpuBackend::take_profile
     pub profile: bool,
     /// Matvecs over the quantized formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-    /// Q2_K to Q6_K) quantize x to ggml's Q8_0/Q8_1/Q8_K blocks and take integer dot products
-    /// (`dot4I8Packed`): the numerics of the cpu backend's
+    /// Q2_K to Q6_K) quantize x to ggml's Q8_0/Q8_1/Q8_K blocks and take
+    /// integer dot products (`dot4I8Packed`): the numerics of the cpu backend's
     /// `Precision::Ggml`, not of its `F32` oracle. Only where the instance
     /// has the integer dot and the adapter the workgroup memory. Also on
     /// when the environment has `GLINT_INT8=1`, off with `GLINT_INT8=0`.

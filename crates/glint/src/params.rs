@@ -48,9 +48,8 @@ pub struct ModelParams {
     /// Ignored by the cpu backend.
     pub gpu_profile: bool,
     /// wgpu: matvecs over the quantized formats (Q4_0, Q4_1, Q5_0, Q5_1,
-    /// Q8_0, Q2_K to Q6_K) take
-    /// integer dot products on activations quantized as ggml's cpu
-    /// quantizes them (`glint_gpu::GpuOptions::int8_matvec`; `--gpu-int8`).
+    /// Q8_0, Q2_K to Q6_K) take integer dot products on activations
+    /// quantized as ggml's cpu quantizes them (`glint_gpu::GpuOptions::int8_matvec`; `--gpu-int8`).
     /// Ignored by the cpu backend.
     pub gpu_int8: bool,
     /// cpu numerics: ggml's (default; follows llama.cpp) or plain f32 (what
