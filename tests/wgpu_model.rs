@@ -11,14 +11,15 @@ use glint::{BackendKind, Batch, CpuPrecision, Model, ModelParams};
 /// f32 activations; only summation order differs, through 30 layers.
 const WGPU_VS_CPU_F32: f32 = 2e-2;
 
-/// RMS of SmolLM2's wgpu int8 logits from llama.cpp's, as SmolLM2's are
-/// (seen: int8 0.153, the float kernels 0.133, the cpu backend's f32 path
-/// 0.133).
-const INT8_RMS_FROM_LLAMA_CPP: f64 = 0.25;
+/// The spread of SmolLM2's wgpu int8 logits from llama.cpp's ([`spread`];
+/// seen: int8 0.152, the float kernels 0.132, the cpu backend's ggml path
+/// 0.113: ggml's attention rounds Q and the softmax weights to f16 too,
+/// which the kernels do not).
+const INT8_SPREAD_FROM_LLAMA_CPP: f64 = 0.25;
 
-/// The same for Gemma 3's prefill logits (seen: int8 0.230, the float
-/// kernels 0.152).
-const GEMMA3_INT8_RMS_FROM_LLAMA_CPP: f64 = 0.35;
+/// The same for Gemma 3's prefill logits (seen: int8 0.191, the float
+/// kernels 0.148).
+const GEMMA3_INT8_SPREAD_FROM_LLAMA_CPP: f64 = 0.3;
 
 /// The same for Gemma 3 (18 layers of Q5_0/Q4_K/Q6_K/Q8_0 weights, QK-norm
 /// fused into rope_store on wgpu, post-norms, GQA 4/1 at head_dim 256).
@@ -97,9 +98,9 @@ fn smollm2_int8_on_wgpu_matches_llama_cpp() {
     let (float, _) = last_logits("smollm2", &prompt, BackendKind::Wgpu, CpuPrecision::F32);
     let moved = common::max_abs_diff(&gpu, &float);
     let (_, want) = common::read_npy_f32(&common::reference("gen_smollm2/logits_last.npy"));
-    let (e_int8, e_float) = (rms_diff(&gpu, &want), rms_diff(&float, &want));
+    let (e_int8, e_float) = (spread(&gpu, &want), spread(&float, &want));
     eprintln!(
-        "max |int8 - float| {moved}; rms from llama.cpp: int8 {e_int8:.4}, float {e_float:.4}"
+        "max |int8 - float| {moved}; spread from llama.cpp: int8 {e_int8:.4}, float {e_float:.4}"
     );
     assert!(
         moved > 10.0 * WGPU_VS_CPU_F32,
@@ -107,13 +108,18 @@ fn smollm2_int8_on_wgpu_matches_llama_cpp() {
     );
     assert_eq!(common::top_k(&gpu, 1), common::top_k(&want, 1));
     assert!(common::pearson(&gpu, &want) > 0.999);
-    assert!(e_int8 < INT8_RMS_FROM_LLAMA_CPP, "{e_int8}");
+    assert!(e_int8 < INT8_SPREAD_FROM_LLAMA_CPP, "{e_int8}");
 }
 
-/// RMS of the difference of two logit vectors.
-fn rms_diff(a: &[f32], b: &[f32]) -> f64 {
-    let s: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    (s / a.len().max(1) as f64).sqrt()
+/// The spread of the difference of two logit vectors: its standard
+/// deviation, a shift of every logit by one amount taken out (softmax does
+/// not see it; the cpu's ggml path sits 0.38 below llama.cpp's SmolLM2
+/// logits, spread 0.113, its f32 path 0.01 below, spread 0.132).
+fn spread(a: &[f32], b: &[f32]) -> f64 {
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| (x - y) as f64).collect();
+    let n = d.len().max(1) as f64;
+    let mean = d.iter().sum::<f64>() / n;
+    (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt()
 }
 
 /// Gemma 3's logits at the prompt's last position, then at one decoded
@@ -191,12 +197,12 @@ fn gemma3_int8_on_wgpu_matches_llama_cpp() {
         assert!(moved > 10.0 * GEMMA3_WGPU_VS_CPU_F32, "{step}: {moved}");
     }
     let (_, want) = common::read_npy_f32(&common::reference("gen_gemma3/logits_last.npy"));
-    let (e_int8, e_float) = (rms_diff(&gpu[0], &want), rms_diff(&float[0], &want));
-    eprintln!("gemma3 rms from llama.cpp: int8 {e_int8:.4}, float {e_float:.4}");
+    let (e_int8, e_float) = (spread(&gpu[0], &want), spread(&float[0], &want));
+    eprintln!("gemma3 spread from llama.cpp: int8 {e_int8:.4}, float {e_float:.4}");
     assert_eq!(common::top_k(&gpu[0], 1), common::top_k(&want, 1));
     assert!(common::pearson(&gpu[0], &want) > 0.999);
     assert!(
-        e_int8 < GEMMA3_INT8_RMS_FROM_LLAMA_CPP,
+        e_int8 < GEMMA3_INT8_SPREAD_FROM_LLAMA_CPP,
         "{e_int8} (float {e_float})"
     );
 }
