@@ -43,13 +43,8 @@ fn q8_weights(rb: u32, u: u32) -> Q8w {
     return w;
 }
 
-// ggml's vec_dot_q2_K_q8_K for one unit: (d * d_y) * the groups' scaled
-// sums - (dmin * d_y) * their mins times the activations' group sums.
+// ggml's vec_dot_q2_K_q8_K for one unit.
 fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
-    let d = x_d(xs);
-    let bs = x_bsums(xs);
-    let isum = w.sc.x * sumi.x + w.sc.y * sumi.y;
-    let summs = w.mn.x * bs.x + w.mn.y * bs.y;
-    return (w.d * d) * f32(isum) - (w.m * d) * f32(summs);
+    return q8_block_k_min(w, sumi, xs);
 }
 #endif

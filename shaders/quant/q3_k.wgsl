@@ -56,9 +56,8 @@ fn q8_weights(rb: u32, u: u32) -> Q8w {
     return w;
 }
 
-// ggml's vec_dot_q3_K_q8_K for one unit: (d * d_y) * the groups' scaled
-// integer sums.
+// ggml's vec_dot_q3_K_q8_K for one unit.
 fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
-    return (w.d * x_d(xs)) * f32(w.sc.x * sumi.x + w.sc.y * sumi.y);
+    return q8_block_k(w, sumi, xs);
 }
 #endif

@@ -42,7 +42,6 @@ fn q8_weights(rb: u32, u: u32) -> Q8w {
 
 // ggml's vec_dot_q4_1_q8_1: (d * d_x) * sumi + m * s_x.
 fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
-    let x = x_ds(xs);
-    return (w.d * x.x) * f32(sumi.x + sumi.y) + w.m * x.y;
+    return q8_block_min(w, sumi, xs);
 }
 #endif

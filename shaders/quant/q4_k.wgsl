@@ -38,17 +38,12 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
 #include "quant/q8_dot.wgsl"
 
 // Unit u of the row: sub-block j = u % 8 of super-block u / 8, levels q
-// (0 .. 15, nibble j % 2 of qs[32 (j / 2) ..]); d * sc[j] and dmin, the
-// integer scale and min m[j] (scale_min_k4).
+// (0 .. 15, nibble j % 2 of qs[32 (j / 2) ..]); d and dmin, and the
+// integer scale sc[j] and min m[j] of both halves (q8_k4_scales).
 fn q8_weights(rb: u32, u: u32) -> Q8w {
     let b = rb + (u / 8u) * TYPE_SIZE;
     let j = u % 8u;
-    let dm = unpack2x16float(u32_at(b)); // d, dmin
-    let sm = scale_min_k4(b + 4u, j);
-    var w: Q8w;
-    w.d = dm.x;
-    w.m = dm.y * sm.y;
-    w.sc = vec2<i32>(i32(sm.x));
+    var w = q8_k4_scales(b, j);
     let qs = b + 16u + 32u * (j / 2u);
     for (var t = 0u; t < 8u; t++) {
         w.q[t] = (u32_at(qs + 4u * t) >> (4u * (j % 2u))) & 0x0f0f0f0fu;
@@ -56,11 +51,8 @@ fn q8_weights(rb: u32, u: u32) -> Q8w {
     return w;
 }
 
-// ggml's vec_dot_q4_K_q8_K for one sub-block: (d * d_y) * (sc * sumi) -
-// (dmin * m) * d_y * (the sub-block's level sums).
+// ggml's vec_dot_q4_K_q8_K for one sub-block.
 fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
-    let d = x_d(xs);
-    let bs = x_bsums(xs);
-    return (w.d * d) * f32(w.sc.x * (sumi.x + sumi.y)) - (w.m * d) * f32(bs.x + bs.y);
+    return q8_block_k_min(w, sumi, xs);
 }
 #endif

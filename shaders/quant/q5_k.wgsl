@@ -50,12 +50,7 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
 fn q8_weights(rb: u32, u: u32) -> Q8w {
     let b = rb + (u / 8u) * TYPE_SIZE;
     let j = u % 8u;
-    let dm = unpack2x16float(u32_at(b)); // d, dmin
-    let sm = scale_min_k4(b + 4u, j);
-    var w: Q8w;
-    w.d = dm.x;
-    w.m = dm.y * sm.y;
-    w.sc = vec2<i32>(i32(sm.x));
+    var w = q8_k4_scales(b, j);
     let qs = b + 48u + 32u * (j / 2u);
     for (var t = 0u; t < 8u; t++) {
         let lo = (u32_at(qs + 4u * t) >> (4u * (j % 2u))) & 0x0f0f0f0fu;
@@ -65,10 +60,8 @@ fn q8_weights(rb: u32, u: u32) -> Q8w {
     return w;
 }
 
-// ggml's vec_dot_q5_K_q8_K for one sub-block, as Q4_K's.
+// ggml's vec_dot_q5_K_q8_K for one sub-block.
 fn q8_block(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
-    let d = x_d(xs);
-    let bs = x_bsums(xs);
-    return (w.d * d) * f32(w.sc.x * (sumi.x + sumi.y)) - (w.m * d) * f32(bs.x + bs.y);
+    return q8_block_k_min(w, sumi, xs);
 }
 #endif

@@ -43,3 +43,38 @@ fn x_d(xs: vec2<u32>) -> f32 {
 fn x_bsums(xs: vec2<u32>) -> vec2<i32> {
     return vec2<i32>(bitcast<i32>(xs.y << 16u) >> 16u, bitcast<i32>(xs.y) >> 16u);
 }
+
+// ggml's vec_dot of one unit of the formats with a min and Q8_1 x (Q4_1,
+// Q5_1): (d * d_x) * sumi + m * s_x.
+fn q8_block_min(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    let x = x_ds(xs);
+    return (w.d * x.x) * f32(sumi.x + sumi.y) + w.m * x.y;
+}
+
+// ggml's vec_dot of one unit of a K-quant without mins (Q3_K, Q6_K):
+// (d * d_y) * the groups' scaled integer sums.
+fn q8_block_k(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    return (w.d * x_d(xs)) * f32(w.sc.x * sumi.x + w.sc.y * sumi.y);
+}
+
+// ... with mins (Q2_K, Q4_K, Q5_K; `m` is dmin): less (dmin * d_y) * the
+// groups' mins times x's group sums.
+fn q8_block_k_min(w: Q8w, sumi: vec2<i32>, xs: vec2<u32>) -> f32 {
+    let d = x_d(xs);
+    let bs = x_bsums(xs);
+    let summs = w.mn.x * bs.x + w.mn.y * bs.y;
+    return q8_block_k(w, sumi, xs) - (w.m * d) * f32(summs);
+}
+
+// Q4_K/Q5_K: the scales of sub-block j (scale_min_k4) of the super-block
+// at b, the levels left to the format.
+fn q8_k4_scales(b: u32, j: u32) -> Q8w {
+    let dm = unpack2x16float(u32_at(b)); // d, dmin
+    let sm = scale_min_k4(b + 4u, j);
+    var w: Q8w;
+    w.d = dm.x;
+    w.m = dm.y;
+    w.sc = vec2<i32>(i32(sm.x));
+    w.mn = vec2<i32>(i32(sm.y));
+    return w;
+}
