@@ -219,15 +219,19 @@ fn q8_begin(ln: Lane, lid: u32) {
     }
 #endif
     if (BLOCK_SIZE == 256u) {
-        // Q8_K: a super-block an invocation, read twice (its max, then
-        // its levels).
-        let nsb = p.k / 256u;
-        for (var sb = lid; sb < p.m * nsb; sb += WG) {
-            let c = sb / nsb;
-            let e0 = (sb % nsb) * 256u;
+        // Q8_K: a unit an invocation, in three steps with barriers
+        // between (a super-block an invocation left 7 of 8 lanes idle and
+        // read 256 values in a row): each unit's value of largest
+        // magnitude (the first) into its scales' y; each unit's levels by
+        // its super-block's (the first of its 8 units' largest), the
+        // scale into x; then the half sums into y.
+        let nu = p.k / 32u;
+        for (var bi = lid; bi < p.m * nu; bi += WG) {
+            let c = bi / nu;
+            let e0 = (bi % nu) * 32u;
             var mx = 0.0;
             var amax = 0.0;
-            for (var t = 0u; t < 64u; t++) {
+            for (var t = 0u; t < 8u; t++) {
                 let a = q8_in(c, e0 + 4u * t, ir[c], false);
                 for (var i = 0u; i < 4u; i++) {
                     if (abs(a[i]) > amax) {
@@ -236,19 +240,43 @@ fn q8_begin(ln: Lane, lid: u32) {
                     }
                 }
             }
+            xd[bi].y = bitcast<u32>(mx);
+        }
+        workgroupBarrier();
+        // This invocation's units' half sums, until the last step.
+        var sums: array<u32, Q8_BLOCKS / WG>;
+        var n = 0u;
+        for (var bi = lid; bi < p.m * nu; bi += WG) {
+            let c = bi / nu;
+            let e0 = (bi % nu) * 32u;
+            let first = (bi / 8u) * 8u;
+            var mx = 0.0;
+            var amax = 0.0;
+            for (var u = 0u; u < 8u; u++) {
+                let v = bitcast<f32>(xd[first + u].y);
+                if (abs(v) > amax) {
+                    amax = abs(v);
+                    mx = v;
+                }
+            }
             let iscale = select(0.0, -127.0 / mx, amax != 0.0);
             let d = select(0.0, 1.0 / iscale, amax != 0.0);
-            for (var u = 0u; u < 8u; u++) {
-                let bi = sb * 8u + u;
-                var hs = vec2<i32>(0);
-                for (var t = 0u; t < 8u; t++) {
-                    let a = q8_in(c, e0 + 32u * u + 4u * t, ir[c], true);
-                    let q = vec4<i32>(clamp(round(a * iscale), vec4<f32>(-128.0), vec4<f32>(127.0)));
-                    hs[t / 4u] += q.x + q.y + q.z + q.w;
-                    xq[bi * 8u + t] = pack4xI8(q);
-                }
-                xd[bi] = vec2<u32>(bitcast<u32>(d), (bitcast<u32>(hs.x) & 0xffffu) | (bitcast<u32>(hs.y) << 16u));
+            var hs = vec2<i32>(0);
+            for (var t = 0u; t < 8u; t++) {
+                let a = q8_in(c, e0 + 4u * t, ir[c], true);
+                let q = vec4<i32>(clamp(round(a * iscale), vec4<f32>(-128.0), vec4<f32>(127.0)));
+                hs[t / 4u] += q.x + q.y + q.z + q.w;
+                xq[bi * 8u + t] = pack4xI8(q);
             }
+            xd[bi].x = bitcast<u32>(d);
+            sums[n] = (bitcast<u32>(hs.x) & 0xffffu) | (bitcast<u32>(hs.y) << 16u);
+            n++;
+        }
+        workgroupBarrier();
+        n = 0u;
+        for (var bi = lid; bi < p.m * nu; bi += WG) {
+            xd[bi].y = sums[n];
+            n++;
         }
     } else {
         // Q8_0/Q8_1: a block an invocation.
