@@ -157,12 +157,24 @@ impl Drop for Entered<'_> {
     }
 }
 
+/// A spinner gives up after this long without work: see [`spin_while`].
+const SPIN_IDLE_MAX: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// `f()` on this worker while every other worker of the current pool
 /// spins for work until it returns (or unwinds). A worker already in an
 /// `enter` (running one's `f`, or spinning for one) takes no part: a
 /// nested or concurrent `enter` runs plainly, and a spinner is never
 /// stacked on a thread whose `f` it would then wait for — two forward
 /// passes on one pool cannot each hold the other's worker.
+///
+/// A spinner can still land on top of `f`'s own work: a worker that stole
+/// a task of `f`'s and waits in that task's join runs whatever else is
+/// pending, its broadcast spinner included, and the task cannot return
+/// (nor `f`, waiting on it) until the spinner does. So a spinner returns
+/// after [`SPIN_IDLE_MAX`] without work as well as when `f` does: a stall
+/// of 2 ms where it used to hang (`tests/enter.rs`, about one run in 150
+/// of its three cases together on 2 cores), longer than a decode step's
+/// serial stretches, which the spinning is for.
 fn spin_while<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if ENTERED.with(|e| e.get()) || rayon::current_num_threads() < 2 {
         let _entered = Entered::new(None);
@@ -175,14 +187,24 @@ fn spin_while<R: Send>(f: impl FnOnce() -> R + Send) -> R {
                 return; // the owner, or a worker busy with another enter
             }
             let _entered = Entered::new(None);
+            let mut idle_since: Option<std::time::Instant> = None;
             while !stop.load(Ordering::Acquire) {
-                if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                    // Give the core up to whatever else is runnable: with
-                    // more workers than cores, a busy loop here starved
-                    // the thread running `f` (SmolLM2 tg32 with 4
-                    // threads on 2 cores: 212 -> 4 t/s).
-                    std::thread::yield_now();
+                if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                    idle_since = None;
+                    continue;
                 }
+                if idle_since
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    > SPIN_IDLE_MAX
+                {
+                    break;
+                }
+                // Give the core up to whatever else is runnable: with more
+                // workers than cores, a busy loop here starved the thread
+                // running `f` (SmolLM2 tg32 with 4 threads on 2 cores: 212
+                // -> 4 t/s).
+                std::thread::yield_now();
             }
         });
         // Dropped as `f` returns or unwinds: the spinners stop, and the
@@ -317,7 +339,8 @@ impl Backend for CpuBackend {
     /// (norms, rope, one-token attention) are longer than that, so without
     /// this the next matvec's first tasks waited on a wake-up: Gemma 3's
     /// output projections, 0.50 -> 0.37 ms a token. The spinning lasts one
-    /// forward pass; see [`spin_while`] for why it cannot deadlock.
+    /// forward pass, or 2 ms without work; see [`spin_while`] for why it
+    /// cannot deadlock.
     fn enter<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(|| spin_while(f))
     }
