@@ -258,14 +258,25 @@ impl Context {
             // The step was decoded but its token not read: undone, as a
             // failed decode is.
             on_exec!(&mut self.exec, |x| x.reading = None);
-            self.out = Outputs::default();
-            with_exec!(model.backend(), &mut self.exec, |l, x| x
-                .mem
-                .rollback(&l.be, undo))
-            .map_err(|r| Error::Internal(format!("{e}; and undoing the step failed: {r}")))?;
-            return Err(e);
+            return Err(self.undo_failed(undo, e, "step"));
         }
         read
+    }
+
+    /// After a failed `what` (a batch, or a chained step whose token was
+    /// not read): its outputs dropped and the memory put back as `undo`
+    /// says; `e`, or with a rollback that fails (which would leave cells
+    /// the batch took), that failure said beside it.
+    fn undo_failed(&mut self, undo: crate::memory::Undo, e: Error, what: &str) -> Error {
+        self.out = Outputs::default();
+        let model = self.model.clone();
+        let rolled = with_exec!(model.backend(), &mut self.exec, |l, x| x
+            .mem
+            .rollback(&l.be, undo));
+        match rolled {
+            Ok(()) => e,
+            Err(r) => Error::Internal(format!("{e}; and undoing the {what} failed: {r}")),
+        }
     }
 
     /// Decode `batch`; what it changed in the memory, for undoing it.
@@ -280,16 +291,8 @@ impl Context {
         let (undo, plan) = with_exec!(model.backend(), &mut self.exec, |l, x| x
             .mem
             .begin(&l.be, &metas))?;
-        let result = self.decode_planned(batch, &plan);
-        if let Err(e) = result {
-            self.out = Outputs::default();
-            // A rollback that fails would leave cells the batch took: say so
-            // beside the decode's own error.
-            with_exec!(model.backend(), &mut self.exec, |l, x| x
-                .mem
-                .rollback(&l.be, undo))
-            .map_err(|r| Error::Internal(format!("{e}; and undoing the batch failed: {r}")))?;
-            return Err(e);
+        if let Err(e) = self.decode_planned(batch, &plan) {
+            return Err(self.undo_failed(undo, e, "batch"));
         }
         Ok(undo)
     }
