@@ -40,18 +40,10 @@ mod int8_tol {
     pub const FROM_F32: f64 = 1e-3;
 }
 
-const INT8_TYPES: [GgmlType; 10] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+/// The formats with an int8 path: every quantized one with a kernel.
+fn int8_types() -> impl Iterator<Item = GgmlType> {
+    weight_types().filter(|&ty| !is_float(ty))
+}
 
 /// The int8 backends: every optional feature (subgroup rows, immediates),
 /// and none (one row a workgroup, workgroup-memory reductions).
@@ -89,30 +81,10 @@ const NS: [usize; 3] = [70, 33, 33];
 
 impl Case {
     fn new(r: &mut Rng, ty: GgmlType, k: usize, m: usize) -> Case {
-        let rb = ty.bytes_for(k as u64).unwrap() as usize;
         let parts = NS
             .iter()
             .enumerate()
-            .map(|(i, &n)| {
-                let b = if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K) {
-                    // No quantizer for it: random blocks, sized scales.
-                    random_k_blocks(r, ty, n * k / 256)
-                } else {
-                    let vals = r.vec_scaled(k * n, 1.0);
-                    let mut b = vec![0u8; rb * n];
-                    for (row, dst) in vals.chunks(k).zip(b.chunks_mut(rb)) {
-                        glint_quant::quantize_row(ty, row, dst).unwrap();
-                    }
-                    b
-                };
-                let desc = TensorDesc {
-                    ty,
-                    ne: [k, n, 1, 1],
-                    label: format!("w{i}").into(),
-                    usage: Usage::Weights,
-                };
-                (desc, SharedBytes::from_vec(b))
-            })
+            .map(|(i, &n)| random_part(r, ty, k, n, i))
             .collect();
         Case {
             k,
@@ -265,7 +237,8 @@ fn int8_matvecs_follow_the_cpu_ggml_numerics() {
     for gpu in int8_gpus() {
         assert!(gpu.features_used().int8, "{}", gpu.name());
         assert!(gpu.name().contains("int8 matvec"), "{}", gpu.name());
-        for ty in INT8_TYPES {
+        assert_eq!(int8_types().count(), 10);
+        for ty in int8_types() {
             // k: 10 blocks (not a multiple of the lanes; K-quants: 2
             // super-blocks); m: 1, 3 of the 4 a pipeline takes, and 8
             // (every column).

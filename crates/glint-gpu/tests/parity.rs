@@ -831,34 +831,6 @@ fn norm_folded_into_rows_of_odd_length() {
     });
 }
 
-/// Random rows of `ty`, `n` of length `k`, as a weight part.
-fn random_part(
-    r: &mut Rng,
-    ty: GgmlType,
-    k: usize,
-    n: usize,
-    i: usize,
-) -> (TensorDesc, SharedBytes) {
-    let rb = ty.bytes_for(k as u64).unwrap() as usize;
-    let vals = r.vec_scaled(k * n, 1.0);
-    let mut b = vec![0u8; rb * n];
-    for row in 0..n {
-        glint_quant::quantize_row(
-            ty,
-            &vals[row * k..(row + 1) * k],
-            &mut b[row * rb..(row + 1) * rb],
-        )
-        .unwrap();
-    }
-    let d = TensorDesc {
-        ty,
-        ne: [k, n, 1, 1],
-        label: format!("w{i}").into(),
-        usage: Usage::Weights,
-    };
-    (d, SharedBytes::from_vec(b))
-}
-
 /// A post-norm left pending and added by the next block's first matvecs
 /// (`norm_mul_mats`, `norm_mul_mats_glu` with a `PostAdd`): the stream
 /// they write (`x + rms_norm(y) * pw`) and their outputs against the cpu's

@@ -292,3 +292,33 @@ pub fn random_k_blocks(r: &mut Rng, ty: GgmlType, n_blocks: usize) -> Vec<u8> {
     }
     out
 }
+
+/// Weight part `i`: `n` rows of `ty` of length `k`, random values
+/// quantized (random super-blocks with sized scales for the K-quants
+/// glint-quant has no quantizer for: Q2_K, Q3_K, Q5_K).
+pub fn random_part(
+    r: &mut Rng,
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    i: usize,
+) -> (TensorDesc, glint_backend::SharedBytes) {
+    let b = if matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K) {
+        random_k_blocks(r, ty, n * k / 256)
+    } else {
+        let rb = ty.bytes_for(k as u64).unwrap() as usize;
+        let vals = r.vec_scaled(k * n, 1.0);
+        let mut b = vec![0u8; rb * n];
+        for (row, dst) in vals.chunks(k).zip(b.chunks_mut(rb)) {
+            glint_quant::quantize_row(ty, row, dst).unwrap();
+        }
+        b
+    };
+    let d = TensorDesc {
+        ty,
+        ne: [k, n, 1, 1],
+        label: format!("w{i}").into(),
+        usage: Usage::Weights,
+    };
+    (d, glint_backend::SharedBytes::from_vec(b))
+}
