@@ -3,7 +3,10 @@
 //! is started before that token is read back) against the plain loop
 //! (`argmax`, then `decode` of the token): the same tokens, the same cells
 //! and the same last logits, to the bit, on both backends; and a plain
-//! decode after a chain starts afresh.
+//! decode after a chain starts afresh. The same for several sequences
+//! chained in one step (`Context::decode_greedy_seqs`), in a unified cache
+//! and in one stream per sequence, and in the engine for the choices of a
+//! request.
 
 mod common;
 
@@ -103,6 +106,216 @@ fn a_chain_starts_from_one_row_and_a_decode_after_it_starts_afresh() {
     let want = c.argmax(0).unwrap();
     assert_eq!(c.decode_greedy(0).unwrap(), want);
     assert_eq!(c.seq_pos_max(0).unwrap(), 4);
+}
+
+/// The sequences of [`run_seqs`] (not in order, not all of them), each
+/// with its own prompt.
+const SEQS: [i32; 3] = [2, 0, 3];
+const PROMPTS: [&str; 3] = ["The capital of France is", "Once upon a time", "1, 2, 3,"];
+/// Steps of [`run_seqs`] and of the engine's three choices (fewer than
+/// `STEPS`: a step of three columns takes lavapipe most of a second).
+const SEQ_STEPS: usize = 4;
+
+/// Each sequence's tokens, its last position and the last step's logits.
+type Run = (Vec<Vec<u32>>, Vec<i32>, Vec<Vec<u32>>);
+
+/// Each of `PROMPTS` in its sequence of `SEQS`, their last tokens' rows
+/// in one batch, then `SEQ_STEPS` steps of one greedy token of each sequence,
+/// chained (`decode_greedy_seqs`) or not. `unified`: one stream for all,
+/// else one a sequence.
+fn run_seqs(m: &Model, chained: bool, unified: bool) -> Run {
+    let mut c = Context::new(
+        m,
+        ContextParams {
+            n_ctx: 4 * 64,
+            n_seq_max: 4,
+            kv_unified: unified,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut b = Batch::new();
+    let mut rows = Vec::new();
+    for (&s, p) in SEQS.iter().zip(PROMPTS) {
+        let ids = m.tokenizer().encode(p, true, true).unwrap();
+        for (i, &t) in ids.iter().enumerate() {
+            if i + 1 == ids.len() {
+                rows.push(b.len());
+            }
+            b.add(t, i as i32, &[s], i + 1 == ids.len());
+        }
+    }
+    c.decode(&b).unwrap();
+    let mut tokens = vec![Vec::new(); SEQS.len()];
+    for _ in 0..SEQ_STEPS {
+        let next = if chained {
+            c.decode_greedy_seqs(&SEQS).unwrap()
+        } else {
+            let next: Vec<u32> = rows.iter().map(|&i| c.argmax(i).unwrap()).collect();
+            b.clear();
+            for (&s, &t) in SEQS.iter().zip(&next) {
+                b.add(t, c.seq_pos_max(s).unwrap() + 1, &[s], true);
+            }
+            c.decode(&b).unwrap();
+            rows = (0..SEQS.len()).collect();
+            next
+        };
+        for (t, n) in tokens.iter_mut().zip(next) {
+            t.push(n);
+        }
+    }
+    let last = SEQS.iter().map(|&s| c.seq_pos_max(s).unwrap()).collect();
+    let logits = (0..SEQS.len())
+        .map(|i| c.logits(i).unwrap().iter().map(|v| v.to_bits()).collect())
+        .collect();
+    (tokens, last, logits)
+}
+
+#[test]
+fn chained_greedy_of_several_sequences_equals_the_plain_loop() {
+    for backend in [BackendKind::Cpu, BackendKind::Wgpu] {
+        let m = model(backend);
+        for unified in [true, false] {
+            let what = format!("{backend:?}, unified {unified}");
+            let (plain, plain_last, plain_logits) = run_seqs(&m, false, unified);
+            let (chain, chain_last, chain_logits) = run_seqs(&m, true, unified);
+            assert_eq!(chain, plain, "{what}: tokens");
+            assert_eq!(chain_last, plain_last, "{what}: last positions");
+            for (k, (c, p)) in chain_logits.iter().zip(&plain_logits).enumerate() {
+                assert!(c == p, "{what}: the last logits of row {k} differ");
+            }
+            // Each sequence went its own way (its own prompt), and moved on.
+            assert!(plain[0] != plain[1] && plain[1] != plain[2], "{plain:?}");
+            for t in &plain {
+                assert!(t.windows(2).any(|w| w[0] != w[1]), "{what}: {t:?}");
+            }
+        }
+    }
+}
+
+/// What `decode_greedy_seqs` cannot chain is refused before anything is
+/// decoded, the last decode's outputs kept; a step that fits then chains.
+#[test]
+fn a_chain_of_several_sequences_refuses_what_it_cannot_chain() {
+    let m = model(BackendKind::Wgpu);
+    let mut c = Context::new(
+        &m,
+        ContextParams {
+            n_ctx: 4 * 32,
+            n_seq_max: 4,
+            n_ubatch: 4,
+            kv_unified: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut b = Batch::new();
+    for s in 0..3 {
+        b.add(1 + s as u32, 0, &[s], true);
+    }
+    c.decode(&b).unwrap();
+    let want: Vec<u32> = (0..3).map(|i| c.argmax(i).unwrap()).collect();
+    for (seqs, says) in [
+        (
+            &[0, 1][..],
+            "one output row per sequence; the last had 3 for 2",
+        ),
+        (&[0, 1, 1], "sequence 1 given twice"),
+        (
+            &[0, 1, 2],
+            "3 sequences over 3 streams do not fit one micro-batch of 4",
+        ),
+        (&[0, 1, 7], "7"),
+    ] {
+        let e = c.decode_greedy_seqs(seqs).unwrap_err().to_string();
+        assert!(e.contains(says), "{seqs:?}: {e}");
+        for s in 0..3 {
+            assert_eq!(c.seq_pos_max(s).unwrap(), 0, "{seqs:?}: sequence {s}");
+        }
+        assert_eq!(c.argmax(2).unwrap(), want[2], "{seqs:?}");
+    }
+    // Two sequences in neighbouring streams fit a micro-batch of four
+    // (two tokens over two streams' rows).
+    b.clear();
+    b.add(4, 1, &[0], true);
+    b.add(5, 1, &[1], true);
+    c.decode(&b).unwrap();
+    let want: Vec<u32> = (0..2).map(|i| c.argmax(i).unwrap()).collect();
+    assert_eq!(c.decode_greedy_seqs(&[0, 1]).unwrap(), want);
+    assert_eq!(
+        (c.seq_pos_max(0).unwrap(), c.seq_pos_max(1).unwrap()),
+        (2, 2)
+    );
+    assert_eq!(c.seq_pos_max(2).unwrap(), 0);
+}
+
+/// The engine chains the greedy steps of several slots together: a
+/// request's three choices (one prompt, copied into three slots) give the
+/// tokens and cells of the same engine with chaining off, every step after
+/// the first token of each chained.
+#[test]
+fn the_engine_chains_the_choices_of_a_greedy_request() {
+    use glint::engine::{Event, Request};
+    use glint::{Engine, EngineParams};
+    for backend in [BackendKind::Cpu, BackendKind::Wgpu] {
+        let m = model(backend);
+        let ids = m
+            .tokenizer()
+            .encode("The capital of France is", true, true)
+            .unwrap();
+        let go = |chain: bool| {
+            let e = Engine::start(
+                &m,
+                ContextParams {
+                    n_ctx: 3 * 64,
+                    n_seq_max: 3,
+                    ..Default::default()
+                },
+                EngineParams {
+                    chain,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let mut req = Request::new(ids.clone());
+            req.sampling.temp = 0.0;
+            req.max_tokens = Some(SEQ_STEPS);
+            req.ignore_eos = true;
+            req.n = 3;
+            let events = e.submit_channel(req).unwrap();
+            let mut tokens = vec![Vec::new(); 3];
+            let mut done = 0;
+            while done < 3 {
+                match events.recv().expect("the engine is running") {
+                    Event::Delta { index, token, .. } => tokens[index].extend(token),
+                    Event::Done { .. } => done += 1,
+                    Event::Failed(f) => panic!("{backend:?}: {f}"),
+                    Event::Progress { .. } => {}
+                }
+            }
+            let cached: Vec<usize> = e.slots().iter().map(|s| s.n_cached).collect();
+            (tokens, cached, e.decode_stats())
+        };
+        let (plain, plain_cached, plain_stats) = go(false);
+        let (chain, chain_cached, stats) = go(true);
+        assert_eq!(chain, plain, "{backend:?}: tokens");
+        assert_eq!(chain_cached, plain_cached, "{backend:?}: cells");
+        assert_eq!(
+            chain_cached,
+            vec![ids.len() + SEQ_STEPS - 1; 3],
+            "{backend:?}"
+        );
+        assert_eq!(plain_stats.n_chained, 0, "{backend:?}: {plain_stats:?}");
+        assert!(plain[0].len() == SEQ_STEPS && plain.iter().all(|t| *t == plain[0]));
+        // GLINT_CHAIN=0 (for comparisons) turns the engine's chaining off.
+        let off = std::env::var_os("GLINT_CHAIN").is_some_and(|v| v == "0");
+        let want = if off { 0 } else { SEQ_STEPS as u64 - 1 };
+        assert_eq!(stats.n_chained, want, "{backend:?}: {stats:?}");
+        // One step more: the tokens the choices end at, decoded ahead of
+        // their reading and taken back.
+        let more = if off { 0 } else { 1 };
+        assert_eq!(stats.n_decode, plain_stats.n_decode + more, "{backend:?}");
+    }
 }
 
 /// The engine (`generate`, `glint serve`) chains the greedy steps of a

@@ -470,6 +470,7 @@ fn load(cfg: &Config) -> Result<Loaded, ServerError> {
             ctx_checkpoints: cfg.ctx_checkpoints,
             checkpoint_min_step: cfg.checkpoint_min_step,
             checkpoint_bytes: cfg.checkpoint_bytes,
+            ..EngineParams::default()
         },
     )?;
     let aliases = aliases(cfg.alias.as_deref());

@@ -226,22 +226,33 @@ impl Context {
     /// soft-cap (as [`Context::argmax`] gives it before the logits are
     /// read). An error changes nothing, as a failed `decode`.
     pub fn decode_greedy(&mut self, seq: i32) -> Result<u32, Error> {
-        if self.out.host.len() != 1 {
-            return Err(Error::Invalid(format!(
-                "decode_greedy chains from a decode with one output row; the last had {}",
-                self.out.host.len()
-            )));
-        }
-        let pos = self
-            .seq_pos_max(seq)?
-            .checked_add(1)
-            .ok_or_else(|| Error::Invalid(format!("sequence {seq} is at the largest position")))?;
-        let model = self.model.clone();
-        // The read of the token: started when the step that chose it was
-        // submitted, or now.
-        with_exec!(model.backend(), &mut self.exec, |l, x| start_reading(l, x))?;
+        Ok(self.decode_greedy_seqs(&[seq])?[0])
+    }
+
+    /// [`Context::decode_greedy`] for several sequences in one step: the
+    /// last decode's output row `k` (its `k`-th token with logits) gives
+    /// the greedy token decoded into `seqs[k]`, at that sequence's next
+    /// position, and the step's output row `k` is that token's, so the
+    /// next call with the same `seqs` chains on. Returns the tokens, in
+    /// the order of `seqs`, read back together (`4 × seqs.len()` bytes).
+    /// What [`Context::chain_fits`] refuses is an error that changes
+    /// nothing, as is any failure.
+    pub fn decode_greedy_seqs(&mut self, seqs: &[i32]) -> Result<Vec<u32>, Error> {
+        self.chain_fits(seqs)?;
         let mut b = Batch::new();
-        b.add(0, pos, &[seq], true);
+        for &seq in seqs {
+            let pos = self.seq_pos_max(seq)?.checked_add(1).ok_or_else(|| {
+                Error::Invalid(format!("sequence {seq} is at the largest position"))
+            })?;
+            b.add(0, pos, &[seq], true);
+        }
+        let model = self.model.clone();
+        // The read of the tokens: started when the step that chose them
+        // was submitted, or now.
+        let n = seqs.len();
+        with_exec!(model.backend(), &mut self.exec, |l, x| start_reading(
+            l, x, n
+        ))?;
         self.chained = true;
         let decoded = self.decode_batch(&b);
         self.chained = false;
@@ -253,14 +264,59 @@ impl Context {
                 return Err(e);
             }
         };
-        let read = with_exec!(model.backend(), &mut self.exec, |l, x| chain_reading(l, x));
+        let read = with_exec!(model.backend(), &mut self.exec, |l, x| chain_reading(
+            l, x, n
+        ));
         if let Err(e) = read {
-            // The step was decoded but its token not read: undone, as a
+            // The step was decoded but its tokens not read: undone, as a
             // failed decode is.
             on_exec!(&mut self.exec, |x| x.reading = None);
             return Err(self.undo_failed(undo, e, "step"));
         }
         read
+    }
+
+    /// Whether [`Context::decode_greedy_seqs`] can chain a step of `seqs`
+    /// from the last decode: one output row per sequence, each sequence
+    /// once and known, and the step one micro-batch (its tokens are the
+    /// device's choices of the last pass, so it cannot be split): at most
+    /// `n_ubatch` tokens, whose masks fit the micro-batch's scratch even
+    /// where the streams they span are full. The error says which.
+    pub fn chain_fits(&self, seqs: &[i32]) -> Result<(), Error> {
+        let n = seqs.len();
+        let rows = self.out.host.len();
+        if n == 0 || rows != n {
+            return Err(Error::Invalid(format!(
+                "decode_greedy chains from a decode with one output row per sequence; \
+                 the last had {rows} for {n} sequences"
+            )));
+        }
+        if let Some(s) = seqs
+            .iter()
+            .enumerate()
+            .find(|&(k, s)| seqs[..k].contains(s))
+        {
+            return Err(Error::Invalid(format!(
+                "decode_greedy: sequence {} given twice",
+                s.1
+            )));
+        }
+        let mut lo = u32::MAX;
+        let mut hi = 0;
+        for &seq in seqs {
+            let stream = self.cells().stream_of(seq)?;
+            (lo, hi) = (lo.min(stream), hi.max(stream));
+        }
+        let n_ubatch = self.params.n_ubatch as usize;
+        // What `decode_planned` splits at, with every spanned stream full.
+        if n > n_ubatch || (hi - lo + 1) as usize * n > n_ubatch {
+            return Err(Error::Invalid(format!(
+                "decode_greedy: {n} sequences over {} streams do not fit one \
+                 micro-batch of {n_ubatch}",
+                hi - lo + 1
+            )));
+        }
+        Ok(())
     }
 
     /// After a failed `what` (a batch, or a chained step whose token was
@@ -346,6 +402,12 @@ impl Context {
                 }
                 (lo, hi) = (l, h);
                 end += 1;
+            }
+            if self.chained && end < n {
+                // `chain_fits` keeps a chained step whole.
+                return Err(Error::Internal(format!(
+                    "a chained step of {n} tokens split at {end}"
+                )));
             }
             self.run_ubatch(batch, &rows, &streams, start..end)?;
             start = end;
@@ -1183,22 +1245,22 @@ fn read_top_k<B: Backend>(
     Ok(bytemuck::cast_slice::<u8, i32>(&buf).to_vec())
 }
 
-/// `decode_greedy`'s read of the pending output's first greedy token:
-/// kept from the step that made it, or started now.
-fn start_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>) -> Result<(), Error> {
+/// `decode_greedy_seqs`'s read of the pending output's first `n` greedy
+/// tokens: kept from the step that made them, or started now.
+fn start_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>, n: usize) -> Result<(), Error> {
     if x.reading.is_none() {
         let out = x.pending.as_ref().ok_or_else(|| {
             Error::Invalid("decode_greedy: the last decode's output was not kept".into())
         })?;
-        x.reading = Some(l.be.read_start(&out.argmax, 0, 4)?);
+        x.reading = Some(l.be.read_start(&out.argmax, 0, 4 * n)?);
     }
     Ok(())
 }
 
-/// After a chained step was recorded: start it with the read of its
-/// greedy token (kept for the next call), then finish the read of the
-/// token it decoded, and return that.
-fn chain_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>) -> Result<u32, Error> {
+/// After a chained step of `n` tokens was recorded: start it with the
+/// read of its `n` greedy tokens (kept for the next call), then finish
+/// the read of the tokens it decoded, and return those.
+fn chain_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>, n: usize) -> Result<Vec<u32>, Error> {
     let prev = x
         .reading
         .take()
@@ -1207,10 +1269,12 @@ fn chain_reading<B: Backend>(l: &Loaded<B>, x: &mut Exec<B>) -> Result<u32, Erro
         .pending
         .as_ref()
         .ok_or_else(|| Error::Internal("decode_greedy: the step left no output".into()))?;
-    x.reading = Some(l.be.read_start(&out.argmax, 0, 4)?);
-    let mut t = [0u8; 4];
+    x.reading = Some(l.be.read_start(&out.argmax, 0, 4 * n)?);
+    let mut t = vec![0u8; 4 * n];
     l.be.read_finish(prev, &mut t)?;
-    Ok(i32::from_le_bytes(t).max(0) as u32)
+    Ok(t.chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]).max(0) as u32)
+        .collect())
 }
 
 /// The argmax of the first `count` pending output rows, in one read.

@@ -87,6 +87,12 @@ pub struct EngineParams {
     /// Most bytes of checkpoints a slot keeps (the oldest go first; a
     /// Gemma 3 ring checkpoint is its window's K/V, ~16 MiB for the 270M).
     pub checkpoint_bytes: usize,
+    /// Greedy steps chained on the device ([`DecodeStats::n_chained`]):
+    /// while every busy slot is greedy and nothing waits, each step's
+    /// tokens are the last step's choices on the device, and the step is
+    /// submitted before they are read back. `GLINT_CHAIN=0` turns it off
+    /// whatever this says (for comparisons).
+    pub chain: bool,
 }
 
 impl Default for EngineParams {
@@ -98,6 +104,7 @@ impl Default for EngineParams {
             ctx_checkpoints: 8,
             checkpoint_min_step: 64,
             checkpoint_bytes: 128 << 20,
+            chain: true,
         }
     }
 }
@@ -479,6 +486,7 @@ impl Engine {
                     prefill_cap,
                     (params.cache_ram, params.ctx_checkpoints),
                     (params.checkpoint_min_step, params.checkpoint_bytes),
+                    params.chain,
                 )
             })
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
@@ -637,8 +645,9 @@ pub struct DecodeStats {
     pub checkpoints_restored: u64,
     /// Prompt tokens those restores kept (not prefilled again).
     pub checkpoint_tokens: u64,
-    /// Of `n_decode`, greedy steps of a request running alone, chained on
-    /// the device (each started before its token was read back).
+    /// Of `n_decode`, steps of greedy requests chained on the device (each
+    /// started before its tokens were read back): every busy slot's token
+    /// in one step.
     pub n_chained: u64,
 }
 
@@ -650,12 +659,14 @@ fn run(
     prefill_cap: usize,
     (cache_ram, ctx_checkpoints): (usize, usize),
     (checkpoint_min_step, checkpoint_bytes): (usize, usize),
+    chain: bool,
 ) {
     let model = ctx.model().clone();
     let n_slots = ctx.params().n_seq_max as i32;
     let seqs = (0..n_slots).map(|s| (s, Vec::new())).collect();
     let mut sched = Scheduler::new(model.tokenizer(), seqs, prefill_cap, Some(board), cache_ram);
     sched.set_checkpoints(ctx_checkpoints, checkpoint_min_step, checkpoint_bytes);
+    sched.set_chain(chain);
     loop {
         // Block only when there is nothing to do.
         let first = if sched.is_busy() {

@@ -42,15 +42,18 @@ enum Phase {
     Follow,
     /// `next` was sampled and goes in the next batch.
     Generate { next: u32 },
-    /// A greedy request running alone (in a memory whose last token can be
-    /// taken back as if never decoded: no recurrent layers, no
-    /// sliding-window ring, whose window the token would move on): its
-    /// next token is the greedy
-    /// choice of batch row `idx` of the last decode, still on the device.
-    /// The next step decodes it chained ([`Context::decode_greedy`]: the
-    /// step started before the token is read back) while the request runs
-    /// alone, else samples it as usual first. A request that ends at a
-    /// chained token has it removed from the cells again.
+    /// A greedy request whose step had every busy slot generating, each
+    /// with its own output row, and no request waiting (in a memory whose
+    /// last token can be taken back as if never decoded: no recurrent
+    /// layers, no sliding-window ring, whose window the token would move
+    /// on): its next token is the greedy choice of batch row `idx` of the
+    /// last decode, still on the device. While every busy slot is in this
+    /// phase, their rows are the last decode's outputs and nothing waits,
+    /// the next step decodes their tokens chained
+    /// ([`Context::decode_greedy_seqs`]: the step started before the
+    /// tokens are read back); else they are sampled as usual first. A
+    /// request that ends at a chained token has it removed from the cells
+    /// again.
     Chain { idx: usize },
 }
 
@@ -209,6 +212,12 @@ impl<'a> Scheduler<'a> {
             checkpoint_bytes: usize::MAX,
             chain: std::env::var_os("GLINT_CHAIN").is_none_or(|v| v != "0"),
         }
+    }
+
+    /// Chain greedy steps on the device where they may (`on`), unless
+    /// `GLINT_CHAIN=0`.
+    pub(crate) fn set_chain(&mut self, on: bool) {
+        self.chain &= on;
     }
 
     /// Keep up to `n` checkpoints per slot, at least `min_step` tokens
@@ -824,9 +833,10 @@ impl<'a> Scheduler<'a> {
     /// Build one batch (a token per generating slot, then prompt chunks up to
     /// `n_batch`), decode it, and sample where logits came out.
     fn decode_step(&mut self, ctx: &mut Context) {
-        if let Some(i) = self.chained_slot() {
-            self.chain_step(ctx, i);
-            return;
+        if let Some(slots) = self.chained_slots(ctx) {
+            if self.chain_step(ctx, &slots) {
+                return;
+            }
         }
         self.resolve_chains(ctx);
         let n_batch = ctx.params().n_batch as usize;
@@ -943,13 +953,15 @@ impl<'a> Scheduler<'a> {
             }
         }
 
-        // One request alone with its one output: its greedy steps may chain.
-        let alone = outs.len() == 1 && self.n_busy() == 1 && self.queue.is_empty();
+        // Every busy slot with an output of its own (one each, no prompt
+        // half done, no choice waiting for a prompt) and nothing queued:
+        // their greedy steps may chain.
+        let may_chain = self.queue.is_empty() && outs.len() == self.n_busy();
         for (i, idx, first) in outs {
             if first {
-                self.prompt_done(ctx, i, idx, alone);
+                self.prompt_done(ctx, i, idx, may_chain);
             } else {
-                self.sample(ctx, i, idx, alone);
+                self.sample(ctx, i, idx, may_chain);
             }
         }
     }
@@ -968,13 +980,29 @@ impl<'a> Scheduler<'a> {
         self.error.get_or_insert(e);
     }
 
-    /// The slot whose chained step this step is: the only busy one, in
-    /// [`Phase::Chain`], with no request waiting.
-    fn chained_slot(&self) -> Option<usize> {
-        let mut busy = (0..self.slots.len()).filter(|&i| self.slots[i].job.is_some());
-        let i = busy.next()?;
-        let alone = busy.next().is_none() && self.queue.is_empty();
-        (alone && matches!(self.slots[i].phase, Phase::Chain { .. })).then_some(i)
+    /// The slots whose chained step this step is, in the order of their
+    /// rows in the last decode: every busy slot, each in [`Phase::Chain`]
+    /// with its own row, one for each output row (what
+    /// [`Context::chain_fits`] checks), with no request waiting.
+    fn chained_slots(&self, ctx: &Context) -> Option<Vec<usize>> {
+        if !self.queue.is_empty() {
+            return None;
+        }
+        let mut rows = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            match (&s.job, &s.phase) {
+                (None, _) => {}
+                (Some(_), Phase::Chain { idx }) => rows.push((*idx, i)),
+                (Some(_), _) => return None,
+            }
+        }
+        rows.sort_unstable();
+        if rows.windows(2).any(|w| w[0].0 == w[1].0) {
+            return None;
+        }
+        let seqs: Vec<i32> = rows.iter().map(|&(_, i)| self.slots[i].seq).collect();
+        ctx.chain_fits(&seqs).ok()?;
+        Some(rows.into_iter().map(|(_, i)| i).collect())
     }
 
     /// Sample every chained slot's token as usual (before anything else
@@ -987,48 +1015,52 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// Slot `i`'s next step, chained on the device: its token (the greedy
-    /// choice of the last decode) decoded without being read first, then
-    /// handed to the request. Where the step needs what the plain path
-    /// does (no free cell, the context's end, a position that moved), the
-    /// token is sampled as usual and the next step takes the plain path.
-    fn chain_step(&mut self, ctx: &mut Context, i: usize) {
-        let Phase::Chain { idx } = self.slots[i].phase else {
-            return;
-        };
+    /// The next step of `slots` (see [`Self::chained_slots`]), chained on
+    /// the device: their tokens (the greedy choices of the last decode)
+    /// decoded without being read first, then handed to their requests.
+    /// Where the step needs what the plain path does (no free cell, the
+    /// context's end, a position that moved), nothing is decoded and
+    /// `false` says so: the caller samples the tokens as usual and takes
+    /// the plain path.
+    fn chain_step(&mut self, ctx: &mut Context, slots: &[usize]) -> bool {
         let n_ctx = ctx.n_ctx_stream() as usize;
-        if let Err(e) = self.make_room(ctx, i, 1, false) {
-            self.fail(ctx, i, e);
-            return;
+        let mut taken = HashMap::new();
+        for &i in slots {
+            if let Err(e) = self.make_room(ctx, i, 1, false) {
+                self.fail(ctx, i, e);
+                return false;
+            }
+            let got = self.take(ctx, &mut taken, i, 1);
+            let s = &self.slots[i];
+            let next = ctx.seq_pos_max(s.seq).ok().map(|p| p + 1);
+            if got == 0 || s.n_past as usize + 1 > n_ctx || next != Some(s.n_past) {
+                return false;
+            }
         }
-        let got = self.take(ctx, &mut HashMap::new(), i, 1);
-        let s = &self.slots[i];
-        let next = ctx.seq_pos_max(s.seq).ok().map(|p| p + 1);
-        if got == 0 || s.n_past as usize + 1 > n_ctx || next != Some(s.n_past) {
-            self.sample(ctx, i, idx, false);
-            return;
-        }
-        let seq = s.seq;
-        let id = match ctx.decode_greedy(seq) {
-            Ok(id) => id,
+        let seqs: Vec<i32> = slots.iter().map(|&i| self.slots[i].seq).collect();
+        let ids = match ctx.decode_greedy_seqs(&seqs) {
+            Ok(ids) => ids,
             Err(e) => {
-                self.batch_failed(ctx, &[i], e);
-                return;
+                self.batch_failed(ctx, slots, e);
+                return true;
             }
         };
         self.stats.n_decode += 1;
         self.stats.n_chained += 1;
-        self.stats.n_tokens_max = self.stats.n_tokens_max.max(1);
-        self.stats.busy_slots += 1;
-        let s = &mut self.slots[i];
-        s.cache.push(id);
-        s.n_past += 1;
-        s.last_used = self.step;
-        if let Some(job) = s.job.as_mut() {
-            // What `pick` does with a greedy token.
-            job.chain.accept(id);
+        self.stats.n_tokens_max = self.stats.n_tokens_max.max(slots.len());
+        self.stats.busy_slots += slots.len() as u64;
+        for (k, (&i, id)) in slots.iter().zip(ids).enumerate() {
+            let s = &mut self.slots[i];
+            s.cache.push(id);
+            s.n_past += 1;
+            s.last_used = self.step;
+            if let Some(job) = s.job.as_mut() {
+                // What `pick` does with a greedy token.
+                job.chain.accept(id);
+            }
+            self.emitted(ctx, i, Some(Ok((id, None))), Some(k));
         }
-        self.emitted(ctx, i, Some(Ok((id, None))), true);
+        true
     }
 
     /// Cells for `n` more tokens of slot `i` in this batch (fewer when its
@@ -1092,14 +1124,14 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Sample slot `i`'s next token from batch row `idx` and act on it;
-    /// with `may_chain` (the request runs alone), a greedy request's token
-    /// is left on the device for the next step to decode chained.
+    /// with `may_chain` (see [`Phase::Chain`]), a greedy request's token is
+    /// left on the device for the next step to decode chained.
     fn sample(&mut self, ctx: &mut Context, i: usize, idx: usize, may_chain: bool) {
         let Some(job) = self.slots[i].job.as_mut() else {
             return;
         };
         if job.req.max_tokens == Some(0) {
-            self.emitted(ctx, i, None, false);
+            self.emitted(ctx, i, None, None);
             return;
         }
         if may_chain && self.chain && job.greedy && !ctx.needs_checkpoints() {
@@ -1107,18 +1139,18 @@ impl<'a> Scheduler<'a> {
             return;
         }
         let picked = pick(ctx, job, idx, self.trie.as_deref(), self.tok);
-        self.emitted(ctx, i, Some(picked), false);
+        self.emitted(ctx, i, Some(picked), None);
     }
 
     /// Act on slot `i`'s token (`None`: it may have none): hand it to the
     /// request and go on, or end. `chained`: the token is decoded already
-    /// and its output pending (the next is [`Phase::Chain`]).
+    /// and its output pending at that row (the next is [`Phase::Chain`]).
     fn emitted(
         &mut self,
         ctx: &mut Context,
         i: usize,
         picked: Option<Result<(u32, Option<Logprob>), Error>>,
-        chained: bool,
+        chained: Option<usize>,
     ) {
         let tok = self.tok;
         let Some(job) = self.slots[i].job.as_mut() else {
@@ -1132,7 +1164,7 @@ impl<'a> Scheduler<'a> {
                 emit(tok, job, id, logprob)
             }
         };
-        if chained && !matches!(then, Then::Next(_)) {
+        if chained.is_some() && !matches!(then, Then::Next(_)) {
             // The token was decoded before it was read: a request that
             // ends at it leaves the cells as the plain path does, without
             // it (llama-server's: the last token is never decoded).
@@ -1150,8 +1182,12 @@ impl<'a> Scheduler<'a> {
                 self.slots[i].job = None;
                 self.slots[i].phase = Phase::Idle;
             }
-            Then::Next(_) if chained => self.slots[i].phase = Phase::Chain { idx: 0 },
-            Then::Next(id) => self.slots[i].phase = Phase::Generate { next: id },
+            Then::Next(next) => {
+                self.slots[i].phase = match chained {
+                    Some(idx) => Phase::Chain { idx },
+                    None => Phase::Generate { next },
+                }
+            }
         }
     }
 
