@@ -121,13 +121,15 @@ fn prompt(
 }
 
 /// `n` steps at positions `pos0..`, each one token of each of sequences
-/// `0..n_seq` in one batch, each waited for (the greedy tokens of all the
-/// sequences, read back together). One sequence after a prompt decodes
-/// its greedy tokens chained on the device ([`Context::decode_greedy`]:
-/// each step started before the token before it is read back; the first
-/// step of an empty cache decodes a random token) unless `GLINT_CHAIN=0`;
-/// with `wait`, the last step is waited for, else its token is left in
-/// flight for the next call.
+/// `0..n_seq` in one batch, the greedy tokens of all the sequences read
+/// back together. Unless `GLINT_CHAIN=0`, a step whose last one left a
+/// row per sequence decodes their greedy tokens chained on the device
+/// ([`Context::decode_greedy_seqs`]: started before the tokens before
+/// it are read back); the others (the first step of an empty cache, the
+/// first after a prompt of several sequences, whose one output row
+/// cannot start them all) decode random tokens, waited for where the
+/// next step cannot chain. With `wait`, the last step is waited for,
+/// else its tokens are left in flight for the next call.
 fn generate(
     ctx: &mut Context,
     n: u32,
@@ -138,28 +140,27 @@ fn generate(
 ) -> Result<(), Error> {
     let n_vocab = ctx.model().n_vocab();
     let chain = std::env::var_os("GLINT_CHAIN").is_none_or(|v| v != "0");
-    if chain && n_seq == 1 && n > 0 {
-        let mut left = n;
-        if pos0 == 0 {
-            ctx.decode(&Batch::from_tokens(&[rng.token(n_vocab)], 0, 0))?;
-            left -= 1;
-        }
-        for _ in 0..left {
-            ctx.decode_greedy(0)?;
-        }
-        if wait {
-            ctx.argmax(0)?;
-        }
-        return Ok(());
-    }
+    let seqs: Vec<i32> = (0..n_seq as i32).collect();
     let mut batch = Batch::new();
     for i in 0..n {
+        let fresh = pos0 == 0 && i == 0;
+        if chain && !fresh && ctx.chain_fits(&seqs).is_ok() {
+            ctx.decode_greedy_seqs(&seqs)?;
+            continue;
+        }
         batch.clear();
-        for s in 0..n_seq {
-            batch.add(rng.token(n_vocab), (pos0 + i) as i32, &[s as i32], true);
+        for &s in &seqs {
+            batch.add(rng.token(n_vocab), (pos0 + i) as i32, &[s], true);
         }
         ctx.decode(&batch)?;
-        for s in 0..n_seq as usize {
+        if !chain || ctx.chain_fits(&seqs).is_err() {
+            for s in 0..seqs.len() {
+                ctx.argmax(s)?;
+            }
+        }
+    }
+    if wait && n > 0 {
+        for s in 0..seqs.len() {
             ctx.argmax(s)?;
         }
     }

@@ -276,15 +276,21 @@ fn one_decode_step_stays_within_the_budget() {
         // same step, its token taken from the previous step's argmax on
         // the device (no upload), started with the read of its own token
         // (one submit), the previous token's read finished meanwhile.
-        let cc = chained_step(&model);
-        eprintln!("{name} chained: {cc:?}");
-        assert_eq!(cc.dispatches, c.dispatches, "{name} chained: {cc:?}");
-        assert_eq!(
-            (cc.submits, cc.readbacks, cc.queue_writes),
-            (1, 1, c.queue_writes - 1),
-            "{name} chained: one submit, one read, no token written: {cc:?}"
-        );
-        check_step(&format!("{name} chained"), &model, &cc, 1);
+        // Four sequences chained (`decode_greedy_seqs`) likewise: their
+        // four tokens read in one read.
+        for (n_seq, plain) in [(1, &c), (4, &c4)] {
+            let what = format!("{name} chained x{n_seq}");
+            let cc = chained_step(&model, n_seq);
+            eprintln!("{what}: {cc:?}");
+            assert_eq!(cc.dispatches, c.dispatches, "{what}: {cc:?}");
+            assert_eq!(
+                (cc.submits, cc.readbacks, cc.queue_writes),
+                (1, 1, plain.queue_writes - 1),
+                "{what}: one submit, one read, no token written: {cc:?}"
+            );
+            assert_eq!(cc.readback_bytes, 4 * n_seq as u64, "{what}: {cc:?}");
+            check_step(&what, &model, &cc, n_seq as u32);
+        }
         // The int8 matvec (`--gpu-int8`): each matvec's workgroups quantize
         // x themselves, so no dispatch of its own: the same step, at one
         // sequence and at four.
@@ -309,16 +315,27 @@ fn one_decode_step_stays_within_the_budget() {
     }
 }
 
-/// The counters of a greedy step chained on the device after two warm-up
-/// steps, in the context and at the position of [`common::one_gpu_step`].
-fn chained_step(model: &Model) -> glint::GpuCounters {
-    let (mut ctx, ids) = common::step_context(model, 1);
-    ctx.decode(&glint::Batch::from_tokens(&ids, 0, 0)).unwrap();
-    for _ in 0..2 {
-        ctx.decode_greedy(0).unwrap();
+/// The counters of a greedy step of `n_seq` sequences chained on the
+/// device after two warm-up steps, in the context and at the positions of
+/// [`common::gpu_step`]: the prompt in each sequence, a plain step of
+/// their greedy tokens, then chained steps.
+fn chained_step(model: &Model, n_seq: usize) -> glint::GpuCounters {
+    let (mut ctx, ids) = common::step_context(model, n_seq);
+    let mut b = glint::Batch::new();
+    for s in 0..n_seq as i32 {
+        ctx.decode(&glint::Batch::from_tokens(&ids, 0, s)).unwrap();
+        b.add(
+            ctx.argmax(ids.len() - 1).unwrap(),
+            ids.len() as i32,
+            &[s],
+            true,
+        );
     }
+    ctx.decode(&b).unwrap();
+    let seqs: Vec<i32> = (0..n_seq as i32).collect();
+    ctx.decode_greedy_seqs(&seqs).unwrap();
     let before = model.gpu_counters().unwrap();
-    ctx.decode_greedy(0).unwrap();
+    ctx.decode_greedy_seqs(&seqs).unwrap();
     model.gpu_counters().unwrap().since(&before)
 }
 
