@@ -185,7 +185,10 @@ fn chained_greedy_of_several_sequences_equals_the_plain_loop() {
                 assert!(c == p, "{what}: the last logits of row {k} differ");
             }
             // Each sequence went its own way (its own prompt), and moved on.
-            assert!(plain[0] != plain[1] && plain[1] != plain[2], "{plain:?}");
+            assert!(
+                plain[0] != plain[1] && plain[1] != plain[2] && plain[0] != plain[2],
+                "{plain:?}"
+            );
             for t in &plain {
                 assert!(t.windows(2).any(|w| w[0] != w[1]), "{what}: {t:?}");
             }
@@ -247,6 +250,122 @@ fn a_chain_of_several_sequences_refuses_what_it_cannot_chain() {
         (2, 2)
     );
     assert_eq!(c.seq_pos_max(2).unwrap(), 0);
+}
+
+/// A decode split into micro-batches leaves only the last one's greedy
+/// choices on the device: a chain from rows of an earlier one is refused
+/// (nothing decoded), and after a step whose rows are all in its last
+/// micro-batch, it chains.
+#[test]
+fn a_chain_takes_its_rows_from_the_last_micro_batch_only() {
+    let m = model(BackendKind::Wgpu);
+    let mut c = Context::new(
+        &m,
+        ContextParams {
+            n_ctx: 64,
+            n_seq_max: 2,
+            n_ubatch: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Micro-batches of tokens 0..4 (row 0, sequence 0's) and 4..6 (row 1).
+    let mut b = Batch::new();
+    b.add(1, 0, &[0], true);
+    for p in 0..5 {
+        b.add(2 + p as u32, p, &[1], p == 4);
+    }
+    c.decode(&b).unwrap();
+    let want = [c.argmax(0).unwrap(), c.argmax(5).unwrap()];
+    let e = c.decode_greedy_seqs(&[0, 1]).unwrap_err().to_string();
+    assert!(
+        e.contains("rows the device still holds") && e.contains("had 1 of its 2 rows"),
+        "{e}"
+    );
+    assert_eq!(
+        (c.seq_pos_max(0).unwrap(), c.seq_pos_max(1).unwrap()),
+        (0, 4)
+    );
+    assert_eq!([c.argmax(0).unwrap(), c.argmax(5).unwrap()], want);
+    // The plain step of both: two rows in one micro-batch, and a chain on.
+    b.clear();
+    b.add(want[0], 1, &[0], true);
+    b.add(want[1], 5, &[1], true);
+    c.decode(&b).unwrap();
+    let next = vec![c.argmax(0).unwrap(), c.argmax(1).unwrap()];
+    assert_eq!(c.decode_greedy_seqs(&[0, 1]).unwrap(), next);
+    assert_eq!(
+        (c.seq_pos_max(0).unwrap(), c.seq_pos_max(1).unwrap()),
+        (2, 6)
+    );
+}
+
+/// `generate_parallel` (`glint generate -np`) chains greedy sequences of
+/// their own prompts: the tokens of the plain loop over the same batches
+/// (the prompts in one batch, then a token of each a step), with prompts
+/// longer than a micro-batch, so the first step after them cannot chain
+/// (their last rows are in different micro-batches) and the others do.
+#[test]
+fn generate_parallel_chains_from_prompts_split_into_micro_batches() {
+    use glint::generate::{generate_parallel, GenerateParams};
+    for backend in [BackendKind::Cpu, BackendKind::Wgpu] {
+        let m = model(backend);
+        let params = ContextParams {
+            n_ctx: 3 * 64,
+            n_seq_max: 3,
+            n_ubatch: 4,
+            ..Default::default()
+        };
+        let prompts: Vec<Vec<u32>> = PROMPTS
+            .iter()
+            .map(|p| m.tokenizer().encode(p, true, true).unwrap())
+            .collect();
+        // Rows 0 and 1 at least 4 tokens apart: in different micro-batches.
+        assert!(prompts[1].len() >= 4, "{prompts:?}");
+        // The plain loop, sequences 0..3.
+        let mut c = Context::new(&m, params.clone()).unwrap();
+        let mut b = Batch::new();
+        let mut rows = Vec::new();
+        for (s, p) in prompts.iter().enumerate() {
+            for (i, &t) in p.iter().enumerate() {
+                if i + 1 == p.len() {
+                    rows.push(b.len());
+                }
+                b.add(t, i as i32, &[s as i32], i + 1 == p.len());
+            }
+        }
+        c.decode(&b).unwrap();
+        let mut plain = vec![Vec::new(); 3];
+        for _ in 0..SEQ_STEPS {
+            let next: Vec<u32> = rows.iter().map(|&i| c.argmax(i).unwrap()).collect();
+            b.clear();
+            for (s, &t) in next.iter().enumerate() {
+                b.add(t, c.seq_pos_max(s as i32).unwrap() + 1, &[s as i32], true);
+                plain[s].push(t);
+            }
+            c.decode(&b).unwrap();
+            rows = (0..3).collect();
+        }
+        let mut c = Context::new(&m, params).unwrap();
+        let mut gp = GenerateParams {
+            n_predict: SEQ_STEPS as i32,
+            stop_at_eog: false,
+            ..Default::default()
+        };
+        gp.sampling.temp = 0.0;
+        let mut got = vec![Vec::new(); 3];
+        generate_parallel(&mut c, &prompts, &gp, &mut |s, ev| {
+            got[s].extend(ev.id);
+            true
+        })
+        .unwrap();
+        assert_eq!(got, plain, "{backend:?}");
+        for (s, p) in prompts.iter().enumerate() {
+            // The last token, decoded ahead of its reading, was taken back.
+            let last = c.seq_pos_max(s as i32).unwrap();
+            assert_eq!(last as usize, p.len() + SEQ_STEPS - 2, "{backend:?}: {s}");
+        }
+    }
 }
 
 /// The engine chains the greedy steps of several slots together: a

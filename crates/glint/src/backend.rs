@@ -36,8 +36,9 @@ pub(crate) struct Exec<B: Backend> {
     pub(crate) scratch: Scratch<B::Tensor>,
     /// Output of the last micro-batch, not read back yet: `[n_vocab, n_out]`.
     pub(crate) pending: Option<glint_model::Output<B::Tensor>>,
-    /// The read of `pending`'s first greedy token, started by
-    /// `Context::decode_greedy` as it submitted the step that made it.
+    /// The read of `pending`'s first greedy tokens (one a sequence of the
+    /// chained step), started by `Context::decode_greedy_seqs` as it
+    /// submitted the step that made them.
     pub(crate) reading: Option<B::Reading>,
 }
 

@@ -23,6 +23,10 @@ struct Outputs {
     /// Output rows that are still on the device, in the last micro-batch's
     /// output (`first row`, count).
     pending: Option<(usize, usize)>,
+    /// The output rows of the last micro-batch (`first row`, count), whose
+    /// greedy choices are on the device (read or not): where a chained
+    /// step takes its tokens from (`Context::chain_fits`).
+    on_device: Option<(usize, usize)>,
     /// `[n_rows]` argmax of the pending rows, read together the first time
     /// one is asked for: a step of several sequences reads its greedy
     /// tokens back in one transfer (4 bytes each), not one each.
@@ -277,18 +281,19 @@ impl Context {
     }
 
     /// Whether [`Context::decode_greedy_seqs`] can chain a step of `seqs`
-    /// from the last decode: one output row per sequence, each sequence
-    /// once and known, and the step one micro-batch (its tokens are the
-    /// device's choices of the last pass, so it cannot be split): at most
-    /// `n_ubatch` tokens, whose masks fit the micro-batch's scratch even
-    /// where the streams they span are full. The error says which.
+    /// from the last decode: one output row per sequence, all from its last
+    /// micro-batch (the device holds that one's greedy choices only), each
+    /// sequence once and known, and the step one micro-batch (its tokens
+    /// are the device's choices of the last pass, so it cannot be split):
+    /// at most `n_ubatch` tokens, whose masks fit the micro-batch's scratch
+    /// even where the streams they span are full. The error says which.
     pub fn chain_fits(&self, seqs: &[i32]) -> Result<(), Error> {
         let n = seqs.len();
         let rows = self.out.host.len();
         if n == 0 || rows != n {
             return Err(Error::Invalid(format!(
                 "decode_greedy chains from a decode with one output row per sequence; \
-                 the last had {rows} for {n} sequences"
+                 the last had {rows} for {n}"
             )));
         }
         if let Some(s) = seqs
@@ -314,6 +319,13 @@ impl Context {
                 "decode_greedy: {n} sequences over {} streams do not fit one \
                  micro-batch of {n_ubatch}",
                 hi - lo + 1
+            )));
+        }
+        if self.out.on_device != Some((0, n)) {
+            let last = self.out.on_device.map_or(0, |(_, c)| c);
+            return Err(Error::Invalid(format!(
+                "decode_greedy chains from rows the device still holds, the last \
+                 micro-batch's; the last decode's last micro-batch had {last} of its {rows} rows"
             )));
         }
         Ok(())
@@ -368,6 +380,7 @@ impl Context {
             host: vec![None; n_rows as usize],
             hidden: vec![None; n_rows as usize],
             pending: None,
+            on_device: None,
             argmax: vec![None; n_rows as usize],
             top_k: vec![None; n_rows as usize],
         };
@@ -671,9 +684,11 @@ impl Context {
         let has_out = with_exec!(model.backend(), &mut self.exec, |l, x| forward_ubatch(
             l, hp, x, &ub
         ))?;
+        self.out.on_device = None;
         if has_out {
             if let Some(r) = first_row {
                 self.out.pending = Some((r as usize, outputs.len()));
+                self.out.on_device = Some((r as usize, outputs.len()));
             }
         }
         Ok(())

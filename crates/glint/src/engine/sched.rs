@@ -158,8 +158,9 @@ pub(crate) struct Scheduler<'a> {
     checkpoint_min_step: usize,
     /// Most bytes of checkpoints a slot keeps.
     checkpoint_bytes: usize,
-    /// Chain greedy steps on the device when one request runs alone
-    /// (`GLINT_CHAIN=0`: never).
+    /// Chain greedy steps on the device where every busy slot may
+    /// ([`Phase::Chain`]; `EngineParams::chain` off or `GLINT_CHAIN=0`:
+    /// never).
     chain: bool,
 }
 
@@ -1021,7 +1022,9 @@ impl<'a> Scheduler<'a> {
     /// Where the step needs what the plain path does (no free cell, the
     /// context's end, a position that moved), nothing is decoded and
     /// `false` says so: the caller samples the tokens as usual and takes
-    /// the plain path.
+    /// the plain path (what `make_room` did for the slots before, a
+    /// context shift say, is what that path does first anyway). A slot
+    /// whose room cannot be made fails, as on that path.
     fn chain_step(&mut self, ctx: &mut Context, slots: &[usize]) -> bool {
         let n_ctx = ctx.n_ctx_stream() as usize;
         let mut taken = HashMap::new();
@@ -1078,7 +1081,7 @@ impl<'a> Scheduler<'a> {
     /// Slot `i`'s prompt is decoded (logits at batch row `idx`): run the
     /// request's hook, copy the prompt into its other choices' slots, and
     /// sample the first token of every choice.
-    fn prompt_done(&mut self, ctx: &mut Context, i: usize, idx: usize, alone: bool) {
+    fn prompt_done(&mut self, ctx: &mut Context, i: usize, idx: usize, may_chain: bool) {
         let Some(job) = self.slots[i].job.as_ref() else {
             return;
         };
@@ -1115,7 +1118,7 @@ impl<'a> Scheduler<'a> {
             fs.phase = Phase::Prefill; // sampled right below
             self.slots[i].shared |= same_stream;
         }
-        self.sample(ctx, i, idx, alone && followers.is_empty());
+        self.sample(ctx, i, idx, may_chain && followers.is_empty());
         for f in followers {
             if matches!(self.slots[f].phase, Phase::Prefill) {
                 self.sample(ctx, f, idx, false);
