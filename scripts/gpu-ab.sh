@@ -62,10 +62,11 @@ done
 run GLINT_WGPU_NO_IMMEDIATES=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
 run GLINT_MATVEC_WG_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
 # Greedy steps chained on the device against each token read first: the
-# small models, where the host's time a step is most of it.
+# small models, where the host's time a step is most of it; one sequence
+# and four (a server's greedy slots chain together).
 for m in smollm2-135m:q4_1 gemma3-270m:q4_k llama2-7b:q4_0; do
-    run $B --synthetic $m -p 0 -n 128 -r 2
-    run GLINT_CHAIN=0 $B --synthetic $m -p 0 -n 128 -r 2
+    run $B --synthetic $m -p 0 -n 128 -r 2 -npl 1,4
+    run GLINT_CHAIN=0 $B --synthetic $m -p 0 -n 128 -r 2 -npl 1,4
 done
 # Integer dots against f32 in the matvecs: the 32-element formats and
 # the K-quants, one sequence and four (the goal is tg at >= 85%
