@@ -159,6 +159,23 @@ pub struct AttnParams {
     pub n_kv: usize,
 }
 
+impl AttnParams {
+    /// `n_head` query heads over `n_head_kv` K/V heads of `head_dim`
+    /// elements, attending to the first `n_kv` cache rows, logits scaled by
+    /// `1/sqrt(head_dim)`, no soft-cap; other values by struct update.
+    pub fn new(n_head: usize, n_head_kv: usize, head_dim: usize, n_kv: usize) -> AttnParams {
+        AttnParams {
+            n_head,
+            n_head_kv,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: 0.0,
+            kv_start: 0,
+            n_kv,
+        }
+    }
+}
+
 /// Elementwise activations.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Unary {

@@ -46,15 +46,7 @@ fn main() {
     for (i, r) in mask.chunks_mut(n_kv).enumerate() {
         r[depth + i + 1..].fill(f32::NEG_INFINITY);
     }
-    let p = AttnParams {
-        n_head,
-        n_head_kv,
-        head_dim: hd,
-        scale: 1.0 / (hd as f32).sqrt(),
-        softcap: 0.0,
-        kv_start: 0,
-        n_kv,
-    };
+    let p = AttnParams::new(n_head, n_head_kv, hd, n_kv);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

@@ -152,23 +152,11 @@ fn causal(n_kv: usize, m: usize) -> Vec<f32> {
     mask
 }
 
-fn params(n_head: usize, n_head_kv: usize, head_dim: usize, n_kv: usize) -> AttnParams {
-    AttnParams {
-        n_head,
-        n_head_kv,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-        softcap: 0.0,
-        kv_start: 0,
-        n_kv,
-    }
-}
-
 #[test]
 fn gqa_8_over_2_causal_f32_and_f16() {
     for ty in [GgmlType::F32, GgmlType::F16] {
         let c = Case {
-            p: params(8, 2, 20, 23),
+            p: AttnParams::new(8, 2, 20, 23),
             m: 5,
             n_rows: 23,
             cache_ty: ty,
@@ -183,7 +171,7 @@ fn mqa_with_softcap_and_bias_mask() {
     let mut mask = causal(17, 3);
     mask[2] = -0.75; // a finite bias is added, not treated as masked
     let mut c = Case {
-        p: params(4, 1, 12, 17),
+        p: AttnParams::new(4, 1, 12, 17),
         m: 3,
         n_rows: 17,
         cache_ty: GgmlType::F32,
@@ -200,7 +188,7 @@ fn a_fully_masked_row_gives_zeros() {
     let mut mask = causal(9, 2);
     mask[9..].fill(f32::NEG_INFINITY);
     let c = Case {
-        p: params(2, 2, 8, 9),
+        p: AttnParams::new(2, 2, 8, 9),
         m: 2,
         n_rows: 9,
         cache_ty: GgmlType::F32,
@@ -212,7 +200,7 @@ fn a_fully_masked_row_gives_zeros() {
     let kv = f32s(&be, [16, 9, 1, 1], &[1.0; 144]);
     let mask = f32s(&be, [9, 1, 1, 1], &[f32::NEG_INFINITY; 9]);
     let out = f32s(&be, [16, 1, 1, 1], &[5.0; 16]);
-    be.attention(&q, &kv, &kv, &mask, &params(2, 2, 8, 9), &out)
+    be.attention(&q, &kv, &kv, &mask, &AttnParams::new(2, 2, 8, 9), &out)
         .unwrap();
     assert_eq!(read_f32(&be, &out), vec![0.0; 16]);
 }
@@ -220,7 +208,7 @@ fn a_fully_masked_row_gives_zeros() {
 #[test]
 fn window_starting_at_kv_start_reads_only_its_rows() {
     // Stream 1 of a multi-stream cache: rows 13..13+11 of 30.
-    let mut p = params(6, 3, 16, 11);
+    let mut p = AttnParams::new(6, 3, 16, 11);
     p.kv_start = 13;
     for ty in [GgmlType::F32, GgmlType::F16] {
         let c = Case {
@@ -241,7 +229,7 @@ fn attention_rejects_bad_shapes() {
     let k = zeros(&be, GgmlType::F32, [16, 10, 1, 1]);
     let mask = zeros(&be, GgmlType::F32, [10, 2, 1, 1]);
     let out = zeros(&be, GgmlType::F32, [32, 2, 1, 1]);
-    let mut p = params(4, 2, 8, 10);
+    let mut p = AttnParams::new(4, 2, 8, 10);
     be.attention(&q, &k, &k, &mask, &p, &out).unwrap();
     p.n_head_kv = 3;
     assert!(matches!(
@@ -271,7 +259,7 @@ fn wide_heads_prefill_and_decode() {
         for ty in [GgmlType::F32, GgmlType::F16] {
             let n_kv = 70;
             let mut c = Case {
-                p: params(4, 1, hd, n_kv),
+                p: AttnParams::new(4, 1, hd, n_kv),
                 m,
                 n_rows: n_kv + 3,
                 cache_ty: ty,
@@ -303,7 +291,7 @@ fn scattered_sequences_in_one_window() {
     }
     for ty in [GgmlType::F32, GgmlType::F16] {
         let c = Case {
-            p: params(9, 3, 64, n_kv),
+            p: AttnParams::new(9, 3, 64, n_kv),
             m,
             n_rows: n_kv,
             cache_ty: ty,
@@ -322,13 +310,13 @@ fn empty_windows_and_ungrouped_heads_give_zeros() {
     let kv = vec![0.5f32; hd * 2 * rows];
     let q = vec![1.0f32; hd * 4];
     for kernels in [Kernels::Fast, Kernels::Plain] {
-        let mut p = params(4, 2, hd, 0);
+        let mut p = AttnParams::new(4, 2, hd, 0);
         p.kv_start = rows;
         let mut out = vec![7.0f32; hd * 4];
         let c = Cache::F32(&kv);
         glint_cpu::attention_with(kernels, false, &q, c, c, &[], &p, &mut out, false);
         assert!(out.iter().all(|&x| x == 0.0), "{kernels:?} empty window");
-        let p = params(4, 3, hd, 2);
+        let p = AttnParams::new(4, 3, hd, 2);
         let mut out = vec![7.0f32; hd * 4];
         let mask = [0.0f32; 2];
         glint_cpu::attention_with(kernels, false, &q, c, c, &mask, &p, &mut out, false);
@@ -340,7 +328,7 @@ fn empty_windows_and_ungrouped_heads_give_zeros() {
     let kv = vec![0.5f32; hd * rows];
     let c = Cache::F32(&kv);
     for (kernels, par) in [(Kernels::Fast, false), (Kernels::Fast, true)] {
-        let p = params(4, 1, hd, rows);
+        let p = AttnParams::new(4, 1, hd, rows);
         let mut out: Vec<f32> = Vec::new();
         glint_cpu::attention_with(kernels, par, &[], c, c, &[], &p, &mut out, false);
         assert!(out.is_empty());
@@ -392,7 +380,7 @@ fn depth_inputs(
     kv_start: usize,
     seed: u64,
 ) -> DepthInputs {
-    let mut p = params(nh, nkv, hd, n_kv);
+    let mut p = AttnParams::new(nh, nkv, hd, n_kv);
     p.kv_start = kv_start;
     p.softcap = softcap;
     p.scale = 0.5 / (hd as f32).sqrt();
@@ -438,7 +426,7 @@ fn prefill_at_depth_blocks_and_tiles() {
                 ("sliding", sliding(n_kv, m, 70)),
             ] {
                 let mut c = Case {
-                    p: params(nh, nkv, hd, n_kv),
+                    p: AttnParams::new(nh, nkv, hd, n_kv),
                     m,
                     n_rows: n_kv + 2,
                     cache_ty: ty,

@@ -103,13 +103,8 @@ fn attention_rounds_q_and_weights_to_f16_over_an_f16_cache() {
     let mt = f32s(&be, [n_kv, m, 1, 1], &mask);
     let out = zeros(&be, GgmlType::F32, [hd * nh, m, 1, 1]);
     let p = AttnParams {
-        n_head: nh,
-        n_head_kv: nkv,
-        head_dim: hd,
         scale: 0.25,
-        softcap: 0.0,
-        kv_start: 0,
-        n_kv,
+        ..AttnParams::new(nh, nkv, hd, n_kv)
     };
     be.attention(&qt, &kt, &vt, &mt, &p, &out).unwrap();
     let got = read_f32(&be, &out, hd * nh * m);
@@ -261,15 +256,7 @@ fn attention_of_a_batch_equals_its_tokens_one_at_a_time() {
                 mask[i * n_kv + j] = f32::NEG_INFINITY;
             }
         }
-        let p = AttnParams {
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            softcap: 0.0,
-            kv_start: 0,
-            n_kv,
-        };
+        let p = AttnParams::new(nh, nkv, hd, n_kv);
         let out = zeros(&be, GgmlType::F32, [hd * nh, m, 1, 1]);
         let (qt, mt) = (
             f32s(&be, [hd, nh, m, 1], &q),

@@ -147,13 +147,9 @@ fn attention_over_a_quantized_cache_is_attention_over_its_values() {
         let (k2, k2f) = make(tk, &k2x);
         let (v, vf) = make(tv, &vx);
         let p = AttnParams {
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
             scale: 0.125,
-            softcap: 0.0,
             kv_start,
-            n_kv,
+            ..AttnParams::new(nh, nkv, hd, n_kv)
         };
         let qt = f32s(&be, [hd, nh, m, 1], &q);
         let q2t = f32s(&be, [hd, nh, m, 1], &q2);

@@ -72,15 +72,7 @@ fn run(s: &Setup, seed: u64) -> (Vec<f32>, Vec<f64>, Vec<f32>) {
             slot[t * n + j as usize] = 0.0;
         }
     }
-    let p = AttnParams {
-        n_head: nh,
-        n_head_kv: nkv,
-        head_dim: hd,
-        scale: 1.0 / (hd as f32).sqrt(),
-        softcap: 0.0,
-        kv_start: 0,
-        n_kv: n,
-    };
+    let p = AttnParams::new(nh, nkv, hd, n);
     let t = |v: &[f32], ne: [usize; 4]| f32s(&be, ne, v);
     let out = zeros(&be, GgmlType::F32, [hd * nh, m, 1, 1]);
     be.attention_window(
@@ -239,13 +231,10 @@ fn a_window_prefill_in_blocks_equals_its_tokens_one_at_a_time() {
         }
         let _ = g; // G only moves the rotations, which the inputs stand for
         let p = AttnParams {
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
             scale: 0.5 / (hd as f32).sqrt(),
             softcap: cap,
             kv_start: 2,
-            n_kv,
+            ..AttnParams::new(nh, nkv, hd, n_kv)
         };
         let h = |x: &[f32]| x.iter().map(|&x| f16::from_f32(x)).collect::<Vec<f16>>();
         let (kh, k2h, vh) = (h(&kv), h(&k2v), h(&vv));

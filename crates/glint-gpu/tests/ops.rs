@@ -418,13 +418,9 @@ fn attention_gqa_mask_softcap_window_f32_f16() {
                     }
                 }
                 let p = AttnParams {
-                    n_head: nh,
-                    n_head_kv: nkv,
-                    head_dim: hd,
-                    scale: 1.0 / (hd as f32).sqrt(),
                     softcap,
                     kv_start,
-                    n_kv,
+                    ..AttnParams::new(nh, nkv, hd, n_kv)
                 };
                 let out = poisoned(F32, [hd * nh, m, 1, 1]);
                 gpu()
@@ -508,13 +504,8 @@ fn split_attention_is_two_dispatches_and_allocates_once() {
         be.write(&mask, 0, bytemuck::cast_slice(&vec![0.0f32; n_kv]))
             .unwrap();
         let p = AttnParams {
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
             scale: 0.125,
-            softcap: 0.0,
-            kv_start: 0,
-            n_kv,
+            ..AttnParams::new(nh, nkv, hd, n_kv)
         };
         let before = be.work_counters();
         let scratch = be.memory().scratch;
@@ -579,13 +570,8 @@ fn prefill_attention_reads_the_span_once_a_tile() {
     let v = f32s_on(&be, kv_ne, &r.vec_scaled(hd * nkv * n_kv, 1.0));
     let q_all = r.vec_scaled(hd * nh * 37, 1.0);
     let p = AttnParams {
-        n_head: nh,
-        n_head_kv: nkv,
-        head_dim: hd,
         scale: 0.125,
-        softcap: 0.0,
-        kv_start: 0,
-        n_kv,
+        ..AttnParams::new(nh, nkv, hd, n_kv)
     };
     // Tokens t0 .. t0 + m, causal over the last 37 cells of the span.
     let run = |t0: usize, m: usize| {
@@ -678,13 +664,8 @@ fn one_token_tiles_match_main() {
                 })
                 .collect();
             let p = AttnParams {
-                n_head: nh,
-                n_head_kv: nkv,
-                head_dim: hd,
-                scale: 1.0 / (hd as f32).sqrt(),
                 softcap: if m == 3 { 20.0 } else { 0.0 },
-                kv_start: 0,
-                n_kv,
+                ..AttnParams::new(nh, nkv, hd, n_kv)
             };
             let run = |be: &GpuBackend| {
                 let buf = |ty: GgmlType, ne: [usize; 4]| {
@@ -748,13 +729,8 @@ fn a_hidden_cells_inf_and_nan_stay_out_of_tiles() {
         .flat_map(|t| (0..n_kv).map(move |j| if j > 70 + t { f32::NEG_INFINITY } else { 0.0 }))
         .collect();
     let p = AttnParams {
-        n_head: nh,
-        n_head_kv: nkv,
-        head_dim: hd,
         scale: 0.125,
-        softcap: 0.0,
-        kv_start: 0,
-        n_kv,
+        ..AttnParams::new(nh, nkv, hd, n_kv)
     };
     let mut run = |kbad: f32, vbad: f32| {
         let row = bad * hd * nkv..(bad + 1) * hd * nkv;

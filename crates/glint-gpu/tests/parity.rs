@@ -379,13 +379,10 @@ fn rope_set_rows_attention_kshift() {
                     let mask = f32p([n_kv, m, 1, 1], &mask);
                     for softcap in [0.0, 20.0] {
                         let ap = AttnParams {
-                            n_head: nh,
-                            n_head_kv: nkv,
-                            head_dim: hd,
                             scale: 0.125,
                             softcap,
                             kv_start,
-                            n_kv,
+                            ..AttnParams::new(nh, nkv, hd, n_kv)
                         };
                         let o = out([hd * nh, m, 1, 1]);
                         gpu()
@@ -466,13 +463,10 @@ fn attention_window_matches_cpu() {
             let (near, far) = (f32p([n_kv, m, 1, 1], &near), f32p([n_kv, m, 1, 1], &far));
             for softcap in [0.0, 20.0] {
                 let ap = AttnParams {
-                    n_head: nh,
-                    n_head_kv: nkv,
-                    head_dim: hd,
                     scale: 0.125,
                     softcap,
                     kv_start,
-                    n_kv,
+                    ..AttnParams::new(nh, nkv, hd, n_kv)
                 };
                 let o = out([hd * nh, m, 1, 1]);
                 gpu()
@@ -584,13 +578,9 @@ fn quantized_cache_matches_cpu() {
                 }
                 let (near, far) = (f32p([n_kv, m, 1, 1], &near), f32p([n_kv, m, 1, 1], &far));
                 let ap = AttnParams {
-                    n_head: nh,
-                    n_head_kv: nkv,
-                    head_dim: hd,
                     scale: 0.125,
-                    softcap: 0.0,
                     kv_start,
-                    n_kv,
+                    ..AttnParams::new(nh, nkv, hd, n_kv)
                 };
                 let o = out([hd * nh, m, 1, 1]);
                 gpu()

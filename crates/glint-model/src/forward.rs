@@ -1043,13 +1043,9 @@ impl<B: Backend> Layer<'_, B> {
             _ => &inp.mask,
         };
         let p = AttnParams {
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
             softcap: hp.attn_softcap,
             kv_start,
-            n_kv,
+            ..AttnParams::new(nh, nkv, hd, n_kv)
         };
         match window {
             Some((qr2, k2, mf)) => b.attention_window(
