@@ -23,10 +23,6 @@ struct Outputs {
     /// Output rows that are still on the device, in the last micro-batch's
     /// output (`first row`, count).
     pending: Option<(usize, usize)>,
-    /// The output rows of the last micro-batch (`first row`, count), whose
-    /// greedy choices are on the device (read or not): where a chained
-    /// step takes its tokens from (`Context::chain_fits`).
-    on_device: Option<(usize, usize)>,
     /// `[n_rows]` argmax of the pending rows, read together the first time
     /// one is asked for: a step of several sequences reads its greedy
     /// tokens back in one transfer (4 bytes each), not one each.
@@ -321,8 +317,10 @@ impl Context {
                 hi - lo + 1
             )));
         }
-        if self.out.on_device != Some((0, n)) {
-            let last = self.out.on_device.map_or(0, |(_, c)| c);
+        // The device's output is the last micro-batch's: the batch's last
+        // rows, all of them only where it has `rows`.
+        let last = on_exec!(&self.exec, |x| x.pending.as_ref().map_or(0, |o| o.n_out));
+        if last != n {
             return Err(Error::Invalid(format!(
                 "decode_greedy chains from rows the device still holds, the last \
                  micro-batch's; the last decode's last micro-batch had {last} of its {rows} rows"
@@ -380,7 +378,6 @@ impl Context {
             host: vec![None; n_rows as usize],
             hidden: vec![None; n_rows as usize],
             pending: None,
-            on_device: None,
             argmax: vec![None; n_rows as usize],
             top_k: vec![None; n_rows as usize],
         };
@@ -684,11 +681,9 @@ impl Context {
         let has_out = with_exec!(model.backend(), &mut self.exec, |l, x| forward_ubatch(
             l, hp, x, &ub
         ))?;
-        self.out.on_device = None;
         if has_out {
             if let Some(r) = first_row {
                 self.out.pending = Some((r as usize, outputs.len()));
-                self.out.on_device = Some((r as usize, outputs.len()));
             }
         }
         Ok(())
