@@ -233,14 +233,29 @@ pub fn warm_up(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<(),
     Ok(())
 }
 
-/// One timed repetition; returns seconds. The context needs
-/// `test.n_seq()` sequences of `test.n_ctx()` cells.
-pub fn run_once(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<f64, Error> {
+/// One timed repetition.
+#[derive(Clone, Copy, Debug)]
+pub struct RunTime {
+    /// Wall time of the test's tokens.
+    pub seconds: f64,
+    /// On wgpu: the part of it the host was not blocked on the device (in
+    /// queue submits or waits), its own work: recording and encoding the
+    /// steps, the forward pass's logic, the cache's bookkeeping. Once the
+    /// host records a step while the device runs the one before (greedy
+    /// chaining), a step takes the longer of this and the device's time,
+    /// on any GPU. `None` on the cpu backend.
+    pub host_seconds: Option<f64>,
+}
+
+/// One timed repetition. The context needs `test.n_seq()` sequences of
+/// `test.n_ctx()` cells.
+pub fn run_once(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<RunTime, Error> {
     ctx.clear();
     let p = test.n_seq();
     if test.n_depth > 0 {
         prompt(ctx, test.n_depth, 0, p, rng)?;
     }
+    let blocked0 = ctx.model().gpu_host_blocked_ns();
     let t0 = Instant::now();
     if test.n_prompt > 0 {
         prompt(ctx, test.n_prompt, test.n_depth, p, rng)?;
@@ -248,7 +263,15 @@ pub fn run_once(ctx: &mut Context, test: &Test, rng: &mut TokenRng) -> Result<f6
     if test.n_gen > 0 {
         generate(ctx, test.n_gen, test.n_depth + test.n_prompt, p, rng, true)?;
     }
-    Ok(t0.elapsed().as_secs_f64())
+    let seconds = t0.elapsed().as_secs_f64();
+    let host_seconds = match (blocked0, ctx.model().gpu_host_blocked_ns()) {
+        (Some(b0), Some(b1)) => Some((seconds - b1.saturating_sub(b0) as f64 / 1e9).max(0.0)),
+        _ => None,
+    };
+    Ok(RunTime {
+        seconds,
+        host_seconds,
+    })
 }
 
 /// Bytes of weights one forward pass reads: every tensor, except that an

@@ -74,6 +74,9 @@ fn json_rows_have_the_fields() {
             .as_u64()
             .unwrap();
         assert!(thr >= 576 / 32 * 36, "thread scratch {thr} bytes");
+        // The host's own time is a wgpu figure.
+        assert!(r["samples_host_seconds"].is_null(), "{r}");
+        assert!(r["host_us_per_step"].is_null(), "{r}");
     }
     assert_eq!(
         (rows[0]["n_prompt"].as_u64(), rows[0]["n_gen"].as_u64()),
@@ -206,6 +209,20 @@ fn counters_give_the_steps_work_and_read_ratios() {
         // 4 bytes back per sequence, in one read.
         assert_eq!(c["readback_bytes"].as_u64(), Some(4 * npl), "{c}");
         assert_eq!(c["readbacks"].as_u64(), Some(1), "{c}");
+        // The run's host time: part of its wall time, not all of it (the
+        // device's work on the software driver is the larger part), and
+        // per step for the generation test only.
+        let wall = r["samples_seconds"][0].as_f64().unwrap();
+        let host = r["samples_host_seconds"][0].as_f64().unwrap();
+        assert!(host > 0.0 && host < wall, "host {host} s of {wall} s");
+        match r["n_gen"].as_u64().unwrap() {
+            0 => assert!(r["host_us_per_step"].is_null(), "{r}"),
+            n => assert_eq!(
+                r["host_us_per_step"].as_f64(),
+                Some(host / n as f64 * 1e6),
+                "{r}"
+            ),
+        }
     }
     let npl: Vec<u64> = rows
         .iter()

@@ -477,6 +477,8 @@ pub fn run(rest: &[String]) -> Result<(), String> {
 
 struct Measured {
     seconds: Vec<f64>,
+    /// On wgpu: each run's host time ([`bench::RunTime::host_seconds`]).
+    host_seconds: Vec<f64>,
     memory: glint::MemoryReport,
     peak_rss: Option<u64>,
     /// With `--counters` on wgpu: the work of one decode step.
@@ -504,9 +506,12 @@ fn run_test(
     // The warm-up's kernels are not the runs'.
     model.take_gpu_profile()?;
     let mut seconds = Vec::with_capacity(reps);
+    let mut host_seconds = Vec::new();
     for r in 0..reps {
-        let s = bench::run_once(&mut ctx, test, &mut rng)?;
+        let run = bench::run_once(&mut ctx, test, &mut rng)?;
+        let s = run.seconds;
         seconds.push(s);
+        host_seconds.extend(run.host_seconds);
         let line = format!(
             "glint bench: {label}: run {}/{reps} {:.2} t/s",
             r + 1,
@@ -535,6 +540,7 @@ fn run_test(
     };
     Ok(Measured {
         seconds,
+        host_seconds,
         memory: model.memory(),
         peak_rss: bench::peak_rss_bytes(),
         counters,
@@ -590,6 +596,16 @@ fn row(
         "repetitions": r.seconds.len(),
         "samples_seconds": r.seconds,
         "samples_ts": ts,
+        // wgpu: each run's wall time less its time blocked on the device.
+        "samples_host_seconds": (!r.host_seconds.is_empty()).then_some(&r.host_seconds),
+        // A generation test's run is its decode steps: the median run's
+        // host time per step.
+        "host_us_per_step": match (test.n_prompt, r.host_seconds.is_empty()) {
+            (0, false) if test.n_gen > 0 => {
+                Some(bench::median_min_max(&r.host_seconds).0 / test.n_gen as f64 * 1e6)
+            }
+            _ => None,
+        },
         "tokens_per_second": {"median": ts_med, "min": ts_min, "max": ts_max},
         "bytes_read": bytes,
         "gb_per_s": gbs,
@@ -738,9 +754,36 @@ fn markdown(rows: &[Json]) -> String {
         devices.join("; "),
         bench::BYTES_FORMULA
     ));
+    s.push_str(&host_markdown(rows));
     s.push_str(&counters_markdown(rows));
     s.push_str(&profile_markdown(rows));
     s
+}
+
+/// The wgpu generation rows' host time per decode step, on one line.
+fn host_markdown(rows: &[Json]) -> String {
+    let each: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let us = r["host_us_per_step"].as_f64()?;
+            Some(format!(
+                "{} {} npl {}: {us:.0} us",
+                r["model"].as_str().unwrap_or(""),
+                r["test"].as_str().unwrap_or(""),
+                r["n_parallel"]
+            ))
+        })
+        .collect();
+    if each.is_empty() {
+        return String::new();
+    }
+    format!(
+        "host time per decode step (wgpu: the run's wall time less its time blocked in queue \
+         submits and device waits, over its steps, median run; once a step is recorded while \
+         the device runs the one before, a step takes the longer of this and the device's \
+         time): {}\n",
+        each.join("; ")
+    )
 }
 
 /// With `--profile`: each row's kernels, by device time per run.

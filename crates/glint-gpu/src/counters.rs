@@ -21,11 +21,25 @@ pub(crate) struct Work {
     pub(crate) readback_bytes: AtomicU64,
     pub(crate) weight_bytes_read: AtomicU64,
     pub(crate) kv_bytes_read: AtomicU64,
+    /// Nanoseconds the host spent in queue submits and in waits for the
+    /// device: a clock, not a count (so not in [`GpuCounters`], which
+    /// stays deterministic). The host's own cost of a step is its wall
+    /// time less this ([`crate::GpuBackend::host_blocked_ns`]).
+    pub(crate) blocked_ns: AtomicU64,
 }
 
 impl Work {
     pub(crate) fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
+    }
+
+    /// `f`, its wall time added to [`Work::blocked_ns`].
+    pub(crate) fn blocked<R>(&self, f: impl FnOnce() -> R) -> R {
+        let t0 = std::time::Instant::now();
+        let r = f();
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.blocked_ns.fetch_add(ns, Relaxed);
+        r
     }
 
     pub(crate) fn snapshot(&self) -> GpuCounters {

@@ -189,6 +189,19 @@ impl GpuBackend {
         c
     }
 
+    /// Nanoseconds the host has spent in queue submits and in waits for
+    /// the device since the backend was made: a step's wall time less the
+    /// difference of two readings is the host's own cost of the step
+    /// (recording, encoding, its own logic). A clock, so not one of the
+    /// deterministic [`GpuCounters`]. On a driver that runs the work
+    /// inside the submit (lavapipe), the submit's own host cost counts as
+    /// blocked.
+    pub fn host_blocked_ns(&self) -> u64 {
+        self.work
+            .blocked_ns
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The adapter in use (tests assert its backend).
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.ctx.info

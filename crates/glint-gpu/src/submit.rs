@@ -86,7 +86,10 @@ impl GpuBackend {
                 Work::add(&self.work.queue_write_bytes, p.params.len() as u64);
                 self.ctx.queue.write_buffer(&self.params, 0, &p.params);
             }
-            index = Some(self.ctx.queue.submit([enc.finish()]));
+            let cmd = enc.finish();
+            // Blocked: a driver may run the work inside the submit (lavapipe
+            // does), so its time is not the host's own.
+            index = Some(self.work.blocked(|| self.ctx.queue.submit([cmd])));
             Work::add(&self.work.submits, 1);
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
                 // A lost reading is a hole in the profile, not an error of
@@ -101,11 +104,12 @@ impl GpuBackend {
     }
 
     pub(crate) fn wait(&self) -> Result<()> {
-        self.ctx
-            .device
-            .poll(wgpu::PollType::Wait {
-                submission_index: None,
-                timeout: None,
+        self.work
+            .blocked(|| {
+                self.ctx.device.poll(wgpu::PollType::Wait {
+                    submission_index: None,
+                    timeout: None,
+                })
             })
             .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
         self.ctx.take_error()
@@ -515,13 +519,15 @@ impl GpuBackend {
                 detail: format!("{} bytes were read, {} asked for", r.len, out.len()),
             });
         }
-        self.ctx
-            .device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(r.index.clone().ok_or_else(|| {
-                    BackendError::Device("read_finish: the copy was never submitted".into())
-                })?),
-                timeout: None,
+        let index = r.index.clone().ok_or_else(|| {
+            BackendError::Device("read_finish: the copy was never submitted".into())
+        })?;
+        self.work
+            .blocked(|| {
+                self.ctx.device.poll(wgpu::PollType::Wait {
+                    submission_index: Some(index),
+                    timeout: None,
+                })
             })
             .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
         self.ctx.take_error()?;

@@ -125,6 +125,20 @@ impl Model {
         }
     }
 
+    /// On wgpu: nanoseconds the host has spent blocked on the device (in
+    /// queue submits and waits) since the model was loaded
+    /// ([`glint_gpu::GpuBackend::host_blocked_ns`]); `None` on the cpu.
+    /// A step's wall time less the difference of two readings is the
+    /// host's own cost of it.
+    #[cfg(feature = "wgpu")]
+    pub fn gpu_host_blocked_ns(&self) -> Option<u64> {
+        match &self.inner.backend {
+            LoadedBackend::Gpu(l) => Some(l.be.host_blocked_ns()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     /// Loaded with [`ModelParams::gpu_profile`] on wgpu: each kernel
     /// variant's device time since the last call, most first, then the
     /// time between dispatches; `None` otherwise.
