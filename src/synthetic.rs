@@ -127,6 +127,31 @@ pub const PRESETS: &[Preset] = &[
         n_conv: 0,
         mix: Q4_0_MIX,
     },
+    // llama2-7b's step at width 256: its 32 layers and every kernel a
+    // 7B decode step dispatches, with a 50th of the weights. What the host
+    // does per token of a 7B (recording, encoding, submitting), with the
+    // device's part small enough that the software driver does not evict
+    // the host's data from the caches between steps (`glint bench` prints
+    // the host's time per step).
+    Preset {
+        name: "llama2-7b-narrow:q4_0",
+        arch: "llama",
+        n_embd: 256,
+        n_layer: 32,
+        n_head: 2,
+        n_head_kv: 2,
+        head_dim: None,
+        n_ff: 704,
+        n_vocab: 4096,
+        n_ctx_train: 4096,
+        rope_freq_base: 10_000.0,
+        rms_eps: 1e-5,
+        n_swa: 0,
+        tied: false,
+        attn_layers: &[],
+        n_conv: 0,
+        mix: Q4_0_MIX,
+    },
     Preset {
         name: "llama3-8b:q4_k",
         arch: "llama",
