@@ -51,7 +51,7 @@ pub struct PipelineCache {
     loop_bounding: bool,
     /// Pipelines compiled so far (cache misses), for the work counters.
     pub(crate) created: std::sync::atomic::AtomicU64,
-    pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>, foldhash::fast::RandomState>>,
     /// By (inputs, outputs, params as immediates).
     layouts: Mutex<HashMap<(u32, u32, bool), Arc<wgpu::BindGroupLayout>>>,
 }

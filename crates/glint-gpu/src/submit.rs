@@ -42,10 +42,10 @@ pub(crate) struct Pending {
     pass: Option<wgpu::ComputePass<'static>>,
     n_ops: usize,
     params: Vec<u8>,
-    /// Every buffer a recorded op reads or writes: a queue write to one of
-    /// them must wait for the ops (it would land before them); a write to
-    /// any other buffer need not submit them.
-    bound: std::collections::HashSet<wgpu::Buffer>,
+    /// Every buffer a recorded op reads or writes ([`GpuTensor::buf_id`]):
+    /// a queue write to one of them must wait for the ops (it would land
+    /// before them); a write to any other buffer need not submit them.
+    bound: std::collections::HashSet<u64, foldhash::fast::RandomState>,
     /// Profiling: the kernel (the profiler's index) of each dispatch
     /// recorded, in order; dispatch n's timestamps are queries 2n, 2n + 1.
     profiled: Vec<usize>,
@@ -58,7 +58,7 @@ impl Pending {
             pass: None,
             n_ops: 0,
             params: Vec::new(),
-            bound: std::collections::HashSet::new(),
+            bound: Default::default(),
             profiled: Vec::new(),
         }
     }
@@ -152,11 +152,11 @@ impl GpuBackend {
         let mut bkey = BindKey {
             n_in: key.n_in,
             n_out: key.n_out,
-            binds: Default::default(),
+            binds: [(0, 0, 0); BindKey::MAX],
         };
         // `dispatch` refused more than BindKey::MAX.
         for (slot, b) in bkey.binds.iter_mut().zip(binds()) {
-            *slot = Some((b.buf.clone(), b.offset, b.size));
+            *slot = (b.id, b.offset, b.size);
         }
         let (bg, made) = self.binds.get_or_make(bkey, || {
             let mut entries = Vec::new();
@@ -273,9 +273,7 @@ impl GpuBackend {
         }
         p.n_ops += 1;
         for b in inputs.iter().chain(outputs) {
-            if !p.bound.contains(b.buf) {
-                p.bound.insert(b.buf.clone());
-            }
+            p.bound.insert(b.id);
         }
         if p.pass.is_none() {
             let pass = self
@@ -329,7 +327,7 @@ impl GpuBackend {
         // cannot tell, and stay recorded (one submit a decode step).
         {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if p.bound.contains(&t.buf) {
+            if p.bound.contains(&t.buf_id) {
                 self.submit(&mut p);
             }
         }

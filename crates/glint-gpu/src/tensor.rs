@@ -11,6 +11,10 @@ use crate::GpuBackend;
 /// A tensor on the device: a buffer (size padded to 4 bytes) and its shape.
 pub struct GpuTensor {
     pub(crate) buf: wgpu::Buffer,
+    /// `buf`'s identity ([`buffer_id`]): what bind-group keys and the
+    /// buffers a submit binds are told apart by, a copy of a number where
+    /// a `wgpu::Buffer` would be two reference counts to bump and drop.
+    pub(crate) buf_id: u64,
     pub(crate) desc: TensorDesc,
     counters: Arc<Counters>,
     /// The backend's bind groups: those naming this buffer go with it.
@@ -46,22 +50,30 @@ impl Drop for GpuTensor {
                 .of(self.desc.usage)
                 .fetch_sub(self.buf.size() as usize, Ordering::Relaxed);
             // Cached bind groups would keep the buffer alive.
-            self.binds.forget(&self.buf);
+            self.binds.forget(self.buf_id);
         }
     }
 }
 
+/// A new buffer's identity: never given twice in a process, so a key
+/// naming a dropped buffer can never name a later one.
+pub(crate) fn buffer_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// A bind group's identity: its layout (`n_in`, `n_out`: one layout per
-/// pair) and each binding's buffer, offset and size. The uniform binding is
-/// always the params arena at offset 0 (dynamic offsets pick the block).
-/// The bindings are held inline (a `Buffer` is a reference count): a key
-/// is built for every dispatch to look its group up, with no heap
-/// allocation.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// pair) and each binding's buffer ([`GpuTensor::buf_id`]), offset and
+/// size. The uniform binding is always the params arena at offset 0
+/// (dynamic offsets pick the block). A key is built for every dispatch to
+/// look its group up: plain numbers, inline, so building, hashing and
+/// dropping it touch no reference count and no heap.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct BindKey {
     pub(crate) n_in: u32,
     pub(crate) n_out: u32,
-    pub(crate) binds: [Option<(wgpu::Buffer, u64, u64)>; BindKey::MAX],
+    /// (buffer id, offset, size) of each binding.
+    pub(crate) binds: [(u64, u64, u64); BindKey::MAX],
 }
 
 impl BindKey {
@@ -77,7 +89,9 @@ impl BindKey {
 /// model's steps, which bind a fixed set).
 #[derive(Default)]
 pub(crate) struct BindCache {
-    map: std::sync::Mutex<std::collections::HashMap<BindKey, wgpu::BindGroup>>,
+    map: std::sync::Mutex<
+        std::collections::HashMap<BindKey, wgpu::BindGroup, foldhash::fast::RandomState>,
+    >,
 }
 
 impl BindCache {
@@ -101,9 +115,12 @@ impl BindCache {
         (g, true)
     }
 
-    fn forget(&self, buf: &wgpu::Buffer) {
+    fn forget(&self, buf_id: u64) {
         let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|k, _| k.binds.iter().flatten().all(|(b, _, _)| b != buf));
+        m.retain(|k, _| {
+            let n = (k.n_in + k.n_out) as usize;
+            k.binds[..n].iter().all(|&(b, _, _)| b != buf_id)
+        });
     }
 }
 
@@ -129,6 +146,8 @@ impl Counters {
 #[derive(Clone, Copy)]
 pub(crate) struct Bind<'a> {
     pub(crate) buf: &'a wgpu::Buffer,
+    /// `buf`'s [`GpuTensor::buf_id`].
+    pub(crate) id: u64,
     pub(crate) offset: u64,
     pub(crate) size: u64,
     /// The backend that made the tensor (its counters' address): a buffer
@@ -141,6 +160,7 @@ impl<'a> Bind<'a> {
     pub(crate) fn whole(t: &'a GpuTensor) -> Self {
         Bind {
             buf: &t.buf,
+            id: t.buf_id,
             offset: t.offset,
             size: t.size,
             owner: t.owner(),
@@ -151,6 +171,7 @@ impl<'a> Bind<'a> {
     pub(crate) fn window(t: &'a GpuTensor, win: &Window) -> Self {
         Bind {
             buf: &t.buf,
+            id: t.buf_id,
             offset: t.offset + win.offset,
             size: win.size,
             owner: t.owner(),
@@ -161,6 +182,7 @@ impl<'a> Bind<'a> {
     pub(crate) fn buffer(t: &'a GpuTensor) -> Self {
         Bind {
             buf: &t.buf,
+            id: t.buf_id,
             offset: 0,
             size: t.buf.size(),
             owner: t.owner(),
@@ -337,6 +359,7 @@ impl GpuBackend {
             .fetch_add(size as usize, Ordering::Relaxed);
         Ok(GpuTensor {
             buf,
+            buf_id: buffer_id(),
             desc,
             counters: self.counters.clone(),
             binds: self.binds.clone(),
@@ -406,6 +429,7 @@ impl GpuBackend {
         for (i, (d, b)) in parts.iter().enumerate() {
             let t = GpuTensor {
                 buf: whole.buf.clone(),
+                buf_id: whole.buf_id,
                 desc: d.clone(),
                 counters: Arc::clone(&self.counters),
                 binds: Arc::clone(&self.binds),
@@ -431,6 +455,7 @@ impl GpuBackend {
         let desc = glint_backend::check::view(&t.desc, ne)?;
         Ok(GpuTensor {
             buf: t.buf.clone(),
+            buf_id: t.buf_id,
             offset: t.offset,
             size: pad4(desc.n_bytes() as u64).min(t.size),
             desc,

@@ -525,6 +525,43 @@ fn split_attention_is_two_dispatches_and_allocates_once() {
     assert_eq!((short.dispatches, short.buffers_created), (1, 0));
 }
 
+/// Bind groups are cached by the buffers they name: an op run again on the
+/// same tensors (or a view of them) makes none, one on a new tensor makes
+/// its own, and after a tensor is dropped a tensor made in its place gets
+/// a group of its own (its buffer is never taken for the dropped one's),
+/// and the op still reads what it was given.
+#[test]
+fn bind_groups_are_made_once_for_their_buffers() {
+    let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
+    let n = 300;
+    let mut r = Rng(seed());
+    let (va, vb) = (r.vec(n), r.vec(n));
+    let a = f32s_on(&be, [n, 1, 1, 1], &va);
+    let out = f32s_on(&be, [n, 1, 1, 1], &vec![0.0; n]);
+    let made = |b: &glint_gpu::GpuTensor| {
+        let before = be.work_counters();
+        be.add(&a, b, &out).unwrap();
+        let c = be.work_counters().since(&before);
+        assert_eq!(c.dispatches, 1);
+        let mut got = vec![0f32; n];
+        be.read(&out, 0, bytemuck::cast_slice_mut(&mut got))
+            .unwrap();
+        (c.bind_groups_created, got)
+    };
+    let sum = |vb: &[f32]| va.iter().zip(vb).map(|(x, y)| x + y).collect::<Vec<_>>();
+    let b = f32s_on(&be, [n, 1, 1, 1], &vb);
+    assert_eq!(made(&b), (1, sum(&vb)));
+    assert_eq!(made(&b), (0, sum(&vb)));
+    // A view of the whole of `b` binds the same bytes.
+    let whole = be.view(&b, [n, 1, 1, 1]).unwrap();
+    assert_eq!(made(&whole), (0, sum(&vb)));
+    drop((whole, b));
+    let vc = r.vec(n);
+    let c = f32s_on(&be, [n, 1, 1, 1], &vc);
+    assert_eq!(made(&c), (1, sum(&vc)));
+    assert_eq!(made(&c), (0, sum(&vc)));
+}
+
 /// Attention of `q` (`[head_dim, n_head, m]`) over `k`, `v` under `mask`
 /// (`[n_kv, m]`) on `be`, a backend of the test's own: what the call
 /// counted, and its output read back.
