@@ -867,12 +867,9 @@ impl KvCells {
                 head = 0;
             }
             let order = (head..kv_size).chain(0..head.min(kv_size));
-            // run[i]: empty cells in a row starting at i
-            let mut run = vec![0usize; kv_size + 1];
-            for i in (0..kv_size).rev() {
-                run[i] = if stream.pos[i] < 0 { run[i + 1] + 1 } else { 0 };
-            }
-            let chosen: Vec<usize> = match order.clone().find(|&i| run[i] >= n) {
+            let run = first_run(&stream.pos, head..kv_size, n)
+                .or_else(|| first_run(&stream.pos, 0..head.min(kv_size), n));
+            let chosen: Vec<usize> = match run {
                 Some(start) => (start..start + n).collect(),
                 None => order.filter(|&i| stream.pos[i] < 0).take(n).collect(),
             };
@@ -1471,6 +1468,72 @@ impl KvCells {
                 assert_eq!(shifted, stream.n_shifted, "stream {st} n_shifted");
             }
             assert_eq!(ms, self.seq_pos, "per-sequence position multisets");
+        }
+    }
+}
+
+/// The first cell `i` of `starts` that begins a run of `n` empty cells
+/// (`pos[i..i + n]` all negative, inside `pos`), if any. A run that fails
+/// at an occupied cell `j` rules out every start up to `j` as well, so the
+/// search goes on from `j + 1` and reads each cell at most once: a decode
+/// step, whose run starts at the head, reads `n` cells, not the stream.
+fn first_run(pos: &[i32], starts: std::ops::Range<usize>, n: usize) -> Option<usize> {
+    let mut i = starts.start;
+    while i < starts.end {
+        let mut j = i;
+        while j < i + n && j < pos.len() && pos[j] < 0 {
+            j += 1;
+        }
+        if j == i + n {
+            return Some(i);
+        }
+        if j >= pos.len() {
+            // Empty to the end but short of `n`: no later start fits.
+            return None;
+        }
+        i = j + 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod first_run_tests {
+    use super::first_run;
+
+    /// The whole-stream scan `find_cells` made before: `run[i]`, the empty
+    /// cells in a row from `i`, for every cell, then the first start of
+    /// `starts` with `run[i] >= n`.
+    fn by_runs(pos: &[i32], starts: std::ops::Range<usize>, n: usize) -> Option<usize> {
+        let mut run = vec![0usize; pos.len() + 1];
+        for i in (0..pos.len()).rev() {
+            run[i] = if pos[i] < 0 { run[i + 1] + 1 } else { 0 };
+        }
+        starts.into_iter().find(|&i| run[i] >= n)
+    }
+
+    #[test]
+    fn agrees_with_the_whole_stream_scan() {
+        let mut r = glint_testkit::Rng(0x5eed_f125);
+        for _ in 0..20_000 {
+            let len = 1 + r.below(40);
+            let full = r.below(101) as u64;
+            let pos: Vec<i32> = (0..len)
+                .map(|_| {
+                    if r.chance(full) {
+                        r.below(100) as i32
+                    } else {
+                        -1
+                    }
+                })
+                .collect();
+            let n = 1 + r.below(8);
+            let a = r.below(len + 1);
+            let b = a + r.below(len + 1 - a);
+            assert_eq!(
+                first_run(&pos, a..b, n),
+                by_runs(&pos, a..b, n),
+                "{pos:?} starts {a}..{b} n {n}"
+            );
         }
     }
 }
