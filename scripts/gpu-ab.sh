@@ -39,6 +39,11 @@ B="$GLINT bench --backend wgpu -o md"
 run "$GLINT" devices
 # The issue's command, with the step's work counted.
 run $B --synthetic llama2-7b:q4_0 -p 512 -n 128 -r 2 --counters
+# The host's time per step (the "host time per decode step" line) of a
+# 7B's structure, its ~200 dispatches with a 50th of its weights: with
+# steps chained, a 7B's tg is bound by the longer of this and the
+# device's time, so this says whether the host or the GPU sets the pace.
+run $B --synthetic llama2-7b-narrow:q4_0 -p 0 -n 128 -r 3 -npl 1,4
 # Prefill at depth: tiles against a workgroup a token (SmolLM2's heads
 # take tiles of 10 tokens, a 7B's 16; Gemma 3's keep `main`).
 for m in smollm2-135m:q4_1 llama2-7b:q4_0; do

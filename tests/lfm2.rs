@@ -570,7 +570,8 @@ fn one_wgpu_decode_step_stays_within_the_budget() {
     assert_eq!((c.passes, c.submits), (1, 1), "{c:?}");
     assert_eq!((c.buffers_created, c.bind_groups_created), (0, 0), "{c:?}");
     assert_eq!(c.pipelines_created, 0, "{c:?}");
-    assert!(c.queue_writes <= 7, "{c:?}");
+    // The step's inputs (the slots among them) staged together: one write.
+    assert_eq!(c.queue_writes, 1, "{c:?}");
     assert_eq!(c.readback_bytes, 4, "{c:?}");
     assert_eq!(common::one_gpu_step(&model, 3).dispatches, c.dispatches);
 }

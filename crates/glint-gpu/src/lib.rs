@@ -86,6 +86,10 @@ pub struct GpuBackend {
     /// multiples of `param_align` (the device's dynamic-offset alignment).
     params: wgpu::Buffer,
     param_align: usize,
+    /// Staging for a submit's small writes (`[UPLOAD_BYTES]` u8, written
+    /// by one queue write a submit and copied out in its encoder): see
+    /// [`GpuBackend::write_bytes`].
+    uploads: wgpu::Buffer,
     /// Persistent readback buffers (MAP_READ), grown when a read needs
     /// more: as many as reads were ever in flight together (`read` takes
     /// one for its duration, `Backend::read_start` until `read_finish`;
@@ -142,6 +146,12 @@ impl GpuBackend {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        let uploads = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("uploads"),
+            size: submit::UPLOAD_BYTES,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         Ok(GpuBackend {
             ctx,
             pipelines: PipelineCache::new(
@@ -150,6 +160,7 @@ impl GpuBackend {
             pending: Mutex::new(Pending::new()),
             params,
             param_align,
+            uploads,
             readings: Arc::default(),
             binds: Arc::default(),
             counters: Arc::default(),

@@ -24,6 +24,14 @@ use crate::GpuBackend;
 /// is one submit.
 pub const MAX_PENDING_OPS: usize = 2048;
 
+/// The bytes of the uploads staging buffer: the small writes of one submit
+/// together (a decode step's inputs are tens of bytes a sequence).
+pub(crate) const UPLOAD_BYTES: u64 = 1 << 16;
+
+/// The largest write that goes through the uploads staging buffer; larger
+/// ones (weights, host-built masks) are queue writes of their own.
+const UPLOAD_MAX_WRITE: usize = 1 << 12;
+
 /// The largest params block an op may have (64 u32 words).
 pub(crate) const PARAMS_MAX_BYTES: u64 = 256;
 
@@ -42,6 +50,17 @@ pub(crate) struct Pending {
     pass: Option<wgpu::ComputePass<'static>>,
     n_ops: usize,
     params: Vec<u8>,
+    /// The bytes of the writes staged for this submit, in order, each at a
+    /// multiple of 4: written to the uploads buffer at submit, before the
+    /// copies out of it run.
+    uploads: Vec<u8>,
+    /// The staged writes' copies out of the uploads buffer, submitted
+    /// before `encoder`: they land before the submit's ops, as queue
+    /// writes do.
+    pre: Option<wgpu::CommandEncoder>,
+    /// The buffers those copies write: a queue write to one of them waits
+    /// for them (it would land first).
+    staged: std::collections::HashSet<u64, foldhash::fast::RandomState>,
     /// Every buffer a recorded op reads or writes ([`GpuTensor::buf_id`]):
     /// a queue write to one of them must wait for the ops (it would land
     /// before them); a write to any other buffer need not submit them.
@@ -58,6 +77,9 @@ impl Pending {
             pass: None,
             n_ops: 0,
             params: Vec::new(),
+            uploads: Vec::new(),
+            pre: None,
+            staged: Default::default(),
             bound: Default::default(),
             profiled: Vec::new(),
         }
@@ -75,6 +97,10 @@ impl GpuBackend {
         p.pass = None;
         let mut index = None;
         let mut profiled = std::mem::take(&mut p.profiled);
+        if p.pre.is_some() && p.encoder.is_none() {
+            // Staged writes alone: their copies are the submit.
+            p.encoder = Some(self.new_encoder());
+        }
         if let Some(mut enc) = p.encoder.take() {
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
                 if !prof.resolve(&mut enc, profiled.len()) {
@@ -86,10 +112,19 @@ impl GpuBackend {
                 Work::add(&self.work.queue_write_bytes, p.params.len() as u64);
                 self.ctx.queue.write_buffer(&self.params, 0, &p.params);
             }
+            if !p.uploads.is_empty() {
+                Work::add(&self.work.queue_writes, 1);
+                Work::add(&self.work.queue_write_bytes, p.uploads.len() as u64);
+                self.ctx.queue.write_buffer(&self.uploads, 0, &p.uploads);
+            }
+            let pre = p.pre.take().map(|e| e.finish());
             let cmd = enc.finish();
             // Blocked: a driver may run the work inside the submit (lavapipe
             // does), so its time is not the host's own.
-            index = Some(self.work.blocked(|| self.ctx.queue.submit([cmd])));
+            index = Some(
+                self.work
+                    .blocked(|| self.ctx.queue.submit(pre.into_iter().chain([cmd]))),
+            );
             Work::add(&self.work.submits, 1);
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
                 // A lost reading is a hole in the profile, not an error of
@@ -98,6 +133,8 @@ impl GpuBackend {
             }
         }
         p.params.clear();
+        p.uploads.clear();
+        p.staged.clear();
         p.n_ops = 0;
         p.bound.clear();
         index
@@ -132,11 +169,13 @@ impl GpuBackend {
     /// pass ended.
     fn encoder<'p>(&self, p: &'p mut Pending) -> &'p mut wgpu::CommandEncoder {
         p.pass = None;
-        p.encoder.get_or_insert_with(|| {
-            self.ctx
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
-        })
+        p.encoder.get_or_insert_with(|| self.new_encoder())
+    }
+
+    fn new_encoder(&self) -> wgpu::CommandEncoder {
+        self.ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
     }
 
     /// The bind group of one dispatch, `inputs`, `outputs`, then (unless
@@ -315,29 +354,60 @@ impl GpuBackend {
 
     /// `Backend::write`: `data` at byte `offset` of `t`, after the ops
     /// recorded so far.
+    ///
+    /// A small write (at most [`UPLOAD_MAX_WRITE`] bytes, whole words) is
+    /// staged: its bytes join the submit's others, written to the uploads
+    /// buffer by one queue write at submit, and a copy into `t` is
+    /// recorded in a command buffer submitted before the ops' (so it lands
+    /// where a queue write would). A decode step's inputs (ids, positions, rows,
+    /// sequences, the cells that changed) are such writes: one queue write
+    /// a step, where each was one (wgpu stages every queue write in a
+    /// buffer of its own, made and freed per write). Any other write is a
+    /// queue write of its own.
     pub(crate) fn write_bytes(&self, t: &GpuTensor, offset: usize, data: &[u8]) -> Result<()> {
         self.check_owner("write", t)?;
         let end = in_range("write", t, offset, data.len())?;
         if data.is_empty() {
             return Ok(());
         }
-        // Queue writes land before any work submitted after them: when a
-        // recorded op binds this buffer, submit what was recorded so far
-        // first, so the order is the call order. Ops that do not bind it
-        // cannot tell, and stay recorded (one submit a decode step).
+        t.finite.store(finite_f32(t, offset, data), Relaxed);
+        let start4 = offset / 4 * 4;
+        let end4 = end.div_ceil(4) * 4;
+        let aligned = start4 == offset && end4 == end;
         {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            // Queue writes (and staged copies) land before the ops of the
+            // submit they go with: when a recorded op touches this buffer,
+            // submit what was recorded so far first, so the order is the
+            // call order. Ops that do not touch it cannot tell, and stay
+            // recorded (one submit a decode step).
             if p.bound.contains(&t.buf_id) {
+                self.submit(&mut p);
+            }
+            let at = p.uploads.len();
+            if aligned && data.len() <= UPLOAD_MAX_WRITE && (at + data.len()) as u64 <= UPLOAD_BYTES
+            {
+                p.uploads.extend_from_slice(data);
+                p.staged.insert(t.buf_id);
+                let pre = p.pre.get_or_insert_with(|| self.new_encoder());
+                pre.copy_buffer_to_buffer(
+                    &self.uploads,
+                    at as u64,
+                    &t.buf,
+                    t.offset + offset as u64,
+                    data.len() as u64,
+                );
+                return self.ctx.take_error();
+            }
+            // A queue write would land before the copies staged for it.
+            if p.staged.contains(&t.buf_id) {
                 self.submit(&mut p);
             }
         }
         Work::add(&self.work.queue_writes, 1);
         Work::add(&self.work.queue_write_bytes, data.len() as u64);
-        t.finite.store(finite_f32(t, offset, data), Relaxed);
-        let start4 = offset / 4 * 4;
-        let end4 = end.div_ceil(4) * 4;
         // t.offset: where t starts in its buffer (a packed weight's part).
-        if start4 == offset && end4 == end {
+        if aligned {
             self.ctx
                 .queue
                 .write_buffer(&t.buf, t.offset + offset as u64, data);
