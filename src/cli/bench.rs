@@ -598,8 +598,8 @@ fn row(
         "samples_ts": ts,
         // wgpu: each run's wall time less its time blocked on the device.
         "samples_host_seconds": (!r.host_seconds.is_empty()).then_some(&r.host_seconds),
-        // A generation test's run is its decode steps: the median run's
-        // host time per step.
+        // A generation test's run is its decode steps: the median of the
+        // runs' host times, per step.
         "host_us_per_step": match (test.n_prompt, r.host_seconds.is_empty()) {
             (0, false) if test.n_gen > 0 => {
                 Some(bench::median_min_max(&r.host_seconds).0 / test.n_gen as f64 * 1e6)
@@ -779,7 +779,7 @@ fn host_markdown(rows: &[Json]) -> String {
     }
     format!(
         "host time per decode step (wgpu: the run's wall time less its time blocked in queue \
-         submits and device waits, over its steps, median run; once a step is recorded while \
+         submits and device waits, over its steps, median over the runs; once a step is recorded while \
          the device runs the one before, a step takes the longer of this and the device's \
          time): {}\n",
         each.join("; ")

@@ -1,7 +1,9 @@
 //! The command encoder and its submission: ops record into one compute
 //! pass of one encoder, submitted on `read`, `sync`, a `write` to a buffer
 //! a recorded op uses, or after [`MAX_PENDING_OPS`] ops; reads and writes
-//! go through the queue and a pool of readback buffers.
+//! go through the queue and a pool of readback buffers. Small writes are
+//! staged: their bytes go to the uploads buffer in one queue write a
+//! submit, copied out by a command buffer submitted before the ops'.
 //!
 //! Per op nothing is created once warm: the params of every op recorded go
 //! to one CPU-side block list, written to the params arena (a uniform
@@ -99,7 +101,7 @@ impl GpuBackend {
         let mut profiled = std::mem::take(&mut p.profiled);
         if p.pre.is_some() && p.encoder.is_none() {
             // Staged writes alone: their copies are the submit.
-            p.encoder = Some(self.new_encoder());
+            self.encoder(p);
         }
         if let Some(mut enc) = p.encoder.take() {
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
@@ -129,7 +131,10 @@ impl GpuBackend {
             if let (Some(prof), false) = (&self.profiler, profiled.is_empty()) {
                 // A lost reading is a hole in the profile, not an error of
                 // the ops: device errors surface at the next read or sync.
-                let _ = prof.collect(&self.ctx.device, &profiled);
+                // It waits for the submit: blocked, not the host's work.
+                let _ = self
+                    .work
+                    .blocked(|| prof.collect(&self.ctx.device, &profiled));
             }
         }
         p.params.clear();
@@ -169,13 +174,11 @@ impl GpuBackend {
     /// pass ended.
     fn encoder<'p>(&self, p: &'p mut Pending) -> &'p mut wgpu::CommandEncoder {
         p.pass = None;
-        p.encoder.get_or_insert_with(|| self.new_encoder())
-    }
-
-    fn new_encoder(&self) -> wgpu::CommandEncoder {
-        self.ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
+        p.encoder.get_or_insert_with(|| {
+            self.ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ops") })
+        })
     }
 
     /// The bind group of one dispatch, `inputs`, `outputs`, then (unless
@@ -389,7 +392,13 @@ impl GpuBackend {
             {
                 p.uploads.extend_from_slice(data);
                 p.staged.insert(t.buf_id);
-                let pre = p.pre.get_or_insert_with(|| self.new_encoder());
+                let pre = p.pre.get_or_insert_with(|| {
+                    self.ctx
+                        .device
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                            label: Some("staged writes"),
+                        })
+                });
                 pre.copy_buffer_to_buffer(
                     &self.uploads,
                     at as u64,

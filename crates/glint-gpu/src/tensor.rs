@@ -117,10 +117,8 @@ impl BindCache {
 
     fn forget(&self, buf_id: u64) {
         let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|k, _| {
-            let n = (k.n_in + k.n_out) as usize;
-            k.binds[..n].iter().all(|&(b, _, _)| b != buf_id)
-        });
+        // Unused slots are (0, 0, 0); ids start at 1.
+        m.retain(|k, _| k.binds.iter().all(|&(b, _, _)| b != buf_id));
     }
 }
 

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use glint_backend::{
-    AttnParams, Backend, GgmlType, Glu, PostAdd, QkNorm, RopeMode, RopeParams, SharedBytes,
+    AttnParams, Backend, GgmlType, Glu, PostAdd, QkNorm, RopeMode, RopeParams, SharedBytes, Tensor,
     TensorDesc, Unary, Usage,
 };
 use glint_gpu::{GpuBackend, GpuOptions};
@@ -1008,6 +1008,79 @@ fn unaligned_write_and_read() {
     let mut b = [0u8; 5];
     gpu().read(&t, 1, &mut b).unwrap();
     assert_eq!(b, [1, 1, 9, 8, 7]);
+}
+
+/// Small writes are staged (their bytes one queue write a submit, copied
+/// out before the submit's ops), large and unaligned ones are queue writes
+/// of their own: whatever the mix, to one buffer, to parts of a buffer,
+/// and around kernels that read it, each lands in call order.
+#[test]
+fn staged_and_queue_writes_land_in_call_order() {
+    let be = GpuBackend::new(GpuOptions::default()).expect("a wgpu adapter");
+    let n = 2048; // 8 KiB: over the staged writes' 4 KiB
+    let t = f32s_on(&be, [n, 1, 1, 1], &vec![0.0; n]);
+    let read = |t: &glint_gpu::GpuTensor| {
+        let mut v = vec![0f32; t.desc().n_elements()];
+        be.read(t, 0, bytemuck::cast_slice_mut(&mut v)).unwrap();
+        v
+    };
+    let w = |t: &glint_gpu::GpuTensor, at: usize, v: &[f32]| {
+        be.write(t, at * 4, bytemuck::cast_slice(v)).unwrap()
+    };
+    // Staged, then a queue write of the whole: the whole wins.
+    w(&t, 5, &[1.0; 4]);
+    w(&t, 0, &vec![2.0; n]);
+    assert_eq!(read(&t), vec![2.0; n]);
+    // A queue write, then staged ones over part of it (two to one cell):
+    // the later win, in their order.
+    let mut want: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    w(&t, 0, &want);
+    w(&t, 10, &[7.0; 3]);
+    w(&t, 11, &[8.0]);
+    want[10..13].copy_from_slice(&[7.0, 8.0, 7.0]);
+    assert_eq!(read(&t), want);
+    // Staged, then an unaligned write (read, merged, written back) into
+    // the same word.
+    w(&t, 20, &[3.0]);
+    let bits = 5.0f32.to_le_bytes();
+    be.write(&t, 20 * 4 + 2, &bits[2..]).unwrap();
+    let mut merged = 3.0f32.to_le_bytes();
+    merged[2..].copy_from_slice(&bits[2..]);
+    want[20] = f32::from_le_bytes(merged);
+    assert_eq!(read(&t), want);
+    // Around kernels: a kernel reads x, a staged write changes x, a second
+    // kernel reads it: the first sees the old x, the second the new.
+    let x = f32s_on(&be, [4, 1, 1, 1], &[1.0, 2.0, 3.0, 4.0]);
+    let (y1, y2) = (
+        f32s_on(&be, [4, 1, 1, 1], &[0.0; 4]),
+        f32s_on(&be, [4, 1, 1, 1], &[0.0; 4]),
+    );
+    be.scale(&x, 2.0, &y1).unwrap();
+    w(&x, 0, &[10.0, 20.0, 30.0, 40.0]);
+    be.scale(&x, 2.0, &y2).unwrap();
+    assert_eq!(read(&y1), [2.0, 4.0, 6.0, 8.0]);
+    assert_eq!(read(&y2), [20.0, 40.0, 60.0, 80.0]);
+    // Parts of one buffer (packed weights): a staged write to one part
+    // while a kernel reads the other, each where it belongs.
+    let desc = |label: &str| TensorDesc {
+        ty: F32,
+        ne: [4, 1, 1, 1],
+        label: label.into(),
+        usage: Usage::Weights,
+    };
+    let bytes = |v: [f32; 4]| SharedBytes::from_vec(bytemuck::cast_slice::<f32, u8>(&v).to_vec());
+    let parts = be
+        .weights(vec![
+            (desc("a"), bytes([1.0; 4])),
+            (desc("b"), bytes([2.0; 4])),
+        ])
+        .unwrap();
+    be.scale(&parts[0], 3.0, &y1).unwrap();
+    w(&parts[1], 0, &[5.0; 4]);
+    be.scale(&parts[1], 3.0, &y2).unwrap();
+    assert_eq!(read(&y1), [3.0; 4]);
+    assert_eq!(read(&y2), [15.0; 4]);
+    assert_eq!(read(&parts[0]), [1.0; 4]);
 }
 
 /// The bench's copy-bandwidth probe times a copy; sizes wgpu cannot copy
