@@ -263,7 +263,7 @@ impl GpuBackend {
             let mut j = i + 1;
             while j < ws.len()
                 && j - i < 3
-                && ws[j].buf == ws[i].buf
+                && ws[j].buf_id == ws[i].buf_id
                 && ws[j].desc.ty == ws[i].desc.ty
                 && ws[j].desc.ne[0] == ws[i].desc.ne[0]
             {

@@ -30,7 +30,7 @@ fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<Params>
     let w0 = ws[0];
     let same = ws
         .iter()
-        .all(|w| w.buf == w0.buf && w.desc.ty == w0.desc.ty && w.desc.ne[0] == w0.desc.ne[0]);
+        .all(|w| w.buf_id == w0.buf_id && w.desc.ty == w0.desc.ty && w.desc.ne[0] == w0.desc.ne[0]);
     // The packed buffer is bound whole: it must fit one binding, and byte
     // offsets a u32.
     let size = w0.buf.size();
