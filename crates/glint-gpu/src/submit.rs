@@ -18,7 +18,7 @@ use glint_backend::{BackendError, Result};
 use crate::counters::Work;
 use crate::pipelines::PipelineKey;
 use crate::shaders::IMMEDIATES;
-use crate::tensor::{Bind, BindKey, GpuTensor};
+use crate::tensor::{Bind, BindKey, BufferSet, GpuTensor};
 use crate::GpuBackend;
 
 /// Ops recorded before the encoder is submitted without being asked: more
@@ -62,11 +62,11 @@ pub(crate) struct Pending {
     pre: Option<wgpu::CommandEncoder>,
     /// The buffers those copies write: a queue write to one of them waits
     /// for them (it would land first).
-    staged: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+    staged: BufferSet,
     /// Every buffer a recorded op reads or writes ([`GpuTensor::buf_id`]):
     /// a queue write to one of them must wait for the ops (it would land
     /// before them); a write to any other buffer need not submit them.
-    bound: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+    bound: BufferSet,
     /// Profiling: the kernel (the profiler's index) of each dispatch
     /// recorded, in order; dispatch n's timestamps are queries 2n, 2n + 1.
     profiled: Vec<usize>,
@@ -362,11 +362,11 @@ impl GpuBackend {
     /// staged: its bytes join the submit's others, written to the uploads
     /// buffer by one queue write at submit, and a copy into `t` is
     /// recorded in a command buffer submitted before the ops' (so it lands
-    /// where a queue write would). A decode step's inputs (ids, positions, rows,
-    /// sequences, the cells that changed) are such writes: one queue write
-    /// a step, where each was one (wgpu stages every queue write in a
-    /// buffer of its own, made and freed per write). Any other write is a
-    /// queue write of its own.
+    /// where a queue write would). A decode step's inputs (ids, positions,
+    /// rows, sequences, the cells that changed) are such writes: one queue
+    /// write a step, where each was one (wgpu stages every queue write in
+    /// a buffer of its own, made and freed per write). Any other write is
+    /// a queue write of its own.
     pub(crate) fn write_bytes(&self, t: &GpuTensor, offset: usize, data: &[u8]) -> Result<()> {
         self.check_owner("write", t)?;
         let end = in_range("write", t, offset, data.len())?;

@@ -55,6 +55,9 @@ impl Drop for GpuTensor {
     }
 }
 
+/// A set of buffers by [`GpuTensor::buf_id`].
+pub(crate) type BufferSet = std::collections::HashSet<u64, foldhash::fast::RandomState>;
+
 /// A new buffer's identity: never given twice in a process, so a key
 /// naming a dropped buffer can never name a later one.
 pub(crate) fn buffer_id() -> u64 {
