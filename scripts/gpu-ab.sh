@@ -17,6 +17,7 @@
 #   GLINT_ATTN_TILE=all       decode attention by tiles of one token too
 #   GLINT_WGPU_NO_IMMEDIATES  params from the uniform arena, not immediates
 #   GLINT_MATVEC_WG_ROWS=1    a matvec row a workgroup, not a subgroup
+#   GLINT_MATVEC_ROWS=1|4     a subgroup's matvec rows at once, not 2
 #   GLINT_HOST_MASKS=1        masks built on the host and uploaded, not
 #                             built on the device from its copy of the cells
 #   GLINT_CHAIN=0             each greedy token read back before the next
@@ -66,6 +67,11 @@ done
 # against workgroup rows, on the 7B's decode.
 run GLINT_WGPU_NO_IMMEDIATES=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
 run GLINT_MATVEC_WG_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
+# Rows a subgroup takes at once (x read once for them): 1 and 4 against
+# the default 2, at one sequence and four.
+run GLINT_MATVEC_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
+run $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
+run GLINT_MATVEC_ROWS=4 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 # Greedy steps chained on the device against each token read first: the
 # small models, where the host's time a step is most of it; one sequence
 # and four (a server's greedy slots chain together).
@@ -83,4 +89,5 @@ for m in llama2-7b:q4_0 llama3-8b:q4_k gemma3-270m:q4_k; do
 done
 if [ -n "$KERNELS" ] && [ -x "$KERNELS" ]; then
     run "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q4_1,Q5_0,Q8_0,Q4_K,Q6_K --matvec 4096x28672
+    run GLINT_MATVEC_ROWS=1 "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q4_K --matvec 4096x28672
 fi

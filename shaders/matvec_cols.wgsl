@@ -28,6 +28,21 @@ const MAX_COLS: u32 = 8u;
 // WG lanes, reduce.wgsl's wg_sum.
 override RPW: u32 = 1u;
 
+// Rows a lane dots at once: their weights against one read of x (normed,
+// the post-norm added), so x is read once for NR rows, not once a row.
+// The launcher's (ops/mul_mat.rs's matvec_key): the rows a subgroup takes
+// together in `matvec` and `multi` (1 without SGROW), twice that in `glu`
+// (each row's gate and up), at most MAX_NR (ops/mul_mat.rs's
+// MATVEC_MAX_JOINT). Each row's sums are the one-row sums to the bit: the
+// same operations in the same order, only the loads shared.
+override NR: u32 = 1u;
+const MAX_NR: u32 = 4u;
+
+// Row j's partial sums of column c: [j][c].
+alias Sums = array<array<f32, MAX_COLS>, MAX_NR>;
+// The byte offsets in W of the rows dotted at once (the first NR).
+alias RowBytes = array<u32, MAX_NR>;
+
 // A row's column sum of every lane's `v` (in the row's control flow).
 fn row_sum(ln: Lane, v: f32) -> f32 {
 #ifdef SGROW
@@ -307,21 +322,32 @@ fn q8_begin(ln: Lane, lid: u32) {
     workgroupBarrier();
 }
 
-// A lane a unit a step: the integer sums of its halves with each
-// column's, scaled by q8_block.
-fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
-    var s: array<f32, MAX_COLS>;
+// A lane a unit a step of each of the NR rows: the integer sums of its
+// halves with each column's (x's levels read once for the rows), scaled
+// by q8_block. A row's sums take its units in the order one row alone
+// takes them (the integer sums have no order).
+fn partials(lane: u32, lanes: u32, rb: RowBytes) -> Sums {
+    var s: Sums;
     let nb = p.k / 32u;
     for (var b = lane; b < nb; b += lanes) {
-        let w = q8_weights(rb, b);
+        var w: array<Q8w, MAX_NR>;
+        for (var j = 0u; j < NR; j++) {
+            w[j] = q8_weights(rb[j], b);
+        }
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {
                 let xb = c * nb + b;
-                var sumi = vec2<i32>(0);
+                var sumi: array<vec2<i32>, MAX_NR>;
                 for (var t = 0u; t < 8u; t++) {
-                    sumi[t / 4u] += dot4I8Packed(w.q[t], xq[xb * 8u + t]);
+                    let xv = xq[xb * 8u + t];
+                    for (var j = 0u; j < NR; j++) {
+                        sumi[j][t / 4u] += dot4I8Packed(w[j].q[t], xv);
+                    }
                 }
-                s[c] += q8_block(w, sumi, xd[xb]);
+                let xs = xd[xb];
+                for (var j = 0u; j < NR; j++) {
+                    s[j][c] += q8_block(w[j], sumi[j], xs);
+                }
             }
         }
     }
@@ -332,64 +358,92 @@ fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
 // How many pairs (groups of 8) a lane loads before it uses them.
 const UNROLL: u32 = 4u;
 
-// w . elements e..e+3 of column c (e % 4 == 0); NORM: of x * nw, the
-// squares of x summed into ssq[c].
-fn dot4(w: vec4<f32>, c: u32, e: u32) -> f32 {
+// Elements e..e+3 of column c (e % 4 == 0) as the weights meet them:
+// NORM: times nw, the squares of x summed into ssq[c].
+fn xn4(c: u32, e: u32) -> vec4<f32> {
     let a = x4(c, e);
 #ifdef NORM
     ssq[c] += dot(a, a);
-    return dot(w, a * nw[e >> 2u]);
+    return a * nw[e >> 2u];
 #else
-    return dot(w, a);
+    return a;
 #endif
 }
 
-// This lane's share of column c's sum for the 8 weights `w` of pair g.
-fn pair_dot(w: array<vec4<f32>, 2>, c: u32, e: u32) -> f32 {
-    return dot4(w[0], c, e) + dot4(w[1], c, e + PAIR_GAP);
+// Row j's share of column c's sum for the 8 weights `w` of a pair whose
+// inputs are `a` (xn4 at e and e + PAIR_GAP).
+fn pair_dot(w: array<vec4<f32>, 2>, a: array<vec4<f32>, 2>) -> f32 {
+    return dot(w[0], a[0]) + dot(w[1], a[1]);
+}
+
+// The inputs of pair g's 8 weights, column c.
+fn pair_x(c: u32, e: u32) -> array<vec4<f32>, 2> {
+    let a0 = xn4(c, e);
+    return array<vec4<f32>, 2>(a0, xn4(c, e + PAIR_GAP));
 }
 
 // A pair of groups of 4 a lane a step (the format's dequant_pair: for Q4_0,
 // a lane takes 4 bytes of a block's quants and both their nibbles), the
-// lanes of a step on adjacent pairs, UNROLL steps' weights loaded before
-// they are used.
-fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
-    var s: array<f32, MAX_COLS>;
+// lanes of a step on adjacent pairs, of each of the NR rows, x read once
+// for them; UNROLL / NR steps' weights (at least one) loaded before they
+// are used, so UNROLL pairs' loads are in flight whatever NR is. A row's
+// sums take its pairs in the order one row alone takes them.
+fn partials(lane: u32, lanes: u32, rb: RowBytes) -> Sums {
+    var s: Sums;
 #ifdef NORM
     ssq = array<f32, MAX_COLS>();
 #endif
     let k8 = p.k / 8u;
+    let un = max(1u, UNROLL / NR);
     var g = lane;
-    for (; g + (UNROLL - 1u) * lanes < k8; g += UNROLL * lanes) {
-        var w: array<array<vec4<f32>, 2>, UNROLL>;
-        for (var u = 0u; u < UNROLL; u++) {
-            w[u] = dequant_pair(rb, g + u * lanes);
+    for (; g + (un - 1u) * lanes < k8; g += un * lanes) {
+        // Step u of row j at [u * NR + j].
+        var w: array<array<vec4<f32>, 2>, MAX_NR>;
+        for (var u = 0u; u < un; u++) {
+            for (var j = 0u; j < NR; j++) {
+                w[u * NR + j] = dequant_pair(rb[j], g + u * lanes);
+            }
         }
-        for (var u = 0u; u < UNROLL; u++) {
+        for (var u = 0u; u < un; u++) {
             let e = pair_at(g + u * lanes);
             for (var c = 0u; c < COLS; c++) {
                 if (c < p.m) {
-                    s[c] += pair_dot(w[u], c, e);
+                    let a = pair_x(c, e);
+                    for (var j = 0u; j < NR; j++) {
+                        s[j][c] += pair_dot(w[u * NR + j], a);
+                    }
                 }
             }
         }
     }
     for (; g < k8; g += lanes) {
-        let w = dequant_pair(rb, g);
+        var w: array<array<vec4<f32>, 2>, MAX_NR>;
+        for (var j = 0u; j < NR; j++) {
+            w[j] = dequant_pair(rb[j], g);
+        }
         let e = pair_at(g);
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {
-                s[c] += pair_dot(w, c, e);
+                let a = pair_x(c, e);
+                for (var j = 0u; j < NR; j++) {
+                    s[j][c] += pair_dot(w[j], a);
+                }
             }
         }
     }
     // k % 8 == 4 (plain floats only; P8 holds k % 4 == 0): the last 4.
     if (k8 * 8u < p.k && lane == 0u) {
         let e = k8 * 8u;
-        let w = dequant4(rb, e);
+        var w: array<vec4<f32>, MAX_NR>;
+        for (var j = 0u; j < NR; j++) {
+            w[j] = dequant4(rb[j], e);
+        }
         for (var c = 0u; c < COLS; c++) {
             if (c < p.m) {
-                s[c] += dot4(w, c, e);
+                let a = xn4(c, e);
+                for (var j = 0u; j < NR; j++) {
+                    s[j][c] += dot(w[j], a);
+                }
             }
         }
     }
@@ -430,7 +484,17 @@ fn dot1(w: f32, c: u32, e: u32) -> f32 {
 #endif
 }
 
-fn partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
+// The rows take their turns (rows of plain floats whose length is not a
+// multiple of 4: no decode-sized weight of a model).
+fn partials(lane: u32, lanes: u32, rb: RowBytes) -> Sums {
+    var s: Sums;
+    for (var j = 0u; j < NR; j++) {
+        s[j] = row_partials(lane, lanes, rb[j]);
+    }
+    return s;
+}
+
+fn row_partials(lane: u32, lanes: u32, rb: u32) -> array<f32, MAX_COLS> {
     var s: array<f32, MAX_COLS>;
 #ifdef NORM
     ssq = array<f32, MAX_COLS>();

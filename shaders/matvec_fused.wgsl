@@ -20,8 +20,9 @@
 // Q8 (with P8; the formats whose files define q8_weights): each workgroup
 // quantizes its input (normed, the post-norm added) as ggml's cpu does and
 // takes the dots in integers (matvec_cols.wgsl).
-// One workgroup (SGROW: subgroup) per row (of all the parts), every column
-// (m <= MAX_COLS), as the matvec: the sums are matvec_cols.wgsl's.
+// One workgroup per row (of all the parts; SGROW: a subgroup per NR rows,
+// glu: NR / 2 rows, each a gate and an up row), every column (m <=
+// MAX_COLS), as the matvec: the sums are matvec_cols.wgsl's.
 #include "index.wgsl"
 #include "common.wgsl"
 #include "TYPE_FILE"
@@ -144,33 +145,60 @@ fn glu(inv: Inv, ln: Lane) {
     let lane = inv.lid.x;
     let lanes = WG;
 #endif
-    for (var r = first; r < end; r += step) {
-        let sg = partials(lane, lanes, p.wb0 + r * p.row_bytes);
-        let su = partials(lane, lanes, p.wb1 + r * p.row_bytes);
-        for (var c = 0u; c < COLS; c++) {
-            if (c < p.m) {
-                var gate = row_sum(ln, sg[c]);
-                var up = row_sum(ln, su[c]);
+    // NR / 2 rows at once (1 without SGROW), each its gate row (at
+    // 2j) and its up row (2j + 1): r, r + step, ...; one past the end
+    // reads the last row again and stores nothing.
+    let nr = max(1u, NR / 2u);
+    for (var r = first; r < end; r += step * nr) {
+        var rb: RowBytes;
+        for (var j = 0u; j < nr; j++) {
+            let rj = min(r + j * step, end - 1u) * p.row_bytes;
+            rb[2u * j] = p.wb0 + rj;
+            rb[2u * j + 1u] = p.wb1 + rj;
+        }
+        let s = partials(lane, lanes, rb);
+        for (var j = 0u; j < nr; j++) {
+            let rj = r + j * step;
+            if (rj < end) {
+                for (var c = 0u; c < COLS; c++) {
+                    if (c < p.m) {
+                        var gate = row_sum(ln, s[2u * j][c]);
+                        var up = row_sum(ln, s[2u * j + 1u][c]);
 #ifdef NORM
-                // ssq: from su's partials, the squares sg's summed too.
-                let ir = inv_rms(ln, c);
-                gate *= ir;
-                up *= ir;
+                        let ir = inv_rms(ln, c);
+                        gate *= ir;
+                        up *= ir;
 #endif
-                if (lane == 0u) {
-                    var a: f32;
-                    if (OP == 2u) {
-                        a = silu(gate);
-                    } else {
-                        a = gelu(gate);
+                        if (lane == 0u) {
+                            var a: f32;
+                            if (OP == 2u) {
+                                a = silu(gate);
+                            } else {
+                                a = gelu(gate);
+                            }
+                            out[c * p.n0 + rj] = a * up;
+                        }
                     }
-                    out[c * p.n0 + r] = a * up;
                 }
             }
         }
     }
 }
 #else
+// Row `row` of the parts (part 0's rows, then part 1's, then part 2's):
+// its part, its byte offset in W, its row in the part.
+fn part_row(row: u32) -> vec3<u32> {
+    if (row >= p.n0 + p.n1) {
+        let r = row - p.n0 - p.n1;
+        return vec3<u32>(2u, p.wb2 + r * p.row_bytes, r);
+    }
+    if (row >= p.n0) {
+        let r = row - p.n0;
+        return vec3<u32>(1u, p.wb1 + r * p.row_bytes, r);
+    }
+    return vec3<u32>(0u, p.wb0 + row * p.row_bytes, row);
+}
+
 @compute @workgroup_size(WG)
 fn multi(inv: Inv, ln: Lane) {
     // Rows of every part: part 0's rows, then part 1's, then part 2's.
@@ -196,35 +224,37 @@ fn multi(inv: Inv, ln: Lane) {
     let lane = inv.lid.x;
     let lanes = WG;
 #endif
-    for (var row = first; row < end; row += step) {
-        var part = 0u;
-        var r = row;
-        var wb = p.wb0;
-        if (row >= p.n0 + p.n1) {
-            part = 2u;
-            r = row - p.n0 - p.n1;
-            wb = p.wb2;
-        } else if (row >= p.n0) {
-            part = 1u;
-            r = row - p.n0;
-            wb = p.wb1;
+    // NR rows at once (1 without SGROW): row, row + step, ...; one past
+    // the end reads the last row again and stores nothing.
+    for (var row = first; row < end; row += step * NR) {
+        var rb: RowBytes;
+        for (var j = 0u; j < NR; j++) {
+            rb[j] = part_row(min(row + j * step, end - 1u)).y;
         }
-        let s = partials(lane, lanes, wb + r * p.row_bytes);
-        for (var c = 0u; c < COLS; c++) {
-            if (c < p.m) {
-                var total = row_sum(ln, s[c]);
+        let s = partials(lane, lanes, rb);
+        for (var j = 0u; j < NR; j++) {
+            let rj = row + j * step;
+            if (rj < end) {
+                let pr = part_row(rj);
+                let part = pr.x;
+                let r = pr.z;
+                for (var c = 0u; c < COLS; c++) {
+                    if (c < p.m) {
+                        var total = row_sum(ln, s[j][c]);
 #ifdef NORM
-                total *= inv_rms(ln, c);
+                        total *= inv_rms(ln, c);
 #endif
-                if (lane == 0u) {
-                    if (part == 0u) {
-                        out0[c * p.n0 + r] = total;
-                    } else if (part == 1u) {
-                        out1[c * p.n1 + r] = total;
-                    } else {
+                        if (lane == 0u) {
+                            if (part == 0u) {
+                                out0[c * p.n0 + r] = total;
+                            } else if (part == 1u) {
+                                out1[c * p.n1 + r] = total;
+                            } else {
 #ifdef THREE
-                        out2[c * p.n2 + r] = total;
+                                out2[c * p.n2 + r] = total;
 #endif
+                            }
+                        }
                     }
                 }
             }

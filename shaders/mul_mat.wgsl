@@ -74,8 +74,8 @@ struct Params {
 const WG: u32 = 64u; // matvec
 #include "matvec_cols.wgsl"
 
-// One workgroup (SGROW: subgroup) per row of the window, every column
-// (m <= MAX_COLS).
+// One workgroup per row of the window (SGROW: a subgroup per NR rows),
+// every column (m <= MAX_COLS).
 @compute @workgroup_size(WG)
 fn matvec(inv: Inv, ln: Lane) {
 #ifdef Q8
@@ -97,21 +97,32 @@ fn matvec(inv: Inv, ln: Lane) {
     let lane = inv.lid.x;
     let lanes = WG;
 #endif
-    for (var r = first; r < end; r += step) {
-        let s = partials(lane, lanes, r * p.row_bytes);
-        for (var c = 0u; c < COLS; c++) {
-            if (c < p.m) {
-                var total = row_sum(ln, s[c]);
+    // NR rows at once (1 without SGROW): r, r + step, ...; one past the
+    // end reads the last row again and stores nothing.
+    for (var r = first; r < end; r += step * NR) {
+        var rb: RowBytes;
+        for (var j = 0u; j < NR; j++) {
+            rb[j] = min(r + j * step, end - 1u) * p.row_bytes;
+        }
+        let s = partials(lane, lanes, rb);
+        for (var j = 0u; j < NR; j++) {
+            let rj = r + j * step;
+            if (rj < end) {
+                for (var c = 0u; c < COLS; c++) {
+                    if (c < p.m) {
+                        var total = row_sum(ln, s[j][c]);
 #ifdef NORM
-                total *= inv_rms(ln, c);
+                        total *= inv_rms(ln, c);
 #endif
-                if (lane == 0u) {
-                    let o = c * p.n + p.row0 + r;
+                        if (lane == 0u) {
+                            let o = c * p.n + p.row0 + rj;
 #ifdef ADD
-                    out[o] = res[o] + total;
+                            out[o] = res[o] + total;
 #else
-                    out[o] = total;
+                            out[o] = total;
 #endif
+                        }
+                    }
                 }
             }
         }

@@ -55,6 +55,12 @@ pub struct GpuOptions {
     /// has the integer dot and the adapter the workgroup memory. Also on
     /// when the environment has `GLINT_INT8=1`, off with `GLINT_INT8=0`.
     pub int8_matvec: bool,
+    /// Rows a matvec's subgroup takes at once (1, 2 or 4; 0: the default,
+    /// 2): their weights dotted with one read of x, each row's sums the
+    /// bits of a row alone. Also from the environment's
+    /// `GLINT_MATVEC_ROWS` (to compare them on a device). Without
+    /// subgroups a matvec takes a row a workgroup.
+    pub matvec_rows: usize,
 }
 
 /// One adapter, as `--list-adapters` shows it.

@@ -109,6 +109,8 @@ pub struct GpuBackend {
     /// subgroups; off when the environment has `GLINT_MATVEC_WG_ROWS` (a
     /// row a workgroup, as before: to compare the two on a device).
     matvec_sgrow: bool,
+    /// Rows a matvec subgroup takes at once ([`GpuOptions::matvec_rows`]).
+    matvec_rows: usize,
     /// Prefill attention runs by tiles of tokens (`ops::attention`'s
     /// `tile` entry); off when the environment has `GLINT_ATTN_TILE=0`
     /// (a workgroup a token, as before: to compare the two on a device).
@@ -138,6 +140,27 @@ impl GpuBackend {
             _ => opts.int8_matvec,
         } && ops::int8_fits(&ctx);
         let int8_wide = ops::int8_wide_fits(&ctx);
+        let rows_env = std::env::var("GLINT_MATVEC_ROWS").ok();
+        let matvec_rows = match rows_env.as_deref().map(str::parse::<usize>) {
+            Some(Ok(n)) => n,
+            Some(Err(_)) => {
+                return Err(BackendError::Device(format!(
+                    "GLINT_MATVEC_ROWS={:?}: not a number of rows (1, 2 or 4)",
+                    rows_env.unwrap_or_default()
+                )))
+            }
+            None => opts.matvec_rows,
+        };
+        let matvec_rows = match matvec_rows {
+            0 => 2,
+            n @ (1 | 2 | 4) => n,
+            n => {
+                return Err(BackendError::Device(format!(
+                    "{n} matvec rows at once: 1, 2 or 4 (at most {})",
+                    ops::MATVEC_MAX_JOINT
+                )))
+            }
+        };
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
         let params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -169,6 +192,7 @@ impl GpuBackend {
             attn_partials: Mutex::new(None),
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
+            matvec_rows,
             attn_tiles: attn_tile_env.as_deref() != Some("0"),
             decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
             int8,
@@ -187,6 +211,12 @@ impl GpuBackend {
         self.flush();
         self.wait()?;
         Ok(Some(prof.take()))
+    }
+
+    /// Rows a matvec's subgroup takes at once ([`GpuOptions::matvec_rows`];
+    /// 1 where matvecs take a row a workgroup).
+    pub fn matvec_rows(&self) -> usize {
+        ops::matvec_joint_rows(self)
     }
 
     /// The work counters so far: read before and after a step, the
@@ -316,8 +346,9 @@ impl Backend for GpuBackend {
         if used.f16 {
             feats.push("f16");
         }
+        let rows = format!("subgroups, matvec rows {} at once", self.matvec_rows());
         if used.subgroups {
-            feats.push("subgroups");
+            feats.push(&rows);
         }
         if used.immediates {
             feats.push("immediates");

@@ -46,7 +46,8 @@ fn both_feature_configurations_are_what_they_claim() {
     };
     assert_eq!(on.features_used(), used(true, true, true), "{}", on.name());
     assert!(
-        on.name().ends_with("; f16, subgroups, immediates)"),
+        on.name()
+            .ends_with("; f16, subgroups, matvec rows 2 at once, immediates)"),
         "{}",
         on.name()
     );

@@ -149,7 +149,8 @@ pub(crate) use kshift::kshift;
 #[cfg(test)]
 pub(crate) use mul_mat::has_int8;
 pub(crate) use mul_mat::{
-    int8_fits, int8_wide_fits, mul_mat, mul_mat_add, mul_mat_normed, Norm, MATVEC_MAX_M,
+    int8_fits, int8_wide_fits, matvec_joint_rows, mul_mat, mul_mat_add, mul_mat_normed, Norm,
+    MATVEC_MAX_JOINT, MATVEC_MAX_M,
 };
 pub(crate) use rms_norm::{rms_norm, rms_norm_add};
 pub(crate) use rope::rope;

@@ -124,10 +124,19 @@ pub(crate) fn matvec_key(
     if rpw > 0 {
         flags.push("SGROW");
     }
+    // glu's rows are each a gate and an up row (at most MATVEC_MAX_JOINT
+    // of them at once: glu takes 4 at once in two turns).
+    let joint = matvec_joint_rows(be);
+    let nr = if extra.contains(&"GLU") {
+        (2 * joint).min(MATVEC_MAX_JOINT)
+    } else {
+        joint
+    };
     let key = key
         .with_type(ty)
         .with_flags(flags)
-        .with_constant("COLS", cols(m));
+        .with_constant("COLS", cols(m))
+        .with_constant("NR", nr as f64);
     match rpw {
         0 => key,
         n => key.with_constant("RPW", n as f64),
@@ -137,12 +146,12 @@ pub(crate) fn matvec_key(
 /// Lanes of a matvec workgroup (`WG` in mul_mat.wgsl and matvec_fused.wgsl).
 const MATVEC_WG: usize = 64;
 
-/// Rows a matvec workgroup takes with flag `SGROW` (one a subgroup: 64
-/// lanes over the adapter's smallest subgroup size, 1 to 8: where the
-/// driver picks larger subgroups, each takes several rows in turn), or 0
-/// where the device has no subgroups or [`GpuBackend::matvec_sgrow`] is
-/// off: one row a workgroup, its 64 lanes summing through workgroup
-/// memory.
+/// Rows a matvec workgroup takes with flag `SGROW` ([`matvec_joint_rows`]
+/// a subgroup, times 64 lanes over the adapter's smallest subgroup size,
+/// 1 to 8: where the driver picks larger subgroups, each takes several
+/// turns), or 0 where the device has no subgroups or
+/// [`GpuBackend::matvec_sgrow`] is off: one row a workgroup, its 64 lanes
+/// summing through workgroup memory.
 ///
 /// lavapipe (subgroups of 8, 2 cores), `glint bench -p 0 -n 16 -r 3`, a
 /// row a workgroup -> a row a subgroup: SmolLM2 tg16 0.61 -> 4.36 t/s,
@@ -153,7 +162,30 @@ pub(crate) fn matvec_rows_per_group(be: &GpuBackend) -> usize {
         return 0;
     }
     let min = be.ctx.info.subgroup_min_size.max(1) as usize;
-    (MATVEC_WG / min).clamp(1, 8)
+    (MATVEC_WG / min).clamp(1, 8) * matvec_joint_rows(be)
+}
+
+/// The most rows a lane dots at once (matvec_cols.wgsl's `MAX_NR`): the
+/// most a subgroup may take at once ([`GpuOptions::matvec_rows`]).
+///
+/// [`GpuOptions::matvec_rows`]: crate::GpuOptions::matvec_rows
+pub(crate) const MATVEC_MAX_JOINT: usize = 4;
+
+/// Rows a matvec subgroup takes at once (`NR`: their weights dotted with
+/// one read of x; `glu` twice as many, each row's gate and up, up to
+/// [`MATVEC_MAX_JOINT`]): 2 by
+/// default, [`GpuOptions::matvec_rows`] where set; 1 without `SGROW`
+/// (a row a workgroup).
+///
+/// lavapipe, `glint bench -p 0 -n 16`: see `GpuOptions::matvec_rows`.
+/// Not yet measured on a GPU: `GLINT_MATVEC_ROWS=1` gives the old path.
+///
+/// [`GpuOptions::matvec_rows`]: crate::GpuOptions::matvec_rows
+pub(crate) fn matvec_joint_rows(be: &GpuBackend) -> usize {
+    if !be.features_used().subgroups || !be.matvec_sgrow {
+        return 1;
+    }
+    be.matvec_rows
 }
 
 /// Workgroups a matvec of `rows` rows takes.
