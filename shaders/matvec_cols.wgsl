@@ -1,10 +1,11 @@
 // The matvec's sums, shared by mul_mat.wgsl's `matvec` and matvec_fused.wgsl
 // so that a fused dispatch gives, to the bit, what separate ones give.
-// One workgroup of WG invocations takes one weight row and every column of
-// x (m <= MAX_COLS): each invocation dequantizes its weights once and dots
-// them with every column, so a decode step of m sequences reads each weight
-// row once, not m times. Column c's sum is the same sequence of operations
-// whatever m is.
+// A row's lanes (a workgroup of WG invocations, or with SGROW a subgroup)
+// take every column of x (m <= MAX_COLS): each lane dequantizes its weights
+// once and dots them with every column, so a decode step of m sequences
+// reads each weight row once, not m times; a lane takes NR rows at once,
+// x read once for them. Column c's sum is the same sequence of operations
+// whatever m and NR are.
 // The including shader declares `p` (fields k, m; eps with NORM), x ([k, m] f32: as
 // `array<vec4<f32>>` with P8, else `array<f32>`), `const WG`, and includes
 // TYPE_FILE (dequant4, dequant1, and its pairing: PAIR_GAP, pair_at,
@@ -12,8 +13,8 @@
 //
 // Flag P8 (ops/mul_mat.rs's matvec_key sets it where k % 4 == 0): a lane
 // takes 8 weights a step, paired as the format's bytes hold them
-// (quant/pair.wgsl), x is read a vec4 at a time, and UNROLL steps' weights
-// are loaded before they are used. Without it (rows of plain floats whose
+// (quant/pair.wgsl), x is read a vec4 at a time, and UNROLL pairs' weights
+// (UNROLL / NR steps of NR rows) are loaded before they are used. Without it (rows of plain floats whose
 // length is not a multiple of 4): a group of 4 a step, x a float at a time.
 
 // Columns one dispatch takes: ops/mul_mat.rs's MATVEC_MAX_M.
@@ -21,11 +22,12 @@ const MAX_COLS: u32 = 8u;
 
 // Flag SGROW (with USE_SUBGROUPS; ops/mul_mat.rs's matvec_key sets it where
 // the device has subgroups): a row is one subgroup's, not the workgroup's.
-// Workgroup i takes rows i * RPW .. + RPW (RPW: the launcher's, WG over
-// the adapter's smallest subgroup size), subgroup s of it rows s, s +
-// n_sg, ...; its lanes stride the row and one subgroupAdd sums a column,
-// with no barrier and no workgroup memory. Without: one row a workgroup,
-// WG lanes, reduce.wgsl's wg_sum.
+// Workgroup i takes rows i * RPW .. + RPW (RPW: the launcher's, the rows
+// a subgroup takes at once, ops/mul_mat.rs's matvec_joint_rows, times WG
+// over the adapter's smallest subgroup size), subgroup s of it rows s, s +
+// n_sg, ..., NR at once (glu: NR / 2); its lanes stride the rows and one
+// subgroupAdd sums a row's column, with no barrier and no workgroup
+// memory. Without: one row a workgroup, WG lanes, reduce.wgsl's wg_sum.
 override RPW: u32 = 1u;
 
 // Rows a lane dots at once: their weights against one read of x (normed,
@@ -33,9 +35,14 @@ override RPW: u32 = 1u;
 // The launcher's (ops/mul_mat.rs's matvec_key): the rows a subgroup takes
 // together in `matvec` and `multi` (1 without SGROW), twice that in `glu`
 // (each row's gate and up), at most MAX_NR (ops/mul_mat.rs's
-// MATVEC_MAX_JOINT). Each row's sums are the one-row sums to the bit: the
-// same operations in the same order, only the loads shared.
+// MATVEC_MAX_JOINT; glu's default is its one gate and up row). Each row's
+// sums are the one-row sums to the bit: the same operations in the same
+// order, only the loads shared.
+#ifdef GLU
+override NR: u32 = 2u;
+#else
 override NR: u32 = 1u;
+#endif
 const MAX_NR: u32 = 4u;
 
 // Row j's partial sums of column c: [j][c].
@@ -52,9 +59,11 @@ fn row_sum(ln: Lane, v: f32) -> f32 {
 #endif
 }
 
-// The entry points take their rows as
-//     for (var r = first; r < end; r += step)
-// with a row's lanes `lane` of `lanes`, set under flag SGROW from the
+// The entry points take their rows NR at once (glu: NR / 2, each a gate
+// and an up row) as
+//     for (var r = first; r < end; r += step * NR)
+// rows r, r + step, ... (one past the end read again, not stored) with a
+// row's lanes `lane` of `lanes`, set under flag SGROW from the
 // subgroup (rows group * RPW + sg_id, + n_sg, ... below the group's end;
 // lanes counted among the subgroup's active invocations, at entry, where
 // all are active), else from the workgroup (its one
@@ -118,8 +127,8 @@ fn post_begin(ln: Lane, lid: u32, writer: bool) {
 // MAX_COLS, lavapipe ran a one-column decode 3.5x slower).
 override COLS: u32 = MAX_COLS;
 
-// This invocation's partial sums of the row at byte `rb` of W with x's
-// columns 0..p.m (the rest stay 0).
+// `partials(lane, lanes, rb)`: this invocation's partial sums of the NR
+// rows at bytes rb[j] of W with x's columns 0..p.m (the rest stay 0).
 #ifdef P8
 // Elements e..e+3 of column c (e % 4 == 0), not stored (POST).
 fn x4_in(c: u32, e: u32) -> vec4<f32> {
@@ -461,7 +470,7 @@ const Q8_WITHOUT_P8: u32 = q8_needs_p8;
 const POST_WITHOUT_P8: u32 = post_needs_p8;
 #endif
 // w . elements e..e+3 of column c, x read a float at a time; NORM as in
-// the P8 dot4.
+// the P8 xn4.
 fn dot4(w: vec4<f32>, c: u32, e: u32) -> f32 {
     let xb = c * p.k + e;
     let a = vec4<f32>(x[xb], x[xb + 1u], x[xb + 2u], x[xb + 3u]);

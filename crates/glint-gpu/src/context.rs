@@ -59,7 +59,8 @@ pub struct GpuOptions {
     /// 2): their weights dotted with one read of x, each row's sums the
     /// bits of a row alone. Also from the environment's
     /// `GLINT_MATVEC_ROWS` (to compare them on a device). Without
-    /// subgroups a matvec takes a row a workgroup.
+    /// subgroups, or with `GLINT_MATVEC_WG_ROWS`, a matvec takes a row a
+    /// workgroup.
     pub matvec_rows: usize,
 }
 

@@ -124,10 +124,36 @@ pub struct GpuBackend {
     int8_wide: bool,
 }
 
+/// The rows a matvec subgroup takes at once: `GLINT_MATVEC_ROWS` where
+/// set, else [`GpuOptions::matvec_rows`] (0: the default, 2); 1, 2 or 4
+/// (at most [`ops::MATVEC_MAX_JOINT`]), else an error naming where the
+/// number came from.
+fn matvec_rows(opts: &GpuOptions) -> Result<usize> {
+    let (n, from) = match std::env::var("GLINT_MATVEC_ROWS") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => (n, "GLINT_MATVEC_ROWS"),
+            _ => {
+                return Err(BackendError::Device(format!(
+                    "GLINT_MATVEC_ROWS={v:?}: not a number of matvec rows at once (1, 2 or 4)"
+                )))
+            }
+        },
+        Err(_) => (opts.matvec_rows, "GpuOptions::matvec_rows"),
+    };
+    match n {
+        0 => Ok(2),
+        1 | 2 | 4 if n <= ops::MATVEC_MAX_JOINT => Ok(n),
+        n => Err(BackendError::Device(format!(
+            "{from} = {n}: matvec rows at once are 1, 2 or 4"
+        ))),
+    }
+}
+
 impl GpuBackend {
     /// Open the adapter `opts` picks and a device with its limits.
     pub fn new(mut opts: GpuOptions) -> Result<Self> {
         opts.profile |= std::env::var_os("GLINT_GPU_PROFILE").is_some();
+        let matvec_rows = matvec_rows(&opts)?;
         let ctx = Context::new(&opts)?;
         let profiler = opts
             .profile
@@ -140,27 +166,6 @@ impl GpuBackend {
             _ => opts.int8_matvec,
         } && ops::int8_fits(&ctx);
         let int8_wide = ops::int8_wide_fits(&ctx);
-        let rows_env = std::env::var("GLINT_MATVEC_ROWS").ok();
-        let matvec_rows = match rows_env.as_deref().map(str::parse::<usize>) {
-            Some(Ok(n)) => n,
-            Some(Err(_)) => {
-                return Err(BackendError::Device(format!(
-                    "GLINT_MATVEC_ROWS={:?}: not a number of rows (1, 2 or 4)",
-                    rows_env.unwrap_or_default()
-                )))
-            }
-            None => opts.matvec_rows,
-        };
-        let matvec_rows = match matvec_rows {
-            0 => 2,
-            n @ (1 | 2 | 4) => n,
-            n => {
-                return Err(BackendError::Device(format!(
-                    "{n} matvec rows at once: 1, 2 or 4 (at most {})",
-                    ops::MATVEC_MAX_JOINT
-                )))
-            }
-        };
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
         let params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -663,5 +668,33 @@ impl Backend for GpuBackend {
         out: &GpuTensor,
     ) -> Result<()> {
         ops::short_conv(self, [x, kernel, state, slots], out)
+    }
+}
+
+#[cfg(test)]
+mod matvec_rows_tests {
+    use super::*;
+
+    /// The option's values (the environment's variable unset, as in the
+    /// tests' runs): 0 is the default, 1, 2 and 4 are taken, any other
+    /// number is an error that names the option.
+    #[test]
+    fn matvec_rows_takes_1_2_or_4() {
+        if std::env::var_os("GLINT_MATVEC_ROWS").is_some() {
+            // The variable decides, whatever the options say.
+            return;
+        }
+        let rows = |n| {
+            matvec_rows(&GpuOptions {
+                matvec_rows: n,
+                ..Default::default()
+            })
+        };
+        let ok: Vec<usize> = [0, 1, 2, 4].into_iter().map(|n| rows(n).unwrap()).collect();
+        assert_eq!(ok, [2, 1, 2, 4]);
+        for n in [3, 5, 8, usize::MAX] {
+            let e = rows(n).unwrap_err().to_string();
+            assert!(e.contains(&format!("GpuOptions::matvec_rows = {n}")), "{e}");
+        }
     }
 }

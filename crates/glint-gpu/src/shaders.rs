@@ -305,8 +305,8 @@ mod tests {
     /// `src` parsed, validated (f16 and subgroups allowed: the adapter's
     /// features decide whether a variant with them is asked for), and
     /// written as SPIR-V, MSL 2.4 and HLSL shader model 6.2, the override
-    /// constants at their defaults as the pipelines set them.
-    fn translate(src: &str) -> Result<(), String> {
+    /// constants at the WGSL's defaults but for `constants`.
+    fn translate(src: &str, constants: &[(&str, f64)]) -> Result<(), String> {
         use naga::back::{hlsl, msl, spv};
         use naga::valid::{Capabilities, ValidationFlags, Validator};
         let module = naga::front::wgsl::parse_str(src).map_err(|e| e.emit_to_string(src))?;
@@ -320,13 +320,10 @@ mod tests {
         let info = Validator::new(ValidationFlags::all(), caps)
             .validate(&module)
             .map_err(|e| format!("validation: {:?}", e.into_inner()))?;
-        let (module, info) = naga::back::pipeline_constants::process_overrides(
-            &module,
-            &info,
-            None,
-            &Default::default(),
-        )
-        .map_err(|e| format!("overrides: {e}"))?;
+        let constants = constants.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let (module, info) =
+            naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
+                .map_err(|e| format!("overrides: {e}"))?;
         spv::write_vec(&module, &info, &spv::Options::default(), None)
             .map_err(|e| format!("SPIR-V: {e}"))?;
         let mo = msl::Options {
@@ -433,8 +430,17 @@ mod tests {
                             if !seen.insert(src.clone()) {
                                 continue;
                             }
-                            if let Err(e) = translate(&src) {
-                                failed.push(format!("{path} {ty:?} {flags:?}: {e}"));
+                            // The matvecs also at the most rows a lane
+                            // takes at once (their arrays' full size).
+                            let nr: &[&[(&str, f64)]] = if src.contains("override NR") {
+                                &[&[], &[("NR", 4.0)]]
+                            } else {
+                                &[&[]]
+                            };
+                            for c in nr {
+                                if let Err(e) = translate(&src, c) {
+                                    failed.push(format!("{path} {ty:?} {flags:?} {c:?}: {e}"));
+                                }
                             }
                         }
                     }

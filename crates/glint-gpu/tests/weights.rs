@@ -422,127 +422,140 @@ fn memory_report_counts_weights() {
 /// A matvec subgroup's rows taken 1, 2 or 4 at once
 /// ([`GpuOptions::matvec_rows`]: their weights against one read of x)
 /// give every row the bits of a row alone: the plain matvec, the residual
-/// add in its epilogue, the fused Q/K/V matvec with the norm folded in
-/// and the previous block's post-norm added, and the fused gate/up/GLU.
-/// Parts of 37 and 21 rows leave the last workgroup part-full (a row
-/// past the end read and not stored); F32 rows of 260 take the pair
-/// loop's 4-element tail, F16 rows of 258 the path without pairs, where
-/// the rows take their turns.
+/// add in its epilogue, the fused Q/K/V matvec and the fused gate/up/GLU,
+/// each with the norm folded in and the previous block's post-norm added
+/// (the stream it stores compared too), with f32 dots and, for the
+/// quantized formats, integer dots (int8). Parts of 37 and 21 rows leave
+/// the last workgroup part-full (a row past the end read and not stored);
+/// Q4_0 rows of 320 take the pair loop's remainder after its unrolled
+/// steps, F32 rows of 260 its 4-element tail, F16 rows of 258 the path
+/// without pairs, where the rows take their turns.
 #[test]
 fn matvec_rows_at_once_keep_each_rows_bits() {
-    let bes: Vec<GpuBackend> = [1, 2, 4]
-        .into_iter()
-        .map(|n| {
-            GpuBackend::new(GpuOptions {
-                matvec_rows: n,
-                ..Default::default()
-            })
-            .unwrap()
-        })
-        .collect();
-    // The rows at once are a subgroup's: the adapter must have them (every
-    // device glint's tests run on does).
-    assert!(bes[0].features_used().subgroups, "{}", bes[0].name());
-    let rows: Vec<usize> = bes.iter().map(|b| b.matvec_rows()).collect();
-    assert_eq!(rows, [1, 2, 4]);
-    assert!(
-        bes[1].name().contains("matvec rows 2 at once"),
-        "{}",
-        bes[1].name()
-    );
     let mut r = Rng(seed());
     // A format of each pairing (and 1, 4 and 8 as the columns' bound):
     // each case compiles its kernels on three devices.
     let cases = [
         (GgmlType::F32, 260, 3),
         (GgmlType::F16, 258, 1),
-        (GgmlType::Q4_0, 256, 1),
+        (GgmlType::Q4_0, 320, 1),
         (GgmlType::Q4_0, 256, 8),
         (GgmlType::Q4_K, 512, 3),
     ];
-    for (ty, k, m) in cases {
-        let ns = [37usize, 21, 21];
-        let parts: Vec<Vec<u8>> = ns
-            .iter()
-            .map(|&n| random_weight(&mut r, ty, k, n))
+    for int8 in [false, true] {
+        let bes: Vec<GpuBackend> = [1, 2, 4]
+            .into_iter()
+            .map(|n| {
+                GpuBackend::new(GpuOptions {
+                    matvec_rows: n,
+                    int8_matvec: int8,
+                    ..Default::default()
+                })
+                .unwrap()
+            })
             .collect();
-        let x = r.vec_scaled(k * m, 1.0);
-        let y = r.vec_scaled(k * m, 1.0);
-        let nw = r.vec_scaled(k, 1.0);
-        let pw = r.vec_scaled(k, 1.0);
-        let res = r.vec_scaled(ns[0] * m, 1.0);
-        // Every output of one backend, in order.
-        let run = |be: &GpuBackend| -> Vec<Vec<f32>> {
-            let f32t = |ne: [usize; 4], v: &[f32]| f32s_on(be, ne, v);
-            let o = |n: usize| f32t([n, m, 1, 1], &vec![f32::NAN; n * m]);
-            let descs = |i: usize| desc(ty, [k, ns[i], 1, 1], Usage::Weights);
-            let w = weight(be, ty, k, ns[0], parts[0].clone());
-            let packed = be
-                .weights(
-                    (0..3)
-                        .map(|i| (descs(i), SharedBytes::from_vec(parts[i].clone())))
-                        .collect(),
+        // The rows at once are a subgroup's, and the int8 path needs the
+        // packed dot: the adapter must have them (lavapipe has).
+        let name = bes[0].name();
+        assert!(bes[0].features_used().subgroups, "{name}");
+        assert_eq!(bes[0].features_used().int8, int8, "{name}");
+        let rows: Vec<usize> = bes.iter().map(|b| b.matvec_rows()).collect();
+        assert_eq!(rows, [1, 2, 4]);
+        assert!(
+            bes[1].name().contains("matvec rows 2 at once"),
+            "{}",
+            bes[1].name()
+        );
+        for (ty, k, m) in cases {
+            if int8 && is_float(ty) {
+                continue;
+            }
+            let ns = [37usize, 21, 21];
+            let parts: Vec<Vec<u8>> = ns
+                .iter()
+                .map(|&n| random_weight(&mut r, ty, k, n))
+                .collect();
+            let x = r.vec_scaled(k * m, 1.0);
+            let y = r.vec_scaled(k * m, 1.0);
+            let nw = r.vec_scaled(k, 1.0);
+            let pw = r.vec_scaled(k, 1.0);
+            let res = r.vec_scaled(ns[0] * m, 1.0);
+            // Every output of one backend, in order.
+            let run = |be: &GpuBackend| -> Vec<Vec<f32>> {
+                let f32t = |ne: [usize; 4], v: &[f32]| f32s_on(be, ne, v);
+                let o = |n: usize| f32t([n, m, 1, 1], &vec![f32::NAN; n * m]);
+                let descs = |i: usize| desc(ty, [k, ns[i], 1, 1], Usage::Weights);
+                let w = weight(be, ty, k, ns[0], parts[0].clone());
+                let packed = be
+                    .weights(
+                        (0..3)
+                            .map(|i| (descs(i), SharedBytes::from_vec(parts[i].clone())))
+                            .collect(),
+                    )
+                    .unwrap();
+                let (tx, ty_, tnw, tpw) = (
+                    f32t([k, m, 1, 1], &x),
+                    f32t([k, m, 1, 1], &y),
+                    f32t([k, 1, 1, 1], &nw),
+                    f32t([k, 1, 1, 1], &pw),
+                );
+                let tres = f32t([ns[0], m, 1, 1], &res);
+                let (plain, added, tmp) = (o(ns[0]), o(ns[0]), o(ns[0]));
+                be.mul_mat(&w, &tx, &plain).unwrap();
+                be.mul_mat_add(&w, &tx, &tres, &tmp, &added).unwrap();
+                let (h, post_tmp) = (o(k), o(k));
+                let xo = [o(k), o(k)];
+                let post = |out| glint_backend::PostAdd {
+                    y: &ty_,
+                    w: &tpw,
+                    eps: 1e-5,
+                    tmp: &post_tmp,
+                    out,
+                };
+                let qkv = [o(ns[0]), o(ns[1]), o(ns[2])];
+                be.norm_mul_mats(
+                    &tx,
+                    Some(post(&xo[0])),
+                    (&tnw, 1e-5),
+                    &h,
+                    &[&packed[0], &packed[1], &packed[2]],
+                    &[&qkv[0], &qkv[1], &qkv[2]],
                 )
                 .unwrap();
-            let (tx, ty_, tnw, tpw) = (
-                f32t([k, m, 1, 1], &x),
-                f32t([k, m, 1, 1], &y),
-                f32t([k, 1, 1, 1], &nw),
-                f32t([k, 1, 1, 1], &pw),
-            );
-            let tres = f32t([ns[0], m, 1, 1], &res);
-            let (plain, added, tmp) = (o(ns[0]), o(ns[0]), o(ns[0]));
-            be.mul_mat(&w, &tx, &plain).unwrap();
-            be.mul_mat_add(&w, &tx, &tres, &tmp, &added).unwrap();
-            let (h, xo, post_tmp) = (o(k), o(k), o(k));
-            let qkv = [o(ns[0]), o(ns[1]), o(ns[2])];
-            let post = glint_backend::PostAdd {
-                y: &ty_,
-                w: &tpw,
-                eps: 1e-5,
-                tmp: &post_tmp,
-                out: &xo,
+                let (gate, up, glu) = (o(ns[1]), o(ns[1]), o(ns[1]));
+                be.norm_mul_mats_glu(
+                    glint_backend::Glu::SwiGlu,
+                    &tx,
+                    Some(post(&xo[1])),
+                    (&tnw, 1e-5),
+                    &h,
+                    [&packed[1], &packed[2]],
+                    [&gate, &up],
+                    &glu,
+                )
+                .unwrap();
+                let read = |t: &GpuTensor| -> Vec<f32> {
+                    let mut b = vec![0u8; glint_backend::Tensor::desc(t).n_bytes()];
+                    be.read(t, 0, &mut b).unwrap();
+                    bytemuck::cast_slice(&b).to_vec()
+                };
+                let mut outs = vec![read(&plain), read(&added)];
+                outs.extend(qkv.iter().map(read));
+                outs.push(read(&glu));
+                outs.extend(xo.iter().map(read));
+                outs
             };
-            be.norm_mul_mats(
-                &tx,
-                Some(post),
-                (&tnw, 1e-5),
-                &h,
-                &[&packed[0], &packed[1], &packed[2]],
-                &[&qkv[0], &qkv[1], &qkv[2]],
-            )
-            .unwrap();
-            let (gate, up, glu) = (o(ns[1]), o(ns[1]), o(ns[1]));
-            be.norm_mul_mats_glu(
-                glint_backend::Glu::SwiGlu,
-                &tx,
-                None,
-                (&tnw, 1e-5),
-                &h,
-                [&packed[1], &packed[2]],
-                [&gate, &up],
-                &glu,
-            )
-            .unwrap();
-            let read = |t: &GpuTensor| -> Vec<f32> {
-                let mut b = vec![0u8; glint_backend::Tensor::desc(t).n_bytes()];
-                be.read(t, 0, &mut b).unwrap();
-                bytemuck::cast_slice(&b).to_vec()
-            };
-            let mut outs = vec![read(&plain), read(&added)];
-            outs.extend(qkv.iter().map(read));
-            outs.push(read(&glu));
-            outs
-        };
-        let want = run(&bes[0]);
-        for v in &want {
-            assert!(v.iter().all(|a| a.is_finite()), "{ty:?} k{k} m{m}: {v:?}");
-        }
-        for be in &bes[1..] {
-            let got = run(be);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                let same = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{ty:?} k{k} m{m} output {i}: not one row's bits");
+            let what = format!("{ty:?} k{k} m{m} int8 {int8}");
+            let want = run(&bes[0]);
+            for v in &want {
+                assert!(v.iter().all(|a| a.is_finite()), "{what}: {v:?}");
+            }
+            for be in &bes[1..] {
+                let got = run(be);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{what} output {i}: not one row's bits");
+                }
             }
         }
     }

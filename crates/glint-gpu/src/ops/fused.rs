@@ -17,8 +17,9 @@ use crate::GpuBackend;
 
 /// What the kernel needs of packed parts `ws` over `x`: params (k, m,
 /// row_bytes, n0..n2, wb0..wb2, and the norm's eps and the post-norm's:
-/// passed with those only); `None` when they do not qualify. One workgroup
-/// per row of the parts takes every column.
+/// passed with those only); `None` when they do not qualify. A row of the
+/// parts is one workgroup's (with subgroups, one of the rows a subgroup
+/// takes at once), for every column.
 fn plan(be: &GpuBackend, ws: &[&T], x: &T, outs: &[&T]) -> Result<Option<Params>> {
     if ws.is_empty() || ws.len() > 3 || ws.len() != outs.len() {
         return Ok(None);
@@ -213,7 +214,7 @@ pub(crate) fn mul_mats_glu(
         Glu::SwiGlu => 2u32,
         Glu::GeGlu => 3,
     };
-    // Each workgroup reads a gate row and an up row, for every column.
+    // Each output row reads its gate row and its up row, for every column.
     be.weight_read(wg, (2 * p[3] as usize * p[2] as usize) as u64);
     let n_wg = matvec_groups(be, p[3] as usize);
     let (k, ins, p) = key(
