@@ -14,8 +14,9 @@
 // Flag P8 (ops/mul_mat.rs's matvec_key sets it where k % 4 == 0): a lane
 // takes 8 weights a step, paired as the format's bytes hold them
 // (quant/pair.wgsl), x is read a vec4 at a time, and UNROLL pairs' weights
-// (UNROLL / NR steps of NR rows) are loaded before they are used. Without it (rows of plain floats whose
-// length is not a multiple of 4): a group of 4 a step, x a float at a time.
+// (UNROLL / NR steps of NR rows) are loaded before they are used. Without
+// it (rows of plain floats whose length is not a multiple of 4): a group of
+// 4 a step, x a float at a time.
 
 // Columns one dispatch takes: ops/mul_mat.rs's MATVEC_MAX_M.
 const MAX_COLS: u32 = 8u;
