@@ -18,6 +18,8 @@
 #   GLINT_WGPU_NO_IMMEDIATES  params from the uniform arena, not immediates
 #   GLINT_MATVEC_WG_ROWS=1    a matvec row a workgroup, not a subgroup
 #   GLINT_MATVEC_ROWS=1|4     a subgroup's matvec rows at once, not 2
+#   GLINT_MATMUL_TILE=64|128  the prefill matmul's tiles always 64 (4 x 4
+#                             a thread) or 128 (8 x 8), not by the shape
 #   GLINT_HOST_MASKS=1        masks built on the host and uploaded, not
 #                             built on the device from its copy of the cells
 #   GLINT_CHAIN=0             each greedy token read back before the next
@@ -50,6 +52,14 @@ run $B --synthetic llama2-7b-narrow:q4_0 -p 0 -n 128 -r 3 -npl 1,4
 for m in smollm2-135m:q4_1 llama2-7b:q4_0; do
     run $B --synthetic $m -p 512 -n 0 -d 4096 -r 1
     run GLINT_ATTN_TILE=0 $B --synthetic $m -p 512 -n 0 -d 4096 -r 1
+done
+# The prefill matmul's tiles: 64 (the old kernel) against the default
+# (128 where both sides pass 64) and 128 everywhere; a 7B and a small
+# model (SmolLM2's 576 rows take 5 tiles of 128).
+for m in llama2-7b:q4_0 smollm2-135m:q4_1; do
+    run GLINT_MATMUL_TILE=64 $B --synthetic $m -p 512 -n 0 -r 2
+    run $B --synthetic $m -p 512 -n 0 -r 2
+    run GLINT_MATMUL_TILE=128 $B --synthetic $m -p 128,512 -n 0 -r 2
 done
 # Masks uploaded (9.4 MB for a 512-token batch at depth 4096) against
 # built from the cells on the device.

@@ -10,7 +10,7 @@
 // Entry points: `matvec` (m <= 8: one workgroup per row for every column,
 // matvec_cols.wgsl; partial sums reduced with reduce.wgsl: subgroups with
 // USE_SUBGROUPS, else a tree)
-// and `matmul` (64x64 output tiles, 4x4 per thread).
+// and `matmul` (64x64 output tiles, 4x4 per thread; TL: 128x128, 8x8).
 // SHADER_F16 (F16 weights only): W is bound as `array<f16>`.
 // P8 (matvec only): x as vec4s, 8 weights a lane a step (matvec_cols.wgsl).
 // ADD (matvec only): a binding `res` ([n, m] f32) after x, added in the
@@ -131,14 +131,26 @@ fn matvec(inv: Inv, ln: Lane) {
 
 // matmul reads x a scalar at a time: its pipelines never take P8.
 #ifndef P8
+// Output tiles of TILE rows by TILE columns, 256 threads, each a register
+// tile of Q x Q blocks of 4 x 4 (rows r0 + qr * 64 + tx * 4 + a, columns
+// c0 + qc * 64 + ty * 4 + b). Flag TL (ops/mul_mat.rs's matmul_tile picks
+// it where both sides pass 64): 128 x 128 tiles, 8 x 8 a thread, twice the
+// multiply-adds for each value read from workgroup memory (4 a value where
+// 64 x 64 does 2). Each output sums k in order either way: the same bits.
+#ifdef TL
+const TILE: u32 = 128u;
+#else
 const TILE: u32 = 64u;
+#endif
+const Q: u32 = TILE / 64u;
 const TK: u32 = 16u;
-// [TK][TILE / 4]: k-step kk's 64 rows of W (columns of x) as 16 vec4s, so a
+// [TK][TILE / 4]: k-step kk's TILE rows of W (columns of x) as vec4s, so a
 // thread's 4 rows (columns) at kk are one vec4 and the 16 threads reading a
 // step read 16 consecutive vec4s: no bank conflict (a [row][k] layout put
-// the 16 rows a step reads 64 words apart, all in one bank).
-var<workgroup> ws: array<vec4<f32>, 256>;
-var<workgroup> xs: array<vec4<f32>, 256>;
+// the 16 rows a step reads 64 words apart, all in one bank). TL: 16 KiB
+// together, what every adapter gives.
+var<workgroup> ws: array<vec4<f32>, TK * TILE / 4u>;
+var<workgroup> xs: array<vec4<f32>, TK * TILE / 4u>;
 
 // Four consecutive k-elements e..e+3 of W row r (zeros past k).
 fn w_group(r: u32, e: u32) -> vec4<f32> {
@@ -158,6 +170,19 @@ fn w_group(r: u32, e: u32) -> vec4<f32> {
     return v;
 }
 
+// Four consecutive k-elements e..e+3 of x column c (zeros past k or m).
+fn x_group(c: u32, e: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    if (c < p.m) {
+        for (var u = 0u; u < 4u; u++) {
+            if (e + u < p.k) {
+                v[u] = x[c * p.k + e + u];
+            }
+        }
+    }
+    return v;
+}
+
 @compute @workgroup_size(256)
 fn matmul(inv: Inv) {
     let tiles_n = (p.n_local + TILE - 1u) / TILE;
@@ -167,44 +192,53 @@ fn matmul(inv: Inv) {
     }
     let r0 = (t % tiles_n) * TILE;
     let c0 = (t / tiles_n) * TILE;
-    let tx = inv.lid.x % 16u; // rows r0 + tx*4 + a
-    let ty = inv.lid.x / 16u; // columns c0 + ty*4 + b
-    let lr = inv.lid.x / 4u;  // the row/column this thread loads
+    let tx = inv.lid.x % 16u;
+    let ty = inv.lid.x / 16u;
+    // This thread loads rows (columns) lr + 64h of the tile, k-elements
+    // lk..lk+3 of the step.
+    let lr = inv.lid.x / 4u;
     let lk = (inv.lid.x % 4u) * 4u;
-    // acc[a][b]: row r0 + tx*4 + a, column c0 + ty*4 + b.
-    var acc: array<vec4<f32>, 4>;
+    // acc[(qr * 4 + a) * Q + qc][b]: row r0 + qr * 64 + tx * 4 + a,
+    // column c0 + qc * 64 + ty * 4 + b.
+    var acc: array<vec4<f32>, 4u * Q * Q>;
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
-        let wv = w_group(r0 + lr, k0 + lk);
-        var xv = vec4<f32>(0.0);
-        let col = c0 + lr;
-        if (col < p.m) {
+        for (var h = 0u; h < Q; h++) {
+            let l = lr + 64u * h;
+            let wv = w_group(r0 + l, k0 + lk);
+            let xv = x_group(c0 + l, k0 + lk);
             for (var u = 0u; u < 4u; u++) {
-                if (k0 + lk + u < p.k) {
-                    xv[u] = x[col * p.k + k0 + lk + u];
-                }
+                ws[(lk + u) * (TILE / 4u) + l / 4u][l % 4u] = wv[u];
+                xs[(lk + u) * (TILE / 4u) + l / 4u][l % 4u] = xv[u];
             }
-        }
-        for (var u = 0u; u < 4u; u++) {
-            ws[(lk + u) * 16u + lr / 4u][lr % 4u] = wv[u];
-            xs[(lk + u) * 16u + lr / 4u][lr % 4u] = xv[u];
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            let wr = ws[kk * 16u + tx];
-            let xr = xs[kk * 16u + ty];
-            acc[0] += wr[0] * xr;
-            acc[1] += wr[1] * xr;
-            acc[2] += wr[2] * xr;
-            acc[3] += wr[3] * xr;
+            var wr: array<vec4<f32>, Q>;
+            var xr: array<vec4<f32>, Q>;
+            for (var q = 0u; q < Q; q++) {
+                wr[q] = ws[kk * (TILE / 4u) + q * 16u + tx];
+                xr[q] = xs[kk * (TILE / 4u) + q * 16u + ty];
+            }
+            for (var qr = 0u; qr < Q; qr++) {
+                for (var a = 0u; a < 4u; a++) {
+                    for (var qc = 0u; qc < Q; qc++) {
+                        acc[(qr * 4u + a) * Q + qc] += wr[qr][a] * xr[qc];
+                    }
+                }
+            }
         }
         workgroupBarrier();
     }
-    for (var a = 0u; a < 4u; a++) {
-        for (var b = 0u; b < 4u; b++) {
-            let r = r0 + tx * 4u + a;
-            let c = c0 + ty * 4u + b;
-            if (r < p.n_local && c < p.m) {
-                out[c * p.n + p.row0 + r] = acc[a][b];
+    for (var qr = 0u; qr < Q; qr++) {
+        for (var a = 0u; a < 4u; a++) {
+            for (var qc = 0u; qc < Q; qc++) {
+                for (var b = 0u; b < 4u; b++) {
+                    let r = r0 + qr * 64u + tx * 4u + a;
+                    let c = c0 + qc * 64u + ty * 4u + b;
+                    if (r < p.n_local && c < p.m) {
+                        out[c * p.n + p.row0 + r] = acc[(qr * 4u + a) * Q + qc][b];
+                    }
+                }
             }
         }
     }

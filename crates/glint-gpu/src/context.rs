@@ -62,6 +62,12 @@ pub struct GpuOptions {
     /// subgroups, or with `GLINT_MATVEC_WG_ROWS`, a matvec takes a row a
     /// workgroup.
     pub matvec_rows: usize,
+    /// The prefill matmul's output tile side: 64 (4 x 4 a thread) or 128
+    /// (8 x 8 a thread); 0, the default, takes 128 where the weight's rows
+    /// and the columns both pass 64, else 64 (llama.cpp's Vulkan choice of
+    /// its large tile). Also from the environment's `GLINT_MATMUL_TILE`
+    /// (to compare them on a device).
+    pub matmul_tile: usize,
 }
 
 /// One adapter, as `--list-adapters` shows it.

@@ -111,6 +111,9 @@ pub struct GpuBackend {
     matvec_sgrow: bool,
     /// Rows a matvec subgroup takes at once ([`GpuOptions::matvec_rows`]).
     matvec_rows: usize,
+    /// The matmul's output tile side, 0 for the shape's
+    /// ([`GpuOptions::matmul_tile`]).
+    matmul_tile: usize,
     /// Prefill attention runs by tiles of tokens (`ops::attention`'s
     /// `tile` entry); off when the environment has `GLINT_ATTN_TILE=0`
     /// (a workgroup a token, as before: to compare the two on a device).
@@ -124,29 +127,67 @@ pub struct GpuBackend {
     int8_wide: bool,
 }
 
+/// A setting that is one of a few numbers: the environment's `env` where
+/// set, else the option `opt` (`(value, its name)`); 0 (from either) is
+/// `default`, and
+/// only `allowed` are taken, else an error naming where the number came
+/// from and what `what` takes.
+fn one_of(
+    env: &str,
+    opt: (usize, &str),
+    allowed: &[usize],
+    default: usize,
+    what: &str,
+) -> Result<usize> {
+    let list = allowed
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (n, from) = match std::env::var_os(env) {
+        Some(v) => match v.to_str().and_then(|s| s.trim().parse::<usize>().ok()) {
+            Some(n) => (n, env),
+            None => {
+                return Err(BackendError::Device(format!(
+                    "{env}={v:?}: not a number of {what} ({list}, or 0 for the default)"
+                )))
+            }
+        },
+        None => opt,
+    };
+    match n {
+        0 => Ok(default),
+        n if allowed.contains(&n) => Ok(n),
+        n => Err(BackendError::Device(format!(
+            "{from} = {n}: {what} are {list}"
+        ))),
+    }
+}
+
 /// The rows a matvec subgroup takes at once: `GLINT_MATVEC_ROWS` where
 /// set, else [`GpuOptions::matvec_rows`] (0: the default, 2); 1, 2 or 4
 /// (at most [`ops::MATVEC_MAX_JOINT`]), else an error naming where the
 /// number came from.
 fn matvec_rows(opts: &GpuOptions) -> Result<usize> {
-    let (n, from) = match std::env::var("GLINT_MATVEC_ROWS") {
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => (n, "GLINT_MATVEC_ROWS"),
-            _ => {
-                return Err(BackendError::Device(format!(
-                    "GLINT_MATVEC_ROWS={v:?}: not a number of matvec rows at once (1, 2 or 4)"
-                )))
-            }
-        },
-        Err(_) => (opts.matvec_rows, "GpuOptions::matvec_rows"),
-    };
-    match n {
-        0 => Ok(2),
-        1 | 2 | 4 if n <= ops::MATVEC_MAX_JOINT => Ok(n),
-        n => Err(BackendError::Device(format!(
-            "{from} = {n}: matvec rows at once are 1, 2 or 4"
-        ))),
-    }
+    // The list's largest is matvec_cols.wgsl's MAX_NR.
+    const _: () = assert!(ops::MATVEC_MAX_JOINT == 4);
+    let opt = (opts.matvec_rows, "GpuOptions::matvec_rows");
+    one_of(
+        "GLINT_MATVEC_ROWS",
+        opt,
+        &[1, 2, 4],
+        2,
+        "matvec rows at once",
+    )
+}
+
+/// The matmul's output tile: `GLINT_MATMUL_TILE` where set, else
+/// [`GpuOptions::matmul_tile`]; 64 or 128, or 0 (the default) for the
+/// shape's (ops/mul_mat.rs's `matmul_tile`), else an error naming where the number
+/// came from.
+fn matmul_tile(opts: &GpuOptions) -> Result<usize> {
+    let opt = (opts.matmul_tile, "GpuOptions::matmul_tile");
+    one_of("GLINT_MATMUL_TILE", opt, &[64, 128], 0, "matmul tile sides")
 }
 
 impl GpuBackend {
@@ -154,6 +195,7 @@ impl GpuBackend {
     pub fn new(mut opts: GpuOptions) -> Result<Self> {
         opts.profile |= std::env::var_os("GLINT_GPU_PROFILE").is_some();
         let matvec_rows = matvec_rows(&opts)?;
+        let matmul_tile = matmul_tile(&opts)?;
         let ctx = Context::new(&opts)?;
         let profiler = opts
             .profile
@@ -198,6 +240,7 @@ impl GpuBackend {
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
             matvec_rows,
+            matmul_tile,
             attn_tiles: attn_tile_env.as_deref() != Some("0"),
             decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
             int8,
@@ -672,7 +715,7 @@ impl Backend for GpuBackend {
 }
 
 #[cfg(test)]
-mod matvec_rows_tests {
+mod settings_tests {
     use super::*;
 
     /// The option's values (the environment's variable unset, as in the
@@ -695,6 +738,28 @@ mod matvec_rows_tests {
         for n in [3, 5, 8, usize::MAX] {
             let e = rows(n).unwrap_err().to_string();
             assert!(e.contains(&format!("GpuOptions::matvec_rows = {n}")), "{e}");
+            assert!(e.contains("1, 2, 4"), "{e}");
+        }
+    }
+
+    /// The tile option: 0 (the shape's), 64 and 128 are taken, any other
+    /// number is an error that names the option.
+    #[test]
+    fn matmul_tile_takes_64_or_128() {
+        if std::env::var_os("GLINT_MATMUL_TILE").is_some() {
+            return;
+        }
+        let tile = |n| {
+            matmul_tile(&GpuOptions {
+                matmul_tile: n,
+                ..Default::default()
+            })
+        };
+        let ok: Vec<usize> = [0, 64, 128].into_iter().map(|n| tile(n).unwrap()).collect();
+        assert_eq!(ok, [0, 64, 128]);
+        for n in [1, 32, 65, 256, usize::MAX] {
+            let e = tile(n).unwrap_err().to_string();
+            assert!(e.contains(&format!("GpuOptions::matmul_tile = {n}")), "{e}");
         }
     }
 }

@@ -362,8 +362,8 @@ mod tests {
     /// text is the same are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
-        const OWN: [&str; 10] = [
-            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW", "Q8", "Q8W",
+        const OWN: [&str; 11] = [
+            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW", "Q8", "Q8W", "TL",
         ];
         // Flags that are only ever asked for with others (a variant
         // without them is never made: POST's and Q8's shaders refuse to

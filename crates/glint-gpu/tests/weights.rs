@@ -117,24 +117,34 @@ fn weight(be: &GpuBackend, ty: GgmlType, k: usize, n: usize, bytes: Vec<u8>) -> 
     .unwrap()
 }
 
-/// mul_mat of `be` for one type and shape vs the reference.
-fn check_mul_mat(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize, m: usize) {
-    let wb = random_weight(r, ty, k, n);
-    let rb = ty.bytes_for(k as u64).unwrap() as usize;
-    let w = weight(be, ty, k, n, wb.clone());
-    let x = r.vec_scaled(k * m, 1.0);
-    let tx = be
-        .alloc(desc(GgmlType::F32, [k, m, 1, 1], Usage::Scratch))
-        .unwrap();
-    be.write(&tx, 0, bytemuck::cast_slice(&x)).unwrap();
-    let out = be
-        .alloc(desc(GgmlType::F32, [n, m, 1, 1], Usage::Scratch))
-        .unwrap();
-    be.write(&out, 0, &vec![0xFF; n * m * 4]).unwrap();
+/// mul_mat of `be` on weight bytes `wb` (`[k, n]` of `ty`) and x `[k, m]`.
+fn mul_mat_out(
+    be: &GpuBackend,
+    ty: GgmlType,
+    wb: &[u8],
+    x: &[f32],
+    [k, n, m]: [usize; 3],
+) -> Vec<f32> {
+    let w = weight(be, ty, k, n, wb.to_vec());
+    let tx = f32s_on(be, [k, m, 1, 1], x);
+    let out = f32s_on(be, [n, m, 1, 1], &vec![f32::NAN; n * m]);
     be.mul_mat(&w, &tx, &out).unwrap();
     let mut got = vec![0u8; n * m * 4];
     be.read(&out, 0, &mut got).unwrap();
-    let got: Vec<f32> = bytemuck::cast_slice(&got).to_vec();
+    bytemuck::cast_slice(&got).to_vec()
+}
+
+/// `got` (mul_mat of `wb` and `x`) against the f64 reference, within the
+/// format's tolerance.
+fn assert_mul_mat(
+    what: &str,
+    ty: GgmlType,
+    wb: &[u8],
+    x: &[f32],
+    [k, n, m]: [usize; 3],
+    got: &[f32],
+) {
+    let rb = ty.bytes_for(k as u64).unwrap() as usize;
     let rows: Vec<Vec<f64>> = (0..n)
         .map(|i| dequant_row(ty, &wb[i * rb..(i + 1) * rb], k))
         .collect();
@@ -153,7 +163,15 @@ fn check_mul_mat(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize,
     } else {
         tol::MATMUL_QUANT
     };
-    assert_close(&format!("mul_mat {ty:?} k{k} n{n} m{m}"), &got, &want, t);
+    assert_close(&format!("{what} {ty:?} k{k} n{n} m{m}"), got, &want, t);
+}
+
+/// mul_mat of `be` for one type and shape vs the reference.
+fn check_mul_mat(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize, m: usize) {
+    let wb = random_weight(r, ty, k, n);
+    let x = r.vec_scaled(k * m, 1.0);
+    let got = mul_mat_out(be, ty, &wb, &x, [k, n, m]);
+    assert_mul_mat("mul_mat", ty, &wb, &x, [k, n, m], &got);
 }
 
 fn check_get_rows(be: &GpuBackend, r: &mut Rng, ty: GgmlType, k: usize, n: usize) {
@@ -559,4 +577,72 @@ fn matvec_rows_at_once_keep_each_rows_bits() {
             }
         }
     }
+}
+
+/// The prefill matmul's tiles of 64 (4 x 4 a thread) and of 128 (8 x 8,
+/// flag TL: [`GpuOptions::matmul_tile`]) give every output the same bits,
+/// each within the format's tolerance of the f64 reference: part-full
+/// tiles on both sides (131 rows, 67 and 130 columns), a tile of 128 over
+/// a matrix smaller than it (the option forces it), a 64-row window
+/// under a small binding limit, F32 rows of 998 (the last k-step's tail)
+/// and F16 rows of 258, and quantized rows of a format of each layout.
+#[test]
+fn matmul_tiles_of_64_and_128_give_the_same_bits() {
+    let mut r = Rng(seed());
+    let bes: Vec<GpuBackend> = [64, 128]
+        .into_iter()
+        .map(|t| {
+            GpuBackend::new(GpuOptions {
+                matmul_tile: t,
+                ..Default::default()
+            })
+            .unwrap()
+        })
+        .collect();
+    let cases = [
+        (GgmlType::F32, 998, 131, 67),
+        (GgmlType::F16, 258, 200, 130),
+        (GgmlType::Q4_0, 320, 131, 130),
+        (GgmlType::Q8_0, 256, 67, 9),
+        (GgmlType::Q4_K, 512, 131, 67),
+        (GgmlType::Q6_K, 256, 257, 65),
+    ];
+    for (ty, k, n, m) in cases {
+        let wb = random_weight(&mut r, ty, k, n);
+        let x = r.vec_scaled(k * m, 1.0);
+        let outs: Vec<Vec<f32>> = bes
+            .iter()
+            .map(|be| mul_mat_out(be, ty, &wb, &x, [k, n, m]))
+            .collect();
+        for (t, got) in [64, 128].iter().zip(&outs) {
+            assert_mul_mat(&format!("matmul tile {t}"), ty, &wb, &x, [k, n, m], got);
+        }
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&outs[0]) == bits(&outs[1]),
+            "{ty:?} k{k} n{n} m{m}: tiles of 64 and 128 differ"
+        );
+    }
+    // Windows of 64 rows (a binding of 64 Q8_0 rows of 256): each window
+    // its own dispatch, tiles of 128 over 64 rows.
+    let capped: Vec<GpuBackend> = [64, 128]
+        .into_iter()
+        .map(|t| {
+            GpuBackend::new(GpuOptions {
+                matmul_tile: t,
+                max_binding_bytes: Some(64 * 272 + 4),
+                ..Default::default()
+            })
+            .unwrap()
+        })
+        .collect();
+    let (ty, k, n, m) = (GgmlType::Q8_0, 256, 200, 70);
+    let wb = random_weight(&mut r, ty, k, n);
+    let x = r.vec_scaled(k * m, 1.0);
+    let outs: Vec<Vec<f32>> = capped
+        .iter()
+        .map(|be| mul_mat_out(be, ty, &wb, &x, [k, n, m]))
+        .collect();
+    assert_mul_mat("windowed matmul tile 128", ty, &wb, &x, [k, n, m], &outs[1]);
+    assert_eq!(outs[0], outs[1], "windowed: tiles of 64 and 128 differ");
 }
