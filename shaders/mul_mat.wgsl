@@ -212,20 +212,37 @@ fn matmul(inv: Inv) {
             }
         }
         workgroupBarrier();
+        // The updates written out (constant indices: acc stays in
+        // registers whatever the driver unrolls), in the order of
+        // acc's index.
         for (var kk = 0u; kk < TK; kk++) {
-            var wr: array<vec4<f32>, Q>;
-            var xr: array<vec4<f32>, Q>;
-            for (var q = 0u; q < Q; q++) {
-                wr[q] = ws[kk * (TILE / 4u) + q * 16u + tx];
-                xr[q] = xs[kk * (TILE / 4u) + q * 16u + ty];
-            }
-            for (var qr = 0u; qr < Q; qr++) {
-                for (var a = 0u; a < 4u; a++) {
-                    for (var qc = 0u; qc < Q; qc++) {
-                        acc[(qr * 4u + a) * Q + qc] += wr[qr][a] * xr[qc];
-                    }
-                }
-            }
+            let wr0 = ws[kk * (TILE / 4u) + tx];
+            let xr0 = xs[kk * (TILE / 4u) + ty];
+#ifdef TL
+            let wr1 = ws[kk * (TILE / 4u) + 16u + tx];
+            let xr1 = xs[kk * (TILE / 4u) + 16u + ty];
+            acc[0] += wr0.x * xr0;
+            acc[1] += wr0.x * xr1;
+            acc[2] += wr0.y * xr0;
+            acc[3] += wr0.y * xr1;
+            acc[4] += wr0.z * xr0;
+            acc[5] += wr0.z * xr1;
+            acc[6] += wr0.w * xr0;
+            acc[7] += wr0.w * xr1;
+            acc[8] += wr1.x * xr0;
+            acc[9] += wr1.x * xr1;
+            acc[10] += wr1.y * xr0;
+            acc[11] += wr1.y * xr1;
+            acc[12] += wr1.z * xr0;
+            acc[13] += wr1.z * xr1;
+            acc[14] += wr1.w * xr0;
+            acc[15] += wr1.w * xr1;
+#else
+            acc[0] += wr0.x * xr0;
+            acc[1] += wr0.y * xr0;
+            acc[2] += wr0.z * xr0;
+            acc[3] += wr0.w * xr0;
+#endif
         }
         workgroupBarrier();
     }

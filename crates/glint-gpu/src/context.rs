@@ -57,16 +57,17 @@ pub struct GpuOptions {
     pub int8_matvec: bool,
     /// Rows a matvec's subgroup takes at once (1, 2 or 4; 0: the default,
     /// 2): their weights dotted with one read of x, each row's sums the
-    /// bits of a row alone. Also from the environment's
-    /// `GLINT_MATVEC_ROWS` (to compare them on a device). Without
+    /// bits of a row alone. The environment's `GLINT_MATVEC_ROWS`, where
+    /// set, overrides it (to compare them on a device). Without
     /// subgroups, or with `GLINT_MATVEC_WG_ROWS`, a matvec takes a row a
     /// workgroup.
     pub matvec_rows: usize,
     /// The prefill matmul's output tile side: 64 (4 x 4 a thread) or 128
-    /// (8 x 8 a thread); 0, the default, takes 128 where the weight's rows
-    /// and the columns both pass 64, else 64 (llama.cpp's Vulkan choice of
-    /// its large tile). Also from the environment's `GLINT_MATMUL_TILE`
-    /// (to compare them on a device).
+    /// (8 x 8 a thread); 0, the default, takes 128 where the rows of the
+    /// weight (of its binding window) and the columns both pass 64, else 64
+    /// (llama.cpp's Vulkan choice of its large tile). The environment's
+    /// `GLINT_MATMUL_TILE`, where set, overrides it (to compare them on a
+    /// device).
     pub matmul_tile: usize,
 }
 

@@ -128,10 +128,9 @@ pub struct GpuBackend {
 }
 
 /// A setting that is one of a few numbers: the environment's `env` where
-/// set, else the option `opt` (`(value, its name)`); 0 (from either) is
-/// `default`, and
-/// only `allowed` are taken, else an error naming where the number came
-/// from and what `what` takes.
+/// set (over the option), else the option `opt` (`(value, its name)`); 0
+/// from either is `default`, and only `allowed` are taken, else an error
+/// naming where the number came from and what `what` takes.
 fn one_of(
     env: &str,
     opt: (usize, &str),
@@ -183,11 +182,22 @@ fn matvec_rows(opts: &GpuOptions) -> Result<usize> {
 
 /// The matmul's output tile: `GLINT_MATMUL_TILE` where set, else
 /// [`GpuOptions::matmul_tile`]; 64 or 128, or 0 (the default) for the
-/// shape's (ops/mul_mat.rs's `matmul_tile`), else an error naming where the number
-/// came from.
-fn matmul_tile(opts: &GpuOptions) -> Result<usize> {
+/// shape's (ops/mul_mat.rs's `tile_for`), else an error naming where the
+/// number came from. An adapter without the 128 tile's workgroup memory
+/// ([`ops::TL_WORKGROUP_BYTES`], which every adapter with compute gives)
+/// takes 64, or, where 128 was asked for, an error.
+fn matmul_tile(opts: &GpuOptions, limits: &wgpu::Limits) -> Result<usize> {
     let opt = (opts.matmul_tile, "GpuOptions::matmul_tile");
-    one_of("GLINT_MATMUL_TILE", opt, &[64, 128], 0, "matmul tile sides")
+    let tile = one_of("GLINT_MATMUL_TILE", opt, &[64, 128], 0, "matmul tile sides")?;
+    let room = limits.max_compute_workgroup_storage_size;
+    match tile {
+        _ if room >= ops::TL_WORKGROUP_BYTES => Ok(tile),
+        128 => Err(BackendError::Device(format!(
+            "matmul tiles of 128 need {} bytes of workgroup memory; the adapter gives {room}",
+            ops::TL_WORKGROUP_BYTES
+        ))),
+        _ => Ok(64),
+    }
 }
 
 impl GpuBackend {
@@ -195,8 +205,10 @@ impl GpuBackend {
     pub fn new(mut opts: GpuOptions) -> Result<Self> {
         opts.profile |= std::env::var_os("GLINT_GPU_PROFILE").is_some();
         let matvec_rows = matvec_rows(&opts)?;
-        let matmul_tile = matmul_tile(&opts)?;
+        // Checked before the device opens, so a bad value opens none.
+        matmul_tile(&opts, &wgpu::Limits::default())?;
         let ctx = Context::new(&opts)?;
+        let matmul_tile = matmul_tile(&opts, &ctx.limits)?;
         let profiler = opts
             .profile
             .then(|| profile::Profiler::new(&ctx.device, &ctx.queue));
@@ -265,6 +277,13 @@ impl GpuBackend {
     /// 1 where matvecs take a row a workgroup).
     pub fn matvec_rows(&self) -> usize {
         ops::matvec_joint_rows(self)
+    }
+
+    /// The matmul's output tile side where it is forced
+    /// ([`GpuOptions::matmul_tile`], `GLINT_MATMUL_TILE`): 64 or 128; 0
+    /// where the shape picks it.
+    pub fn matmul_tile(&self) -> usize {
+        self.matmul_tile
     }
 
     /// The work counters so far: read before and after a step, the
@@ -403,6 +422,10 @@ impl Backend for GpuBackend {
         }
         if used.int8 {
             feats.push("int8 matvec");
+        }
+        let tile = format!("matmul tile {}", self.matmul_tile);
+        if self.matmul_tile != 0 {
+            feats.push(&tile);
         }
         if feats.is_empty() {
             feats.push("no optional features");
@@ -749,17 +772,44 @@ mod settings_tests {
         if std::env::var_os("GLINT_MATMUL_TILE").is_some() {
             return;
         }
-        let tile = |n| {
-            matmul_tile(&GpuOptions {
+        let tile = |n, room| {
+            let limits = wgpu::Limits {
+                max_compute_workgroup_storage_size: room,
+                ..Default::default()
+            };
+            let opts = GpuOptions {
                 matmul_tile: n,
                 ..Default::default()
-            })
+            };
+            matmul_tile(&opts, &limits)
         };
-        let ok: Vec<usize> = [0, 64, 128].into_iter().map(|n| tile(n).unwrap()).collect();
+        let ok: Vec<usize> = [0, 64, 128]
+            .into_iter()
+            .map(|n| tile(n, 16384).unwrap())
+            .collect();
         assert_eq!(ok, [0, 64, 128]);
         for n in [1, 32, 65, 256, usize::MAX] {
-            let e = tile(n).unwrap_err().to_string();
+            let e = tile(n, 16384).unwrap_err().to_string();
             assert!(e.contains(&format!("GpuOptions::matmul_tile = {n}")), "{e}");
+            assert!(e.contains("64, 128"), "{e}");
         }
+        // Under the 128 tile's workgroup memory: the shape's rule takes
+        // 64, a forced 128 is an error that says why.
+        assert_eq!(tile(0, 16383).unwrap(), 64);
+        assert_eq!(tile(64, 16383).unwrap(), 64);
+        let e = tile(128, 16383).unwrap_err().to_string();
+        assert!(e.contains("16384 bytes of workgroup memory"), "{e}");
+    }
+
+    /// By the shape, 128 where the rows and the columns both pass 64.
+    #[test]
+    fn the_shape_takes_128_where_both_sides_pass_64() {
+        let t = |rows, m| ops::tile_for(0, rows, m);
+        assert_eq!([t(65, 65), t(4096, 512), t(576, 65)], [128; 3]);
+        assert_eq!([t(64, 512), t(4096, 64), t(64, 64), t(9, 9)], [64; 4]);
+        assert_eq!(
+            [ops::tile_for(128, 9, 9), ops::tile_for(64, 4096, 512)],
+            [128, 64]
+        );
     }
 }

@@ -161,10 +161,12 @@ impl PipelineCache {
             compilation_options: wgpu::PipelineCompilationOptions {
                 constants: &constants,
                 // The int8 matvec writes every unit of x it reads before
-                // its barrier (and `red` is written before it is read):
-                // zeroing its 15-30 KiB first would be a pass over them
+                // its barrier (and `red` is written before it is read),
+                // and the matmul every slot of its tiles each k-step:
+                // zeroing their 8-30 KiB first would be a pass over them
                 // per workgroup for nothing.
-                zero_initialize_workgroup_memory: !key.flags.contains(&"Q8"),
+                zero_initialize_workgroup_memory: !key.flags.contains(&"Q8")
+                    && key.entry != "matmul",
             },
             cache: None,
         });

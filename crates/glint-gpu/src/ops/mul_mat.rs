@@ -200,21 +200,33 @@ pub(crate) fn matvec_groups(be: &GpuBackend, rows: usize) -> usize {
     rows.div_ceil(matvec_rows_per_group(be).max(1))
 }
 
+/// Workgroup memory of the matmul's 128 x 128 tiles (flag `TL`): the W and
+/// x tiles, 16 k-steps of 128 f32s each.
+pub(crate) const TL_WORKGROUP_BYTES: u32 = 2 * 16 * 128 * 4;
+
 /// The side of the matmul's output tiles for a window of `rows` weight
-/// rows and `m` columns: [`GpuOptions::matmul_tile`] where set, else 128
-/// (8 x 8 a thread, flag `TL`) where both pass 64, else 64 (4 x 4 a
-/// thread). That is llama.cpp's Vulkan rule for its large tile; smaller
-/// matrices keep more workgroups.
+/// rows and `m` columns: the backend's setting where it forces one
+/// ([`GpuOptions::matmul_tile`], or 64 where the adapter lacks
+/// [`TL_WORKGROUP_BYTES`]), else ([`tile_for`]) 128 (8 x 8 a thread, flag
+/// `TL`) where both pass 64, else 64 (4 x 4 a thread).
 ///
 /// lavapipe (2 cores), `glint bench -p 256 -n 0 -r 2`, 64 -> 128: SmolLM2
 /// 19.0 -> 23.6-25.1 t/s, Gemma 3 21.0-21.6 -> 28.2-28.6, the narrow 7B
 /// 53.6-55.2 -> 66.0-67.9; at `-p 64` (which the rule keeps at 64) a forced
 /// 128 is 15-20% slower. Not yet measured on a GPU: `GLINT_MATMUL_TILE=64`
-/// gives the old kernel.
+/// gives the old tiles (the same kernel text at Q = 1, its updates written
+/// out as before).
 ///
 /// [`GpuOptions::matmul_tile`]: crate::GpuOptions::matmul_tile
 pub(crate) fn matmul_tile(be: &GpuBackend, rows: usize, m: usize) -> usize {
-    match be.matmul_tile {
+    tile_for(be.matmul_tile, rows, m)
+}
+
+/// The tile side for `setting` (0: by the shape) and a window of `rows`
+/// rows by `m` columns: 128 where both pass 64, llama.cpp's Vulkan rule for
+/// its large tile (smaller matrices keep more workgroups), else 64.
+pub(crate) fn tile_for(setting: usize, rows: usize, m: usize) -> usize {
+    match setting {
         0 if rows > 64 && m > 64 => 128,
         0 => 64,
         n => n,
@@ -243,7 +255,7 @@ pub(crate) fn mul_mat_normed(be: &GpuBackend, w: &T, x: &T, norm: Norm, out: &T)
     let matvec = m <= MATVEC_MAX_M;
     if !matvec && norm.is_some() {
         // The callers fold a norm only where `folds_norm` said yes (m <=
-        // MATVEC_MAX_M); the 64x64 matmul has no NORM variant.
+        // MATVEC_MAX_M); the matmul has no NORM variant.
         return Err(BackendError::Shape {
             op,
             detail: format!("a norm folded into a matmul of {m} columns (most {MATVEC_MAX_M})"),
