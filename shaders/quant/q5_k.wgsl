@@ -16,7 +16,7 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let sm = scale_min_k4(b + 4u, i / 32u);
     let wh = u32_at(b + 16u + l);
     let wl = u32_at(b + 48u + 32u * (i / 64u) + l);
-    let q = field4(wl, 4u * ((i / 32u) % 2u), 0xfu) + 16.0 * field4(wh, i / 32u, 1u);
+    let q = ints_less(fields(wl, 4u * ((i / 32u) % 2u), 0xfu) | above(fields(wh, i / 32u, 1u), 4u), 0.0);
     return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
 }
 
@@ -33,8 +33,8 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let sm = scale_min_k4_pair(b + 4u, h);
     let wh = u32_at(b + 16u + l);
     let wl = u32_at(b + 48u + 32u * h + l);
-    let q0 = field4(wl, 0u, 0xfu) + 16.0 * field4(wh, 2u * h, 1u);
-    let q1 = field4(wl, 4u, 0xfu) + 16.0 * field4(wh, 2u * h + 1u, 1u);
+    let q0 = ints_less(fields(wl, 0u, 0xfu) | above(fields(wh, 2u * h, 1u), 4u), 0.0);
+    let q1 = ints_less(fields(wl, 4u, 0xfu) | above(fields(wh, 2u * h + 1u, 1u), 4u), 0.0);
     return array<vec4<f32>, 2>(
         (dm.x * sm.x) * q0 - vec4<f32>(dm.y * sm.z),
         (dm.x * sm.y) * q1 - vec4<f32>(dm.y * sm.w),

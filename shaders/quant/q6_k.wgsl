@@ -13,11 +13,11 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let h = i / 128u;
     let r = i % 128u;
     let d = f16_at(b + 208u);
-    let sc = f32(bitcast<i32>(byte_at(b + 192u + i / 16u) << 24u) >> 24u);
+    let sc = i8_of(byte_at(b + 192u + i / 16u), 0u);
     let wl = u32_at(b + 64u * h + r % 64u);
     let wh = u32_at(b + 128u + 32u * h + r % 32u);
-    let q = field4(wl, 4u * (r / 64u), 0xfu) + 16.0 * field4(wh, 2u * (r / 32u), 3u);
-    return (d * sc) * (q - vec4<f32>(32.0));
+    let q = ints_less(fields(wl, 4u * (r / 64u), 0xfu) | above(fields(wh, 2u * (r / 32u), 3u), 4u), 32.0);
+    return (d * sc) * q;
 }
 
 // Pair g: 4 bytes ql[64h + j .. + 3] of super-block g / 32 (t = g % 32,
@@ -42,10 +42,9 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let wl = u32_at(b + 64u * h + j);
     let wh = u32_at(b + 128u + 32u * h + j % 32u);
     let sh = 2u * (j / 32u);
-    let z = vec4<f32>(32.0);
-    let q0 = field4(wl, 0u, 0xfu) + 16.0 * field4(wh, sh, 3u);
-    let q1 = field4(wl, 4u, 0xfu) + 16.0 * field4(wh, sh + 4u, 3u);
-    return array<vec4<f32>, 2>((d * sc0) * (q0 - z), (d * sc1) * (q1 - z));
+    let q0 = ints_less(fields(wl, 0u, 0xfu) | above(fields(wh, sh, 3u), 4u), 32.0);
+    let q1 = ints_less(fields(wl, 4u, 0xfu) | above(fields(wh, sh + 4u, 3u), 4u), 32.0);
+    return array<vec4<f32>, 2>((d * sc0) * q0, (d * sc1) * q1);
 }
 
 #ifdef Q8

@@ -6,7 +6,7 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
     let d = f16_at(b);
     let w = u32_at(b + 2u + (e % BLOCK_SIZE));
-    return d * vec4<f32>(i8_of(w, 0u), i8_of(w, 1u), i8_of(w, 2u), i8_of(w, 3u));
+    return d * i8x4(w);
 }
 
 #include "quant/pair.wgsl"
