@@ -10,6 +10,8 @@
 // launchers), so a word never spans two rows.
 override KV_Q: u32 = 0u;
 
+#include "common.wgsl"
+
 const KVQ_BLOCK: u32 = 32u;
 
 fn kvq_type_size() -> u32 {
@@ -48,9 +50,11 @@ fn kvq_level4(x: f32, id: f32) -> u32 {
 // its levels: `b` is the byte holding it (Q8_0: level j; Q4_0: j % 16).
 fn kvq_value(d: f32, b: u32, j: u32) -> f32 {
     if (KV_Q == 1u) {
-        return d * f32(bitcast<i32>(b << 24u) >> 24u);
+        // The low byte as signed: with its sign bit flipped, the value
+        // plus 128 (common.wgsl's int_minus: no conversion instruction).
+        return d * int_minus((b & 0xffu) ^ 0x80u, 128.0);
     }
-    return d * (f32((b >> ((j / 16u) * 4u)) & 0xfu) - 8.0);
+    return d * int_minus((b >> ((j / 16u) * 4u)) & 0xfu, 8.0);
 }
 
 // Byte offset in the block of element j's level byte.

@@ -3,6 +3,8 @@
 // every read goes through these. Offsets are bytes from the start of the
 // bound window.
 
+#include "common.wgsl"
+
 fn byte_at(b: u32) -> u32 {
     return (W[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
 }
@@ -29,45 +31,30 @@ fn bf16_at(b: u32) -> f32 {
     return bitcast<f32>(u16_at(b) << 16u);
 }
 
-// Integers below 2^23 as floats, less `off` (an integer of magnitude
-// below 2^23), with no conversion instruction: v in the mantissa of 2^23
-// (bits 0x4b000000) is the float 2^23 + v, and subtracting 2^23 + off
-// leaves v - off, each step exact, so the bits of f32(v) - off. GPUs
-// convert integers to floats at a quarter of the rate they multiply-add
-// (NVIDIA sm_80 and sm_90: 16 a clock an SM against 128), and a quantized
-// matvec converts every weight it reads: for Q4_0 on an H200 that alone
-// would allow about half the memory bandwidth. An OR and an add run at
-// the full rate.
-fn ints_less(v: vec4<u32>, off: f32) -> vec4<f32> {
-    return bitcast<vec4<f32>>(v | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0 + off);
-}
-
-fn int_less(v: u32, off: f32) -> f32 {
-    return bitcast<f32>(v | 0x4b000000u) - (8388608.0 + off);
-}
-
 // Signed byte t (0..3) of a word: its two's complement with the sign bit
 // flipped is the value plus 128.
 fn i8_of(w: u32, t: u32) -> f32 {
-    return int_less(((w >> (8u * t)) & 0xffu) ^ 0x80u, 128.0);
+    return int_minus(((w >> (8u * t)) & 0xffu) ^ 0x80u, 128.0);
 }
 
 // The four signed bytes of a word.
 fn i8x4(w: u32) -> vec4<f32> {
-    let v = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
-    return ints_less(v ^ vec4<u32>(0x80u), 128.0);
+    let v = (vec4<u32>(w ^ 0x80808080u) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    return ints_minus(v, 128.0);
 }
 
-// Nibble t (0..3) of a word's bytes, low (hi = 0) or high (hi = 4) half.
+// Nibble t (0..3) of a word's bytes, low (hi = 0) or high (hi = 4) half,
+// as integers.
 fn nibs(w: u32, hi: u32) -> vec4<u32> {
     return (vec4<u32>(w >> hi) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xfu);
 }
 
 // The same as floats, less `off`.
 fn nib4_less(w: u32, hi: u32, off: f32) -> vec4<f32> {
-    return ints_less(nibs(w, hi), off);
+    return ints_minus(nibs(w, hi), off);
 }
 
+// The same as floats.
 fn nib4(w: u32, hi: u32) -> vec4<f32> {
     return nib4_less(w, hi, 0.0);
 }
@@ -75,25 +62,20 @@ fn nib4(w: u32, hi: u32) -> vec4<f32> {
 // Bit t (0..3) of a word at bit 4 (Q5_0/Q5_1's fifth bits of four
 // elements, to OR onto their nibbles).
 fn fifth_bits(w: u32) -> vec4<u32> {
-    return ((vec4<u32>(w) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u)) << vec4<u32>(4u);
+    return (vec4<u32>(w) << vec4<u32>(4u, 3u, 2u, 1u)) & vec4<u32>(0x10u);
 }
 
 // Bits shift .. shift+width of each of a word's four bytes (mask = 2^width - 1;
 // shift + width <= 8): the K-quants' 2-, 4- and 1-bit fields of four
 // consecutive elements.
 fn fields(w: u32, shift: u32, mask: u32) -> vec4<u32> {
-    return (vec4<u32>(w) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(mask);
+    let at = vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u);
+    return (vec4<u32>(w) >> at) & vec4<u32>(mask);
 }
 
 // The same as floats.
 fn field4(w: u32, shift: u32, mask: u32) -> vec4<f32> {
-    return ints_less(fields(w, shift, mask), 0.0);
-}
-
-// A field put above the `at` bits of another (a level's high bits), as a
-// vec4 shift.
-fn above(v: vec4<u32>, at: u32) -> vec4<u32> {
-    return v << vec4<u32>(at);
+    return ints_minus(fields(w, shift, mask), 0.0);
 }
 
 // Q4_K/Q5_K: the 6-bit scale (x) and min (y) of 32-element sub-block j
@@ -103,12 +85,13 @@ fn above(v: vec4<u32>, at: u32) -> vec4<u32> {
 //         high 2 bits from the top of q[j - 4] (scale) and q[j] (min).
 fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
     if (j < 4u) {
-        return vec2<f32>(int_less(byte_at(s + j) & 63u, 0.0), int_less(byte_at(s + j + 4u) & 63u, 0.0));
+        let v = vec2<u32>(byte_at(s + j), byte_at(s + j + 4u)) & vec2<u32>(63u);
+        return vec2<f32>(int_minus(v.x, 0.0), int_minus(v.y, 0.0));
     }
     let q = byte_at(s + j + 4u);
     let sc = (q & 0xfu) | ((byte_at(s + j - 4u) >> 6u) << 4u);
     let m = (q >> 4u) | ((byte_at(s + j) >> 6u) << 4u);
-    return vec2<f32>(int_less(sc, 0.0), int_less(m, 0.0));
+    return vec2<f32>(int_minus(sc, 0.0), int_minus(m, 0.0));
 }
 
 // Q4_K/Q5_K: the scales (x, y) and mins (z, w) of sub-blocks 2h and 2h + 1
@@ -126,5 +109,5 @@ fn scale_min_k4_pair(s: u32, h: u32) -> vec4<f32> {
     let mn = select(q1 & 0x3f3f3f3fu, ((q2 >> 4u) & 0x0f0f0f0fu) | ((q1 >> 2u) & 0x30303030u), hi);
     let sh = 16u * (h % 2u);
     let v = vec4<u32>(sc, sc, mn, mn) >> vec4<u32>(sh, sh + 8u, sh, sh + 8u);
-    return ints_less(v & vec4<u32>(0xffu), 0.0);
+    return ints_minus(v & vec4<u32>(0xffu), 0.0);
 }

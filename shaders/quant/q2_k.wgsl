@@ -15,7 +15,7 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let sc = byte_at(b + i / 16u);
     let w = u32_at(b + 16u + 32u * (i / 128u) + i % 32u);
     let q = field4(w, 2u * ((i % 128u) / 32u), 3u);
-    return (d * int_less(sc & 0xfu, 0.0)) * q - vec4<f32>(dmin * int_less(sc >> 4u, 0.0));
+    return (d * int_minus(sc & 0xfu, 0.0)) * q - vec4<f32>(dmin * int_minus(sc >> 4u, 0.0));
 }
 
 #include "quant/pair.wgsl"

@@ -18,10 +18,11 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let d = f16_at(b + 108u);
     let lo = (byte_at(b + 96u + j % 8u) >> (4u * (j / 8u))) & 0xfu;
     let hi = (byte_at(b + 104u + j % 4u) >> (2u * (j / 4u))) & 3u;
-    let sc = int_less(lo | (hi << 4u), 32.0);
+    let sc = int_minus(lo | (hi << 4u), 32.0);
     let wq = u32_at(b + 32u + 32u * (i / 128u) + l);
     let wh = u32_at(b + l);
-    let q = ints_less(fields(wq, 2u * ((i % 128u) / 32u), 3u) | above(fields(wh, i / 32u, 1u), 2u), 4.0);
+    let low = fields(wq, 2u * ((i % 128u) / 32u), 3u);
+    let q = ints_minus(low | (fields(wh, i / 32u, 1u) << vec4<u32>(2u)), 4.0);
     return (d * sc) * q;
 }
 

@@ -9,7 +9,7 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let d = f16_at(b);
     let qh = u32_at(b + 2u) >> j;
     let w = u32_at(b + 6u + (j % 16u));
-    return d * ints_less(nibs(w, (j / 16u) * 4u) | fifth_bits(qh), 16.0);
+    return d * ints_minus(nibs(w, (j / 16u) * 4u) | fifth_bits(qh), 16.0);
 }
 
 #include "quant/pair.wgsl"

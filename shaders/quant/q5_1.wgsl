@@ -10,7 +10,7 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let m = f16_at(b + 2u);
     let qh = u32_at(b + 4u) >> j;
     let w = u32_at(b + 8u + (j % 16u));
-    return d * ints_less(nibs(w, (j / 16u) * 4u) | fifth_bits(qh), 0.0) + vec4<f32>(m);
+    return d * ints_minus(nibs(w, (j / 16u) * 4u) | fifth_bits(qh), 0.0) + vec4<f32>(m);
 }
 
 #include "quant/pair.wgsl"

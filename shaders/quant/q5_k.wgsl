@@ -16,7 +16,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let sm = scale_min_k4(b + 4u, i / 32u);
     let wh = u32_at(b + 16u + l);
     let wl = u32_at(b + 48u + 32u * (i / 64u) + l);
-    let q = ints_less(fields(wl, 4u * ((i / 32u) % 2u), 0xfu) | above(fields(wh, i / 32u, 1u), 4u), 0.0);
+    let low = fields(wl, 4u * ((i / 32u) % 2u), 0xfu);
+    let q = ints_minus(low | (fields(wh, i / 32u, 1u) << vec4<u32>(4u)), 0.0);
     return (d * sm.x) * q - vec4<f32>(dmin * sm.y);
 }
 
@@ -33,8 +34,8 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let sm = scale_min_k4_pair(b + 4u, h);
     let wh = u32_at(b + 16u + l);
     let wl = u32_at(b + 48u + 32u * h + l);
-    let q0 = ints_less(fields(wl, 0u, 0xfu) | above(fields(wh, 2u * h, 1u), 4u), 0.0);
-    let q1 = ints_less(fields(wl, 4u, 0xfu) | above(fields(wh, 2u * h + 1u, 1u), 4u), 0.0);
+    let q0 = ints_minus(fields(wl, 0u, 0xfu) | (fields(wh, 2u * h, 1u) << vec4<u32>(4u)), 0.0);
+    let q1 = ints_minus(fields(wl, 4u, 0xfu) | (fields(wh, 2u * h + 1u, 1u) << vec4<u32>(4u)), 0.0);
     return array<vec4<f32>, 2>(
         (dm.x * sm.x) * q0 - vec4<f32>(dm.y * sm.z),
         (dm.x * sm.y) * q1 - vec4<f32>(dm.y * sm.w),

@@ -16,7 +16,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let sc = i8_of(byte_at(b + 192u + i / 16u), 0u);
     let wl = u32_at(b + 64u * h + r % 64u);
     let wh = u32_at(b + 128u + 32u * h + r % 32u);
-    let q = ints_less(fields(wl, 4u * (r / 64u), 0xfu) | above(fields(wh, 2u * (r / 32u), 3u), 4u), 32.0);
+    let low = fields(wl, 4u * (r / 64u), 0xfu);
+    let q = ints_minus(low | (fields(wh, 2u * (r / 32u), 3u) << vec4<u32>(4u)), 32.0);
     return (d * sc) * q;
 }
 
@@ -42,8 +43,8 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let wl = u32_at(b + 64u * h + j);
     let wh = u32_at(b + 128u + 32u * h + j % 32u);
     let sh = 2u * (j / 32u);
-    let q0 = ints_less(fields(wl, 0u, 0xfu) | above(fields(wh, sh, 3u), 4u), 32.0);
-    let q1 = ints_less(fields(wl, 4u, 0xfu) | above(fields(wh, sh + 4u, 3u), 4u), 32.0);
+    let q0 = ints_minus(fields(wl, 0u, 0xfu) | (fields(wh, sh, 3u) << vec4<u32>(4u)), 32.0);
+    let q1 = ints_minus(fields(wl, 4u, 0xfu) | (fields(wh, sh + 4u, 3u) << vec4<u32>(4u)), 32.0);
     return array<vec4<f32>, 2>((d * sc0) * q0, (d * sc1) * q1);
 }
 
