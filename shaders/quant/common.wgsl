@@ -49,14 +49,14 @@ fn nibs(w: u32, hi: u32) -> vec4<u32> {
     return (vec4<u32>(w >> hi) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xfu);
 }
 
-// The same as floats, less `off`.
-fn nib4_less(w: u32, hi: u32, off: f32) -> vec4<f32> {
+// The same as floats, minus `off`.
+fn nib4_minus(w: u32, hi: u32, off: f32) -> vec4<f32> {
     return ints_minus(nibs(w, hi), off);
 }
 
 // The same as floats.
 fn nib4(w: u32, hi: u32) -> vec4<f32> {
-    return nib4_less(w, hi, 0.0);
+    return nib4_minus(w, hi, 0.0);
 }
 
 // Bit t (0..3) of a word at bit 4 (Q5_0/Q5_1's fifth bits of four

@@ -8,7 +8,7 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let j = e % BLOCK_SIZE;
     let d = f16_at(b);
     let w = u32_at(b + 2u + (j % 16u));
-    return d * nib4_less(w, (j / 16u) * 4u, 8.0);
+    return d * nib4_minus(w, (j / 16u) * 4u, 8.0);
 }
 
 // Pair g: 4 quant bytes of block g / 4, both nibbles.
@@ -18,7 +18,7 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let b = row_byte + (g / 4u) * TYPE_SIZE;
     let d = f16_at(b);
     let w = u32_at(b + 2u + (g % 4u) * 4u);
-    return array<vec4<f32>, 2>(d * nib4_less(w, 0u, 8.0), d * nib4_less(w, 4u, 8.0));
+    return array<vec4<f32>, 2>(d * nib4_minus(w, 0u, 8.0), d * nib4_minus(w, 4u, 8.0));
 }
 
 #ifdef Q8
