@@ -593,16 +593,40 @@ fn matmul_tiles_of_64_and_128_give_the_same_bits() {
         // The variable would force one tile on both backends.
         return;
     }
-    let bes: Vec<GpuBackend> = [64, 128]
-        .into_iter()
-        .map(|t| {
-            GpuBackend::new(GpuOptions {
-                matmul_tile: t,
-                ..Default::default()
+    // Backends forced to tiles of 64 and 128, binding at most `max` bytes.
+    let pair = |max: Option<u64>| -> Vec<GpuBackend> {
+        [64, 128]
+            .into_iter()
+            .map(|t| {
+                GpuBackend::new(GpuOptions {
+                    matmul_tile: t,
+                    max_binding_bytes: max,
+                    ..Default::default()
+                })
+                .unwrap()
             })
-            .unwrap()
-        })
-        .collect();
+            .collect()
+    };
+    // One random case on both: each near the reference, the two the same bits.
+    let check =
+        |bes: &[GpuBackend], r: &mut Rng, (ty, k, n, m): (GgmlType, usize, usize, usize)| {
+            let wb = random_weight(r, ty, k, n);
+            let x = r.vec_scaled(k * m, 1.0);
+            let outs: Vec<Vec<u32>> = bes
+                .iter()
+                .map(|be| {
+                    let got = mul_mat_out(be, ty, &wb, &x, [k, n, m]);
+                    let t = be.matmul_tile();
+                    assert_mul_mat(&format!("matmul tile {t}"), ty, &wb, &x, [k, n, m], &got);
+                    got.iter().map(|f| f.to_bits()).collect()
+                })
+                .collect();
+            assert!(
+                outs[0] == outs[1],
+                "{ty:?} k{k} n{n} m{m}: tiles of 64 and 128 differ"
+            );
+        };
+    let bes = pair(None);
     let tiles: Vec<usize> = bes.iter().map(|b| b.matmul_tile()).collect();
     assert_eq!(tiles, [64, 128]);
     assert!(
@@ -610,7 +634,6 @@ fn matmul_tiles_of_64_and_128_give_the_same_bits() {
         "{}",
         bes[1].name()
     );
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     let cases = [
         (GgmlType::F32, 998, 131, 67),
         (GgmlType::F16, 258, 200, 130),
@@ -619,44 +642,14 @@ fn matmul_tiles_of_64_and_128_give_the_same_bits() {
         (GgmlType::Q4_K, 512, 131, 67),
         (GgmlType::Q6_K, 256, 257, 65),
     ];
-    for (ty, k, n, m) in cases {
-        let wb = random_weight(&mut r, ty, k, n);
-        let x = r.vec_scaled(k * m, 1.0);
-        let outs: Vec<Vec<f32>> = bes
-            .iter()
-            .map(|be| mul_mat_out(be, ty, &wb, &x, [k, n, m]))
-            .collect();
-        for (t, got) in [64, 128].iter().zip(&outs) {
-            assert_mul_mat(&format!("matmul tile {t}"), ty, &wb, &x, [k, n, m], got);
-        }
-        assert!(
-            bits(&outs[0]) == bits(&outs[1]),
-            "{ty:?} k{k} n{n} m{m}: tiles of 64 and 128 differ"
-        );
+    for case in cases {
+        check(&bes, &mut r, case);
     }
     // Windows of 64 rows (a binding of 64 Q8_0 rows of 256): each window
     // its own dispatch, tiles of 128 over 64 rows.
-    let capped: Vec<GpuBackend> = [64, 128]
-        .into_iter()
-        .map(|t| {
-            GpuBackend::new(GpuOptions {
-                matmul_tile: t,
-                max_binding_bytes: Some(64 * 272 + 4),
-                ..Default::default()
-            })
-            .unwrap()
-        })
-        .collect();
-    let (ty, k, n, m) = (GgmlType::Q8_0, 256, 200, 70);
-    let wb = random_weight(&mut r, ty, k, n);
-    let x = r.vec_scaled(k * m, 1.0);
-    let outs: Vec<Vec<f32>> = capped
-        .iter()
-        .map(|be| mul_mat_out(be, ty, &wb, &x, [k, n, m]))
-        .collect();
-    assert_mul_mat("windowed matmul tile 128", ty, &wb, &x, [k, n, m], &outs[1]);
-    assert!(
-        bits(&outs[0]) == bits(&outs[1]),
-        "windowed: tiles of 64 and 128 differ"
+    check(
+        &pair(Some(64 * 272 + 4)),
+        &mut r,
+        (GgmlType::Q8_0, 256, 200, 70),
     );
 }
