@@ -88,8 +88,9 @@ pub struct GpuCounters {
     /// Weight bytes the dispatched kernels read, modeled from each
     /// dispatch's geometry (its workgroups and the weight rows each one
     /// reads: a matvec row once for all its columns, a matmul tile
-    /// its rows for as many columns, 64 or 128). Row gathers (`get_rows` of an embedding)
-    /// are not counted, as the bench's bytes formula does not count them.
+    /// its rows for as many columns, 64 or 128). Row gathers (`get_rows`
+    /// of an embedding) are not counted, as the bench's bytes formula does
+    /// not count them.
     pub weight_bytes_read: u64,
     /// K/V cache bytes the attention kernels read, modeled the same way:
     /// each workgroup, one a (token, KV head) taking that head's group of

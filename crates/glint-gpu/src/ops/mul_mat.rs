@@ -213,9 +213,10 @@ pub(crate) const TL_WORKGROUP_BYTES: u32 = 2 * 16 * 128 * 4;
 /// lavapipe (2 cores), `glint bench -p 256 -n 0 -r 2`, 64 -> 128: SmolLM2
 /// 19.0 -> 23.6-25.1 t/s, Gemma 3 21.0-21.6 -> 28.2-28.6, the narrow 7B
 /// 53.6-55.2 -> 66.0-67.9; at `-p 64` (which the rule keeps at 64) a forced
-/// 128 is 15-20% slower. Not yet measured on a GPU: `GLINT_MATMUL_TILE=64`
-/// gives the old tiles (the same kernel text at Q = 1, its updates written
-/// out as before).
+/// 128 ran 15-20% slower on SmolLM2 and Gemma 3 (mixed on the narrow 7B:
+/// 53.5 and 70.6 against 62.9 and 63.8). Not yet measured on a GPU:
+/// `GLINT_MATMUL_TILE=64` gives the old tiles (the same kernel text at
+/// Q = 1, its updates written out as before).
 ///
 /// [`GpuOptions::matmul_tile`]: crate::GpuOptions::matmul_tile
 pub(crate) fn matmul_tile(be: &GpuBackend, rows: usize, m: usize) -> usize {
