@@ -1059,6 +1059,61 @@ fn narrow_multi_column_kernels_equal_the_four_column_ones_bit_for_bit() {
     assert_eq!(n, 3 * 7 * 12 * (2 * 2 + 2 * 3));
 }
 
+/// A decode column gets the bits a prefill column gets: each one-column
+/// kernel against the column `c` of the four-column kernel of its tier,
+/// for every type with both but Q6_K. The 32-element types sum their
+/// blocks into one accumulator in order in both (ggml's AVX2 `vec_dot` and
+/// llamafile's tinyBLAS order, which makes the cpu's decode logits
+/// llama.cpp's: see `tests/generate_cpu.rs`), and Q4_K's lanes hold the
+/// same integers in both. Q6_K's multi-column kernel takes the `- 32`
+/// out through the block sums, so its lanes hold other integers (the same
+/// total) and round otherwise; its one-column kernel keeps ggml's lanes.
+#[test]
+#[cfg_attr(not(host_avx2), ignore = "this cpu lacks AVX2, FMA or F16C")]
+fn one_column_kernels_equal_the_multi_column_ones_bit_for_bit() {
+    type Tier = (
+        &'static str,
+        fn(GgmlType) -> Option<qdot::DotFn>,
+        fn(GgmlType) -> Option<qdot::DotCols>,
+    );
+    let tiers: [Tier; 2] = [
+        ("fast", qdot::fast_dot, qdot::fast_dot_cols),
+        ("avx2", qdot::avx2_dot, qdot::avx2_dot_cols),
+    ];
+    let mut n = 0;
+    for (what, one_of, cols_of) in tiers {
+        for ty in FAST {
+            let Some(cols) = cols_of(ty).filter(|_| ty != GgmlType::Q6_K) else {
+                assert!(
+                    NO_COLS.contains(&ty) || ty == GgmlType::Q6_K,
+                    "{ty} has no cols kernel"
+                );
+                continue;
+            };
+            let one = one_of(ty).unwrap_or_else(|| panic!("{what} {ty}: no one-column kernel"));
+            for seed in 0..12 {
+                let mut rng = Rng(12_000 + seed);
+                // Odd and even block counts.
+                let k_len = [1, 2, 5, 8][seed as usize % 4] * ty.block_size();
+                let row = random_row(ty, k_len, &mut rng);
+                let acts = random_cols(ty, k_len, &mut rng);
+                let want = (cols.four)(&row, std::array::from_fn(|c| &acts[c][..]));
+                for (c, act) in acts.iter().enumerate() {
+                    let got = one(&row, act);
+                    assert_eq!(
+                        got.to_bits(),
+                        want[c].to_bits(),
+                        "{what} {ty} k={k_len} seed {seed} col {c}: {got} vs {}",
+                        want[c]
+                    );
+                    n += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(n, 2 * 6 * 12 * qdot::COLS, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K");
+}
+
 /// The types the AMX path takes: the 32-element block types, with the
 /// reference loops' numbers bit for bit, and the K-quants, within
 /// [`LEGACY_AVX2_TOL`] of them (ggml sums their lanes in f32).

@@ -87,8 +87,10 @@ fn q4_0_levels(xb: &[u8]) -> __m256i {
 
 /// The loop shared by the symmetric formats (Q4_0, Q5_0, Q8_0):
 /// `levels(block)` gives a weight block's 32 signed levels, its
-/// activation block (Q8_0) has its levels at byte `2`. Two blocks
-/// an iteration into two accumulators (ggml sums them at the end).
+/// activation block (Q8_0) has its levels at byte `2`. One accumulator,
+/// the blocks in order, as ggml's AVX2 `vec_dot` and llamafile's tinyBLAS
+/// sum them (and as the multi-column kernels do): a decode column gets
+/// the bits a prefill column gets, and llama.cpp's.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pairs_i8(x: &[u8], y: &[u8], size: usize, levels: impl Fn(&[u8]) -> __m256i) -> f32 {
@@ -106,8 +108,10 @@ fn pairs_i8_rows<const R: usize>(
     size: usize,
     levels: impl Fn(&[u8]) -> __m256i,
 ) -> [f32; R] {
-    let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+    let mut acc = [_mm256_setzero_ps(); R];
     let nb = (xs[0].len() / size).min(y.len() / Q8_0);
+    // Two blocks an iteration (their scales converted together, `dd2`),
+    // added in order.
     for p in 0..nb / 2 {
         let yb = &y[2 * p * Q8_0..2 * (p + 1) * Q8_0];
         prefetch_rows::<R>(xs[0], p, 2 * size);
@@ -116,8 +120,7 @@ fn pairs_i8_rows<const R: usize>(
             let (d0, d1) = dd2(xb, yb, size, Q8_0);
             let l0 = lanes_i8_i8(levels(xb), load32(yb, 2));
             let l1 = lanes_i8_i8(levels(&xb[size..]), load32(yb, Q8_0 + 2));
-            acc0[r] = _mm256_fmadd_ps(d0, l0, acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(d1, l1, acc1[r]);
+            acc[r] = _mm256_fmadd_ps(d1, l1, _mm256_fmadd_ps(d0, l0, acc[r]));
         }
     }
     if nb % 2 == 1 {
@@ -126,12 +129,12 @@ fn pairs_i8_rows<const R: usize>(
         for r in 0..R {
             let xb = &xs[r][b * size..(b + 1) * size];
             let l = lanes_i8_i8(levels(xb), load32(yb, 2));
-            acc0[r] = _mm256_fmadd_ps(dd(xb, yb), l, acc0[r]);
+            acc[r] = _mm256_fmadd_ps(dd(xb, yb), l, acc[r]);
         }
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = hsum_f32(_mm256_add_ps(acc0[r], acc1[r]));
+        out[r] = hsum_f32(acc[r]);
     }
     out
 }

@@ -414,9 +414,9 @@ fn row_scale(xb: &[u8], yb: &[u8; TILE_BLOCK]) -> __m128 {
 /// Each block's lanes are `dpbusd(init, levels, y)`, the same exact
 /// integers as the AVX2 kernels' `maddubs` + `madd` of the signed levels,
 /// and the float steps after them are those kernels', in their order:
-/// without a min two blocks an iteration into two accumulators, an odd
-/// last block into the first (`avx2::pairs_i8`); with one, one
-/// accumulator and the `mx * sy` terms summed apart (`avx2::q4_1_q8_1`).
+/// one accumulator, the blocks in order (`avx2::pairs_i8`: ggml's
+/// order), and with a min the `mx * sy` terms summed apart
+/// (`avx2::q4_1_q8_1`).
 /// So each result is the AVX2 kernel's, bit for bit, with fewer integer
 /// instructions a block (one `vpdpbusd` for `maddubs` + `madd`, and for
 /// the symmetric types for the two `sign`s as well).
@@ -433,52 +433,28 @@ fn rows<const R: usize>(
 ) -> [f32; R] {
     let nb = xs[0].len() / x_size;
     let block = |r: usize, b: usize| &xs[r][b * x_size..(b + 1) * x_size];
-    if min {
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut summs = [0.0f32; R];
-        for b in 0..nb {
-            let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
-            prefetch_rows::<R>(xs[0], b, x_size);
-            for r in 0..R {
-                let xb = block(r, b);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut summs = [0.0f32; R];
+    for b in 0..nb {
+        let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
+        prefetch_rows::<R>(xs[0], b, x_size);
+        for r in 0..R {
+            let xb = block(r, b);
+            let p = if min {
                 let p = row_scales(xb, yb);
                 summs[r] += _mm_cvtss_f32(_mm_movehdup_ps(p));
-                let l = block_lanes(levels(xb), yb, &dpbusd);
-                acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), l, acc[r]);
-            }
-        }
-        let mut out = [0f32; R];
-        for r in 0..R {
-            out[r] = hsum_f32(acc[r]) + summs[r];
-        }
-        return out;
-    }
-    let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
-    for p in 0..nb / 2 {
-        let (b0, b1) = (2 * p, 2 * p + 1);
-        let yb0: &[u8; TILE_BLOCK] = arr(y, b0 * TILE_BLOCK);
-        let yb1: &[u8; TILE_BLOCK] = arr(y, b1 * TILE_BLOCK);
-        prefetch_rows::<R>(xs[0], p, 2 * x_size);
-        for r in 0..R {
-            let (xb0, xb1) = (block(r, b0), block(r, b1));
-            let d0 = _mm256_broadcastss_ps(row_scale(xb0, yb0));
-            let d1 = _mm256_broadcastss_ps(row_scale(xb1, yb1));
-            acc0[r] = _mm256_fmadd_ps(d0, block_lanes(levels(xb0), yb0, &dpbusd), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(d1, block_lanes(levels(xb1), yb1, &dpbusd), acc1[r]);
-        }
-    }
-    if nb % 2 == 1 {
-        let b = nb - 1;
-        let yb: &[u8; TILE_BLOCK] = arr(y, b * TILE_BLOCK);
-        for (r, acc) in acc0.iter_mut().enumerate() {
-            let xb = block(r, b);
-            let d = _mm256_broadcastss_ps(row_scale(xb, yb));
-            *acc = _mm256_fmadd_ps(d, block_lanes(levels(xb), yb, &dpbusd), *acc);
+                p
+            } else {
+                row_scale(xb, yb)
+            };
+            let l = block_lanes(levels(xb), yb, &dpbusd);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p), l, acc[r]);
         }
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = hsum_f32(_mm256_add_ps(acc0[r], acc1[r]));
+        let s = hsum_f32(acc[r]);
+        out[r] = if min { s + summs[r] } else { s };
     }
     out
 }
