@@ -26,6 +26,9 @@
 #                             step is recorded, not chained on the device
 #   GLINT_INT8=1              integer dots in the matvecs (dot4I8Packed on
 #                             x quantized as ggml's cpu does), not f32
+#   GLINT_MATVEC_SCALED=0     the float matvec multiplies every Q4_0, Q5_0,
+#                             Q8_0 and Q6_K weight by its scale, not each
+#                             group of 4's dot once
 set -u -o pipefail
 GLINT=${1:-target/release/glint}
 KERNELS=${2:-}
@@ -82,6 +85,9 @@ run GLINT_MATVEC_WG_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2
 run GLINT_MATVEC_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 run $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 run GLINT_MATVEC_ROWS=4 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
+# Every weight scaled against each group of 4's dot scaled once (Q4_0:
+# one multiply a weight fewer); the default's run is the one above.
+run GLINT_MATVEC_SCALED=0 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 # Greedy steps chained on the device against each token read first: the
 # small models, where the host's time a step is most of it; one sequence
 # and four (a server's greedy slots chain together).
@@ -100,4 +106,5 @@ done
 if [ -n "$KERNELS" ] && [ -x "$KERNELS" ]; then
     run "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q4_1,Q5_0,Q8_0,Q4_K,Q6_K --matvec 4096x28672
     run GLINT_MATVEC_ROWS=1 "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q4_K --matvec 4096x28672
+    run GLINT_MATVEC_SCALED=0 "$KERNELS" --bench --quick --backend wgpu --types Q4_0,Q8_0,Q6_K --matvec 4096x28672
 fi

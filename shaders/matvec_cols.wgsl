@@ -380,11 +380,35 @@ fn xn4(c: u32, e: u32) -> vec4<f32> {
 #endif
 }
 
+#ifdef PS
+// Flag PS (ops/mul_mat.rs's matvec_key sets it for the formats whose
+// weights are a scale times a level, Q4_0, Q5_0, Q8_0 and Q6_K; their
+// files define `pair_scaled`): a pair's 8 levels and the scales of its two
+// groups of 4, the levels dotted with x and each dot scaled once, so a
+// level costs no multiply by its scale (one a group of 4 instead).
+alias PairW = Scaled;
+
+fn pair_w(rb: u32, g: u32) -> PairW {
+    return pair_scaled(rb, g);
+}
+
+fn pair_dot(w: PairW, a: array<vec4<f32>, 2>) -> f32 {
+    return w.d.x * dot(w.q[0], a[0]) + w.d.y * dot(w.q[1], a[1]);
+}
+#else
+// A pair's 8 weights: the format's dequant_pair.
+alias PairW = array<vec4<f32>, 2>;
+
+fn pair_w(rb: u32, g: u32) -> PairW {
+    return dequant_pair(rb, g);
+}
+
 // Row j's share of column c's sum for the 8 weights `w` of a pair whose
 // inputs are `a` (xn4 at e and e + PAIR_GAP).
-fn pair_dot(w: array<vec4<f32>, 2>, a: array<vec4<f32>, 2>) -> f32 {
+fn pair_dot(w: PairW, a: array<vec4<f32>, 2>) -> f32 {
     return dot(w[0], a[0]) + dot(w[1], a[1]);
 }
+#endif
 
 // The inputs of pair g's 8 weights, column c.
 fn pair_x(c: u32, e: u32) -> array<vec4<f32>, 2> {
@@ -408,10 +432,10 @@ fn partials(lane: u32, lanes: u32, rb: RowBytes) -> Sums {
     var g = lane;
     for (; g + (un - 1u) * lanes < k8; g += un * lanes) {
         // Step u of row j at [u * NR + j].
-        var w: array<array<vec4<f32>, 2>, MAX_NR>;
+        var w: array<PairW, MAX_NR>;
         for (var u = 0u; u < un; u++) {
             for (var j = 0u; j < NR; j++) {
-                w[u * NR + j] = dequant_pair(rb[j], g + u * lanes);
+                w[u * NR + j] = pair_w(rb[j], g + u * lanes);
             }
         }
         for (var u = 0u; u < un; u++) {
@@ -427,9 +451,9 @@ fn partials(lane: u32, lanes: u32, rb: RowBytes) -> Sums {
         }
     }
     for (; g < k8; g += lanes) {
-        var w: array<array<vec4<f32>, 2>, MAX_NR>;
+        var w: array<PairW, MAX_NR>;
         for (var j = 0u; j < NR; j++) {
-            w[j] = dequant_pair(rb[j], g);
+            w[j] = pair_w(rb[j], g);
         }
         let e = pair_at(g);
         for (var c = 0u; c < COLS; c++) {

@@ -15,10 +15,16 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 #include "quant/pair_nibbles.wgsl"
 
 fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
+    let p = pair_scaled(row_byte, g);
+    return array<vec4<f32>, 2>(p.d.x * p.q[0], p.d.y * p.q[1]);
+}
+
+// Pair g as levels q - 8 and the block's d for both groups.
+fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
     let b = row_byte + (g / 4u) * TYPE_SIZE;
-    let d = f16_at(b);
     let w = u32_at(b + 2u + (g % 4u) * 4u);
-    return array<vec4<f32>, 2>(d * nib4_minus(w, 0u, 8.0), d * nib4_minus(w, 4u, 8.0));
+    let q = array<vec4<f32>, 2>(nib4_minus(w, 0u, 8.0), nib4_minus(w, 4u, 8.0));
+    return Scaled(q, vec2<f32>(f16_at(b)));
 }
 
 #ifdef Q8

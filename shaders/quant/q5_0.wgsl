@@ -14,6 +14,20 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 
 #include "quant/pair.wgsl"
 
+// Pair g (elements 8g .. 8g + 7, one half of one block's quant bytes) as
+// levels q - 16 and the block's d for both groups.
+fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
+    let e = 8u * g;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let j = e % BLOCK_SIZE;
+    let qh = u32_at(b + 2u) >> j;
+    let hi = (j / 16u) * 4u;
+    let at = b + 6u + (j % 16u);
+    let q0 = ints_minus(nibs(u32_at(at), hi) | fifth_bits(qh), 16.0);
+    let q1 = ints_minus(nibs(u32_at(at + 4u), hi) | fifth_bits(qh >> 4u), 16.0);
+    return Scaled(array<vec4<f32>, 2>(q0, q1), vec2<f32>(f16_at(b)));
+}
+
 #ifdef Q8
 #include "quant/q8_dot.wgsl"
 

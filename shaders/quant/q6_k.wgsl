@@ -31,7 +31,8 @@ fn pair_at(g: u32) -> u32 {
     return (g / 32u) * BLOCK_SIZE + 128u * (t / 16u) + 4u * (t % 16u);
 }
 
-fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
+// Pair g's levels q - 32 and its two groups' scales d * scales[..].
+fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
     let b = row_byte + (g / 32u) * TYPE_SIZE;
     let t = g % 32u;
     let h = t / 16u;
@@ -45,7 +46,12 @@ fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let sh = 2u * (j / 32u);
     let q0 = ints_minus(fields(wl, 0u, 0xfu) | (fields(wh, sh, 3u) << vec4<u32>(4u)), 32.0);
     let q1 = ints_minus(fields(wl, 4u, 0xfu) | (fields(wh, sh + 4u, 3u) << vec4<u32>(4u)), 32.0);
-    return array<vec4<f32>, 2>((d * sc0) * q0, (d * sc1) * q1);
+    return Scaled(array<vec4<f32>, 2>(q0, q1), vec2<f32>(d * sc0, d * sc1));
+}
+
+fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
+    let p = pair_scaled(row_byte, g);
+    return array<vec4<f32>, 2>(p.d.x * p.q[0], p.d.y * p.q[1]);
 }
 
 #ifdef Q8

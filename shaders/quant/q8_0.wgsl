@@ -11,6 +11,16 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 
 #include "quant/pair.wgsl"
 
+// Pair g (elements 8g .. 8g + 7 of one block) as levels and the block's d
+// for both groups.
+fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
+    let e = 8u * g;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let at = b + 2u + (e % BLOCK_SIZE);
+    let q = array<vec4<f32>, 2>(i8x4(u32_at(at)), i8x4(u32_at(at + 4u)));
+    return Scaled(q, vec2<f32>(f16_at(b)));
+}
+
 #ifdef Q8
 #include "quant/q8_dot.wgsl"
 

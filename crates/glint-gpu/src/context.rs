@@ -62,6 +62,14 @@ pub struct GpuOptions {
     /// subgroups, or with `GLINT_MATVEC_WG_ROWS`, a matvec takes a row a
     /// workgroup.
     pub matvec_rows: usize,
+    /// Float matvecs of the formats whose weights are a scale times a
+    /// level (Q4_0, Q5_0, Q8_0, Q6_K) multiply every weight by its scale
+    /// before the dot, as the other formats do, instead of dotting the
+    /// levels and scaling each group of 4's dot once (one multiply a group
+    /// instead of one a weight; the sums round differently, both within
+    /// the tolerance of the cpu oracle). Also when the environment has
+    /// `GLINT_MATVEC_SCALED=0` (to compare the two on a device).
+    pub disable_matvec_scaled: bool,
     /// The prefill matmul's output tile side: 64 (4 x 4 a thread) or 128
     /// (8 x 8 a thread); 0, the default, takes 128 where the rows of the
     /// weight (of its binding window) and the columns both pass 64, else 64

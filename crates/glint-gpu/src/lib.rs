@@ -111,6 +111,11 @@ pub struct GpuBackend {
     matvec_sgrow: bool,
     /// Rows a matvec subgroup takes at once ([`GpuOptions::matvec_rows`]).
     matvec_rows: usize,
+    /// Float matvecs of the formats whose weights are a scale times a
+    /// level dot the levels and scale each group's dot once (flag `PS`,
+    /// `ops::has_pair_scaled`); off with
+    /// [`GpuOptions::disable_matvec_scaled`] or `GLINT_MATVEC_SCALED=0`.
+    matvec_scaled: bool,
     /// The matmul's output tile side, 0 for the shape's
     /// ([`GpuOptions::matmul_tile`]).
     matmul_tile: usize,
@@ -252,6 +257,8 @@ impl GpuBackend {
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
             matvec_rows,
+            matvec_scaled: !opts.disable_matvec_scaled
+                && std::env::var("GLINT_MATVEC_SCALED").as_deref() != Ok("0"),
             matmul_tile,
             attn_tiles: attn_tile_env.as_deref() != Some("0"),
             decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
@@ -422,6 +429,9 @@ impl Backend for GpuBackend {
         }
         if used.int8 {
             feats.push("int8 matvec");
+        }
+        if !self.matvec_scaled {
+            feats.push("matvec scales each weight");
         }
         let tile = format!("matmul tile {}", self.matmul_tile);
         if self.matmul_tile != 0 {

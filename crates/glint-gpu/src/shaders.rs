@@ -353,6 +353,27 @@ mod tests {
         Ok(())
     }
 
+    /// The text of `path` and of every file it includes, the format's
+    /// file (`TYPE_FILE`) aside.
+    fn with_includes(path: &str) -> String {
+        let mut seen = HashSet::new();
+        let mut out = String::new();
+        let mut todo = vec![path.to_string()];
+        while let Some(p) = todo.pop() {
+            if p == "TYPE_FILE" || !seen.insert(p.clone()) {
+                continue;
+            }
+            let text = source(&p).unwrap_or_else(|| panic!("no {p}"));
+            for line in text.lines() {
+                if let Some(inc) = line.trim().strip_prefix("#include \"") {
+                    todo.push(inc.trim_end_matches('"').to_string());
+                }
+            }
+            out.push_str(text);
+        }
+        out
+    }
+
     /// Every kernel variant the backend can ask for translates through
     /// naga to SPIR-V, MSL and HLSL, so no kernel works on Vulkan alone:
     /// each module file (a file with an entry point), each weight format of
@@ -362,17 +383,19 @@ mod tests {
     /// text is the same are translated once.
     #[test]
     fn every_variant_translates_to_spirv_msl_and_hlsl() {
-        const OWN: [&str; 11] = [
-            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW", "Q8", "Q8W", "TL",
+        const OWN: [&str; 12] = [
+            "ADD", "GLU", "THREE", "WINDOW", "P8", "NORM", "POST", "SGROW", "Q8", "Q8W", "TL", "PS",
         ];
         // Flags that are only ever asked for with others (a variant
         // without them is never made: POST's and Q8's shaders refuse to
-        // compile without P8; SGROW's subgroup rows need subgroups).
-        const NEEDS: [(&str, &[&str]); 4] = [
+        // compile without P8; SGROW's subgroup rows need subgroups; PS
+        // is a flag of the P8 pairs).
+        const NEEDS: [(&str, &[&str]); 5] = [
             ("POST", &["NORM", "P8"]),
             ("SGROW", &[SUBGROUPS]),
             ("Q8", &["P8"]),
             ("Q8W", &["Q8"]),
+            ("PS", &["P8"]),
         ];
         let mut seen = std::collections::HashSet::new();
         let mut failed = Vec::new();
@@ -390,9 +413,15 @@ mod tests {
             } else {
                 vec![None]
             };
+            // The flags the file tests, and PS where a file it includes
+            // does (matvec_cols.wgsl: the two matvec modules).
+            let all = with_includes(path);
             let own: Vec<&str> = OWN
                 .iter()
-                .filter(|f| text.contains(&format!("#ifdef {f}")))
+                .filter(|f| {
+                    let test = format!("#ifdef {f}");
+                    text.contains(&test) || (**f == "PS" && all.contains(&test))
+                })
                 .copied()
                 .collect();
             for ty in types {
@@ -423,11 +452,15 @@ mod tests {
                             // Q8: the formats with an int8 matvec only.
                             let no_int8 =
                                 flags.contains(&"Q8") && !ty.is_some_and(crate::ops::has_int8);
+                            // PS: the formats with pair_scaled, never with Q8.
+                            let no_ps = flags.contains(&"PS")
+                                && (flags.contains(&"Q8")
+                                    || !ty.is_some_and(crate::ops::has_pair_scaled));
                             // TL: the matmul's, never with a matvec's flags.
-                            let matvec_only = ["P8", "ADD", "NORM", "SGROW", "Q8", "POST"];
+                            let matvec_only = ["P8", "ADD", "NORM", "SGROW", "Q8", "POST", "PS"];
                             let tl_mixed = flags.contains(&"TL")
                                 && matvec_only.iter().any(|f| flags.contains(f));
-                            if lacks || no_int8 || tl_mixed {
+                            if lacks || no_int8 || no_ps || tl_mixed {
                                 continue;
                             }
                             let src = module_source(path, ty, &flags).unwrap();
@@ -480,6 +513,32 @@ mod tests {
                 assert!(s.contains("dot4I8Packed") && !without.contains("dot4I8Packed"));
             }
         }
+    }
+
+    /// The formats `ops::has_pair_scaled` names are the ones whose files
+    /// define `pair_scaled`, and flag PS makes their matvec dot its levels.
+    #[test]
+    fn the_scaled_formats_are_the_files_with_pair_scaled() {
+        let mut n = 0;
+        for info in glint_quant::TYPES {
+            let Some(file) = info.wgsl else {
+                continue;
+            };
+            let has = source(file).unwrap().contains("fn pair_scaled(");
+            assert_eq!(crate::ops::has_pair_scaled(info.ty), has, "{}", info.name);
+            if has {
+                let with = module_source("mul_mat.wgsl", Some(info.ty), &["P8", "PS"]).unwrap();
+                let without = module_source("mul_mat.wgsl", Some(info.ty), &["P8"]).unwrap();
+                assert!(with.contains("return pair_scaled(rb, g);"), "{}", info.name);
+                assert!(
+                    without.contains("return dequant_pair(rb, g);"),
+                    "{}",
+                    info.name
+                );
+                n += 1;
+            }
+        }
+        assert_eq!(n, 4, "Q4_0 Q5_0 Q8_0 Q6_K");
     }
 
     #[test]

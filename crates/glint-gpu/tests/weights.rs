@@ -232,6 +232,63 @@ fn mul_mat_matvec_and_matmul_every_type() {
     });
 }
 
+/// The float matvec of the formats whose weights are a scale times a level
+/// (flag PS: the levels dotted with x, each group of 4's dot scaled once)
+/// and the same matvec scaling every weight first
+/// ([`GpuOptions::disable_matvec_scaled`]) both hold the f64 reference
+/// within the format's tolerance, and they are two paths (their sums
+/// round differently somewhere). One and eight columns, rows that end in
+/// the pair loop's remainder (320) and rows that do not (1024). The fused
+/// matvecs share the loop (matvec_cols.wgsl's `partials`).
+#[test]
+fn scaled_matvec_and_scaled_weights_both_hold_the_reference() {
+    let on = GpuBackend::new(GpuOptions::default()).unwrap();
+    let off = GpuBackend::new(GpuOptions {
+        disable_matvec_scaled: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(
+        off.name().contains("matvec scales each weight"),
+        "{}",
+        off.name()
+    );
+    assert!(
+        !on.name().contains("matvec scales each weight"),
+        "{}",
+        on.name()
+    );
+    let mut r = Rng(seed());
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q6_K,
+    ] {
+        let mut differ = 0;
+        for (k, m) in [(320usize, 1), (1024, 1), (1024, 8)] {
+            let k = if ty == GgmlType::Q6_K {
+                k.next_multiple_of(256)
+            } else {
+                k
+            };
+            let n = 37;
+            let wb = random_weight(&mut r, ty, k, n);
+            let x = r.vec_scaled(k * m, 1.0);
+            let a = mul_mat_out(&on, ty, &wb, &x, [k, n, m]);
+            let b = mul_mat_out(&off, ty, &wb, &x, [k, n, m]);
+            assert_mul_mat("scaled", ty, &wb, &x, [k, n, m], &a);
+            assert_mul_mat("per weight", ty, &wb, &x, [k, n, m], &b);
+            differ += a
+                .iter()
+                .zip(&b)
+                .filter(|(p, q)| p.to_bits() != q.to_bits())
+                .count();
+        }
+        assert!(differ > 0, "{ty:?}: flag PS changed no sum");
+    }
+}
+
 #[test]
 fn get_rows_every_type() {
     each_gpu(|| {

@@ -65,6 +65,14 @@ pub(crate) fn has_int8(ty: GgmlType) -> bool {
     )
 }
 
+/// Whether `ty`'s weights are a scale times a level, its file defining
+/// `pair_scaled` (quant/common.wgsl's `Scaled`): the float matvec dots the
+/// levels and scales each group's dot once (flag `PS`, matvec_cols.wgsl).
+pub(crate) fn has_pair_scaled(ty: GgmlType) -> bool {
+    use GgmlType as G;
+    matches!(ty, G::Q4_0 | G::Q5_0 | G::Q8_0 | G::Q6_K)
+}
+
 /// The int8 flags of a matvec of `ty` over x `[k, m]`: `Q8` where the
 /// backend's int8 is on, the format has one, and x fits the workgroup
 /// memory, with `Q8W` where it fits only the wide variant's; none else.
@@ -119,10 +127,14 @@ pub(crate) fn matvec_key(
     extra: &[&'static str],
 ) -> PipelineKey {
     let mut flags = be.flags(true, ty == GgmlType::F16);
+    let int8 = int8_flags(be, ty, (k, m));
     if k % 4 == 0 {
         flags.push("P8");
+        if int8.is_empty() && be.matvec_scaled && has_pair_scaled(ty) {
+            flags.push("PS");
+        }
     }
-    flags.extend_from_slice(int8_flags(be, ty, (k, m)));
+    flags.extend_from_slice(int8);
     flags.extend_from_slice(extra);
     let rpw = matvec_rows_per_group(be);
     if rpw > 0 {
