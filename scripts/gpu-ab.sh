@@ -86,7 +86,8 @@ run GLINT_MATVEC_ROWS=1 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 run $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 run GLINT_MATVEC_ROWS=4 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 # Every weight scaled against each group of 4's dot scaled once (Q4_0:
-# one multiply a weight fewer); the default's run is the one above.
+# one multiply a weight fewer); the default's run is the rows' default
+# above (no GLINT_MATVEC_ROWS).
 run GLINT_MATVEC_SCALED=0 $B --synthetic llama2-7b:q4_0 -p 0 -n 128 -r 2 -npl 1,4
 # Greedy steps chained on the device against each token read first: the
 # small models, where the host's time a step is most of it; one sequence

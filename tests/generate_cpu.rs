@@ -164,10 +164,11 @@ fn smollm2_prompt_logits_at_every_position() {
 
 /// Where llama.cpp's reference logits can be matched bit for bit: at the
 /// prompt's first two positions, whose attention weighs at most two V rows,
-/// every other op of ggml's cpu numerics (Q4_1 × Q8_1 integer dots, their
-/// AVX2 float order, the norms, RoPE, SiLU, the tied output projection)
-/// gives llama.cpp's f32 bits in all 49152 logits, in one batch and token
-/// by token. From the third position on, ggml's `vec_dot_f16` sums the
+/// every other op of ggml's cpu numerics (Q4_1 × Q8_1 integer dots in
+/// their AVX2 float order, the norms, RoPE, SiLU, the tied Q8_0 × Q8_0
+/// output projection, whose one-column dot had to sum its blocks into one
+/// accumulator as ggml's does for token by token to hold) gives llama.cpp's
+/// f32 bits in all 49152 logits, in one batch and token by token. From the third position on, ggml's `vec_dot_f16` sums the
 /// weighted V rows in its register lanes' tree order ((v0 + v2) + v1 for
 /// three rows) where ours sums them in order, and the logits drift apart
 /// by f32 rounding (mean difference -0.38 at the fifth): the same size as

@@ -413,14 +413,15 @@ mod tests {
             } else {
                 vec![None]
             };
-            // The flags the file tests, and PS where a file it includes
-            // does (matvec_cols.wgsl: the two matvec modules).
+            // The flags the file tests, and PS and Q8W where a file it
+            // includes does (matvec_cols.wgsl: the two matvec modules).
             let all = with_includes(path);
             let own: Vec<&str> = OWN
                 .iter()
                 .filter(|f| {
                     let test = format!("#ifdef {f}");
-                    text.contains(&test) || (**f == "PS" && all.contains(&test))
+                    let nested = ["PS", "Q8W"].contains(f);
+                    text.contains(&test) || (nested && all.contains(&test))
                 })
                 .copied()
                 .collect();

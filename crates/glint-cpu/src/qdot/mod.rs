@@ -46,8 +46,10 @@ pub type DotFn = fn(&[u8], &[u8]) -> f32;
 
 /// One weight row dotted with `N` activation rows at once (prefill, and
 /// decode of several sequences): the weight block is unpacked once for all
-/// of them. Each column's result is what [`avx2_dot`] gives for it, up to
-/// f32 rounding.
+/// of them. Each column's result is what [`avx2_dot`] gives for it, bit for
+/// bit (the 32-element types and Q4_K: one accumulator, the blocks in
+/// order); Q6_K's takes the `- 32` out through the block sums, so its lanes
+/// round otherwise (f32 rounding).
 pub type DotColsFn<const N: usize = COLS> = fn(&[u8], [&[u8]; N]) -> [f32; N];
 
 /// `out[r]` = weight row `r` of `w` (consecutive rows of `row_bytes`) ·

@@ -118,7 +118,10 @@ pub(crate) fn cols(m: usize) -> f64 {
 /// Always `NR`, the rows a lane dots at once ([`matvec_joint_rows`]; glu
 /// twice as many, each a gate and an up row, at most [`MATVEC_MAX_JOINT`]).
 /// Where the int8 path takes it, `Q8` ([`int8_flags`]): x quantized,
-/// integer dots.
+/// integer dots. Else, with `P8`, for the formats whose weights are a
+/// scale times a level ([`has_pair_scaled`]), `PS`: the levels dotted with
+/// x and each group of 4's dot scaled once (off with
+/// `GpuOptions::disable_matvec_scaled`).
 pub(crate) fn matvec_key(
     be: &GpuBackend,
     key: PipelineKey,
