@@ -27,7 +27,7 @@
 #   GLINT_INT8=1              integer dots in the matvecs (dot4I8Packed on
 #                             x quantized as ggml's cpu does), not f32
 #   GLINT_MATVEC_SCALED=0     the float matvec multiplies every Q4_0, Q5_0,
-#                             Q8_0 and Q6_K weight by its scale, not each
+#                             Q8_0, Q3_K and Q6_K weight by its scale, not each
 #                             group of 4's dot once
 set -u -o pipefail
 GLINT=${1:-target/release/glint}

@@ -382,7 +382,7 @@ fn xn4(c: u32, e: u32) -> vec4<f32> {
 
 #ifdef PS
 // Flag PS (ops/mul_mat.rs's matvec_key sets it for the formats whose
-// weights are a scale times a level, Q4_0, Q5_0, Q8_0 and Q6_K; their
+// weights are a scale times a level, Q4_0, Q5_0, Q8_0, Q3_K and Q6_K; their
 // files define `pair_scaled`): a pair's 8 levels and the scales of its two
 // groups of 4, the levels dotted with x and each dot scaled once, so a
 // level costs no multiply by its scale (one a group of 4 instead).

@@ -113,7 +113,7 @@ fn scale_min_k4_pair(s: u32, h: u32) -> vec4<f32> {
 }
 
 // A pair (quant/pair.wgsl) as the formats whose weights are a scale times a
-// level give it (`pair_scaled`: Q4_0, Q5_0, Q8_0, Q6_K): the 8 levels, and
+// level give it (`pair_scaled`: Q4_0, Q5_0, Q8_0, Q3_K, Q6_K): the 8 levels, and
 // the scales of the two groups of 4 (the weights are d.x * q[0], d.y * q[1]).
 struct Scaled {
     q: array<vec4<f32>, 2>,

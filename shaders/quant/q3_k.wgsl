@@ -28,6 +28,30 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 
 #include "quant/pair.wgsl"
 
+// Pair g (elements 8g .. 8g + 7: one group of 16, so one scale) as levels
+// and that group's d * (sc - 32) for both halves: dequant4's operations at
+// 8g and 8g + 4 with the scale taken once.
+fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
+    let e = 8u * g;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
+    let l = i % 32u;
+    let j = i / 16u;
+    let d = f16_at(b + 108u);
+    let lo = (byte_at(b + 96u + j % 8u) >> (4u * (j / 8u))) & 0xfu;
+    let hi = (byte_at(b + 104u + j % 4u) >> (2u * (j / 4u))) & 3u;
+    let s = d * int_minus(lo | (hi << 4u), 32.0);
+    let at = b + 32u + 32u * (i / 128u) + l;
+    let sh = 2u * ((i % 128u) / 32u);
+    let hb = i / 32u;
+    let q0 = ints_minus(fields(u32_at(at), sh, 3u) | (fields(u32_at(b + l), hb, 1u) << vec4<u32>(2u)), 4.0);
+    let q1 = ints_minus(
+        fields(u32_at(at + 4u), sh, 3u) | (fields(u32_at(b + l + 4u), hb, 1u) << vec4<u32>(2u)),
+        4.0
+    );
+    return Scaled(array<vec4<f32>, 2>(q0, q1), vec2<f32>(s));
+}
+
 #ifdef Q8
 #include "quant/q8_dot.wgsl"
 

@@ -63,7 +63,7 @@ pub struct GpuOptions {
     /// workgroup.
     pub matvec_rows: usize,
     /// Float matvecs of the formats whose weights are a scale times a
-    /// level (Q4_0, Q5_0, Q8_0, Q6_K) multiply every weight by its scale
+    /// level (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K) multiply every weight by its scale
     /// before the dot, as the other formats do, instead of dotting the
     /// levels and scaling each group of 4's dot once (one multiply a group
     /// instead of one a weight; the sums round differently, both within

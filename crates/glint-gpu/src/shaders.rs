@@ -539,7 +539,7 @@ mod tests {
                 n += 1;
             }
         }
-        assert_eq!(n, 4, "Q4_0 Q5_0 Q8_0 Q6_K");
+        assert_eq!(n, 5, "Q4_0 Q5_0 Q8_0 Q3_K Q6_K");
     }
 
     #[test]

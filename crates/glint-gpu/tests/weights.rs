@@ -272,11 +272,12 @@ fn scaled_matvec_and_scaled_weights_both_hold_the_reference() {
         GgmlType::Q4_0,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
+        GgmlType::Q3_K,
         GgmlType::Q6_K,
     ] {
         let mut differ = 0;
         for (k, m) in [(320usize, 1), (1024, 1), (1024, 8)] {
-            let k = if ty == GgmlType::Q6_K {
+            let k = if is_k_quant(ty) {
                 k.next_multiple_of(256)
             } else {
                 k

@@ -70,7 +70,7 @@ pub(crate) fn has_int8(ty: GgmlType) -> bool {
 /// levels and scales each group's dot once (flag `PS`, matvec_cols.wgsl).
 pub(crate) fn has_pair_scaled(ty: GgmlType) -> bool {
     use GgmlType as G;
-    matches!(ty, G::Q4_0 | G::Q5_0 | G::Q8_0 | G::Q6_K)
+    matches!(ty, G::Q4_0 | G::Q5_0 | G::Q8_0 | G::Q3_K | G::Q6_K)
 }
 
 /// The int8 flags of a matvec of `ty` over x `[k, m]`: `Q8` where the
