@@ -10,46 +10,44 @@
 #include "quant/common.wgsl"
 #include "quant/block.wgsl"
 
-fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
-    let i = e % BLOCK_SIZE;
+// The levels of elements i .. i + 3 (i % 4 == 0) of the super-block at b.
+fn q3_levels(b: u32, i: u32) -> vec4<f32> {
     let l = i % 32u;
-    let j = i / 16u;
-    let d = f16_at(b + 108u);
-    let lo = (byte_at(b + 96u + j % 8u) >> (4u * (j / 8u))) & 0xfu;
-    let hi = (byte_at(b + 104u + j % 4u) >> (2u * (j / 4u))) & 3u;
-    let sc = int_minus(lo | (hi << 4u), 32.0);
     let wq = u32_at(b + 32u + 32u * (i / 128u) + l);
     let wh = u32_at(b + l);
     let low = fields(wq, 2u * ((i % 128u) / 32u), 3u);
-    let q = ints_minus(low | (fields(wh, i / 32u, 1u) << vec4<u32>(2u)), 4.0);
-    return (d * sc) * q;
+    return ints_minus(low | (fields(wh, i / 32u, 1u) << vec4<u32>(2u)), 4.0);
+}
+
+// The 6 bits of group j's scale (0 .. 16) of the super-block at b.
+fn q3_scale_bits(b: u32, j: u32) -> u32 {
+    let lo = (byte_at(b + 96u + j % 8u) >> (4u * (j / 8u))) & 0xfu;
+    let hi = (byte_at(b + 104u + j % 4u) >> (2u * (j / 4u))) & 3u;
+    return lo | (hi << 4u);
+}
+
+// d * (sc - 32) of group j of the super-block at b.
+fn q3_group_scale(b: u32, j: u32) -> f32 {
+    return f16_at(b + 108u) * int_minus(q3_scale_bits(b, j), 32.0);
+}
+
+fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
+    return q3_group_scale(b, i / 16u) * q3_levels(b, i);
 }
 
 #include "quant/pair.wgsl"
 
 // Pair g (elements 8g .. 8g + 7: one group of 16, so one scale) as levels
-// and that group's d * (sc - 32) for both halves: dequant4's operations at
-// 8g and 8g + 4 with the scale taken once.
+// and that group's scale for both halves: dequant4 at 8g and 8g + 4 with
+// the scale taken once.
 fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
     let e = 8u * g;
     let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
     let i = e % BLOCK_SIZE;
-    let l = i % 32u;
-    let j = i / 16u;
-    let d = f16_at(b + 108u);
-    let lo = (byte_at(b + 96u + j % 8u) >> (4u * (j / 8u))) & 0xfu;
-    let hi = (byte_at(b + 104u + j % 4u) >> (2u * (j / 4u))) & 3u;
-    let s = d * int_minus(lo | (hi << 4u), 32.0);
-    let at = b + 32u + 32u * (i / 128u) + l;
-    let sh = 2u * ((i % 128u) / 32u);
-    let hb = i / 32u;
-    let q0 = ints_minus(fields(u32_at(at), sh, 3u) | (fields(u32_at(b + l), hb, 1u) << vec4<u32>(2u)), 4.0);
-    let q1 = ints_minus(
-        fields(u32_at(at + 4u), sh, 3u) | (fields(u32_at(b + l + 4u), hb, 1u) << vec4<u32>(2u)),
-        4.0
-    );
-    return Scaled(array<vec4<f32>, 2>(q0, q1), vec2<f32>(s));
+    let q = array<vec4<f32>, 2>(q3_levels(b, i), q3_levels(b, i + 4u));
+    return Scaled(q, vec2<f32>(q3_group_scale(b, i / 16u)));
 }
 
 #ifdef Q8
@@ -57,9 +55,7 @@ fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
 
 // The signed 6-bit scale of group g (0 .. 16) of the super-block at b.
 fn q3_scale(b: u32, g: u32) -> i32 {
-    let lo = (byte_at(b + 96u + g % 8u) >> (4u * (g / 8u))) & 0xfu;
-    let hi = (byte_at(b + 104u + g % 4u) >> (2u * (g / 4u))) & 3u;
-    return i32(lo | (hi << 4u)) - 32;
+    return i32(q3_scale_bits(b, g)) - 32;
 }
 
 // Unit u of the row: elements 32j .. 32j + 31 of super-block u / 8 (j =
