@@ -7,18 +7,40 @@
 #include "quant/common.wgsl"
 #include "quant/block.wgsl"
 
+// The scale d * (sc & 15) (x) and the min dmin * (sc >> 4) (y) of the
+// group of 16 that element i of the super-block at b is in.
+fn q2_scale_min(b: u32, i: u32) -> vec2<f32> {
+    let sc = byte_at(b + i / 16u);
+    return vec2<f32>(f16_at(b + 80u) * int_minus(sc & 0xfu, 0.0), f16_at(b + 82u) * int_minus(sc >> 4u, 0.0));
+}
+
+// Elements i .. i + 3 of the super-block at b, their group's scale and min `sm`.
+fn q2_weights(b: u32, i: u32, sm: vec2<f32>) -> vec4<f32> {
+    let w = u32_at(b + 16u + 32u * (i / 128u) + i % 32u);
+    return sm.x * field4(w, 2u * ((i % 128u) / 32u), 3u) - vec4<f32>(sm.y);
+}
+
 fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
     let i = e % BLOCK_SIZE;
-    let d = f16_at(b + 80u);
-    let dmin = f16_at(b + 82u);
-    let sc = byte_at(b + i / 16u);
-    let w = u32_at(b + 16u + 32u * (i / 128u) + i % 32u);
-    let q = field4(w, 2u * ((i % 128u) / 32u), 3u);
-    return (d * int_minus(sc & 0xfu, 0.0)) * q - vec4<f32>(dmin * int_minus(sc >> 4u, 0.0));
+    return q2_weights(b, i, q2_scale_min(b, i));
 }
 
-#include "quant/pair.wgsl"
+// The plain pairing (quant/pair.wgsl's: pair g is elements 8g .. 8g + 7),
+// the group's scale and min read once for the pair's 8 (one group of 16).
+const PAIR_GAP: u32 = 4u;
+
+fn pair_at(g: u32) -> u32 {
+    return 8u * g;
+}
+
+fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
+    let e = 8u * g;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let i = e % BLOCK_SIZE;
+    let sm = q2_scale_min(b, i);
+    return array<vec4<f32>, 2>(q2_weights(b, i, sm), q2_weights(b, i + 4u, sm));
+}
 
 #ifdef Q8
 #include "quant/q8_dot.wgsl"

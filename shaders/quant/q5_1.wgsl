@@ -3,17 +3,34 @@
 #include "quant/common.wgsl"
 #include "quant/block.wgsl"
 
-fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
-    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
-    let j = e % BLOCK_SIZE;
-    let d = f16_at(b);
-    let m = f16_at(b + 2u);
+// Elements j .. j + 3 (j % 4 == 0) of the block at b, whose d and m are
+// `dm`.
+fn q5_1_weights(b: u32, j: u32, dm: vec2<f32>) -> vec4<f32> {
     let qh = u32_at(b + 4u) >> j;
     let w = u32_at(b + 8u + (j % 16u));
-    return d * ints_minus(nibs(w, (j / 16u) * 4u) | fifth_bits(qh), 0.0) + vec4<f32>(m);
+    return dm.x * ints_minus(nibs(w, (j / 16u) * 4u) | fifth_bits(qh), 0.0) + vec4<f32>(dm.y);
 }
 
-#include "quant/pair.wgsl"
+fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    return q5_1_weights(b, e % BLOCK_SIZE, vec2<f32>(f16_at(b), f16_at(b + 2u)));
+}
+
+// The plain pairing (quant/pair.wgsl's: pair g is elements 8g .. 8g + 7 of
+// one block), d and m read once for the pair's 8.
+const PAIR_GAP: u32 = 4u;
+
+fn pair_at(g: u32) -> u32 {
+    return 8u * g;
+}
+
+fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
+    let e = 8u * g;
+    let b = row_byte + (e / BLOCK_SIZE) * TYPE_SIZE;
+    let j = e % BLOCK_SIZE;
+    let dm = vec2<f32>(f16_at(b), f16_at(b + 2u));
+    return array<vec4<f32>, 2>(q5_1_weights(b, j, dm), q5_1_weights(b, j + 4u, dm));
+}
 
 #ifdef Q8
 #include "quant/q8_dot.wgsl"
