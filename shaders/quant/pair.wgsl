@@ -6,11 +6,7 @@
 // through dequant4; a format whose bytes hold other runs together (Q4_0: a
 // quant byte holds elements j and j + 16) defines its own instead.
 
-const PAIR_GAP: u32 = 4u;
-
-fn pair_at(g: u32) -> u32 {
-    return 8u * g;
-}
+#include "quant/pair_plain.wgsl"
 
 fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let e = 8u * g;

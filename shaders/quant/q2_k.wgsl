@@ -26,13 +26,9 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return q2_weights(b, i, q2_scale_min(b, i));
 }
 
-// The plain pairing (quant/pair.wgsl's: pair g is elements 8g .. 8g + 7),
-// the group's scale and min read once for the pair's 8 (one group of 16).
-const PAIR_GAP: u32 = 4u;
-
-fn pair_at(g: u32) -> u32 {
-    return 8u * g;
-}
+// The plain pairing, the group's scale and min read once for the pair's 8
+// (one group of 16).
+#include "quant/pair_plain.wgsl"
 
 fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let e = 8u * g;

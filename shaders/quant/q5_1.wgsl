@@ -16,13 +16,9 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return q5_1_weights(b, e % BLOCK_SIZE, vec2<f32>(f16_at(b), f16_at(b + 2u)));
 }
 
-// The plain pairing (quant/pair.wgsl's: pair g is elements 8g .. 8g + 7 of
-// one block), d and m read once for the pair's 8.
-const PAIR_GAP: u32 = 4u;
-
-fn pair_at(g: u32) -> u32 {
-    return 8u * g;
-}
+// The plain pairing (the pair's 8 in one block), d and m read once for
+// them.
+#include "quant/pair_plain.wgsl"
 
 fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
     let e = 8u * g;

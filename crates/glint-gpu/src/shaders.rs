@@ -57,6 +57,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "quant/common.wgsl",
     "quant/block.wgsl",
     "quant/pair.wgsl",
+    "quant/pair_plain.wgsl",
     "quant/pair_nibbles.wgsl",
     "quant/pair_k_nibbles.wgsl",
     "quant/q8_dot.wgsl",
@@ -567,9 +568,9 @@ mod tests {
             }
             n += 1;
         }
-        // Every quant/ file but the six of shared helpers belongs to a row.
+        // Every quant/ file but the seven of shared helpers belongs to a row.
         let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
-        assert_eq!(files.count(), n + 6);
+        assert_eq!(files.count(), n + 7);
         assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }
