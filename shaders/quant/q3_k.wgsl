@@ -37,7 +37,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return q3_group_scale(b, i / 16u) * q3_levels(b, i);
 }
 
-#include "quant/pair.wgsl"
+#include "quant/pair_plain.wgsl"
+#include "quant/pair_scaled.wgsl"
 
 // Pair g (elements 8g .. 8g + 7: one group of 16, so one scale) as levels
 // and that group's scale for both halves: dequant4 at 8g and 8g + 4 with

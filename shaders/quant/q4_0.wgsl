@@ -13,11 +13,7 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
 
 // Pair g: 4 quant bytes of block g / 4, both nibbles.
 #include "quant/pair_nibbles.wgsl"
-
-fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
-    let p = pair_scaled(row_byte, g);
-    return array<vec4<f32>, 2>(p.d.x * p.q[0], p.d.y * p.q[1]);
-}
+#include "quant/pair_scaled.wgsl"
 
 // Pair g as levels q - 8 and the block's d for both groups.
 fn pair_scaled(row_byte: u32, g: u32) -> Scaled {

@@ -12,7 +12,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return d * ints_minus(nibs(w, (j / 16u) * 4u) | fifth_bits(qh), 16.0);
 }
 
-#include "quant/pair.wgsl"
+#include "quant/pair_plain.wgsl"
+#include "quant/pair_scaled.wgsl"
 
 // Pair g (elements 8g .. 8g + 7, one half of one block's quant bytes) as
 // levels q - 16 and the block's d for both groups.

@@ -49,10 +49,7 @@ fn pair_scaled(row_byte: u32, g: u32) -> Scaled {
     return Scaled(array<vec4<f32>, 2>(q0, q1), vec2<f32>(d * sc0, d * sc1));
 }
 
-fn dequant_pair(row_byte: u32, g: u32) -> array<vec4<f32>, 2> {
-    let p = pair_scaled(row_byte, g);
-    return array<vec4<f32>, 2>(p.d.x * p.q[0], p.d.y * p.q[1]);
-}
+#include "quant/pair_scaled.wgsl"
 
 #ifdef Q8
 #include "quant/q8_dot.wgsl"

@@ -9,7 +9,8 @@ fn dequant4(row_byte: u32, e: u32) -> vec4<f32> {
     return d * i8x4(w);
 }
 
-#include "quant/pair.wgsl"
+#include "quant/pair_plain.wgsl"
+#include "quant/pair_scaled.wgsl"
 
 // Pair g (elements 8g .. 8g + 7 of one block) as levels and the block's d
 // for both groups.

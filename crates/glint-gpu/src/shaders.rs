@@ -58,6 +58,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "quant/block.wgsl",
     "quant/pair.wgsl",
     "quant/pair_plain.wgsl",
+    "quant/pair_scaled.wgsl",
     "quant/pair_nibbles.wgsl",
     "quant/pair_k_nibbles.wgsl",
     "quant/q8_dot.wgsl",
@@ -568,9 +569,9 @@ mod tests {
             }
             n += 1;
         }
-        // Every quant/ file but the seven of shared helpers belongs to a row.
+        // Every quant/ file but the eight of shared helpers belongs to a row.
         let files = SOURCES.iter().filter(|(p, _)| p.starts_with("quant/"));
-        assert_eq!(files.count(), n + 7);
+        assert_eq!(files.count(), n + 8);
         assert!(module_source("mul_mat.wgsl", Some(GgmlType::IQ2_XXS), &[]).is_err());
     }
 }
