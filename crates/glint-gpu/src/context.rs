@@ -67,8 +67,9 @@ pub struct GpuOptions {
     /// before the dot, as the other formats do, instead of dotting the
     /// levels and scaling each group of 4's dot once (one multiply a group
     /// instead of one a weight; the sums round differently, both within
-    /// the tests' tolerance of the f64 reference). Also when the environment has
-    /// `GLINT_MATVEC_SCALED=0` (to compare the two on a device).
+    /// the tests' tolerance of the f64 reference). The environment's
+    /// `GLINT_MATVEC_SCALED` (0 or 1; anything else is an error), where
+    /// set, overrides it (to compare the two on a device).
     pub disable_matvec_scaled: bool,
     /// The prefill matmul's output tile side: 64 (4 x 4 a thread) or 128
     /// (8 x 8 a thread); 0, the default, takes 128 where the rows of the

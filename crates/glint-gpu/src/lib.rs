@@ -185,6 +185,21 @@ fn matvec_rows(opts: &GpuOptions) -> Result<usize> {
     )
 }
 
+/// Whether float matvecs scale each group's dot once (flag PS): the
+/// environment's `GLINT_MATVEC_SCALED` (`env`: 1 yes, 0 no) where set, else
+/// not [`GpuOptions::disable_matvec_scaled`]; any other value is an error
+/// naming the variable (a misspelt "off" must not leave it on unsaid).
+fn matvec_scaled(opts: &GpuOptions, env: Option<&std::ffi::OsStr>) -> Result<bool> {
+    match env.map(|v| (v, v.to_str().map(str::trim))) {
+        None => Ok(!opts.disable_matvec_scaled),
+        Some((_, Some("1"))) => Ok(true),
+        Some((_, Some("0"))) => Ok(false),
+        Some((v, _)) => Err(BackendError::Device(format!(
+            "GLINT_MATVEC_SCALED={v:?}: 1 (each group's dot scaled once) or 0 (each weight scaled)"
+        ))),
+    }
+}
+
 /// The matmul's output tile: `GLINT_MATMUL_TILE` where set, else
 /// [`GpuOptions::matmul_tile`]; 64 or 128, or 0 (the default) for the
 /// shape's (ops/mul_mat.rs's `tile_for`), else an error naming where the
@@ -210,6 +225,8 @@ impl GpuBackend {
     pub fn new(mut opts: GpuOptions) -> Result<Self> {
         opts.profile |= std::env::var_os("GLINT_GPU_PROFILE").is_some();
         let matvec_rows = matvec_rows(&opts)?;
+        let matvec_scaled =
+            matvec_scaled(&opts, std::env::var_os("GLINT_MATVEC_SCALED").as_deref())?;
         // Checked before the device opens, so a bad value opens none.
         matmul_tile(&opts, &wgpu::Limits::default())?;
         let ctx = Context::new(&opts)?;
@@ -257,8 +274,7 @@ impl GpuBackend {
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
             matvec_rows,
-            matvec_scaled: !opts.disable_matvec_scaled
-                && std::env::var("GLINT_MATVEC_SCALED").as_deref() != Ok("0"),
+            matvec_scaled,
             matmul_tile,
             attn_tiles: attn_tile_env.as_deref() != Some("0"),
             decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
@@ -772,6 +788,40 @@ mod settings_tests {
             let e = rows(n).unwrap_err().to_string();
             assert!(e.contains(&format!("GpuOptions::matvec_rows = {n}")), "{e}");
             assert!(e.contains("1, 2, 4"), "{e}");
+        }
+    }
+
+    /// `GLINT_MATVEC_SCALED` takes 1 and 0 (over the option), nothing else:
+    /// an unknown or non-UTF-8 value is an error that names the variable.
+    #[test]
+    fn matvec_scaled_takes_1_or_0() {
+        use std::ffi::OsStr;
+        let on = GpuOptions::default();
+        let off = GpuOptions {
+            disable_matvec_scaled: true,
+            ..Default::default()
+        };
+        assert!(matvec_scaled(&on, None).unwrap());
+        assert!(!matvec_scaled(&off, None).unwrap());
+        assert!(matvec_scaled(&off, Some(OsStr::new("1"))).unwrap());
+        assert!(!matvec_scaled(&on, Some(OsStr::new("0"))).unwrap());
+        assert!(!matvec_scaled(&on, Some(OsStr::new(" 0\n"))).unwrap());
+        #[cfg(unix)]
+        let bad_utf8 = {
+            use std::os::unix::ffi::OsStrExt;
+            OsStr::from_bytes(b"\xff").to_owned()
+        };
+        #[cfg(not(unix))]
+        let bad_utf8 = OsStr::new("?").to_owned();
+        for v in [
+            OsStr::new("off"),
+            OsStr::new(""),
+            OsStr::new("2"),
+            &bad_utf8,
+        ] {
+            let e = matvec_scaled(&on, Some(v)).unwrap_err().to_string();
+            assert!(e.contains("GLINT_MATVEC_SCALED="), "{e}");
+            assert!(e.contains("1 (each group's dot scaled once) or 0"), "{e}");
         }
     }
 
