@@ -225,3 +225,58 @@ fn a_failed_synthetic_write_leaves_no_partial_file() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// The matvec tune's switches refuse what they do not take, by name,
+/// before a model loads: `--gpu-tune` on `generate`, `serve` and `bench`,
+/// and `GLINT_TUNE` (1 or 0) on the wgpu backend.
+#[test]
+fn gpu_tune_settings_it_does_not_take_are_refused() {
+    let m = smollm2();
+    for cmd in [&["generate", "-p", "Hi"][..], &["serve"], &["bench"]] {
+        let mut a = cmd.to_vec();
+        a.extend_from_slice(&["-m", &m, "--gpu-tune", "fast"]);
+        let out = sh(&a, "");
+        let cmd = cmd[0];
+        refused(
+            out,
+            &format!("{cmd} --gpu-tune fast"),
+            &["--gpu-tune fast", "on, off or auto"],
+        );
+    }
+    let out = sh(
+        &[
+            "generate",
+            "-m",
+            &m,
+            "-p",
+            "Hi",
+            "-n",
+            "1",
+            "--backend",
+            "wgpu",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_glint"))
+        .args([
+            "generate",
+            "-m",
+            &m,
+            "-p",
+            "Hi",
+            "-n",
+            "1",
+            "--backend",
+            "wgpu",
+        ])
+        .env("GLINT_TUNE", "yes")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    refused(out, "GLINT_TUNE=yes", &["GLINT_TUNE=\"yes\"", "1 (time"]);
+}

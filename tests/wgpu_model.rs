@@ -206,3 +206,68 @@ fn gemma3_int8_on_wgpu_matches_llama_cpp() {
         "{e_int8} (float {e_float})"
     );
 }
+
+/// With `--gpu-tune on` (forced here: the tune is off on a software
+/// adapter by default), SmolLM2's load times the matvec's variants over
+/// its 211 weights and keeps one: rows at once 1, 2 and 4, each with
+/// its Q8_0 output projection's group dots scaled once and each weight
+/// scaled (Q4_1 has no such choice). Whichever was kept, the prompt's
+/// logits and one decoded token's (a one-column matvec, the shape the
+/// tune timed) stay within the float kernels' tolerance of the cpu's f32
+/// path.
+#[test]
+fn smollm2_tuned_on_wgpu_matches_cpu() {
+    if [
+        "GLINT_TUNE",
+        "GLINT_MATVEC_ROWS",
+        "GLINT_MATVEC_SCALED",
+        "GLINT_INT8",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
+    {
+        eprintln!("skipped: the environment sets what the tune chooses");
+        return;
+    }
+    let prompt = [504u32, 3575, 282, 4649, 314];
+    let next = 30u32;
+    let run = |params: ModelParams| {
+        let model = Model::load(common::model("smollm2"), &params).unwrap();
+        let report = model.gpu_tune_report();
+        let mut ctx = common::context(&model, 256);
+        ctx.decode(&Batch::from_tokens(&prompt, 0, 0)).unwrap();
+        let first = ctx.logits(prompt.len() - 1).unwrap().to_vec();
+        ctx.decode(&Batch::from_tokens(&[next], prompt.len() as i32, 0))
+            .unwrap();
+        let logits = [first, ctx.logits(0).unwrap().to_vec()];
+        (logits, model.backend_name(), report)
+    };
+    let (gpu, name, report) = run(ModelParams {
+        backend: BackendKind::Wgpu,
+        gpu_tune: Some(true),
+        ..Default::default()
+    });
+    let report = report.expect("a tune report");
+    eprintln!("{name}\n{report}");
+    assert!(name.contains("matvec tuned at load"), "{name}");
+    // One line a variant after the heading: 3 rows at once x PS on/off
+    // where the adapter has subgroups, else PS on/off.
+    let variants = report.lines().count() - 1;
+    let want = if name.contains("subgroups") { 6 } else { 2 };
+    assert_eq!(variants, want, "{report}");
+    assert_eq!(
+        report.matches("(kept)").count() + report.matches(", kept)").count(),
+        1
+    );
+    let (cpu, ..) = run(ModelParams {
+        backend: BackendKind::Cpu,
+        cpu_precision: CpuPrecision::F32,
+        ..Default::default()
+    });
+    for (step, (g, c)) in ["prefill", "decode"].iter().zip(gpu.iter().zip(&cpu)) {
+        let max = common::max_abs_diff(g, c);
+        eprintln!("smollm2 tuned {step}: max |wgpu - cpu f32| = {max}");
+        assert!(max < WGPU_VS_CPU_F32, "{step}: max |wgpu - cpu| = {max}");
+        assert_eq!(common::top_k(g, 5), common::top_k(c, 5), "{step}");
+    }
+}

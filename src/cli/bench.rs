@@ -101,6 +101,12 @@ pub const FLAGS: &[Flag] = &[
         "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (also GLINT_INT8=1)"
     ),
     flag!(
+        "gpu-tune",
+        [],
+        Some("on|off|auto"),
+        "wgpu: time the decode matvec's variants at load and keep the fastest (default auto: on a hardware GPU; also GLINT_TUNE=1/0)"
+    ),
+    flag!(
         "counters",
         [],
         None,
@@ -183,6 +189,7 @@ struct Config {
     counters: bool,
     profile: bool,
     gpu_int8: bool,
+    gpu_tune: Option<bool>,
     /// `--grp-attn-mode window`: two-window SelfExtend attention.
     window: Option<glint::SelfExtendWindow>,
 }
@@ -345,6 +352,7 @@ fn config(p: &Parsed) -> Result<Config, String> {
         counters: p.has("counters"),
         profile: p.has("profile"),
         gpu_int8: p.has("gpu-int8"),
+        gpu_tune: super::options::gpu_tune(p)?,
         window: super::options::self_extend_window(p)?,
     })
 }
@@ -408,9 +416,13 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                     n_threads,
                     gpu_profile: c.profile && backend != BackendKind::Cpu,
                     gpu_int8: c.gpu_int8,
+                    gpu_tune: c.gpu_tune,
                     ..Default::default()
                 };
                 let model = Model::load(path, &mp).map_err(|e| e.to_string())?;
+                if let Some(t) = model.gpu_tune_report() {
+                    eprint!("glint bench: {t}");
+                }
                 let bw = bandwidth(&mut bw_cache, &model, n_threads, c.adapter)?;
                 // The peak from here: the loaded model (its mapped pages as
                 // resident as they are) and the tests, not the bandwidth

@@ -172,6 +172,9 @@ fn load(p: &Parsed, verbose: bool) -> Result<(Model, Context, f64), String> {
             hp.n_vocab,
             model.backend_name()
         );
+        if let Some(t) = model.gpu_tune_report() {
+            eprint!("glint: {t}");
+        }
         eprintln!(
             "glint: memory on the backend: weights {:.1} MiB, KV cache {:.1} MiB, scratch {:.1} MiB (weights mapped from the file are not counted)",
             m.weights as f64 / 1048576.0,

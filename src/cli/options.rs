@@ -30,6 +30,7 @@ pub const FLAGS: &[Flag] = &[
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
     flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
+    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: time the decode matvec's variants over the model's weights at load and keep the fastest (default auto: on a hardware GPU, off on a software adapter; also GLINT_TUNE=1/0)"),
     flag!("cache-type-k", ["-ctk"], Some("f16|f32|q8_0|q4_0"), "K cache type (default f16)"),
     flag!("cache-type-v", ["-ctv"], Some("f16|f32|q8_0|q4_0"), "V cache type (default f16)"),
     flag!("seed", ["-s"], Some("N"), "sampling seed (default random)"),
@@ -111,6 +112,7 @@ pub const DEVICE_FLAGS: &[Flag] = &[
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
     flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
+    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: time the decode matvec's variants over the model's weights at load and keep the fastest (default auto: on a hardware GPU, off on a software adapter; also GLINT_TUNE=1/0)"),
     flag!("help", ["-h"], None, "this text"),
 ];
 
@@ -214,6 +216,17 @@ pub fn clamp_threads(t: usize) -> Result<usize, String> {
     Ok(t)
 }
 
+/// `--gpu-tune`: `on` is `Some(true)`, `off` `Some(false)`, `auto` (or no
+/// flag) `None`.
+pub fn gpu_tune(p: &Parsed) -> Result<Option<bool>, String> {
+    match p.get("gpu-tune") {
+        None | Some("auto") => Ok(None),
+        Some("on") => Ok(Some(true)),
+        Some("off") => Ok(Some(false)),
+        Some(other) => Err(format!("--gpu-tune {other}: on, off or auto")),
+    }
+}
+
 pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
     Ok(ModelParams {
         backend: p
@@ -223,6 +236,7 @@ pub fn model_params(p: &Parsed) -> Result<ModelParams, String> {
             .map_err(|e: glint::Error| e.to_string())?,
         adapter: num(p, "adapter")?,
         gpu_int8: p.has("gpu-int8"),
+        gpu_tune: gpu_tune(p)?,
         n_threads: threads(p)?,
         rope: rope_overrides(p)?,
         ..Default::default()

@@ -77,6 +77,18 @@ const FLAGS: &[Flag] = &[
     ),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
     flag!(
+        "gpu-int8",
+        [],
+        None,
+        "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (also GLINT_INT8=1)"
+    ),
+    flag!(
+        "gpu-tune",
+        [],
+        Some("on|off|auto"),
+        "wgpu: time the decode matvec's variants at load and keep the fastest (default auto: on a hardware GPU; also GLINT_TUNE=1/0)"
+    ),
+    flag!(
         "api-key",
         [],
         Some("KEY"),

@@ -38,6 +38,7 @@ mod profile;
 mod shaders;
 mod submit;
 mod tensor;
+mod tune;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -56,6 +57,7 @@ use submit::Pending;
 pub use submit::MAX_PENDING_OPS;
 use tensor::Counters;
 pub use tensor::GpuTensor;
+pub use tune::{MatvecChoice, TuneReport, TuneRun, TUNE_MARGIN, TUNE_PASSES};
 /// The wgpu version this backend is built on (for adapter types and backends).
 pub use wgpu;
 
@@ -130,6 +132,12 @@ pub struct GpuBackend {
     int8: bool,
     /// The adapter has the wide int8 matvec's workgroup memory (flag Q8W).
     int8_wide: bool,
+    /// What [`GpuBackend::tune_matvec`] may change: whether it runs
+    /// ([`GpuOptions::tune`]), and which of its choices were set by the
+    /// options or the environment and stay.
+    tune: tune::Tunable,
+    /// What the tune measured and kept, once it ran.
+    tuned: Option<TuneReport>,
 }
 
 /// A setting that is one of a few numbers: the environment's `env` where
@@ -229,7 +237,10 @@ impl GpuBackend {
             matvec_scaled(&opts, std::env::var_os("GLINT_MATVEC_SCALED").as_deref())?;
         // Checked before the device opens, so a bad value opens none.
         matmul_tile(&opts, &wgpu::Limits::default())?;
+        let tune_env = std::env::var_os("GLINT_TUNE");
+        tune::parse_env(tune_env.as_deref())?;
         let ctx = Context::new(&opts)?;
+        let tune = tune::Tunable::new(&opts, tune_env.as_deref(), ctx.info.device_type)?;
         let matmul_tile = matmul_tile(&opts, &ctx.limits)?;
         let profiler = opts
             .profile
@@ -280,6 +291,8 @@ impl GpuBackend {
             decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
             int8,
             int8_wide,
+            tune,
+            tuned: None,
         })
     }
 
@@ -448,6 +461,9 @@ impl Backend for GpuBackend {
         }
         if !self.matvec_scaled {
             feats.push("matvec scales each weight");
+        }
+        if self.tuned.is_some() {
+            feats.push("matvec tuned at load");
         }
         let tile = format!("matmul tile {}", self.matmul_tile);
         if self.matmul_tile != 0 {

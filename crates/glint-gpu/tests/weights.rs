@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use glint_backend::{Backend, BackendError, GgmlType, SharedBytes, Usage};
-use glint_gpu::{GpuBackend, GpuOptions, GpuTensor};
+use glint_gpu::{GpuBackend, GpuOptions, GpuTensor, MatvecChoice};
 use half::{bf16, f16};
 
 fn h(b: &[u8], o: usize) -> f64 {
@@ -297,6 +297,134 @@ fn scaled_matvec_and_scaled_weights_both_hold_the_reference() {
         }
         assert!(differ > 0, "{ty:?}: flag PS changed no sum");
     }
+}
+
+/// The load-time tune ([`GpuBackend::tune_matvec`], forced on: it is off
+/// on a software adapter by default) times each matvec variant the
+/// options leave open and keeps one by its rule; a choice the options
+/// set is not tuned; off, it does nothing. The kept variant's matvec
+/// holds the f64 reference.
+#[test]
+fn the_tune_times_each_open_variant_and_keeps_one() {
+    for var in [
+        "GLINT_TUNE",
+        "GLINT_INT8",
+        "GLINT_MATVEC_ROWS",
+        "GLINT_MATVEC_SCALED",
+    ] {
+        if std::env::var_os(var).is_some() {
+            eprintln!("skipped: {var} is set");
+            return;
+        }
+    }
+    let mut r = Rng(seed());
+    let (k, n) = (512, 64);
+    let types = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q6_K];
+    let bytes: Vec<Vec<u8>> = types
+        .iter()
+        .map(|&ty| random_weight(&mut r, ty, k, n))
+        .collect();
+    // What `opts` tunes over `tys` (None: nothing), and the backend after.
+    let tune = |opts: GpuOptions, tys: &[GgmlType]| {
+        let mut be = GpuBackend::new(opts).unwrap();
+        let ws: Vec<GpuTensor> = tys
+            .iter()
+            .map(|&ty| {
+                let i = types.iter().position(|&t| t == ty).unwrap();
+                weight(&be, ty, k, n, bytes[i].clone())
+            })
+            .collect();
+        let refs: Vec<&GpuTensor> = ws.iter().collect();
+        let report = be.tune_matvec(&refs).unwrap().cloned();
+        (report, be)
+    };
+    let on = || GpuOptions {
+        tune: Some(true),
+        ..Default::default()
+    };
+    let default = MatvecChoice {
+        rows: 2,
+        scaled: true,
+    };
+
+    let (report, be) = tune(on(), &types);
+    let report = report.expect("a tune report");
+    eprintln!("{report}");
+    let subgroups = be.features_used().subgroups;
+    let rows: &[usize] = if subgroups { &[2, 1, 4] } else { &[2] };
+    let want: Vec<MatvecChoice> = [true, false]
+        .iter()
+        .flat_map(|&scaled| rows.iter().map(move |&rows| MatvecChoice { rows, scaled }))
+        .collect();
+    let got: Vec<MatvecChoice> = report.runs.iter().map(|r| r.choice).collect();
+    assert_eq!(got, want);
+    assert_eq!(report.runs[0].choice, default);
+    assert_eq!((report.weights, report.passes), (3, glint_gpu::TUNE_PASSES));
+    let want_bytes: u64 = bytes.iter().map(|b| b.len() as u64).sum();
+    assert_eq!(report.weight_bytes, want_bytes);
+    assert!(report.runs.iter().all(|r| r.median.as_nanos() > 0));
+    // The rule: the fastest where it beats the default by the margin.
+    let t: Vec<f64> = report.runs.iter().map(|r| r.median.as_secs_f64()).collect();
+    let fastest = t.iter().cloned().fold(f64::INFINITY, f64::min);
+    if fastest < t[0] * (1.0 - glint_gpu::TUNE_MARGIN) {
+        assert_eq!(t[report.chosen], fastest, "{report}");
+    } else {
+        assert_eq!(report.chosen, 0, "{report}");
+    }
+    assert_eq!(be.matvec_choice(), report.choice());
+    assert_eq!(be.tune_report().map(|r| r.chosen), Some(report.chosen));
+    assert!(be.name().contains("matvec tuned at load"), "{}", be.name());
+    // The kept variant computes: Q4_0 (PS where kept) at one column and 8.
+    for m in [1, 8] {
+        let x = r.vec_scaled(k * m, 1.0);
+        let got = mul_mat_out(&be, GgmlType::Q4_0, &bytes[0], &x, [k, n, m]);
+        assert_mul_mat("tuned", GgmlType::Q4_0, &bytes[0], &x, [k, n, m], &got);
+    }
+
+    // Set by the options: the rows stay 4, only PS is timed; both set,
+    // nothing is.
+    let (report, be) = tune(
+        GpuOptions {
+            matvec_rows: 4,
+            ..on()
+        },
+        &types,
+    );
+    let report = report.expect("PS is open");
+    let got: Vec<MatvecChoice> = report.runs.iter().map(|r| r.choice).collect();
+    let rows = if subgroups { 4 } else { 2 };
+    let want = [true, false].map(|scaled| MatvecChoice { rows, scaled });
+    assert_eq!(got, want);
+    assert_eq!(be.matvec_choice().rows, rows);
+    let (report, be) = tune(
+        GpuOptions {
+            matvec_rows: 4,
+            disable_matvec_scaled: true,
+            ..on()
+        },
+        &types,
+    );
+    assert!(report.is_none() && be.tune_report().is_none());
+    assert!(!be.name().contains("tuned"), "{}", be.name());
+
+    // No weight whose format PS changes (Q4_1): the rows alone.
+    let (report, _) = tune(on(), &[GgmlType::Q4_1]);
+    let n_runs = report.map_or(0, |r| {
+        assert!(r.runs.iter().all(|r| r.choice.scaled));
+        r.runs.len()
+    });
+    assert_eq!(n_runs, if subgroups { 3 } else { 0 });
+
+    // Off: nothing timed, the defaults stay.
+    let (report, be) = tune(
+        GpuOptions {
+            tune: Some(false),
+            ..Default::default()
+        },
+        &types,
+    );
+    assert!(report.is_none());
+    assert_eq!(be.matvec_choice(), default);
 }
 
 #[test]

@@ -285,4 +285,25 @@ impl<T> Weights<T> {
             layers,
         })
     }
+
+    /// The weights a decode step multiplies (each `[k, n]`), in the order
+    /// it takes them: each layer's mixer projections (Q, K, V, output; or
+    /// the convolution's three input blocks and its output), gate, up and
+    /// down, then the output projection (the token embeddings where they
+    /// are tied). What a matvec tune times a pass over.
+    pub fn matvec_weights(&self) -> Vec<&T> {
+        let mut out = Vec::with_capacity(self.layers.len() * 7 + 1);
+        for l in &self.layers {
+            match &l.mixer {
+                Mixer::Attention(a) => out.extend([&a.wq, &a.wk, &a.wv, &a.wo]),
+                Mixer::ShortConv(c) => {
+                    out.extend(c.in_proj.iter());
+                    out.push(&c.out_proj);
+                }
+            }
+            out.extend([&l.ffn_gate, &l.ffn_up, &l.ffn_down]);
+        }
+        out.push(self.output.as_ref().unwrap_or(&self.tok_embd));
+        out
+    }
 }

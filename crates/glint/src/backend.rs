@@ -97,6 +97,7 @@ impl LoadedBackend {
                     adapter_index: params.adapter,
                     profile: params.gpu_profile,
                     int8_matvec: params.gpu_int8,
+                    tune: params.gpu_tune,
                     ..Default::default()
                 })
             };
@@ -111,8 +112,9 @@ impl LoadedBackend {
                         || g.adapter_info().device_type != glint_gpu::wgpu::DeviceType::Cpu
                 }),
             };
-            if let Some(be) = gpu {
+            if let Some(mut be) = gpu {
                 let w = Weights::load(file, hp, &be)?;
+                be.tune_matvec(&w.matvec_weights())?;
                 return Ok(LoadedBackend::Gpu(Loaded { be, w }));
             }
         }

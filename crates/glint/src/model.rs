@@ -151,6 +151,19 @@ impl Model {
         }
     }
 
+    /// On wgpu, where the matvec was tuned at load
+    /// ([`ModelParams::gpu_tune`](crate::ModelParams::gpu_tune)): a table
+    /// of each variant's time, saying which was kept
+    /// (`glint_gpu::TuneReport`'s); `None` otherwise.
+    pub fn gpu_tune_report(&self) -> Option<String> {
+        match &self.inner.backend {
+            #[cfg(feature = "wgpu")]
+            LoadedBackend::Gpu(l) => l.be.tune_report().map(|t| t.to_string()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     pub(crate) fn backend(&self) -> &LoadedBackend {
         &self.inner.backend
     }

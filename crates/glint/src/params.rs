@@ -52,6 +52,11 @@ pub struct ModelParams {
     /// quantized as ggml's cpu quantizes them (`glint_gpu::GpuOptions::int8_matvec`; `--gpu-int8`).
     /// Ignored by the cpu backend.
     pub gpu_int8: bool,
+    /// wgpu: time the decode matvec's variants over the model's weights at
+    /// load and keep the fastest (`glint_gpu::GpuOptions::tune`;
+    /// `--gpu-tune on|off`, `GLINT_TUNE`); `None`: on a hardware adapter,
+    /// off on a software one. Ignored by the cpu backend.
+    pub gpu_tune: Option<bool>,
     /// cpu numerics: ggml's (default; follows llama.cpp) or plain f32 (what
     /// the WGSL kernels compute).
     #[cfg(feature = "cpu")]

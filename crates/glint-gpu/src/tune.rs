@@ -1,0 +1,433 @@
+//! The matvec's variants timed on the adapter at load, the fastest kept
+//! ([`GpuBackend::tune_matvec`]).
+//!
+//! Two choices of the decode matvec depend on the hardware and on nothing
+//! the adapter reports: the rows a subgroup dots at once (1, 2 or 4:
+//! x read once for them, more registers a lane) and, for the formats whose
+//! weights are a scale times a level, whether the levels are dotted and
+//! each group of 4's dot scaled once (flag `PS`) or each weight scaled
+//! (fewer multiplies against a longer dependency chain). lavapipe favours
+//! 4 rows and PS; no GPU has said yet. So on a hardware adapter the
+//! backend times each variant over the model's own weights and keeps the
+//! fastest, rather than a default guessed for one vendor.
+//!
+//! A pass is one matvec of every weight given, one column each, in the
+//! given order (a decode step's weights, each read once: no weight is read
+//! twice in a row, so none is timed from a cache it would not be in). The
+//! variants take turns pass by pass ([`TUNE_PASSES`] each after one
+//! untimed pass that builds their pipelines), so a clock that drifts
+//! drifts for all of them, and each is judged by its median. The default
+//! stays unless another's median is more than [`TUNE_MARGIN`] below it.
+//!
+//! The rows at once change no bits (each row's sums are those of a row
+//! alone); `PS` rounds differently, within the kernels' tolerance of the
+//! f64 reference either way. The int8 path is a choice of numerics, not
+//! of speed alone, and is never tuned.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use glint_backend::{Backend, BackendError, GgmlType, Result, Tensor, TensorDesc, Usage};
+
+use crate::{ops, GpuBackend, GpuOptions, GpuTensor};
+
+/// Timed passes a variant gets (after an untimed one).
+pub const TUNE_PASSES: usize = 5;
+
+/// How much faster than the default (relative, by median) another
+/// variant must be to be kept instead: below it, a difference is taken
+/// for noise and the default stays.
+pub const TUNE_MARGIN: f64 = 0.03;
+
+/// One variant of the decode matvec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatvecChoice {
+    /// Rows a subgroup dots at once ([`GpuOptions::matvec_rows`]).
+    pub rows: usize,
+    /// The scale-times-level formats scale each group's dot once (flag
+    /// `PS`; not [`GpuOptions::disable_matvec_scaled`]).
+    pub scaled: bool,
+}
+
+impl fmt::Display for MatvecChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = if self.scaled {
+            "each group's dot scaled once"
+        } else {
+            "each weight scaled"
+        };
+        write!(f, "rows {} at once, {how}", self.rows)
+    }
+}
+
+/// One variant's time.
+#[derive(Clone, Debug)]
+pub struct TuneRun {
+    /// The variant.
+    pub choice: MatvecChoice,
+    /// Median wall time of its timed passes (submit to done).
+    pub median: Duration,
+}
+
+/// What [`GpuBackend::tune_matvec`] measured and kept.
+#[derive(Clone, Debug)]
+pub struct TuneReport {
+    /// Every variant timed, the default first.
+    pub runs: Vec<TuneRun>,
+    /// Index into `runs` of the variant kept.
+    pub chosen: usize,
+    /// Weights a pass takes (matvecs).
+    pub weights: usize,
+    /// Their bytes: what one pass reads of weights.
+    pub weight_bytes: u64,
+    /// Timed passes each variant got.
+    pub passes: usize,
+}
+
+impl TuneReport {
+    /// The variant kept.
+    pub fn choice(&self) -> MatvecChoice {
+        self.runs[self.chosen].choice
+    }
+}
+
+impl fmt::Display for TuneReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "matvec tune: {} weights, {:.1} MB a pass, median of {} passes each",
+            self.weights,
+            self.weight_bytes as f64 / 1e6,
+            self.passes
+        )?;
+        for (i, r) in self.runs.iter().enumerate() {
+            let s = r.median.as_secs_f64();
+            let gbs = self.weight_bytes as f64 / s.max(1e-12) / 1e9;
+            let mut tags = Vec::new();
+            if i == 0 {
+                tags.push("default");
+            }
+            if i == self.chosen {
+                tags.push("kept");
+            }
+            let tags = match tags.is_empty() {
+                true => String::new(),
+                false => format!("  ({})", tags.join(", ")),
+            };
+            writeln!(
+                f,
+                "  {:<45} {:>9.3} ms {:>8.1} GB/s{tags}",
+                r.choice.to_string(),
+                s * 1e3,
+                gbs
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What the tune may change, from the options and the environment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tunable {
+    /// Whether [`GpuBackend::tune_matvec`] runs at all.
+    on: bool,
+    /// The rows at once were set ([`GpuOptions::matvec_rows`] not 0, or
+    /// `GLINT_MATVEC_ROWS`): kept.
+    rows_set: bool,
+    /// `PS` was set ([`GpuOptions::disable_matvec_scaled`], or
+    /// `GLINT_MATVEC_SCALED`): kept.
+    scaled_set: bool,
+}
+
+/// `GLINT_TUNE`'s value: `Some(true)` for 1, `Some(false)` for 0, `None`
+/// unset; anything else is an error naming the variable.
+pub(crate) fn parse_env(env: Option<&std::ffi::OsStr>) -> Result<Option<bool>> {
+    match env.map(|v| (v, v.to_str().map(str::trim))) {
+        None => Ok(None),
+        Some((_, Some("1"))) => Ok(Some(true)),
+        Some((_, Some("0"))) => Ok(Some(false)),
+        Some((v, _)) => Err(BackendError::Device(format!(
+            "GLINT_TUNE={v:?}: 1 (time the matvec's variants at load) or 0 (take the defaults)"
+        ))),
+    }
+}
+
+impl Tunable {
+    /// From `opts`, `GLINT_TUNE`'s value `env`, and the adapter's type:
+    /// unless told, on for hardware (discrete, integrated, virtual), off
+    /// for a software adapter or one of unknown type.
+    pub(crate) fn new(
+        opts: &GpuOptions,
+        env: Option<&std::ffi::OsStr>,
+        device: wgpu::DeviceType,
+    ) -> Result<Tunable> {
+        use wgpu::DeviceType as D;
+        let hardware = matches!(device, D::DiscreteGpu | D::IntegratedGpu | D::VirtualGpu);
+        let on = parse_env(env)?.or(opts.tune).unwrap_or(hardware);
+        Ok(Tunable {
+            on,
+            rows_set: opts.matvec_rows != 0 || std::env::var_os("GLINT_MATVEC_ROWS").is_some(),
+            scaled_set: opts.disable_matvec_scaled
+                || std::env::var_os("GLINT_MATVEC_SCALED").is_some(),
+        })
+    }
+
+    /// Whether the tune runs ([`GpuOptions::tune`], `GLINT_TUNE`).
+    pub(crate) fn on(&self) -> bool {
+        self.on
+    }
+}
+
+impl GpuBackend {
+    /// Where the tune is on ([`GpuOptions::tune`]): time each variant of
+    /// the decode matvec ([`MatvecChoice`]; those the options or the
+    /// environment set stay as set) over `weights`, a decode step's (a
+    /// model's projections, each `[k, n]`), and keep the fastest (the
+    /// module's doc says how). `None` where the tune is off or there is
+    /// one variant to take (no subgroups, the choices set, no weight
+    /// whose format `PS` changes); else what it measured, also kept for
+    /// [`GpuBackend::tune_report`]. Call it once, after the weights are
+    /// uploaded and before the first step: the variants' pipelines are
+    /// built here, the kept one's stay cached. On an error the defaults
+    /// are restored.
+    pub fn tune_matvec(&mut self, weights: &[&GpuTensor]) -> Result<Option<&TuneReport>> {
+        if !self.tune.on() || weights.is_empty() {
+            return Ok(None);
+        }
+        let choices = self.tune_choices(weights);
+        if choices.len() < 2 {
+            return Ok(None);
+        }
+        let start = choices[0];
+        let timed = self.time_choices(weights, &choices);
+        self.set_choice(start);
+        let medians = timed?;
+        let best = (0..medians.len())
+            .min_by(|&a, &b| medians[a].cmp(&medians[b]))
+            .unwrap_or(0);
+        let chosen = keep(&medians, best);
+        self.set_choice(choices[chosen]);
+        if self.profiler.is_some() {
+            // The tune's dispatches are not the model's: dropped.
+            self.take_profile()?;
+        }
+        self.tuned = Some(TuneReport {
+            runs: choices
+                .iter()
+                .zip(&medians)
+                .map(|(&choice, &median)| TuneRun { choice, median })
+                .collect(),
+            chosen,
+            weights: weights.len(),
+            weight_bytes: weights.iter().map(|w| weight_bytes(w)).sum(),
+            passes: TUNE_PASSES,
+        });
+        Ok(self.tuned.as_ref())
+    }
+
+    /// What [`GpuBackend::tune_matvec`] measured and kept, once it ran.
+    pub fn tune_report(&self) -> Option<&TuneReport> {
+        self.tuned.as_ref()
+    }
+
+    /// The matvec variant in force.
+    pub fn matvec_choice(&self) -> MatvecChoice {
+        MatvecChoice {
+            rows: self.matvec_rows,
+            scaled: self.matvec_scaled,
+        }
+    }
+
+    fn set_choice(&mut self, c: MatvecChoice) {
+        self.matvec_rows = c.rows;
+        self.matvec_scaled = c.scaled;
+    }
+
+    /// The variants to time, the one in force first: rows 1, 2 and 4
+    /// where subgroups take rows and the rows were not set; `PS` on and
+    /// off where it was not set, the int8 path is off (it takes every
+    /// format `PS` changes) and a weight's format has it.
+    fn tune_choices(&self, weights: &[&GpuTensor]) -> Vec<MatvecChoice> {
+        let now = self.matvec_choice();
+        let rows: Vec<usize> = if self.tune.rows_set || ops::matvec_rows_per_group(self) == 0 {
+            vec![now.rows]
+        } else {
+            // Rows at once: 1 to ops::MATVEC_MAX_JOINT, as GLINT_MATVEC_ROWS takes.
+            std::iter::once(now.rows)
+                .chain([1, 2, 4].into_iter().filter(|&r| r != now.rows))
+                .collect()
+        };
+        let ps_matters = !self.int8 && weights.iter().any(|w| ops::has_pair_scaled(w.desc.ty));
+        let scaled: Vec<bool> = if self.tune.scaled_set || !ps_matters {
+            vec![now.scaled]
+        } else {
+            vec![now.scaled, !now.scaled]
+        };
+        let mut out = Vec::with_capacity(rows.len() * scaled.len());
+        for &s in &scaled {
+            for &r in &rows {
+                out.push(MatvecChoice { rows: r, scaled: s });
+            }
+        }
+        out
+    }
+
+    /// Each choice's median pass time, in `choices`' order.
+    fn time_choices(
+        &mut self,
+        weights: &[&GpuTensor],
+        choices: &[MatvecChoice],
+    ) -> Result<Vec<Duration>> {
+        for w in weights {
+            if w.desc.ne[2] != 1 || w.desc.ne[3] != 1 {
+                return Err(BackendError::Shape {
+                    op: "tune_matvec",
+                    detail: format!("{}: a weight is [k, n], got {:?}", w.desc.label, w.desc.ne),
+                });
+            }
+        }
+        let k_max = weights.iter().map(|w| w.desc.ne[0]).max().unwrap_or(1);
+        let n_max = weights.iter().map(|w| w.desc.ne[1]).max().unwrap_or(1);
+        let scratch = |n: usize, label: &str| {
+            self.alloc(TensorDesc {
+                ty: GgmlType::F32,
+                ne: [n, 1, 1, 1],
+                label: label.into(),
+                usage: Usage::Scratch,
+            })
+        };
+        // x: [k_max] f32, a value in [-1, 1) an element; out: [n_max] f32.
+        let x = scratch(k_max, "tune x")?;
+        let out = scratch(n_max, "tune out")?;
+        let xs: Vec<u8> = (0..k_max)
+            .flat_map(|i| (((i * 7919) % 2048) as f32 / 1024.0 - 1.0).to_le_bytes())
+            .collect();
+        self.write(&x, 0, &xs)?;
+        // Each weight's x [k, 1] and out [n, 1]: prefixes of the two.
+        let mut views = Vec::with_capacity(weights.len());
+        for w in weights {
+            let [k, n, ..] = w.desc.ne;
+            views.push((self.view(&x, [k, 1, 1, 1])?, self.view(&out, [n, 1, 1, 1])?));
+        }
+        let pass = |be: &GpuBackend| -> Result<Duration> {
+            be.sync()?;
+            let t = Instant::now();
+            for (w, (x, out)) in weights.iter().zip(&views) {
+                be.mul_mat(w, x, out)?;
+            }
+            be.sync()?;
+            Ok(t.elapsed())
+        };
+        for &c in choices {
+            self.set_choice(c);
+            pass(self)?;
+        }
+        let mut times = vec![Vec::with_capacity(TUNE_PASSES); choices.len()];
+        for _ in 0..TUNE_PASSES {
+            for (i, &c) in choices.iter().enumerate() {
+                self.set_choice(c);
+                times[i].push(pass(self)?);
+            }
+        }
+        Ok(times
+            .into_iter()
+            .map(|mut t| {
+                t.sort();
+                t[t.len() / 2]
+            })
+            .collect())
+    }
+}
+
+/// Bytes of weight `w`.
+fn weight_bytes(w: &GpuTensor) -> u64 {
+    let d = w.desc();
+    d.row_bytes() as u64 * d.n_rows() as u64
+}
+
+/// The index kept of `medians` (the default's first) given the fastest,
+/// `best`: the default unless `best` is more than [`TUNE_MARGIN`] below it.
+pub(crate) fn keep(medians: &[Duration], best: usize) -> usize {
+    let default = medians[0].as_secs_f64();
+    let fastest = medians[best].as_secs_f64();
+    if fastest < default * (1.0 - TUNE_MARGIN) {
+        best
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|&m| Duration::from_micros(m)).collect()
+    }
+
+    #[test]
+    fn the_default_stays_unless_beaten_by_the_margin() {
+        // 3% of 1000 µs: 970 is not below it, 969 is.
+        assert_eq!(keep(&ms(&[1000, 980, 1200]), 1), 0);
+        assert_eq!(keep(&ms(&[1000, 970, 1200]), 1), 0);
+        assert_eq!(keep(&ms(&[1000, 969, 1200]), 1), 1);
+        assert_eq!(keep(&ms(&[1000, 1100, 500]), 2), 2);
+        assert_eq!(keep(&ms(&[1000]), 0), 0);
+    }
+
+    #[test]
+    fn glint_tune_takes_1_or_0() {
+        use std::ffi::OsStr;
+        assert_eq!(parse_env(None).unwrap(), None);
+        assert_eq!(parse_env(Some(OsStr::new("1"))).unwrap(), Some(true));
+        assert_eq!(parse_env(Some(OsStr::new(" 0 "))).unwrap(), Some(false));
+        for bad in ["on", "", "2"] {
+            let e = parse_env(Some(OsStr::new(bad))).unwrap_err().to_string();
+            assert!(e.contains("GLINT_TUNE"), "{e}");
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let e = parse_env(Some(OsStr::from_bytes(b"\xff"))).unwrap_err();
+            assert!(e.to_string().contains("GLINT_TUNE"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_tune_is_on_for_hardware_unless_told() {
+        use wgpu::DeviceType as D;
+        if std::env::var_os("GLINT_MATVEC_ROWS").is_some()
+            || std::env::var_os("GLINT_MATVEC_SCALED").is_some()
+        {
+            return;
+        }
+        let o = GpuOptions::default();
+        let on = |o: &GpuOptions, env: Option<&str>, d| {
+            Tunable::new(o, env.map(std::ffi::OsStr::new), d)
+                .unwrap()
+                .on()
+        };
+        assert!(on(&o, None, D::DiscreteGpu));
+        assert!(on(&o, None, D::IntegratedGpu));
+        assert!(!on(&o, None, D::Cpu));
+        assert!(!on(&o, None, D::Other));
+        assert!(!on(&o, Some("0"), D::DiscreteGpu));
+        assert!(on(&o, Some("1"), D::Cpu));
+        let off = GpuOptions {
+            tune: Some(false),
+            ..Default::default()
+        };
+        assert!(!on(&off, None, D::DiscreteGpu));
+        assert!(on(&off, Some("1"), D::DiscreteGpu));
+        let t = Tunable::new(
+            &GpuOptions {
+                matvec_rows: 4,
+                ..Default::default()
+            },
+            None,
+            D::Cpu,
+        )
+        .unwrap();
+        assert!(t.rows_set && !t.scaled_set);
+    }
+}
