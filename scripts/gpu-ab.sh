@@ -30,8 +30,8 @@
 #                             Q8_0, Q3_K and Q6_K weight by its scale, not each
 #                             group of 4's dot once
 # and the load-time tune (GLINT_TUNE=1, on by default on a GPU), which
-# picks the last two by timing them: off everywhere else here, so each
-# switch is held against the fixed defaults.
+# picks GLINT_MATVEC_ROWS by timing 1, 2 and 4: off everywhere else here,
+# so each switch is held against the fixed defaults.
 set -u -o pipefail
 GLINT=${1:-target/release/glint}
 KERNELS=${2:-}
@@ -50,8 +50,8 @@ run "$GLINT" devices
 # The issue's command, with the step's work counted, as a user gets it
 # (tuned at load: the tune's table comes first).
 run GLINT_TUNE=1 $B --synthetic llama2-7b:q4_0 -p 512 -n 128 -r 2 --counters
-# The tune on the K-quants (Q4_K has no PS choice, Q6_K has) and four
-# sequences: what it keeps, and tg with it (against the defaults' below).
+# The tune on the K-quants, and at four sequences: what it keeps, and tg
+# with it (against the defaults' below).
 run GLINT_TUNE=1 $B --synthetic llama3-8b:q4_k -p 0 -n 128 -r 2 -npl 1,4
 # The host's time per step (the "host time per decode step" line) of a
 # 7B's structure, its ~200 dispatches with a 50th of its weights: with

@@ -78,17 +78,15 @@ pub struct GpuOptions {
     /// `GLINT_MATMUL_TILE`, where set, overrides it (to compare them on a
     /// device).
     pub matmul_tile: usize,
-    /// Time the matvec's variants at load ([`GpuBackend::tune_matvec`])
-    /// and keep the fastest: the rows a subgroup takes at once (1, 2 or 4)
-    /// and, for the scale-times-level formats, whether each group's dot is
-    /// scaled once. `None` (the default): on a hardware adapter (discrete,
-    /// integrated or virtual), off on a software one (lavapipe, WARP),
-    /// where the seconds it would take say nothing about a GPU. The
-    /// environment's `GLINT_TUNE` (1 or 0; anything else is an error),
-    /// where set, overrides it. A choice set here or in the environment
-    /// ([`matvec_rows`](Self::matvec_rows) not 0,
-    /// [`disable_matvec_scaled`](Self::disable_matvec_scaled),
-    /// `GLINT_MATVEC_ROWS`, `GLINT_MATVEC_SCALED`) is kept, not tuned.
+    /// Time the decode matvec at 1, 2 and 4 rows a subgroup at once over
+    /// the model's weights at load ([`GpuBackend::tune_matvec`]) and keep
+    /// the fastest: no bit of any result depends on it. `None` (the
+    /// default): on a hardware adapter (discrete, integrated or virtual),
+    /// off on a software one (lavapipe, WARP), where the seconds it would
+    /// take say nothing about a GPU. The environment's `GLINT_TUNE` (1 or
+    /// 0; anything else is an error), where set, overrides it. Rows set
+    /// here ([`matvec_rows`](Self::matvec_rows) not 0) or by
+    /// `GLINT_MATVEC_ROWS` are kept, not tuned.
     ///
     /// [`GpuBackend::tune_matvec`]: crate::GpuBackend::tune_matvec
     pub tune: Option<bool>,

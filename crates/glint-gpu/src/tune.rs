@@ -1,15 +1,13 @@
-//! The matvec's variants timed on the adapter at load, the fastest kept
-//! ([`GpuBackend::tune_matvec`]).
+//! The decode matvec's rows at once timed on the adapter at load, the
+//! fastest kept ([`GpuBackend::tune_matvec`]).
 //!
-//! Two choices of the decode matvec depend on the hardware and on nothing
-//! the adapter reports: the rows a subgroup dots at once (1, 2 or 4:
-//! x read once for them, more registers a lane) and, for the formats whose
-//! weights are a scale times a level, whether the levels are dotted and
-//! each group of 4's dot scaled once (flag `PS`) or each weight scaled
-//! (fewer multiplies against a longer dependency chain). lavapipe favours
-//! 4 rows and PS; no GPU has said yet. So on a hardware adapter the
-//! backend times each variant over the model's own weights and keeps the
-//! fastest, rather than a default guessed for one vendor.
+//! How many rows a subgroup dots at once (1, 2 or 4: x read once for them,
+//! more registers a lane, fewer workgroups) depends on the hardware and on
+//! nothing the adapter reports: lavapipe favours 4, llama.cpp's Vulkan
+//! backend takes 2 for Q4_0 and the K-quants, no GPU has said yet for
+//! glint. So on a hardware adapter the backend times each over the model's
+//! own weights and keeps the fastest, rather than a default guessed for
+//! one vendor.
 //!
 //! A pass is one matvec of every weight given, one column each, in the
 //! given order (a decode step's weights, each read once: no weight is read
@@ -19,10 +17,12 @@
 //! drifts for all of them, and each is judged by its median. The default
 //! stays unless another's median is more than [`TUNE_MARGIN`] below it.
 //!
-//! The rows at once change no bits (each row's sums are those of a row
-//! alone); `PS` rounds differently, within the kernels' tolerance of the
-//! f64 reference either way. The int8 path is a choice of numerics, not
-//! of speed alone, and is never tuned.
+//! Only choices that change no bits are tuned: each row's sums are those
+//! of a row alone whatever the rows at once, so a model's logits are the
+//! same to the bit whichever the tune keeps, from one load to the next and
+//! with the tune off. Flag `PS` (each group's dot scaled once) rounds
+//! differently, and the int8 path is a choice of numerics: both stay as the
+//! options set them, so a noisy clock can never change an answer.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -44,19 +44,11 @@ pub const TUNE_MARGIN: f64 = 0.03;
 pub struct MatvecChoice {
     /// Rows a subgroup dots at once ([`GpuOptions::matvec_rows`]).
     pub rows: usize,
-    /// The scale-times-level formats scale each group's dot once (flag
-    /// `PS`; not [`GpuOptions::disable_matvec_scaled`]).
-    pub scaled: bool,
 }
 
 impl fmt::Display for MatvecChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let how = if self.scaled {
-            "each group's dot scaled once"
-        } else {
-            "each weight scaled"
-        };
-        write!(f, "rows {} at once, {how}", self.rows)
+        write!(f, "rows {} at once", self.rows)
     }
 }
 
@@ -116,7 +108,7 @@ impl fmt::Display for TuneReport {
             };
             writeln!(
                 f,
-                "  {:<45} {:>9.3} ms {:>8.1} GB/s{tags}",
+                "  {:<16} {:>9.3} ms {:>8.1} GB/s{tags}",
                 r.choice.to_string(),
                 s * 1e3,
                 gbs
@@ -134,9 +126,6 @@ pub(crate) struct Tunable {
     /// The rows at once were set ([`GpuOptions::matvec_rows`] not 0, or
     /// `GLINT_MATVEC_ROWS`): kept.
     rows_set: bool,
-    /// `PS` was set ([`GpuOptions::disable_matvec_scaled`], or
-    /// `GLINT_MATVEC_SCALED`): kept.
-    scaled_set: bool,
 }
 
 /// `GLINT_TUNE`'s value: `Some(true)` for 1, `Some(false)` for 0, `None`
@@ -167,8 +156,6 @@ impl Tunable {
         Ok(Tunable {
             on,
             rows_set: opts.matvec_rows != 0 || std::env::var_os("GLINT_MATVEC_ROWS").is_some(),
-            scaled_set: opts.disable_matvec_scaled
-                || std::env::var_os("GLINT_MATVEC_SCALED").is_some(),
         })
     }
 
@@ -179,22 +166,22 @@ impl Tunable {
 }
 
 impl GpuBackend {
-    /// Where the tune is on ([`GpuOptions::tune`]): time each variant of
-    /// the decode matvec ([`MatvecChoice`]; those the options or the
-    /// environment set stay as set) over `weights`, a decode step's (a
-    /// model's projections, each `[k, n]`), and keep the fastest (the
-    /// module's doc says how). `None` where the tune is off or there is
-    /// one variant to take (no subgroups, the choices set, no weight
-    /// whose format `PS` changes); else what it measured, also kept for
+    /// Where the tune is on ([`GpuOptions::tune`]): time the decode
+    /// matvec at each number of rows at once ([`MatvecChoice`]) over
+    /// `weights`, a decode step's (a model's projections, each `[k, n]`),
+    /// and keep the fastest (the module's doc says how; no bit of any
+    /// result depends on it). `None` where the tune is off or there is one
+    /// variant to take (no subgroups, or the rows set by the options or
+    /// `GLINT_MATVEC_ROWS`); else what it measured, also kept for
     /// [`GpuBackend::tune_report`]. Call it once, after the weights are
     /// uploaded and before the first step: the variants' pipelines are
-    /// built here, the kept one's stay cached. On an error the defaults
-    /// are restored.
+    /// built here, the kept one's stay cached. On an error the default
+    /// is restored.
     pub fn tune_matvec(&mut self, weights: &[&GpuTensor]) -> Result<Option<&TuneReport>> {
         if !self.tune.on() || weights.is_empty() {
             return Ok(None);
         }
-        let choices = self.tune_choices(weights);
+        let choices = self.tune_choices();
         if choices.len() < 2 {
             return Ok(None);
         }
@@ -234,42 +221,25 @@ impl GpuBackend {
     pub fn matvec_choice(&self) -> MatvecChoice {
         MatvecChoice {
             rows: self.matvec_rows,
-            scaled: self.matvec_scaled,
         }
     }
 
     fn set_choice(&mut self, c: MatvecChoice) {
         self.matvec_rows = c.rows;
-        self.matvec_scaled = c.scaled;
     }
 
     /// The variants to time, the one in force first: rows 1, 2 and 4
-    /// where subgroups take rows and the rows were not set; `PS` on and
-    /// off where it was not set, the int8 path is off (it takes every
-    /// format `PS` changes) and a weight's format has it.
-    fn tune_choices(&self, weights: &[&GpuTensor]) -> Vec<MatvecChoice> {
+    /// (those `GLINT_MATVEC_ROWS` takes) where subgroups take rows and the
+    /// rows were not set.
+    fn tune_choices(&self) -> Vec<MatvecChoice> {
         let now = self.matvec_choice();
-        let rows: Vec<usize> = if self.tune.rows_set || ops::matvec_rows_per_group(self) == 0 {
-            vec![now.rows]
-        } else {
-            // Rows at once: 1 to ops::MATVEC_MAX_JOINT, as GLINT_MATVEC_ROWS takes.
-            std::iter::once(now.rows)
-                .chain([1, 2, 4].into_iter().filter(|&r| r != now.rows))
-                .collect()
-        };
-        let ps_matters = !self.int8 && weights.iter().any(|w| ops::has_pair_scaled(w.desc.ty));
-        let scaled: Vec<bool> = if self.tune.scaled_set || !ps_matters {
-            vec![now.scaled]
-        } else {
-            vec![now.scaled, !now.scaled]
-        };
-        let mut out = Vec::with_capacity(rows.len() * scaled.len());
-        for &s in &scaled {
-            for &r in &rows {
-                out.push(MatvecChoice { rows: r, scaled: s });
-            }
+        if self.tune.rows_set || ops::matvec_rows_per_group(self) == 0 {
+            return vec![now];
         }
-        out
+        std::iter::once(now.rows)
+            .chain([1, 2, 4].into_iter().filter(|&r| r != now.rows))
+            .map(|rows| MatvecChoice { rows })
+            .collect()
     }
 
     /// Each choice's median pass time, in `choices`' order.
@@ -396,9 +366,7 @@ mod tests {
     #[test]
     fn the_tune_is_on_for_hardware_unless_told() {
         use wgpu::DeviceType as D;
-        if std::env::var_os("GLINT_MATVEC_ROWS").is_some()
-            || std::env::var_os("GLINT_MATVEC_SCALED").is_some()
-        {
+        if std::env::var_os("GLINT_MATVEC_ROWS").is_some() {
             return;
         }
         let o = GpuOptions::default();
@@ -428,6 +396,6 @@ mod tests {
             D::Cpu,
         )
         .unwrap();
-        assert!(t.rows_set && !t.scaled_set);
+        assert!(t.rows_set);
     }
 }

@@ -300,18 +300,13 @@ fn scaled_matvec_and_scaled_weights_both_hold_the_reference() {
 }
 
 /// The load-time tune ([`GpuBackend::tune_matvec`], forced on: it is off
-/// on a software adapter by default) times each matvec variant the
-/// options leave open and keeps one by its rule; a choice the options
-/// set is not tuned; off, it does nothing. The kept variant's matvec
-/// holds the f64 reference.
+/// on a software adapter by default) times the matvec at 1, 2 and 4 rows
+/// at once and keeps one by its rule; rows the options set are not tuned;
+/// off, it does nothing. Whichever it keeps, the matvec gives the untuned
+/// backend's bits (and holds the f64 reference).
 #[test]
-fn the_tune_times_each_open_variant_and_keeps_one() {
-    for var in [
-        "GLINT_TUNE",
-        "GLINT_INT8",
-        "GLINT_MATVEC_ROWS",
-        "GLINT_MATVEC_SCALED",
-    ] {
+fn the_tune_times_each_rows_at_once_and_keeps_one_with_the_same_bits() {
+    for var in ["GLINT_TUNE", "GLINT_MATVEC_ROWS"] {
         if std::env::var_os(var).is_some() {
             eprintln!("skipped: {var} is set");
             return;
@@ -324,15 +319,14 @@ fn the_tune_times_each_open_variant_and_keeps_one() {
         .iter()
         .map(|&ty| random_weight(&mut r, ty, k, n))
         .collect();
-    // What `opts` tunes over `tys` (None: nothing), and the backend after.
-    let tune = |opts: GpuOptions, tys: &[GgmlType]| {
+    // What `opts` tunes over the three weights (None: nothing), and the
+    // backend after.
+    let tune = |opts: GpuOptions| {
         let mut be = GpuBackend::new(opts).unwrap();
-        let ws: Vec<GpuTensor> = tys
+        let ws: Vec<GpuTensor> = types
             .iter()
-            .map(|&ty| {
-                let i = types.iter().position(|&t| t == ty).unwrap();
-                weight(&be, ty, k, n, bytes[i].clone())
-            })
+            .zip(&bytes)
+            .map(|(&ty, b)| weight(&be, ty, k, n, b.clone()))
             .collect();
         let refs: Vec<&GpuTensor> = ws.iter().collect();
         let report = be.tune_matvec(&refs).unwrap().cloned();
@@ -342,23 +336,27 @@ fn the_tune_times_each_open_variant_and_keeps_one() {
         tune: Some(true),
         ..Default::default()
     };
-    let default = MatvecChoice {
-        rows: 2,
-        scaled: true,
+    let off = || GpuOptions {
+        tune: Some(false),
+        ..Default::default()
     };
 
-    let (report, be) = tune(on(), &types);
+    // Off: nothing timed, the default stays.
+    let (report, untuned) = tune(off());
+    assert!(report.is_none() && untuned.tune_report().is_none());
+    assert_eq!(untuned.matvec_choice(), MatvecChoice { rows: 2 });
+    assert!(!untuned.name().contains("tuned"), "{}", untuned.name());
+
+    let (report, be) = tune(on());
+    if !be.features_used().subgroups {
+        // A row a workgroup: nothing to choose.
+        assert!(report.is_none());
+        return;
+    }
     let report = report.expect("a tune report");
     eprintln!("{report}");
-    let subgroups = be.features_used().subgroups;
-    let rows: &[usize] = if subgroups { &[2, 1, 4] } else { &[2] };
-    let want: Vec<MatvecChoice> = [true, false]
-        .iter()
-        .flat_map(|&scaled| rows.iter().map(move |&rows| MatvecChoice { rows, scaled }))
-        .collect();
-    let got: Vec<MatvecChoice> = report.runs.iter().map(|r| r.choice).collect();
-    assert_eq!(got, want);
-    assert_eq!(report.runs[0].choice, default);
+    let got: Vec<usize> = report.runs.iter().map(|r| r.choice.rows).collect();
+    assert_eq!(got, [2, 1, 4]);
     assert_eq!((report.weights, report.passes), (3, glint_gpu::TUNE_PASSES));
     let want_bytes: u64 = bytes.iter().map(|b| b.len() as u64).sum();
     assert_eq!(report.weight_bytes, want_bytes);
@@ -372,59 +370,28 @@ fn the_tune_times_each_open_variant_and_keeps_one() {
         assert_eq!(report.chosen, 0, "{report}");
     }
     assert_eq!(be.matvec_choice(), report.choice());
+    assert_eq!(be.matvec_rows(), report.choice().rows);
     assert_eq!(be.tune_report().map(|r| r.chosen), Some(report.chosen));
     assert!(be.name().contains("matvec tuned at load"), "{}", be.name());
-    // The kept variant computes: Q4_0 (PS where kept) at one column and 8.
-    for m in [1, 8] {
-        let x = r.vec_scaled(k * m, 1.0);
-        let got = mul_mat_out(&be, GgmlType::Q4_0, &bytes[0], &x, [k, n, m]);
-        assert_mul_mat("tuned", GgmlType::Q4_0, &bytes[0], &x, [k, n, m], &got);
+    // The kept rows give the untuned bits, at one column and eight.
+    for (ty, b) in types.iter().zip(&bytes) {
+        for m in [1, 8] {
+            let x = r.vec_scaled(k * m, 1.0);
+            let got = mul_mat_out(&be, *ty, b, &x, [k, n, m]);
+            let want = mul_mat_out(&untuned, *ty, b, &x, [k, n, m]);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{ty:?} m {m}");
+            assert_mul_mat("tuned", *ty, b, &x, [k, n, m], &got);
+        }
     }
 
-    // Set by the options: the rows stay 4, only PS is timed; both set,
-    // nothing is.
-    let (report, be) = tune(
-        GpuOptions {
-            matvec_rows: 4,
-            ..on()
-        },
-        &types,
-    );
-    let report = report.expect("PS is open");
-    let got: Vec<MatvecChoice> = report.runs.iter().map(|r| r.choice).collect();
-    let rows = if subgroups { 4 } else { 2 };
-    let want = [true, false].map(|scaled| MatvecChoice { rows, scaled });
-    assert_eq!(got, want);
-    assert_eq!(be.matvec_choice().rows, rows);
-    let (report, be) = tune(
-        GpuOptions {
-            matvec_rows: 4,
-            disable_matvec_scaled: true,
-            ..on()
-        },
-        &types,
-    );
-    assert!(report.is_none() && be.tune_report().is_none());
-    assert!(!be.name().contains("tuned"), "{}", be.name());
-
-    // No weight whose format PS changes (Q4_1): the rows alone.
-    let (report, _) = tune(on(), &[GgmlType::Q4_1]);
-    let n_runs = report.map_or(0, |r| {
-        assert!(r.runs.iter().all(|r| r.choice.scaled));
-        r.runs.len()
+    // Rows set by the options: kept, nothing to time.
+    let (report, be) = tune(GpuOptions {
+        matvec_rows: 4,
+        ..on()
     });
-    assert_eq!(n_runs, if subgroups { 3 } else { 0 });
-
-    // Off: nothing timed, the defaults stay.
-    let (report, be) = tune(
-        GpuOptions {
-            tune: Some(false),
-            ..Default::default()
-        },
-        &types,
-    );
-    assert!(report.is_none());
-    assert_eq!(be.matvec_choice(), default);
+    assert!(report.is_none() && be.tune_report().is_none());
+    assert_eq!(be.matvec_rows(), 4);
 }
 
 #[test]

@@ -147,10 +147,10 @@ pub(crate) use get_rows::get_rows;
 pub(crate) use kq_mask::kq_mask;
 pub(crate) use kshift::kshift;
 #[cfg(test)]
-pub(crate) use mul_mat::{has_int8, tile_for};
+pub(crate) use mul_mat::{has_int8, has_pair_scaled, tile_for};
 pub(crate) use mul_mat::{
-    has_pair_scaled, int8_fits, int8_wide_fits, matvec_joint_rows, matvec_rows_per_group, mul_mat,
-    mul_mat_add, mul_mat_normed, Norm, MATVEC_MAX_JOINT, MATVEC_MAX_M, TL_WORKGROUP_BYTES,
+    int8_fits, int8_wide_fits, matvec_joint_rows, matvec_rows_per_group, mul_mat, mul_mat_add,
+    mul_mat_normed, Norm, MATVEC_MAX_JOINT, MATVEC_MAX_M, TL_WORKGROUP_BYTES,
 };
 pub(crate) use rms_norm::{rms_norm, rms_norm_add};
 pub(crate) use rope::rope;
