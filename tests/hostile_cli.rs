@@ -243,25 +243,6 @@ fn gpu_tune_settings_it_does_not_take_are_refused() {
             &["--gpu-tune fast", "on, off or auto"],
         );
     }
-    let out = sh(
-        &[
-            "generate",
-            "-m",
-            &m,
-            "-p",
-            "Hi",
-            "-n",
-            "1",
-            "--backend",
-            "wgpu",
-        ],
-        "",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let out = Command::new(env!("CARGO_BIN_EXE_glint"))
         .args([
             "generate",

@@ -208,13 +208,13 @@ fn gemma3_int8_on_wgpu_matches_llama_cpp() {
 }
 
 /// With `--gpu-tune on` (forced here: the tune is off on a software
-/// adapter by default), SmolLM2's load times the matvec at 1, 2 and 4
-/// rows at once over its 211 weights and keeps one. Whichever it kept,
+/// adapter by default), SmolLM2's load times one-token decode steps at 1,
+/// 2 and 4 matvec rows at once and keeps one. Whichever it kept,
 /// the prompt's logits and one decoded token's (a one-column matvec, the
 /// shape the tune timed) are the untuned load's to the bit.
 #[test]
 fn smollm2_tuned_on_wgpu_gives_the_untuned_bits() {
-    if ["GLINT_TUNE", "GLINT_MATVEC_ROWS"]
+    if ["GLINT_TUNE", "GLINT_MATVEC_ROWS", "GLINT_MATVEC_WG_ROWS"]
         .iter()
         .any(|v| std::env::var_os(v).is_some())
     {

@@ -30,7 +30,7 @@ pub const FLAGS: &[Flag] = &[
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
     flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
-    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: time the decode matvec's variants over the model's weights at load and keep the fastest (default auto: on a hardware GPU, off on a software adapter; also GLINT_TUNE=1/0)"),
+    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: at load, time decode steps at 1, 2 and 4 matvec rows at once and keep the fastest (no bit changes; default auto: on a hardware GPU, off on a software adapter; GLINT_TUNE=1 or 0, where set, wins)"),
     flag!("cache-type-k", ["-ctk"], Some("f16|f32|q8_0|q4_0"), "K cache type (default f16)"),
     flag!("cache-type-v", ["-ctv"], Some("f16|f32|q8_0|q4_0"), "V cache type (default f16)"),
     flag!("seed", ["-s"], Some("N"), "sampling seed (default random)"),
@@ -112,7 +112,7 @@ pub const DEVICE_FLAGS: &[Flag] = &[
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
     flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
-    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: time the decode matvec's variants over the model's weights at load and keep the fastest (default auto: on a hardware GPU, off on a software adapter; also GLINT_TUNE=1/0)"),
+    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: at load, time decode steps at 1, 2 and 4 matvec rows at once and keep the fastest (no bit changes; default auto: on a hardware GPU, off on a software adapter; GLINT_TUNE=1 or 0, where set, wins)"),
     flag!("help", ["-h"], None, "this text"),
 ];
 

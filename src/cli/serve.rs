@@ -86,7 +86,7 @@ const FLAGS: &[Flag] = &[
         "gpu-tune",
         [],
         Some("on|off|auto"),
-        "wgpu: time the decode matvec's variants at load and keep the fastest (default auto: on a hardware GPU; also GLINT_TUNE=1/0)"
+        "wgpu: at load, time decode steps at 1, 2 and 4 matvec rows at once and keep the fastest (no bit changes; default auto: on a hardware GPU; GLINT_TUNE=1 or 0, where set, wins)"
     ),
     flag!(
         "api-key",

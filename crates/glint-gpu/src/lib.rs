@@ -111,8 +111,10 @@ pub struct GpuBackend {
     /// subgroups; off when the environment has `GLINT_MATVEC_WG_ROWS` (a
     /// row a workgroup, as before: to compare the two on a device).
     matvec_sgrow: bool,
-    /// Rows a matvec subgroup takes at once ([`GpuOptions::matvec_rows`]).
-    matvec_rows: usize,
+    /// Rows a matvec subgroup takes at once ([`GpuOptions::matvec_rows`]);
+    /// set by [`GpuBackend::tune_matvec`] between its steps, read when an
+    /// op picks its pipeline.
+    matvec_rows: std::sync::atomic::AtomicUsize,
     /// Float matvecs of the formats whose weights are a scale times a
     /// level dot the levels and scale each group's dot once (flag `PS`,
     /// `ops::has_pair_scaled`); off with
@@ -137,7 +139,7 @@ pub struct GpuBackend {
     /// options or the environment and stay.
     tune: tune::Tunable,
     /// What the tune measured and kept, once it ran.
-    tuned: Option<TuneReport>,
+    tuned: Mutex<Option<TuneReport>>,
 }
 
 /// A setting that is one of a few numbers: the environment's `env` where
@@ -284,7 +286,7 @@ impl GpuBackend {
             attn_partials: Mutex::new(None),
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
-            matvec_rows,
+            matvec_rows: matvec_rows.into(),
             matvec_scaled,
             matmul_tile,
             attn_tiles: attn_tile_env.as_deref() != Some("0"),
@@ -292,7 +294,7 @@ impl GpuBackend {
             int8,
             int8_wide,
             tune,
-            tuned: None,
+            tuned: Mutex::new(None),
         })
     }
 
@@ -462,7 +464,7 @@ impl Backend for GpuBackend {
         if !self.matvec_scaled {
             feats.push("matvec scales each weight");
         }
-        if self.tuned.is_some() {
+        if self.tune_report().is_some() {
             feats.push("matvec tuned at load");
         }
         let tile = format!("matmul tile {}", self.matmul_tile);

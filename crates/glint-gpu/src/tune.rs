@@ -5,31 +5,36 @@
 //! more registers a lane, fewer workgroups) depends on the hardware and on
 //! nothing the adapter reports: lavapipe favours 4, llama.cpp's Vulkan
 //! backend takes 2 for Q4_0 and the K-quants, no GPU has said yet for
-//! glint. So on a hardware adapter the backend times each over the model's
-//! own weights and keeps the fastest, rather than a default guessed for
-//! one vendor.
+//! glint. So on a hardware adapter the backend times each and keeps the
+//! fastest, rather than a default guessed for one vendor.
 //!
-//! A pass is one matvec of every weight given, one column each, in the
-//! given order (a decode step's weights, each read once: no weight is read
-//! twice in a row, so none is timed from a cache it would not be in). The
-//! variants take turns pass by pass ([`TUNE_PASSES`] each after one
-//! untimed pass that builds their pipelines), so a clock that drifts
-//! drifts for all of them, and each is judged by its median. The default
-//! stays unless another's median is more than [`TUNE_MARGIN`] below it.
+//! What is timed is the caller's step: for a model (the `glint` crate), a
+//! real one-token decode step in a scratch context, the fused kernels,
+//! attention and the read of the argmax included, wall clock from its
+//! first op to its token. The variants take turns step by step
+//! ([`TUNE_PASSES`] each after one untimed step that builds their
+//! pipelines), so a clock that drifts drifts for all of them, and each is
+//! judged by its median. The default stays unless another's median is more
+//! than [`TUNE_MARGIN`] below it.
 //!
-//! Only choices that change no bits are tuned: each row's sums are those
+//! Only a choice that changes no bits is tuned: each row's sums are those
 //! of a row alone whatever the rows at once, so a model's logits are the
 //! same to the bit whichever the tune keeps, from one load to the next and
-//! with the tune off. Flag `PS` (each group's dot scaled once) rounds
-//! differently, and the int8 path is a choice of numerics: both stay as the
-//! options set them, so a noisy clock can never change an answer.
+//! with the tune off (where the driver gives every pipeline the same
+//! subgroup size: WGSL cannot ask for one, and a driver that sizes each
+//! pipeline's subgroups by its registers would stride a row's lanes
+//! differently). Flag `PS` (each group's dot scaled once) rounds
+//! differently, and the int8 path is a choice of numerics: both stay as
+//! the options set them, so a noisy clock never changes an answer.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use glint_backend::{Backend, BackendError, GgmlType, Result, Tensor, TensorDesc, Usage};
+use std::sync::atomic::Ordering;
 
-use crate::{ops, GpuBackend, GpuOptions, GpuTensor};
+use glint_backend::{BackendError, Result};
+
+use crate::{ops, GpuBackend, GpuOptions};
 
 /// Timed passes a variant gets (after an untimed one).
 pub const TUNE_PASSES: usize = 5;
@@ -68,11 +73,9 @@ pub struct TuneReport {
     pub runs: Vec<TuneRun>,
     /// Index into `runs` of the variant kept.
     pub chosen: usize,
-    /// Weights a pass takes (matvecs).
-    pub weights: usize,
-    /// Their bytes: what one pass reads of weights.
-    pub weight_bytes: u64,
-    /// Timed passes each variant got.
+    /// Weight bytes a step reads (the caller's figure; for GB/s).
+    pub step_bytes: u64,
+    /// Timed steps each variant got.
     pub passes: usize,
 }
 
@@ -87,14 +90,13 @@ impl fmt::Display for TuneReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "matvec tune: {} weights, {:.1} MB a pass, median of {} passes each",
-            self.weights,
-            self.weight_bytes as f64 / 1e6,
-            self.passes
+            "matvec tune: median of {} steps each, {:.1} MB of weights a step",
+            self.passes,
+            self.step_bytes as f64 / 1e6
         )?;
         for (i, r) in self.runs.iter().enumerate() {
             let s = r.median.as_secs_f64();
-            let gbs = self.weight_bytes as f64 / s.max(1e-12) / 1e9;
+            let gbs = self.step_bytes as f64 / s.max(1e-12) / 1e9;
             let mut tags = Vec::new();
             if i == 0 {
                 tags.push("default");
@@ -166,27 +168,36 @@ impl Tunable {
 }
 
 impl GpuBackend {
-    /// Where the tune is on ([`GpuOptions::tune`]): time the decode
-    /// matvec at each number of rows at once ([`MatvecChoice`]) over
-    /// `weights`, a decode step's (a model's projections, each `[k, n]`),
-    /// and keep the fastest (the module's doc says how; no bit of any
-    /// result depends on it). `None` where the tune is off or there is one
-    /// variant to take (no subgroups, or the rows set by the options or
-    /// `GLINT_MATVEC_ROWS`); else what it measured, also kept for
-    /// [`GpuBackend::tune_report`]. Call it once, after the weights are
-    /// uploaded and before the first step: the variants' pipelines are
-    /// built here, the kept one's stay cached. On an error the default
-    /// is restored.
-    pub fn tune_matvec(&mut self, weights: &[&GpuTensor]) -> Result<Option<&TuneReport>> {
-        if !self.tune.on() || weights.is_empty() {
+    /// Whether [`GpuBackend::tune_matvec`] would time anything: the tune
+    /// is on ([`GpuOptions::tune`], `GLINT_TUNE`), subgroups take the
+    /// matvec's rows, and the rows were not set (the options,
+    /// `GLINT_MATVEC_ROWS`). A caller checks it before it sets up a step.
+    pub fn tune_wanted(&self) -> bool {
+        self.tune.on() && self.tune_choices().len() > 1
+    }
+
+    /// Where [`tune_wanted`](Self::tune_wanted): time `step` at each
+    /// number of rows at once ([`MatvecChoice`]) and keep the fastest (the
+    /// module's doc says how; no bit of any result depends on it). `step`
+    /// runs whatever work is to be timed and waits for it (a model's
+    /// one-token decode step and the read of its token); `step_bytes`, the
+    /// weight bytes it reads, only labels the report. `None` where there
+    /// is nothing to tune; else what was measured, also kept for
+    /// [`GpuBackend::tune_report`] (the backend's name then says "matvec
+    /// tuned at load"). Call it once, before the work it tunes for: the
+    /// variants' pipelines are built here (and stay cached). On an error
+    /// (the step's, or the device's) the default is restored.
+    pub fn tune_matvec<E: From<BackendError>>(
+        &self,
+        step_bytes: u64,
+        mut step: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Option<TuneReport>, E> {
+        if !self.tune_wanted() {
             return Ok(None);
         }
         let choices = self.tune_choices();
-        if choices.len() < 2 {
-            return Ok(None);
-        }
         let start = choices[0];
-        let timed = self.time_choices(weights, &choices);
+        let timed = self.time_choices(&choices, &mut step);
         self.set_choice(start);
         let medians = timed?;
         let best = (0..medians.len())
@@ -198,39 +209,40 @@ impl GpuBackend {
             // The tune's dispatches are not the model's: dropped.
             self.take_profile()?;
         }
-        self.tuned = Some(TuneReport {
+        let report = TuneReport {
             runs: choices
                 .iter()
                 .zip(&medians)
                 .map(|(&choice, &median)| TuneRun { choice, median })
                 .collect(),
             chosen,
-            weights: weights.len(),
-            weight_bytes: weights.iter().map(|w| weight_bytes(w)).sum(),
+            step_bytes,
             passes: TUNE_PASSES,
-        });
-        Ok(self.tuned.as_ref())
+        };
+        *self.tuned.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
+        Ok(Some(report))
     }
 
     /// What [`GpuBackend::tune_matvec`] measured and kept, once it ran.
-    pub fn tune_report(&self) -> Option<&TuneReport> {
-        self.tuned.as_ref()
+    pub fn tune_report(&self) -> Option<TuneReport> {
+        self.tuned.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The matvec variant in force.
+    /// The matvec variant in force (the rows a subgroup takes at once: 1
+    /// where a row is a workgroup's, [`GpuBackend::matvec_rows`]).
     pub fn matvec_choice(&self) -> MatvecChoice {
         MatvecChoice {
-            rows: self.matvec_rows,
+            rows: self.matvec_rows(),
         }
     }
 
-    fn set_choice(&mut self, c: MatvecChoice) {
-        self.matvec_rows = c.rows;
+    fn set_choice(&self, c: MatvecChoice) {
+        self.matvec_rows.store(c.rows, Ordering::Relaxed);
     }
 
     /// The variants to time, the one in force first: rows 1, 2 and 4
     /// (those `GLINT_MATVEC_ROWS` takes) where subgroups take rows and the
-    /// rows were not set.
+    /// rows were not set; else only the one in force.
     fn tune_choices(&self) -> Vec<MatvecChoice> {
         let now = self.matvec_choice();
         if self.tune.rows_set || ops::matvec_rows_per_group(self) == 0 {
@@ -242,61 +254,23 @@ impl GpuBackend {
             .collect()
     }
 
-    /// Each choice's median pass time, in `choices`' order.
-    fn time_choices(
-        &mut self,
-        weights: &[&GpuTensor],
+    /// Each choice's median step time, in `choices`' order.
+    fn time_choices<E>(
+        &self,
         choices: &[MatvecChoice],
-    ) -> Result<Vec<Duration>> {
-        for w in weights {
-            if w.desc.ne[2] != 1 || w.desc.ne[3] != 1 {
-                return Err(BackendError::Shape {
-                    op: "tune_matvec",
-                    detail: format!("{}: a weight is [k, n], got {:?}", w.desc.label, w.desc.ne),
-                });
-            }
-        }
-        let k_max = weights.iter().map(|w| w.desc.ne[0]).max().unwrap_or(1);
-        let n_max = weights.iter().map(|w| w.desc.ne[1]).max().unwrap_or(1);
-        let scratch = |n: usize, label: &str| {
-            self.alloc(TensorDesc {
-                ty: GgmlType::F32,
-                ne: [n, 1, 1, 1],
-                label: label.into(),
-                usage: Usage::Scratch,
-            })
-        };
-        // x: [k_max] f32, a value in [-1, 1) an element; out: [n_max] f32.
-        let x = scratch(k_max, "tune x")?;
-        let out = scratch(n_max, "tune out")?;
-        let xs: Vec<u8> = (0..k_max)
-            .flat_map(|i| (((i * 7919) % 2048) as f32 / 1024.0 - 1.0).to_le_bytes())
-            .collect();
-        self.write(&x, 0, &xs)?;
-        // Each weight's x [k, 1] and out [n, 1]: prefixes of the two.
-        let mut views = Vec::with_capacity(weights.len());
-        for w in weights {
-            let [k, n, ..] = w.desc.ne;
-            views.push((self.view(&x, [k, 1, 1, 1])?, self.view(&out, [n, 1, 1, 1])?));
-        }
-        let pass = |be: &GpuBackend| -> Result<Duration> {
-            be.sync()?;
-            let t = Instant::now();
-            for (w, (x, out)) in weights.iter().zip(&views) {
-                be.mul_mat(w, x, out)?;
-            }
-            be.sync()?;
-            Ok(t.elapsed())
-        };
+        step: &mut impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Vec<Duration>, E> {
         for &c in choices {
             self.set_choice(c);
-            pass(self)?;
+            step()?;
         }
         let mut times = vec![Vec::with_capacity(TUNE_PASSES); choices.len()];
         for _ in 0..TUNE_PASSES {
             for (i, &c) in choices.iter().enumerate() {
                 self.set_choice(c);
-                times[i].push(pass(self)?);
+                let t = Instant::now();
+                step()?;
+                times[i].push(t.elapsed());
             }
         }
         Ok(times
@@ -307,12 +281,6 @@ impl GpuBackend {
             })
             .collect())
     }
-}
-
-/// Bytes of weight `w`.
-fn weight_bytes(w: &GpuTensor) -> u64 {
-    let d = w.desc();
-    d.row_bytes() as u64 * d.n_rows() as u64
 }
 
 /// The index kept of `medians` (the default's first) given the fastest,

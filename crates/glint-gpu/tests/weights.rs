@@ -306,7 +306,7 @@ fn scaled_matvec_and_scaled_weights_both_hold_the_reference() {
 /// backend's bits (and holds the f64 reference).
 #[test]
 fn the_tune_times_each_rows_at_once_and_keeps_one_with_the_same_bits() {
-    for var in ["GLINT_TUNE", "GLINT_MATVEC_ROWS"] {
+    for var in ["GLINT_TUNE", "GLINT_MATVEC_ROWS", "GLINT_MATVEC_WG_ROWS"] {
         if std::env::var_os(var).is_some() {
             eprintln!("skipped: {var} is set");
             return;
@@ -319,18 +319,29 @@ fn the_tune_times_each_rows_at_once_and_keeps_one_with_the_same_bits() {
         .iter()
         .map(|&ty| random_weight(&mut r, ty, k, n))
         .collect();
-    // What `opts` tunes over the three weights (None: nothing), and the
-    // backend after.
+    // What `opts` tunes a step of one matvec of each weight at one column
+    // for (None: nothing), and the backend after.
     let tune = |opts: GpuOptions| {
-        let mut be = GpuBackend::new(opts).unwrap();
+        let be = GpuBackend::new(opts).unwrap();
         let ws: Vec<GpuTensor> = types
             .iter()
             .zip(&bytes)
             .map(|(&ty, b)| weight(&be, ty, k, n, b.clone()))
             .collect();
-        let refs: Vec<&GpuTensor> = ws.iter().collect();
-        let report = be.tune_matvec(&refs).unwrap().cloned();
-        (report, be)
+        let x = f32s_on(&be, [k, 1, 1, 1], &vec![0.5; k]);
+        let out = f32s_on(&be, [n, 1, 1, 1], &vec![0.0; n]);
+        let mut steps = 0;
+        let report = be
+            .tune_matvec(1234, || -> Result<(), BackendError> {
+                steps += 1;
+                for w in &ws {
+                    be.mul_mat(w, &x, &out)?;
+                }
+                be.sync()
+            })
+            .unwrap();
+        drop((ws, x, out));
+        (report, steps, be)
     };
     let on = || GpuOptions {
         tune: Some(true),
@@ -342,24 +353,29 @@ fn the_tune_times_each_rows_at_once_and_keeps_one_with_the_same_bits() {
     };
 
     // Off: nothing timed, the default stays.
-    let (report, untuned) = tune(off());
+    let (report, steps, untuned) = tune(off());
     assert!(report.is_none() && untuned.tune_report().is_none());
+    assert_eq!(steps, 0);
+    assert!(!untuned.tune_wanted());
     assert_eq!(untuned.matvec_choice(), MatvecChoice { rows: 2 });
     assert!(!untuned.name().contains("tuned"), "{}", untuned.name());
 
-    let (report, be) = tune(on());
+    let (report, steps, be) = tune(on());
     if !be.features_used().subgroups {
         // A row a workgroup: nothing to choose.
-        assert!(report.is_none());
+        assert!(report.is_none() && steps == 0);
         return;
     }
     let report = report.expect("a tune report");
     eprintln!("{report}");
     let got: Vec<usize> = report.runs.iter().map(|r| r.choice.rows).collect();
     assert_eq!(got, [2, 1, 4]);
-    assert_eq!((report.weights, report.passes), (3, glint_gpu::TUNE_PASSES));
-    let want_bytes: u64 = bytes.iter().map(|b| b.len() as u64).sum();
-    assert_eq!(report.weight_bytes, want_bytes);
+    // An untimed step each, then TUNE_PASSES rounds of a step each.
+    assert_eq!(steps, 3 * (1 + glint_gpu::TUNE_PASSES));
+    assert_eq!(
+        (report.step_bytes, report.passes),
+        (1234, glint_gpu::TUNE_PASSES)
+    );
     assert!(report.runs.iter().all(|r| r.median.as_nanos() > 0));
     // The rule: the fastest where it beats the default by the margin.
     let t: Vec<f64> = report.runs.iter().map(|r| r.median.as_secs_f64()).collect();
@@ -372,6 +388,7 @@ fn the_tune_times_each_rows_at_once_and_keeps_one_with_the_same_bits() {
     assert_eq!(be.matvec_choice(), report.choice());
     assert_eq!(be.matvec_rows(), report.choice().rows);
     assert_eq!(be.tune_report().map(|r| r.chosen), Some(report.chosen));
+    assert!(!be.tune_wanted() || be.tune_report().is_some());
     assert!(be.name().contains("matvec tuned at load"), "{}", be.name());
     // The kept rows give the untuned bits, at one column and eight.
     for (ty, b) in types.iter().zip(&bytes) {
@@ -386,12 +403,28 @@ fn the_tune_times_each_rows_at_once_and_keeps_one_with_the_same_bits() {
     }
 
     // Rows set by the options: kept, nothing to time.
-    let (report, be) = tune(GpuOptions {
+    let (report, steps, be) = tune(GpuOptions {
         matvec_rows: 4,
         ..on()
     });
-    assert!(report.is_none() && be.tune_report().is_none());
+    assert!(report.is_none() && be.tune_report().is_none() && steps == 0);
     assert_eq!(be.matvec_rows(), 4);
+
+    // A step that fails: the error comes back, the default stays.
+    let be = GpuBackend::new(on()).unwrap();
+    let mut steps = 0;
+    let e = be
+        .tune_matvec(0, || {
+            steps += 1;
+            match steps {
+                4 => Err(BackendError::Device("step 4 failed".into())),
+                _ => Ok(()),
+            }
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("step 4 failed"), "{e}");
+    assert_eq!(be.matvec_choice(), MatvecChoice { rows: 2 });
+    assert!(be.tune_report().is_none());
 }
 
 #[test]

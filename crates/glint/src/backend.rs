@@ -112,9 +112,8 @@ impl LoadedBackend {
                         || g.adapter_info().device_type != glint_gpu::wgpu::DeviceType::Cpu
                 }),
             };
-            if let Some(mut be) = gpu {
+            if let Some(be) = gpu {
                 let w = Weights::load(file, hp, &be)?;
-                be.tune_matvec(&w.matvec_weights())?;
                 return Ok(LoadedBackend::Gpu(Loaded { be, w }));
             }
         }

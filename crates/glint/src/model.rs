@@ -64,14 +64,60 @@ impl Model {
             )));
         }
         let backend = LoadedBackend::load(&file, &hparams, params)?;
-        Ok(Model {
+        let model = Model {
             inner: Arc::new(Inner {
                 file,
                 hparams,
                 tokenizer,
                 backend,
             }),
-        })
+        };
+        #[cfg(feature = "wgpu")]
+        model.tune_gpu()?;
+        Ok(model)
+    }
+
+    /// On wgpu, where the backend's tune is wanted
+    /// ([`ModelParams::gpu_tune`](crate::ModelParams::gpu_tune)): time
+    /// one-token decode steps (position 0 of a scratch context of 16
+    /// cells, its argmax read back) at each matvec variant and keep the
+    /// fastest ([`glint_gpu::GpuBackend::tune_matvec`]).
+    #[cfg(feature = "wgpu")]
+    fn tune_gpu(&self) -> Result<(), Error> {
+        let LoadedBackend::Gpu(l) = &self.inner.backend else {
+            return Ok(());
+        };
+        if !l.be.tune_wanted() {
+            return Ok(());
+        }
+        use glint_backend::Tensor;
+        let bytes =
+            l.w.matvec_weights()
+                .iter()
+                .map(|t| {
+                    let d = t.desc();
+                    (d.row_bytes() * d.n_rows()) as u64
+                })
+                .sum();
+        let mut ctx = crate::Context::new(
+            self,
+            crate::ContextParams {
+                n_ctx: 16,
+                n_batch: 1,
+                n_ubatch: 1,
+                n_seq_max: 1,
+                ..Default::default()
+            },
+        )?;
+        let token = self.tokenizer().bos().unwrap_or(0);
+        let batch = crate::Batch::from_tokens(&[token], 0, 0);
+        l.be.tune_matvec(bytes, || -> Result<(), Error> {
+            ctx.clear();
+            ctx.decode(&batch)?;
+            ctx.argmax(0)?;
+            Ok(())
+        })?;
+        Ok(())
     }
 
     /// The tokenizer built from the file's metadata.

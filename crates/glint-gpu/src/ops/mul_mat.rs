@@ -207,7 +207,7 @@ pub(crate) fn matvec_joint_rows(be: &GpuBackend) -> usize {
     if !be.features_used().subgroups || !be.matvec_sgrow {
         return 1;
     }
-    be.matvec_rows
+    be.matvec_rows.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Workgroups a matvec of `rows` rows takes.
