@@ -311,7 +311,7 @@ fn one_decode_step_stays_within_the_budget() {
         // sequence and at four.
         let p8 = ModelParams {
             gpu_int8: true,
-            ..p
+            ..p.clone()
         };
         let m8 = Model::load(common::model(name), &p8).unwrap();
         assert!(
@@ -326,6 +326,33 @@ fn one_decode_step_stays_within_the_budget() {
             assert!(allocs <= b_heap(&c8), "{what}: {allocs} heap allocations");
             assert_eq!(c8.dispatches, c.dispatches, "{what}: {c8:?}");
             check_step(&what, &m8, &c8, n_seq as u32);
+        }
+        // Tuned at load (`--gpu-tune on`; off on lavapipe by default): the
+        // rows at once it kept change which pipelines run, not the step's
+        // structure, and its scratch context leaves nothing behind.
+        if std::env::var_os("GLINT_TUNE").is_none() {
+            let pt = ModelParams {
+                gpu_tune: Some(true),
+                ..p.clone()
+            };
+            let mt = Model::load(common::model(name), &pt).unwrap();
+            let tuned = mt.gpu_tune_report().is_some();
+            assert_eq!(
+                tuned,
+                mt.backend_name().contains("matvec tuned at load"),
+                "{}",
+                mt.backend_name()
+            );
+            let fresh = Model::load(common::model(name), &p).unwrap().memory();
+            assert_eq!(mt.memory(), fresh, "{name} tuned: what the backend holds");
+            for n_seq in [1, 4] {
+                let what = format!("{name} tuned x{n_seq}");
+                let ct = common::gpu_step_in(&mt, 2, n_seq, &mut |step| allocs = heap::count(step));
+                eprintln!("{what}: {ct:?}, {allocs} heap allocations");
+                assert!(allocs <= b_heap(&ct), "{what}: {allocs} heap allocations");
+                assert_eq!(ct.dispatches, c.dispatches, "{what}: {ct:?}");
+                check_step(&what, &mt, &ct, n_seq as u32);
+            }
         }
     }
 }

@@ -209,9 +209,10 @@ fn gemma3_int8_on_wgpu_matches_llama_cpp() {
 
 /// With `--gpu-tune on` (forced here: the tune is off on a software
 /// adapter by default), SmolLM2's load times one-token decode steps at 1,
-/// 2 and 4 matvec rows at once and keeps one. Whichever it kept,
-/// the prompt's logits and one decoded token's (a one-column matvec, the
-/// shape the tune timed) are the untuned load's to the bit.
+/// 2 and 4 matvec rows at once and keeps one. The prompt's logits and
+/// one decoded token's (a one-column matvec, the shape the tune timed)
+/// are the same to the bit at each of the three rows (pinned), so
+/// whichever the tune kept, and the tuned load's are the untuned load's.
 #[test]
 fn smollm2_tuned_on_wgpu_gives_the_untuned_bits() {
     if ["GLINT_TUNE", "GLINT_MATVEC_ROWS", "GLINT_MATVEC_WG_ROWS"]
@@ -223,10 +224,11 @@ fn smollm2_tuned_on_wgpu_gives_the_untuned_bits() {
     }
     let prompt = [504u32, 3575, 282, 4649, 314];
     let next = 30u32;
-    let run = |tune: bool| {
+    let run = |tune: bool, rows: usize| {
         let params = ModelParams {
             backend: BackendKind::Wgpu,
             gpu_tune: Some(tune),
+            gpu_matvec_rows: rows,
             ..Default::default()
         };
         let model = Model::load(common::model("smollm2"), &params).unwrap();
@@ -239,17 +241,36 @@ fn smollm2_tuned_on_wgpu_gives_the_untuned_bits() {
         let logits = [first, ctx.logits(0).unwrap().to_vec()];
         (logits, model.backend_name(), report)
     };
-    let (tuned, name, report) = run(true);
-    let (untuned, plain_name, none) = run(false);
+    let same = |what: &str, a: &[Vec<f32>; 2], b: &[Vec<f32>; 2]| {
+        for (step, (x, y)) in ["prefill", "decode"].iter().zip(a.iter().zip(b)) {
+            let differ = x
+                .iter()
+                .zip(y)
+                .filter(|(p, q)| p.to_bits() != q.to_bits())
+                .count();
+            assert_eq!(differ, 0, "{what} {step}: {differ} logits differ");
+        }
+    };
+    let (untuned, plain_name, none) = run(false, 0);
     assert!(
         none.is_none() && !plain_name.contains("tuned"),
         "{plain_name}"
     );
-    if !name.contains("subgroups") {
+    if !plain_name.contains("subgroups") {
         // A row a workgroup: nothing to choose.
-        assert!(report.is_none(), "{name}");
+        assert!(run(true, 0).2.is_none());
         return;
     }
+    assert!(plain_name.contains("matvec rows 2 at once"), "{plain_name}");
+    for rows in [1, 4] {
+        let (pinned, name, _) = run(false, rows);
+        assert!(
+            name.contains(&format!("matvec rows {rows} at once")),
+            "{name}"
+        );
+        same(&format!("rows {rows} against 2:"), &pinned, &untuned);
+    }
+    let (tuned, name, report) = run(true, 0);
     let report = report.expect("a tune report");
     eprintln!("{name}\n{report}");
     assert!(name.contains("matvec tuned at load"), "{name}");
@@ -261,15 +282,11 @@ fn smollm2_tuned_on_wgpu_gives_the_untuned_bits() {
         .collect();
     assert_eq!(rows, ["rows 2", "rows 1", "rows 4"], "{report}");
     assert_eq!(report.matches("kept)").count(), 1, "{report}");
-    for (step, (t, u)) in ["prefill", "decode"].iter().zip(tuned.iter().zip(&untuned)) {
-        let differ = t
-            .iter()
-            .zip(u)
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
-        assert_eq!(
-            differ, 0,
-            "{step}: {differ} logits differ from the untuned load's"
-        );
-    }
+    same("tuned against untuned:", &tuned, &untuned);
+    // Rows pinned by the parameters: kept, nothing tuned.
+    let (_, name, report) = run(true, 4);
+    assert!(
+        report.is_none() && name.contains("matvec rows 4 at once"),
+        "{name}"
+    );
 }

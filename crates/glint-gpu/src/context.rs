@@ -78,15 +78,18 @@ pub struct GpuOptions {
     /// `GLINT_MATMUL_TILE`, where set, overrides it (to compare them on a
     /// device).
     pub matmul_tile: usize,
-    /// Time the decode matvec at 1, 2 and 4 rows a subgroup at once over
-    /// the model's weights at load ([`GpuBackend::tune_matvec`]) and keep
-    /// the fastest: no bit of any result depends on it. `None` (the
-    /// default): on a hardware adapter (discrete, integrated or virtual),
-    /// off on a software one (lavapipe, WARP), where the seconds it would
-    /// take say nothing about a GPU. The environment's `GLINT_TUNE` (1 or
-    /// 0; anything else is an error), where set, overrides it. Rows set
-    /// here ([`matvec_rows`](Self::matvec_rows) not 0) or by
-    /// `GLINT_MATVEC_ROWS` are kept, not tuned.
+    /// The caller times its step (for a model, a one-token decode step) at
+    /// 1, 2 and 4 matvec rows a subgroup at once
+    /// ([`GpuBackend::tune_matvec`]) and keeps the fastest; no bit of a
+    /// result depends on it where every pipeline gets the adapter's one
+    /// subgroup size. `None` (the default): on a hardware adapter
+    /// (discrete, integrated or virtual) whose subgroups have one size
+    /// (NVIDIA's 32), off on a software one (lavapipe, WARP), where the
+    /// seconds it would take say nothing about a GPU, and on one whose
+    /// driver may size each pipeline's subgroups (AMD, Intel). The
+    /// environment's `GLINT_TUNE` (1 or 0; anything else is an error), where
+    /// set, overrides it. Rows set here ([`matvec_rows`](Self::matvec_rows)
+    /// not 0) or by `GLINT_MATVEC_ROWS` are kept, not tuned.
     ///
     /// [`GpuBackend::tune_matvec`]: crate::GpuBackend::tune_matvec
     pub tune: Option<bool>,

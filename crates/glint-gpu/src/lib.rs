@@ -242,7 +242,13 @@ impl GpuBackend {
         let tune_env = std::env::var_os("GLINT_TUNE");
         tune::parse_env(tune_env.as_deref())?;
         let ctx = Context::new(&opts)?;
-        let tune = tune::Tunable::new(&opts, tune_env.as_deref(), ctx.info.device_type)?;
+        let fixed_subgroups = ctx.info.subgroup_min_size == ctx.info.subgroup_max_size;
+        let tune = tune::Tunable::new(
+            &opts,
+            tune_env.as_deref(),
+            ctx.info.device_type,
+            fixed_subgroups,
+        )?;
         let matmul_tile = matmul_tile(&opts, &ctx.limits)?;
         let profiler = opts
             .profile

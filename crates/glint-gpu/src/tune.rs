@@ -62,7 +62,8 @@ impl fmt::Display for MatvecChoice {
 pub struct TuneRun {
     /// The variant.
     pub choice: MatvecChoice,
-    /// Median wall time of its timed passes (submit to done).
+    /// Median wall time of its timed steps (the caller's step, from the
+    /// host: recording, submit, the device's work and the wait).
     pub median: Duration,
 }
 
@@ -144,17 +145,24 @@ pub(crate) fn parse_env(env: Option<&std::ffi::OsStr>) -> Result<Option<bool>> {
 }
 
 impl Tunable {
-    /// From `opts`, `GLINT_TUNE`'s value `env`, and the adapter's type:
-    /// unless told, on for hardware (discrete, integrated, virtual), off
-    /// for a software adapter or one of unknown type.
+    /// From `opts`, `GLINT_TUNE`'s value `env`, and the adapter's type and
+    /// subgroup sizes (`fixed_subgroups`: its least and largest subgroup
+    /// size are one): unless told, on for hardware (discrete, integrated,
+    /// virtual) whose subgroups have one size, off for a software adapter,
+    /// one of unknown type, or one whose driver may size each pipeline's
+    /// subgroups differently (AMD's wave32/wave64, Intel's SIMD8 to
+    /// SIMD32), where the rows at once might change a row's bits.
     pub(crate) fn new(
         opts: &GpuOptions,
         env: Option<&std::ffi::OsStr>,
         device: wgpu::DeviceType,
+        fixed_subgroups: bool,
     ) -> Result<Tunable> {
         use wgpu::DeviceType as D;
         let hardware = matches!(device, D::DiscreteGpu | D::IntegratedGpu | D::VirtualGpu);
-        let on = parse_env(env)?.or(opts.tune).unwrap_or(hardware);
+        let on = parse_env(env)?
+            .or(opts.tune)
+            .unwrap_or(hardware && fixed_subgroups);
         Ok(Tunable {
             on,
             rows_set: opts.matvec_rows != 0 || std::env::var_os("GLINT_MATVEC_ROWS").is_some(),
@@ -178,13 +186,16 @@ impl GpuBackend {
 
     /// Where [`tune_wanted`](Self::tune_wanted): time `step` at each
     /// number of rows at once ([`MatvecChoice`]) and keep the fastest (the
-    /// module's doc says how; no bit of any result depends on it). `step`
+    /// module's doc says how; no bit of any result depends on it where
+    /// every pipeline gets the adapter's one subgroup size). `step`
     /// runs whatever work is to be timed and waits for it (a model's
     /// one-token decode step and the read of its token); `step_bytes`, the
     /// weight bytes it reads, only labels the report. `None` where there
     /// is nothing to tune; else what was measured, also kept for
     /// [`GpuBackend::tune_report`] (the backend's name then says "matvec
-    /// tuned at load"). Call it once, before the work it tunes for: the
+    /// tuned at load"). Call it once, before the work it tunes for, with
+    /// nothing else recording on the backend meanwhile (an op reads the
+    /// rows more than once as it picks its pipeline and workgroups): the
     /// variants' pipelines are built here (and stay cached). On an error
     /// (the step's, or the device's) the default is restored.
     pub fn tune_matvec<E: From<BackendError>>(
@@ -339,22 +350,36 @@ mod tests {
         }
         let o = GpuOptions::default();
         let on = |o: &GpuOptions, env: Option<&str>, d| {
-            Tunable::new(o, env.map(std::ffi::OsStr::new), d)
+            Tunable::new(o, env.map(std::ffi::OsStr::new), d, true)
                 .unwrap()
                 .on()
         };
         assert!(on(&o, None, D::DiscreteGpu));
         assert!(on(&o, None, D::IntegratedGpu));
+        assert!(on(&o, None, D::VirtualGpu));
         assert!(!on(&o, None, D::Cpu));
         assert!(!on(&o, None, D::Other));
         assert!(!on(&o, Some("0"), D::DiscreteGpu));
         assert!(on(&o, Some("1"), D::Cpu));
+        // Subgroups of more than one size: off unless asked for.
+        let mixed = |o: &GpuOptions, env: Option<&str>| {
+            Tunable::new(o, env.map(std::ffi::OsStr::new), D::DiscreteGpu, false)
+                .unwrap()
+                .on()
+        };
+        assert!(!mixed(&o, None));
+        assert!(mixed(&o, Some("1")));
         let off = GpuOptions {
             tune: Some(false),
             ..Default::default()
         };
         assert!(!on(&off, None, D::DiscreteGpu));
         assert!(on(&off, Some("1"), D::DiscreteGpu));
+        let forced = GpuOptions {
+            tune: Some(true),
+            ..Default::default()
+        };
+        assert!(mixed(&forced, None));
         let t = Tunable::new(
             &GpuOptions {
                 matvec_rows: 4,
@@ -362,6 +387,7 @@ mod tests {
             },
             None,
             D::Cpu,
+            true,
         )
         .unwrap();
         assert!(t.rows_set);

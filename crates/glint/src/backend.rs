@@ -98,6 +98,7 @@ impl LoadedBackend {
                     profile: params.gpu_profile,
                     int8_matvec: params.gpu_int8,
                     tune: params.gpu_tune,
+                    matvec_rows: params.gpu_matvec_rows,
                     ..Default::default()
                 })
             };

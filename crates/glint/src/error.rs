@@ -101,6 +101,10 @@ pub enum Error {
         /// Why.
         err: std::io::Error,
     },
+    /// The load-time matvec tune (`ModelParams::gpu_tune`) failed: its
+    /// scratch context or one of its decode steps.
+    #[error("the matvec tune at load (--gpu-tune off or GLINT_TUNE=0 skips it): {0}")]
+    Tune(Box<Error>),
     /// A bug in glint (please report it).
     #[error("internal error: {0}")]
     Internal(String),

@@ -108,7 +108,8 @@ impl Model {
                 n_seq_max: 1,
                 ..Default::default()
             },
-        )?;
+        )
+        .map_err(|e| Error::Tune(Box::new(e)))?;
         let token = self.tokenizer().bos().unwrap_or(0);
         let batch = crate::Batch::from_tokens(&[token], 0, 0);
         l.be.tune_matvec(bytes, || -> Result<(), Error> {
@@ -116,7 +117,8 @@ impl Model {
             ctx.decode(&batch)?;
             ctx.argmax(0)?;
             Ok(())
-        })?;
+        })
+        .map_err(|e| Error::Tune(Box::new(e)))?;
         Ok(())
     }
 

@@ -52,11 +52,16 @@ pub struct ModelParams {
     /// quantized as ggml's cpu quantizes them (`glint_gpu::GpuOptions::int8_matvec`; `--gpu-int8`).
     /// Ignored by the cpu backend.
     pub gpu_int8: bool,
-    /// wgpu: time the decode matvec's variants over the model's weights at
-    /// load and keep the fastest (`glint_gpu::GpuOptions::tune`;
-    /// `--gpu-tune on|off`, `GLINT_TUNE`); `None`: on a hardware adapter,
-    /// off on a software one. Ignored by the cpu backend.
+    /// wgpu: at load, time one-token decode steps at 1, 2 and 4 matvec
+    /// rows at once and keep the fastest (`glint_gpu::GpuOptions::tune`;
+    /// `--gpu-tune on|off`, `GLINT_TUNE`); `None`: on a hardware adapter
+    /// whose subgroups have one size, else off. Ignored by the cpu backend.
     pub gpu_tune: Option<bool>,
+    /// wgpu: rows a matvec subgroup takes at once (1, 2 or 4; 0: the
+    /// default, or the tune's), as `GLINT_MATVEC_ROWS` (which wins where
+    /// set) sets them (`glint_gpu::GpuOptions::matvec_rows`). The logits
+    /// are the same to the bit at each. Ignored by the cpu backend.
+    pub gpu_matvec_rows: usize,
     /// cpu numerics: ggml's (default; follows llama.cpp) or plain f32 (what
     /// the WGSL kernels compute).
     #[cfg(feature = "cpu")]
