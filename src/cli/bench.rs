@@ -94,18 +94,8 @@ pub const FLAGS: &[Flag] = &[
         "backends, e.g. cpu,wgpu (default auto)"
     ),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
-    flag!(
-        "gpu-int8",
-        [],
-        None,
-        "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (also GLINT_INT8=1)"
-    ),
-    flag!(
-        "gpu-tune",
-        [],
-        Some("on|off|auto"),
-        "wgpu: at load, time decode steps at 1, 2 and 4 matvec rows at once and keep the fastest (no bit changes; default auto: on a hardware GPU; GLINT_TUNE=1 or 0, where set, wins)"
-    ),
+    super::options::GPU_INT8,
+    super::options::GPU_TUNE,
     flag!(
         "counters",
         [],

@@ -8,6 +8,12 @@ use serde_json::Value;
 
 use super::args::{flag, Flag, Parsed};
 
+/// `--gpu-int8`, for every command that loads a model.
+pub const GPU_INT8: Flag = flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)");
+
+/// `--gpu-tune` ([`gpu_tune`]), for every command that loads a model.
+pub const GPU_TUNE: Flag = flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: at load, time decode steps at 1, 2 and 4 matvec rows at once and keep the fastest (no bit changes; default auto: on a hardware GPU whose subgroups have one size, else off; GLINT_TUNE=1 or 0, where set, wins)");
+
 pub const FLAGS: &[Flag] = &[
     flag!("model", ["-m"], Some("FILE|NAME"), "GGUF model, or a known model's name: smollm2 (the default), gemma3, qwen2; fetched on first use"),
     flag!("prompt", ["-p"], Some("TEXT"), "prompt (or give it as the last argument); repeat it for --parallel"),
@@ -29,8 +35,8 @@ pub const FLAGS: &[Flag] = &[
     flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
-    flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
-    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: at load, time decode steps at 1, 2 and 4 matvec rows at once and keep the fastest (no bit changes; default auto: on a hardware GPU, off on a software adapter; GLINT_TUNE=1 or 0, where set, wins)"),
+    GPU_INT8,
+    GPU_TUNE,
     flag!("cache-type-k", ["-ctk"], Some("f16|f32|q8_0|q4_0"), "K cache type (default f16)"),
     flag!("cache-type-v", ["-ctv"], Some("f16|f32|q8_0|q4_0"), "V cache type (default f16)"),
     flag!("seed", ["-s"], Some("N"), "sampling seed (default random)"),
@@ -111,8 +117,8 @@ pub const DEVICE_FLAGS: &[Flag] = &[
     flag!("threads", ["-t"], Some("N"), "cpu threads (default: all cores)"),
     flag!("backend", [], Some("cpu|wgpu|auto"), "compute backend (default auto)"),
     flag!("adapter", [], Some("N"), "wgpu adapter index"),
-    flag!("gpu-int8", [], None, "wgpu: integer dot products for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K matvecs (activations quantized as ggml's cpu does; also GLINT_INT8=1)"),
-    flag!("gpu-tune", [], Some("on|off|auto"), "wgpu: at load, time decode steps at 1, 2 and 4 matvec rows at once and keep the fastest (no bit changes; default auto: on a hardware GPU, off on a software adapter; GLINT_TUNE=1 or 0, where set, wins)"),
+    GPU_INT8,
+    GPU_TUNE,
     flag!("help", ["-h"], None, "this text"),
 ];
 
