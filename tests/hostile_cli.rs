@@ -226,9 +226,10 @@ fn a_failed_synthetic_write_leaves_no_partial_file() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
-/// The matvec tune's switches refuse what they do not take, by name,
-/// before a model loads: `--gpu-tune` on `generate`, `serve` and `bench`,
-/// and `GLINT_TUNE` (1 or 0) on the wgpu backend.
+/// The wgpu switches refuse what they do not take, by name, before a
+/// model loads: `--gpu-tune` on `generate`, `serve` and `bench`, and
+/// `GLINT_TUNE`, `GLINT_INT8` and `GLINT_MATVEC_SCALED` (1 or 0) wherever
+/// wgpu may be taken.
 #[test]
 fn gpu_tune_settings_it_does_not_take_are_refused() {
     let m = smollm2();
@@ -243,6 +244,41 @@ fn gpu_tune_settings_it_does_not_take_are_refused() {
             &["--gpu-tune fast", "on, off or auto"],
         );
     }
+    // The wgpu switches from the environment, under --backend wgpu and
+    // under auto too (which falls back to the cpu quietly when no GPU
+    // opens: a misspelt switch must not pass for a missing GPU).
+    for backend in ["wgpu", "auto"] {
+        for (var, needle) in [
+            ("GLINT_TUNE", "1 (time"),
+            ("GLINT_INT8", "1 (integer dots"),
+            ("GLINT_MATVEC_SCALED", "1 (each group's dot"),
+        ] {
+            let args = [
+                "generate",
+                "-m",
+                &m,
+                "-p",
+                "Hi",
+                "-n",
+                "1",
+                "--backend",
+                backend,
+            ];
+            let out = Command::new(env!("CARGO_BIN_EXE_glint"))
+                .args(args)
+                .env(var, "yes")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let want = format!("{var}=\"yes\"");
+            refused(
+                out,
+                &format!("{var}=yes --backend {backend}"),
+                &[&want, needle],
+            );
+        }
+    }
+    // The cpu backend reads none of them.
     let out = Command::new(env!("CARGO_BIN_EXE_glint"))
         .args([
             "generate",
@@ -253,11 +289,15 @@ fn gpu_tune_settings_it_does_not_take_are_refused() {
             "-n",
             "1",
             "--backend",
-            "wgpu",
+            "cpu",
         ])
         .env("GLINT_TUNE", "yes")
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    refused(out, "GLINT_TUNE=yes", &["GLINT_TUNE=\"yes\"", "1 (time"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

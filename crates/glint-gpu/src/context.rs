@@ -53,7 +53,8 @@ pub struct GpuOptions {
     /// integer dot products (`dot4I8Packed`): the numerics of the cpu backend's
     /// `Precision::Ggml`, not of its `F32` oracle. Only where the instance
     /// has the integer dot and the adapter the workgroup memory. Also on
-    /// when the environment has `GLINT_INT8=1`, off with `GLINT_INT8=0`.
+    /// when the environment has `GLINT_INT8=1`, off with `GLINT_INT8=0`
+    /// (any other value is an error).
     pub int8_matvec: bool,
     /// Rows a matvec's subgroup takes at once (1, 2 or 4; 0: the default,
     /// 2): their weights dotted with one read of x, each row's sums the

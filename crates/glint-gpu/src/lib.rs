@@ -195,19 +195,58 @@ fn matvec_rows(opts: &GpuOptions) -> Result<usize> {
     )
 }
 
+/// An on/off switch from the environment: `env`, the value of variable
+/// `name`, is 1 (`Some(true)`), 0 (`Some(false)`) or unset (`None`); any
+/// other value (a misspelt "off", non-UTF-8) is an error naming the
+/// variable and what each value means (`on`, `off`), so nothing is left
+/// on or off unsaid.
+pub(crate) fn switch(
+    name: &str,
+    env: Option<&std::ffi::OsStr>,
+    (on, off): (&str, &str),
+) -> Result<Option<bool>> {
+    match env.map(|v| (v, v.to_str().map(str::trim))) {
+        None => Ok(None),
+        Some((_, Some("1"))) => Ok(Some(true)),
+        Some((_, Some("0"))) => Ok(Some(false)),
+        Some((v, _)) => Err(BackendError::Device(format!(
+            "{name}={v:?}: 1 ({on}) or 0 ({off})"
+        ))),
+    }
+}
+
 /// Whether float matvecs scale each group's dot once (flag PS): the
 /// environment's `GLINT_MATVEC_SCALED` (`env`: 1 yes, 0 no) where set, else
 /// not [`GpuOptions::disable_matvec_scaled`]; any other value is an error
 /// naming the variable (a misspelt "off" must not leave it on unsaid).
 fn matvec_scaled(opts: &GpuOptions, env: Option<&std::ffi::OsStr>) -> Result<bool> {
-    match env.map(|v| (v, v.to_str().map(str::trim))) {
-        None => Ok(!opts.disable_matvec_scaled),
-        Some((_, Some("1"))) => Ok(true),
-        Some((_, Some("0"))) => Ok(false),
-        Some((v, _)) => Err(BackendError::Device(format!(
-            "GLINT_MATVEC_SCALED={v:?}: 1 (each group's dot scaled once) or 0 (each weight scaled)"
-        ))),
-    }
+    let what = ("each group's dot scaled once", "each weight scaled");
+    Ok(switch("GLINT_MATVEC_SCALED", env, what)?.unwrap_or(!opts.disable_matvec_scaled))
+}
+
+/// Whether the matvecs take the int8 path, asked for: the environment's
+/// `GLINT_INT8` (`env`: 1 yes, 0 no) where set, else
+/// [`GpuOptions::int8_matvec`]; any other value is an error naming the
+/// variable. (The device must also have what it takes.)
+fn int8_asked(opts: &GpuOptions, env: Option<&std::ffi::OsStr>) -> Result<bool> {
+    let what = ("integer dots in the matvecs", "float dots");
+    Ok(switch("GLINT_INT8", env, what)?.unwrap_or(opts.int8_matvec))
+}
+
+/// Check the settings `opts` and the environment give the backend
+/// (`GLINT_MATVEC_ROWS`, `GLINT_MATVEC_SCALED`, `GLINT_MATMUL_TILE`,
+/// `GLINT_TUNE`, `GLINT_INT8`) without opening a device: the error
+/// [`GpuBackend::new`] would give for a value it does not take. A caller
+/// that falls back to another backend when no adapter opens (`--backend
+/// auto`) checks these first, so a misspelt setting is said, not taken
+/// for a missing GPU.
+pub fn check_settings(opts: &GpuOptions) -> Result<()> {
+    matvec_rows(opts)?;
+    matvec_scaled(opts, std::env::var_os("GLINT_MATVEC_SCALED").as_deref())?;
+    matmul_tile(opts, &wgpu::Limits::default())?;
+    tune::parse_env(std::env::var_os("GLINT_TUNE").as_deref())?;
+    int8_asked(opts, std::env::var_os("GLINT_INT8").as_deref())?;
+    Ok(())
 }
 
 /// The matmul's output tile: `GLINT_MATMUL_TILE` where set, else
@@ -234,13 +273,13 @@ impl GpuBackend {
     /// Open the adapter `opts` picks and a device with its limits.
     pub fn new(mut opts: GpuOptions) -> Result<Self> {
         opts.profile |= std::env::var_os("GLINT_GPU_PROFILE").is_some();
+        // Checked before the device opens, so a bad value opens none.
+        check_settings(&opts)?;
         let matvec_rows = matvec_rows(&opts)?;
         let matvec_scaled =
             matvec_scaled(&opts, std::env::var_os("GLINT_MATVEC_SCALED").as_deref())?;
-        // Checked before the device opens, so a bad value opens none.
-        matmul_tile(&opts, &wgpu::Limits::default())?;
         let tune_env = std::env::var_os("GLINT_TUNE");
-        tune::parse_env(tune_env.as_deref())?;
+        let int8_asked = int8_asked(&opts, std::env::var_os("GLINT_INT8").as_deref())?;
         let ctx = Context::new(&opts)?;
         let fixed_subgroups = ctx.info.subgroup_min_size == ctx.info.subgroup_max_size;
         let tune = tune::Tunable::new(
@@ -254,12 +293,7 @@ impl GpuBackend {
             .profile
             .then(|| profile::Profiler::new(&ctx.device, &ctx.queue));
         let attn_tile_env = std::env::var("GLINT_ATTN_TILE").ok();
-        let int8_env = std::env::var("GLINT_INT8").ok();
-        let int8 = match int8_env.as_deref() {
-            Some("0") => false,
-            Some("1") => true,
-            _ => opts.int8_matvec,
-        } && ops::int8_fits(&ctx);
+        let int8 = int8_asked && ops::int8_fits(&ctx);
         let int8_wide = ops::int8_wide_fits(&ctx);
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
@@ -846,6 +880,31 @@ mod settings_tests {
             let e = matvec_scaled(&on, Some(v)).unwrap_err().to_string();
             assert!(e.contains("GLINT_MATVEC_SCALED="), "{e}");
             assert!(e.contains("1 (each group's dot scaled once) or 0"), "{e}");
+        }
+    }
+
+    /// `GLINT_INT8` takes 1 and 0 (over the option), nothing else: "yes"
+    /// was the option's value before, unsaid.
+    #[test]
+    fn int8_takes_1_or_0() {
+        use std::ffi::OsStr;
+        let off = GpuOptions::default();
+        let on = GpuOptions {
+            int8_matvec: true,
+            ..Default::default()
+        };
+        assert!(!int8_asked(&off, None).unwrap());
+        assert!(int8_asked(&on, None).unwrap());
+        assert!(int8_asked(&off, Some(OsStr::new("1"))).unwrap());
+        assert!(!int8_asked(&on, Some(OsStr::new("0"))).unwrap());
+        for v in ["yes", "", "true"] {
+            let e = int8_asked(&off, Some(OsStr::new(v)))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("GLINT_INT8=") && e.contains("1 (integer dots"),
+                "{e}"
+            );
         }
     }
 

@@ -134,14 +134,8 @@ pub(crate) struct Tunable {
 /// `GLINT_TUNE`'s value: `Some(true)` for 1, `Some(false)` for 0, `None`
 /// unset; anything else is an error naming the variable.
 pub(crate) fn parse_env(env: Option<&std::ffi::OsStr>) -> Result<Option<bool>> {
-    match env.map(|v| (v, v.to_str().map(str::trim))) {
-        None => Ok(None),
-        Some((_, Some("1"))) => Ok(Some(true)),
-        Some((_, Some("0"))) => Ok(Some(false)),
-        Some((v, _)) => Err(BackendError::Device(format!(
-            "GLINT_TUNE={v:?}: 1 (time the matvec's variants at load) or 0 (take the defaults)"
-        ))),
-    }
+    let what = ("time the matvec's variants at load", "take the defaults");
+    crate::switch("GLINT_TUNE", env, what)
 }
 
 impl Tunable {

@@ -92,16 +92,20 @@ impl LoadedBackend {
     ) -> Result<LoadedBackend, Error> {
         #[cfg(feature = "wgpu")]
         {
-            let gpu = || {
-                GpuBackend::new(glint_gpu::GpuOptions {
-                    adapter_index: params.adapter,
-                    profile: params.gpu_profile,
-                    int8_matvec: params.gpu_int8,
-                    tune: params.gpu_tune,
-                    matvec_rows: params.gpu_matvec_rows,
-                    ..Default::default()
-                })
+            let opts = glint_gpu::GpuOptions {
+                adapter_index: params.adapter,
+                profile: params.gpu_profile,
+                int8_matvec: params.gpu_int8,
+                tune: params.gpu_tune,
+                matvec_rows: params.gpu_matvec_rows,
+                ..Default::default()
             };
+            if params.backend != BackendKind::Cpu {
+                // A setting wgpu does not take is said, under auto too
+                // (where a device that does not open falls back quietly).
+                glint_gpu::check_settings(&opts)?;
+            }
+            let gpu = || GpuBackend::new(opts.clone());
             let gpu = match params.backend {
                 BackendKind::Cpu => None,
                 BackendKind::Wgpu => Some(gpu()?),
