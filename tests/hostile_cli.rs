@@ -228,8 +228,8 @@ fn a_failed_synthetic_write_leaves_no_partial_file() {
 
 /// The wgpu switches refuse what they do not take, by name, before a
 /// model loads: `--gpu-tune` on `generate`, `serve` and `bench`, and
-/// `GLINT_TUNE`, `GLINT_INT8` and `GLINT_MATVEC_SCALED` (1 or 0) wherever
-/// wgpu may be taken.
+/// `GLINT_TUNE`, `GLINT_INT8` and `GLINT_MATVEC_SCALED` (1 or 0) and
+/// `GLINT_ATTN_TILE` (1, 0 or all) wherever wgpu may be taken.
 #[test]
 fn gpu_tune_settings_it_does_not_take_are_refused() {
     let m = smollm2();
@@ -252,6 +252,7 @@ fn gpu_tune_settings_it_does_not_take_are_refused() {
             ("GLINT_TUNE", "1 (time"),
             ("GLINT_INT8", "1 (integer dots"),
             ("GLINT_MATVEC_SCALED", "1 (each group's dot"),
+            ("GLINT_ATTN_TILE", "or all (decode"),
         ] {
             let args = [
                 "generate",

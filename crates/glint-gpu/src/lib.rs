@@ -233,9 +233,25 @@ fn int8_asked(opts: &GpuOptions, env: Option<&std::ffi::OsStr>) -> Result<bool> 
     Ok(switch("GLINT_INT8", env, what)?.unwrap_or(opts.int8_matvec))
 }
 
+/// Where prefill and decode attention run by tiles of tokens, from the
+/// environment's `GLINT_ATTN_TILE` (`env`): unset or `1`, prefill by tiles
+/// and decode as [`GpuOptions::decode_tiles`] says; `0`, neither; `all`,
+/// both. Anything else is an error naming the variable. Returns
+/// `(attn_tiles, decode_tiles)`.
+fn attn_tiles(opts: &GpuOptions, env: Option<&std::ffi::OsStr>) -> Result<(bool, bool)> {
+    match env.map(|v| (v, v.to_str().map(str::trim))) {
+        None | Some((_, Some("1"))) => Ok((true, opts.decode_tiles)),
+        Some((_, Some("0"))) => Ok((false, opts.decode_tiles)),
+        Some((_, Some("all"))) => Ok((true, true)),
+        Some((v, _)) => Err(BackendError::Device(format!(
+            "GLINT_ATTN_TILE={v:?}: 1 (prefill attention by tiles of tokens, the default), 0 (a workgroup a token) or all (decode by tiles of one token too)"
+        ))),
+    }
+}
+
 /// Check the settings `opts` and the environment give the backend
 /// (`GLINT_MATVEC_ROWS`, `GLINT_MATVEC_SCALED`, `GLINT_MATMUL_TILE`,
-/// `GLINT_TUNE`, `GLINT_INT8`) without opening a device: the error
+/// `GLINT_TUNE`, `GLINT_INT8`, `GLINT_ATTN_TILE`) without opening a device: the error
 /// [`GpuBackend::new`] would give for a value it does not take. A caller
 /// that falls back to another backend when no adapter opens (`--backend
 /// auto`) checks these first, so a misspelt setting is said, not taken
@@ -246,6 +262,7 @@ pub fn check_settings(opts: &GpuOptions) -> Result<()> {
     matmul_tile(opts, &wgpu::Limits::default())?;
     tune::parse_env(std::env::var_os("GLINT_TUNE").as_deref())?;
     int8_asked(opts, std::env::var_os("GLINT_INT8").as_deref())?;
+    attn_tiles(opts, std::env::var_os("GLINT_ATTN_TILE").as_deref())?;
     Ok(())
 }
 
@@ -292,7 +309,8 @@ impl GpuBackend {
         let profiler = opts
             .profile
             .then(|| profile::Profiler::new(&ctx.device, &ctx.queue));
-        let attn_tile_env = std::env::var("GLINT_ATTN_TILE").ok();
+        let (attn_tiles, decode_tiles) =
+            attn_tiles(&opts, std::env::var_os("GLINT_ATTN_TILE").as_deref())?;
         let int8 = int8_asked && ops::int8_fits(&ctx);
         let int8_wide = ops::int8_wide_fits(&ctx);
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
@@ -329,8 +347,8 @@ impl GpuBackend {
             matvec_rows: matvec_rows.into(),
             matvec_scaled,
             matmul_tile,
-            attn_tiles: attn_tile_env.as_deref() != Some("0"),
-            decode_tiles: opts.decode_tiles || attn_tile_env.as_deref() == Some("all"),
+            attn_tiles,
+            decode_tiles,
             int8,
             int8_wide,
             tune,
@@ -903,6 +921,30 @@ mod settings_tests {
                 .to_string();
             assert!(
                 e.contains("GLINT_INT8=") && e.contains("1 (integer dots"),
+                "{e}"
+            );
+        }
+    }
+
+    /// `GLINT_ATTN_TILE` takes 1, 0 and all; anything else is an error.
+    #[test]
+    fn attn_tile_takes_1_0_or_all() {
+        use std::ffi::OsStr;
+        let o = GpuOptions::default();
+        let d = GpuOptions {
+            decode_tiles: true,
+            ..Default::default()
+        };
+        let t = |o: &GpuOptions, v: Option<&str>| attn_tiles(o, v.map(OsStr::new));
+        assert_eq!(t(&o, None).unwrap(), (true, false));
+        assert_eq!(t(&d, None).unwrap(), (true, true));
+        assert_eq!(t(&o, Some("1")).unwrap(), (true, false));
+        assert_eq!(t(&o, Some("0")).unwrap(), (false, false));
+        assert_eq!(t(&o, Some("all")).unwrap(), (true, true));
+        for v in ["yes", "", "2", "ALL"] {
+            let e = t(&o, Some(v)).unwrap_err().to_string();
+            assert!(
+                e.contains("GLINT_ATTN_TILE=") && e.contains("or all"),
                 "{e}"
             );
         }
