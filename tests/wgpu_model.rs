@@ -290,3 +290,36 @@ fn smollm2_tuned_on_wgpu_gives_the_untuned_bits() {
         "{name}"
     );
 }
+
+/// `--backend auto` says why it passed over wgpu: here the software
+/// adapter, which the cpu backend outruns (on a machine with a GPU, auto
+/// takes it and there is nothing to say). `--backend cpu` and `wgpu`
+/// asked for no choice.
+#[test]
+fn auto_says_why_it_passed_over_wgpu() {
+    let load = |backend| {
+        let params = ModelParams {
+            backend,
+            gpu_tune: Some(false),
+            ..Default::default()
+        };
+        Model::load(common::model("smollm2"), &params).unwrap()
+    };
+    let auto = load(BackendKind::Auto);
+    let why = auto.backend_passed_over().map(str::to_string);
+    if auto.backend_name().starts_with("wgpu") {
+        assert_eq!(why, None);
+    } else {
+        let why = why.expect("auto on the cpu says why");
+        assert!(why.starts_with("wgpu passed over: "), "{why}");
+        let wgpu = load(BackendKind::Wgpu);
+        if wgpu.backend_name().contains("llvmpipe") {
+            assert!(
+                why.contains("llvmpipe") && why.contains("software adapter"),
+                "{why}"
+            );
+        }
+        assert_eq!(wgpu.backend_passed_over(), None);
+    }
+    assert_eq!(load(BackendKind::Cpu).backend_passed_over(), None);
+}

@@ -410,6 +410,9 @@ pub fn run(rest: &[String]) -> Result<(), String> {
                     ..Default::default()
                 };
                 let model = Model::load(path, &mp).map_err(|e| e.to_string())?;
+                if let Some(why) = model.backend_passed_over() {
+                    eprintln!("glint bench: {why}");
+                }
                 if let Some(t) = model.gpu_tune_report() {
                     eprint!("glint bench: {t}");
                 }

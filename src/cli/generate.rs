@@ -172,6 +172,9 @@ fn load(p: &Parsed, verbose: bool) -> Result<(Model, Context, f64), String> {
             hp.n_vocab,
             model.backend_name()
         );
+        if let Some(why) = model.backend_passed_over() {
+            eprintln!("glint: {why}");
+        }
         if let Some(t) = model.gpu_tune_report() {
             eprint!("glint: {t}");
         }

@@ -451,6 +451,9 @@ fn aliases(alias: Option<&str>) -> Vec<String> {
 /// Load the model, its chat template, and start the engine.
 fn load(cfg: &Config) -> Result<Loaded, ServerError> {
     let model = Model::load(&cfg.model_path, &cfg.model_params)?;
+    if let Some(why) = model.backend_passed_over() {
+        eprintln!("glint serve: {why}");
+    }
     if let Some(t) = model.gpu_tune_report() {
         eprint!("glint serve: {t}");
     }

@@ -84,12 +84,16 @@ macro_rules! on_exec {
 pub(crate) use on_exec;
 
 impl LoadedBackend {
-    /// Pick the backend `params` asks for and hand it the weights.
+    /// Pick the backend `params` asks for and hand it the weights; with
+    /// it, where `--backend auto` passed over wgpu, why (no adapter
+    /// opened, or only a software one).
     pub(crate) fn load(
         file: &GgufFile,
         hp: &HParams,
         params: &ModelParams,
-    ) -> Result<LoadedBackend, Error> {
+    ) -> Result<(LoadedBackend, Option<String>), Error> {
+        #[allow(unused_mut)]
+        let mut passed_over = None;
         #[cfg(feature = "wgpu")]
         {
             let opts = glint_gpu::GpuOptions {
@@ -112,14 +116,27 @@ impl LoadedBackend {
                 // A software adapter (lavapipe, WARP) is slower than the cpu
                 // backend: auto takes wgpu only on a real GPU (or when there
                 // is no cpu backend).
-                BackendKind::Auto => gpu().ok().filter(|g| {
-                    !cfg!(feature = "cpu")
-                        || g.adapter_info().device_type != glint_gpu::wgpu::DeviceType::Cpu
-                }),
+                BackendKind::Auto => match gpu() {
+                    Ok(g)
+                        if cfg!(feature = "cpu")
+                            && g.adapter_info().device_type == glint_gpu::wgpu::DeviceType::Cpu =>
+                    {
+                        passed_over = Some(format!(
+                            "wgpu passed over: {} is a software adapter (the cpu backend is faster; --backend wgpu takes it)",
+                            g.adapter_info().name
+                        ));
+                        None
+                    }
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        passed_over = Some(format!("wgpu passed over: {e}"));
+                        None
+                    }
+                },
             };
             if let Some(be) = gpu {
                 let w = Weights::load(file, hp, &be)?;
-                return Ok(LoadedBackend::Gpu(Loaded { be, w }));
+                return Ok((LoadedBackend::Gpu(Loaded { be, w }), None));
             }
         }
         #[cfg(not(feature = "wgpu"))]
@@ -130,10 +147,14 @@ impl LoadedBackend {
         {
             let be = CpuBackend::with_precision(params.n_threads, params.cpu_precision)?;
             let w = Weights::load(file, hp, &be)?;
-            Ok(LoadedBackend::Cpu(Loaded { be, w }))
+            Ok((LoadedBackend::Cpu(Loaded { be, w }), passed_over))
         }
         #[cfg(not(feature = "cpu"))]
-        Err(Error::BackendUnavailable("cpu"))
+        {
+            // Set only where a cpu backend takes over.
+            let _ = passed_over;
+            Err(Error::BackendUnavailable("cpu"))
+        }
     }
 
     pub(crate) fn name(&self) -> String {

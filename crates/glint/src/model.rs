@@ -27,6 +27,8 @@ struct Inner {
     hparams: HParams,
     tokenizer: glint_tokenizer::Tokenizer,
     backend: LoadedBackend,
+    /// Where `--backend auto` passed over wgpu: why.
+    passed_over: Option<String>,
 }
 
 // The engine and the server hand a model to other threads.
@@ -63,13 +65,14 @@ impl Model {
                 hparams.n_vocab
             )));
         }
-        let backend = LoadedBackend::load(&file, &hparams, params)?;
+        let (backend, passed_over) = LoadedBackend::load(&file, &hparams, params)?;
         let model = Model {
             inner: Arc::new(Inner {
                 file,
                 hparams,
                 tokenizer,
                 backend,
+                passed_over,
             }),
         };
         #[cfg(feature = "wgpu")]
@@ -84,7 +87,10 @@ impl Model {
     /// fastest ([`glint_gpu::GpuBackend::tune_matvec`]).
     #[cfg(feature = "wgpu")]
     fn tune_gpu(&self) -> Result<(), Error> {
-        let LoadedBackend::Gpu(l) = &self.inner.backend else {
+        // Irrefutable in a build without the cpu backend.
+        #[allow(irrefutable_let_patterns)]
+        let LoadedBackend::Gpu(l) = &self.inner.backend
+        else {
             return Ok(());
         };
         if !l.be.tune_wanted() {
@@ -197,6 +203,16 @@ impl Model {
             #[allow(unreachable_patterns)]
             _ => Ok(None),
         }
+    }
+
+    /// Where the model was loaded with [`BackendKind::Auto`] and wgpu was
+    /// not taken: why (no adapter or device opened, and the error; or the
+    /// adapter is a software one, which the cpu backend outruns). `None`
+    /// where wgpu runs the model or was not asked about.
+    ///
+    /// [`BackendKind::Auto`]: crate::BackendKind::Auto
+    pub fn backend_passed_over(&self) -> Option<&str> {
+        self.inner.passed_over.as_deref()
     }
 
     /// On wgpu, where the matvec was tuned at load
