@@ -244,6 +244,25 @@ fn gpu_tune_settings_it_does_not_take_are_refused() {
             &["--gpu-tune fast", "on, off or auto"],
         );
     }
+    // `generate` on `backend` with `var=yes` in its environment.
+    let gen_with = |backend: &str, var: &str| {
+        Command::new(env!("CARGO_BIN_EXE_glint"))
+            .args([
+                "generate",
+                "-m",
+                &m,
+                "-p",
+                "Hi",
+                "-n",
+                "1",
+                "--backend",
+                backend,
+            ])
+            .env(var, "yes")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
     // The wgpu switches from the environment, under --backend wgpu and
     // under auto too (which falls back to the cpu quietly when no GPU
     // opens: a misspelt switch must not pass for a missing GPU).
@@ -254,48 +273,16 @@ fn gpu_tune_settings_it_does_not_take_are_refused() {
             ("GLINT_MATVEC_SCALED", "1 (each group's dot"),
             ("GLINT_ATTN_TILE", "or all (decode"),
         ] {
-            let args = [
-                "generate",
-                "-m",
-                &m,
-                "-p",
-                "Hi",
-                "-n",
-                "1",
-                "--backend",
-                backend,
-            ];
-            let out = Command::new(env!("CARGO_BIN_EXE_glint"))
-                .args(args)
-                .env(var, "yes")
-                .stdin(Stdio::null())
-                .output()
-                .unwrap();
             let want = format!("{var}=\"yes\"");
             refused(
-                out,
+                gen_with(backend, var),
                 &format!("{var}=yes --backend {backend}"),
                 &[&want, needle],
             );
         }
     }
     // The cpu backend reads none of them.
-    let out = Command::new(env!("CARGO_BIN_EXE_glint"))
-        .args([
-            "generate",
-            "-m",
-            &m,
-            "-p",
-            "Hi",
-            "-n",
-            "1",
-            "--backend",
-            "cpu",
-        ])
-        .env("GLINT_TUNE", "yes")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = gen_with("cpu", "GLINT_TUNE");
     assert!(
         out.status.success(),
         "{}",
