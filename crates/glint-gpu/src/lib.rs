@@ -257,13 +257,36 @@ fn attn_tiles(opts: &GpuOptions, env: Option<&std::ffi::OsStr>) -> Result<(bool,
 /// auto`) checks these first, so a misspelt setting is said, not taken
 /// for a missing GPU.
 pub fn check_settings(opts: &GpuOptions) -> Result<()> {
-    matvec_rows(opts)?;
-    matvec_scaled(opts, std::env::var_os("GLINT_MATVEC_SCALED").as_deref())?;
-    matmul_tile(opts, &wgpu::Limits::default())?;
-    tune::parse_env(std::env::var_os("GLINT_TUNE").as_deref())?;
-    int8_asked(opts, std::env::var_os("GLINT_INT8").as_deref())?;
-    attn_tiles(opts, std::env::var_os("GLINT_ATTN_TILE").as_deref())?;
-    Ok(())
+    Settings::read(opts).map(drop)
+}
+
+/// What the options and the environment set, each read once
+/// ([`check_settings`] says which variables).
+struct Settings {
+    matvec_rows: usize,
+    matvec_scaled: bool,
+    /// `GLINT_TUNE`, where set.
+    tune: Option<bool>,
+    int8_asked: bool,
+    attn_tiles: bool,
+    decode_tiles: bool,
+}
+
+impl Settings {
+    fn read(opts: &GpuOptions) -> Result<Settings> {
+        let env = |name| std::env::var_os(name);
+        // The tile again once the adapter's limits are known.
+        matmul_tile(opts, &wgpu::Limits::default())?;
+        let (attn_tiles, decode_tiles) = attn_tiles(opts, env("GLINT_ATTN_TILE").as_deref())?;
+        Ok(Settings {
+            matvec_rows: matvec_rows(opts)?,
+            matvec_scaled: matvec_scaled(opts, env("GLINT_MATVEC_SCALED").as_deref())?,
+            tune: tune::parse_env(env("GLINT_TUNE").as_deref())?,
+            int8_asked: int8_asked(opts, env("GLINT_INT8").as_deref())?,
+            attn_tiles,
+            decode_tiles,
+        })
+    }
 }
 
 /// The matmul's output tile: `GLINT_MATMUL_TILE` where set, else
@@ -290,28 +313,16 @@ impl GpuBackend {
     /// Open the adapter `opts` picks and a device with its limits.
     pub fn new(mut opts: GpuOptions) -> Result<Self> {
         opts.profile |= std::env::var_os("GLINT_GPU_PROFILE").is_some();
-        // Checked before the device opens, so a bad value opens none.
-        check_settings(&opts)?;
-        let matvec_rows = matvec_rows(&opts)?;
-        let matvec_scaled =
-            matvec_scaled(&opts, std::env::var_os("GLINT_MATVEC_SCALED").as_deref())?;
-        let tune_env = std::env::var_os("GLINT_TUNE");
-        let int8_asked = int8_asked(&opts, std::env::var_os("GLINT_INT8").as_deref())?;
+        // Read before the device opens, so a bad value opens none.
+        let set = Settings::read(&opts)?;
         let ctx = Context::new(&opts)?;
         let fixed_subgroups = ctx.info.subgroup_min_size == ctx.info.subgroup_max_size;
-        let tune = tune::Tunable::new(
-            &opts,
-            tune_env.as_deref(),
-            ctx.info.device_type,
-            fixed_subgroups,
-        )?;
+        let tune = tune::Tunable::new(&opts, set.tune, ctx.info.device_type, fixed_subgroups);
         let matmul_tile = matmul_tile(&opts, &ctx.limits)?;
         let profiler = opts
             .profile
             .then(|| profile::Profiler::new(&ctx.device, &ctx.queue));
-        let (attn_tiles, decode_tiles) =
-            attn_tiles(&opts, std::env::var_os("GLINT_ATTN_TILE").as_deref())?;
-        let int8 = int8_asked && ops::int8_fits(&ctx);
+        let int8 = set.int8_asked && ops::int8_fits(&ctx);
         let int8_wide = ops::int8_wide_fits(&ctx);
         let param_align = ctx.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
         let largest = submit::PARAMS_MAX_BYTES.next_multiple_of(param_align as u64);
@@ -344,11 +355,11 @@ impl GpuBackend {
             attn_partials: Mutex::new(None),
             profiler,
             matvec_sgrow: std::env::var_os("GLINT_MATVEC_WG_ROWS").is_none(),
-            matvec_rows: matvec_rows.into(),
-            matvec_scaled,
+            matvec_rows: set.matvec_rows.into(),
+            matvec_scaled: set.matvec_scaled,
             matmul_tile,
-            attn_tiles,
-            decode_tiles,
+            attn_tiles: set.attn_tiles,
+            decode_tiles: set.decode_tiles,
             int8,
             int8_wide,
             tune,

@@ -139,28 +139,27 @@ pub(crate) fn parse_env(env: Option<&std::ffi::OsStr>) -> Result<Option<bool>> {
 }
 
 impl Tunable {
-    /// From `opts`, `GLINT_TUNE`'s value `env`, and the adapter's type and
-    /// subgroup sizes (`fixed_subgroups`: its least and largest subgroup
-    /// size are one): unless told, on for hardware (discrete, integrated,
-    /// virtual) whose subgroups have one size, off for a software adapter,
-    /// one of unknown type, or one whose driver may size each pipeline's
-    /// subgroups differently (AMD's wave32/wave64, Intel's SIMD8 to
-    /// SIMD32), where the rows at once might change a row's bits.
+    /// From `opts`, `GLINT_TUNE` where set (`env`, [`parse_env`]'s), and
+    /// the adapter's type and subgroup sizes (`fixed_subgroups`: its least
+    /// and largest subgroup size are one): unless told, on for hardware
+    /// (discrete, integrated, virtual) whose subgroups have one size, off
+    /// for a software adapter, one of unknown type, or one whose driver
+    /// may size each pipeline's subgroups differently (AMD's wave32/wave64,
+    /// Intel's SIMD8 to SIMD32), where the rows at once might change a
+    /// row's bits.
     pub(crate) fn new(
         opts: &GpuOptions,
-        env: Option<&std::ffi::OsStr>,
+        env: Option<bool>,
         device: wgpu::DeviceType,
         fixed_subgroups: bool,
-    ) -> Result<Tunable> {
+    ) -> Tunable {
         use wgpu::DeviceType as D;
         let hardware = matches!(device, D::DiscreteGpu | D::IntegratedGpu | D::VirtualGpu);
-        let on = parse_env(env)?
-            .or(opts.tune)
-            .unwrap_or(hardware && fixed_subgroups);
-        Ok(Tunable {
+        let on = env.or(opts.tune).unwrap_or(hardware && fixed_subgroups);
+        Tunable {
             on,
             rows_set: opts.matvec_rows != 0 || std::env::var_os("GLINT_MATVEC_ROWS").is_some(),
-        })
+        }
     }
 
     /// Whether the tune runs ([`GpuOptions::tune`], `GLINT_TUNE`).
@@ -205,10 +204,7 @@ impl GpuBackend {
         let timed = self.time_choices(&choices, &mut step);
         self.set_choice(start);
         let medians = timed?;
-        let best = (0..medians.len())
-            .min_by(|&a, &b| medians[a].cmp(&medians[b]))
-            .unwrap_or(0);
-        let chosen = keep(&medians, best);
+        let chosen = keep(&medians);
         self.set_choice(choices[chosen]);
         if self.profiler.is_some() {
             // The tune's dispatches are not the model's: dropped.
@@ -288,12 +284,14 @@ impl GpuBackend {
     }
 }
 
-/// The index kept of `medians` (the default's first) given the fastest,
-/// `best`: the default unless `best` is more than [`TUNE_MARGIN`] below it.
-pub(crate) fn keep(medians: &[Duration], best: usize) -> usize {
+/// The index kept of `medians` (the default's first): the fastest,
+/// unless it is no more than [`TUNE_MARGIN`] below the default.
+pub(crate) fn keep(medians: &[Duration]) -> usize {
+    let Some(best) = (0..medians.len()).min_by_key(|&i| medians[i]) else {
+        return 0;
+    };
     let default = medians[0].as_secs_f64();
-    let fastest = medians[best].as_secs_f64();
-    if fastest < default * (1.0 - TUNE_MARGIN) {
+    if medians[best].as_secs_f64() < default * (1.0 - TUNE_MARGIN) {
         best
     } else {
         0
@@ -311,11 +309,11 @@ mod tests {
     #[test]
     fn the_default_stays_unless_beaten_by_the_margin() {
         // 3% of 1000 µs: 970 is not below it, 969 is.
-        assert_eq!(keep(&ms(&[1000, 980, 1200]), 1), 0);
-        assert_eq!(keep(&ms(&[1000, 970, 1200]), 1), 0);
-        assert_eq!(keep(&ms(&[1000, 969, 1200]), 1), 1);
-        assert_eq!(keep(&ms(&[1000, 1100, 500]), 2), 2);
-        assert_eq!(keep(&ms(&[1000]), 0), 0);
+        assert_eq!(keep(&ms(&[1000, 980, 1200])), 0);
+        assert_eq!(keep(&ms(&[1000, 970, 1200])), 0);
+        assert_eq!(keep(&ms(&[1000, 969, 1200])), 1);
+        assert_eq!(keep(&ms(&[1000, 1100, 500])), 2);
+        assert_eq!(keep(&ms(&[1000])), 0);
     }
 
     #[test]
@@ -343,11 +341,8 @@ mod tests {
             return;
         }
         let o = GpuOptions::default();
-        let on = |o: &GpuOptions, env: Option<&str>, d| {
-            Tunable::new(o, env.map(std::ffi::OsStr::new), d, true)
-                .unwrap()
-                .on()
-        };
+        let env = |v: Option<&str>| parse_env(v.map(std::ffi::OsStr::new)).unwrap();
+        let on = |o: &GpuOptions, v: Option<&str>, d| Tunable::new(o, env(v), d, true).on();
         assert!(on(&o, None, D::DiscreteGpu));
         assert!(on(&o, None, D::IntegratedGpu));
         assert!(on(&o, None, D::VirtualGpu));
@@ -356,11 +351,8 @@ mod tests {
         assert!(!on(&o, Some("0"), D::DiscreteGpu));
         assert!(on(&o, Some("1"), D::Cpu));
         // Subgroups of more than one size: off unless asked for.
-        let mixed = |o: &GpuOptions, env: Option<&str>| {
-            Tunable::new(o, env.map(std::ffi::OsStr::new), D::DiscreteGpu, false)
-                .unwrap()
-                .on()
-        };
+        let mixed =
+            |o: &GpuOptions, v: Option<&str>| Tunable::new(o, env(v), D::DiscreteGpu, false).on();
         assert!(!mixed(&o, None));
         assert!(mixed(&o, Some("1")));
         let off = GpuOptions {
@@ -382,8 +374,7 @@ mod tests {
             None,
             D::Cpu,
             true,
-        )
-        .unwrap();
+        );
         assert!(t.rows_set);
     }
 }
