@@ -100,10 +100,7 @@ impl Model {
         let bytes =
             l.w.matvec_weights()
                 .iter()
-                .map(|t| {
-                    let d = t.desc();
-                    (d.row_bytes() * d.n_rows()) as u64
-                })
+                .map(|t| t.desc().n_bytes() as u64)
                 .sum();
         let mut ctx = crate::Context::new(
             self,
